@@ -1,0 +1,47 @@
+#pragma once
+// What pipegrid needs to know about each accelerator of a SimGrid platform.
+// The XML itself is loaded by SimGrid (sim/); this is the summary read from
+// the hosts' properties, in the order the file declares the hosts.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pipegrid {
+
+enum class DeviceKind { Gpu, Fpga };
+enum class Execution {
+  Sync,   ///< a result is sent only when the whole operation ends (GPUs)
+  Async,  ///< results stream out while the operation runs (FPGAs, cut-through)
+};
+
+struct HostInfo {
+  std::string name;
+  DeviceKind kind = DeviceKind::Gpu;
+  Execution execution = Execution::Sync;
+  std::optional<double> memory_bytes;  ///< absent: unlimited
+  double speed_factor = 1;             ///< compute time = profile time / factor
+};
+
+struct PlatformSummary {
+  std::string file;
+  std::vector<HostInfo> hosts;
+  const HostInfo& host(const std::string& name) const;
+};
+
+/** Builds a HostInfo from a host's XML properties (`kind`, `execution`,
+ *  `memory`, `speed_factor`; all optional). Throws InputError naming the file,
+ *  host and property when a value is malformed. */
+HostInfo host_info_from_properties(const std::string& file, const std::string& host,
+                                   const std::map<std::string, std::string>& properties);
+
+/** Parses a byte size: a plain number of bytes or a number with a unit
+ *  (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB). Throws InputError using `what`
+ *  to name the field. */
+double parse_bytes(const std::string& text, const std::string& what);
+
+const char* to_string(DeviceKind kind);
+const char* to_string(Execution execution);
+
+}  // namespace pipegrid

@@ -1,0 +1,90 @@
+#pragma once
+// Program: a schedule made concrete. For each device (a stage replica), one
+// or more ordered action lists (streams) plus explicit extra dependencies a
+// generator may add. Data dependencies are implied by the actions themselves
+// and derived by the engines:
+//   F(s,m) needs the output of F(s-1,m);
+//   B(s,m) needs F(s,m) (its stash) and the gradient of B(s+1,m) (s < last);
+//   R(s,m) needs F(s,m); a B preceded by its R on the same device needs it.
+// Engines interpret this data and know nothing of schedule names.
+//
+// Text form (as PyTorch's pipelining schedules): `2F0` is stage 2, forward,
+// micro-batch 0; `2B3@1` is stage 2, backward, micro-batch 3 of mini-batch 1
+// (mini-batch 0 is not written). Stages and micro-batches count from 0.
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pipegrid {
+
+enum class ActionKind {
+  Forward,    ///< 'F'
+  Backward,   ///< 'B'
+  Recompute,  ///< 'R': the forward re-run before a backward (activation recomputation)
+};
+
+struct Action {
+  ActionKind kind = ActionKind::Forward;
+  int stage = 0;
+  int micro_batch = 0;
+  int mini_batch = 0;
+  friend bool operator==(const Action&, const Action&) = default;
+  friend auto operator<=>(const Action&, const Action&) = default;
+};
+
+struct Stream {
+  std::vector<Action> actions;
+};
+
+/** The work of one device: stage `stage`, replica `replica` of that stage. */
+struct DeviceProgram {
+  int stage = 0;
+  int replica = 0;
+  std::vector<Stream> streams;
+};
+
+/** `after` may not start before `before` has ended. */
+struct Dependency {
+  Action before;
+  Action after;
+  friend bool operator==(const Dependency&, const Dependency&) = default;
+};
+
+struct Program {
+  int num_stages = 0;
+  int micro_batches = 0;
+  int mini_batches = 1;
+  std::vector<DeviceProgram> devices;
+  std::vector<Dependency> extra_dependencies;
+  friend bool operator==(const Program&, const Program&) = default;
+};
+
+char action_letter(ActionKind kind);
+std::string to_string(const Action& action);
+/** Parses `2F0` or `2B3@1`; throws InputError quoting `token` on error. */
+Action parse_action(const std::string& token);
+
+/** Printable, parseable, diffable text form:
+ *    # pipegrid program: N stages, M micro-batches, K mini-batches
+ *    device 0 stage 0 replica 0 stream 0: 0F0 0F1 0B0 ...
+ *    dependency 0B0 -> 0F4
+ */
+std::string program_to_text(const Program& program);
+Program parse_program_text(const std::string& text, const std::string& origin);
+
+/** Rejected Program; what() holds the explanation and a device x step grid
+ *  with `<-- ERROR HERE` at the offending step. */
+class ProgramError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/** Checks that a Program can run: every action of every (stage, micro-batch,
+ *  mini-batch) appears exactly once (R optional, at most once, before its B
+ *  on the same device), no backward precedes its forward on one stream, and
+ *  the data and extra dependencies can all be met (no deadlock). Throws
+ *  ProgramError otherwise. */
+void validate_program(const Program& program);
+
+}  // namespace pipegrid

@@ -1,0 +1,55 @@
+#pragma once
+// Timeline: what happened, one record per action. The simulator and the real
+// executor write the same schema, so validation compares two timelines.
+
+#include <string>
+#include <vector>
+
+namespace pipegrid {
+
+enum class RecordKind {
+  Compute,   ///< forward, backward, recompute, ... on a device
+  Transfer,  ///< an activation or gradient moving between devices
+};
+
+struct TimelineRecord {
+  std::string host;      ///< device that ran it (source device for transfers)
+  int stream = 0;        ///< stream index on the host (0 for transfers)
+  int stage = 0;         ///< stage of the action (producer stage for transfers)
+  std::string action;    ///< "F", "B", "R" for compute; "SEND_F", "SEND_B" for transfers
+  int micro_batch = 0;
+  int mini_batch = 0;
+  double start_s = 0;
+  double end_s = 0;
+  double bytes = 0;      ///< bytes moved (transfers), 0 for compute
+  std::string peer;      ///< destination host of a transfer, empty for compute
+  double memory_bytes = 0;  ///< device memory of `host` right after the record ends
+  RecordKind kind() const { return action.rfind("SEND_", 0) == 0 ? RecordKind::Transfer : RecordKind::Compute; }
+};
+
+struct Timeline {
+  /// Hosts in display order (one row per host in plots).
+  std::vector<std::string> hosts;
+  std::vector<TimelineRecord> records;
+};
+
+/** CSV with header host,stream,stage,action,micro_batch,mini_batch,start_s,end_s,bytes,peer,memory_bytes.
+ *  Numbers are printed with 17 significant digits so a round trip is exact. */
+std::string timeline_to_csv(const Timeline& timeline);
+Timeline parse_timeline_csv(const std::string& text, const std::string& origin);
+
+/** Chrome trace JSON (Perfetto): one process per device, compute and
+ *  communication on separate tracks, memory as a counter track. */
+std::string timeline_to_chrome_trace(const Timeline& timeline);
+
+struct SvgOptions {
+  std::string title;
+  bool show_transfers = true;  ///< draw a communication lane under each device
+};
+
+/** SVG Gantt chart drawn like the papers' figures: a row per device, boxes
+ *  labelled with the micro-batch number, forward and backward in two colours,
+ *  bubbles as gaps, a time axis with units. */
+std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options);
+
+}  // namespace pipegrid
