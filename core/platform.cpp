@@ -1,1 +1,69 @@
-// (being written)
+#include "core/platform.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace pipegrid {
+
+const char* to_string(DeviceKind kind) { return kind == DeviceKind::Gpu ? "gpu" : "fpga"; }
+const char* to_string(Execution execution) { return execution == Execution::Sync ? "sync" : "async"; }
+
+const HostInfo& PlatformSummary::host(const std::string& name) const {
+  for (const HostInfo& info : hosts)
+    if (info.name == name) return info;
+  throw InputError(fmt::format("{}: no host named '{}'", file, name));
+}
+
+double parse_bytes(const std::string& text, const std::string& what) {
+  static const std::pair<const char*, double> units[] = {
+      {"B", 1},       {"kB", 1e3},  {"KB", 1e3},  {"MB", 1e6},  {"GB", 1e9},  {"TB", 1e12},
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+  };
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  const double number = std::strtod(begin, &end);
+  std::string unit(end);
+  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(unit.begin());
+  double scale = unit.empty() ? 1 : 0;
+  for (const auto& [name, factor] : units)
+    if (unit == name) scale = factor;
+  if (end == begin || scale == 0 || !std::isfinite(number) || number < 0)
+    throw InputError(fmt::format("{}: expected a non-negative size in bytes, optionally with a unit (B, kB, MB, GB, "
+                                 "KiB, MiB, GiB, TiB), found '{}'",
+                                 what, text));
+  return number * scale;
+}
+
+HostInfo host_info_from_properties(const std::string& file, const std::string& host,
+                                   const std::map<std::string, std::string>& properties) {
+  HostInfo info;
+  info.name = host;
+  auto field = [&](const std::string& property) { return fmt::format("{}: host '{}': property '{}'", file, host, property); };
+  if (auto it = properties.find("kind"); it != properties.end()) {
+    if (it->second == "gpu") info.kind = DeviceKind::Gpu;
+    else if (it->second == "fpga") info.kind = DeviceKind::Fpga;
+    else throw InputError(fmt::format("{}: expected gpu or fpga, found '{}'", field("kind"), it->second));
+  }
+  info.execution = info.kind == DeviceKind::Gpu ? Execution::Sync : Execution::Async;
+  if (auto it = properties.find("execution"); it != properties.end()) {
+    if (it->second == "sync") info.execution = Execution::Sync;
+    else if (it->second == "async") info.execution = Execution::Async;
+    else throw InputError(fmt::format("{}: expected sync or async, found '{}'", field("execution"), it->second));
+  }
+  if (auto it = properties.find("memory"); it != properties.end())
+    info.memory_bytes = parse_bytes(it->second, field("memory"));
+  if (auto it = properties.find("speed_factor"); it != properties.end()) {
+    char* end = nullptr;
+    info.speed_factor = std::strtod(it->second.c_str(), &end);
+    if (end == it->second.c_str() || *end != '\0' || !std::isfinite(info.speed_factor) || info.speed_factor <= 0)
+      throw InputError(fmt::format("{}: expected a positive number, found '{}'", field("speed_factor"), it->second));
+  }
+  return info;
+}
+
+}  // namespace pipegrid

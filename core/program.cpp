@@ -1,1 +1,275 @@
-// (being written)
+#include "core/program.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace pipegrid {
+
+char action_letter(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::Forward: return 'F';
+    case ActionKind::Backward: return 'B';
+    case ActionKind::Recompute: return 'R';
+  }
+  return '?';
+}
+
+std::string to_string(const Action& action) {
+  std::string text = fmt::format("{}{}{}", action.stage, action_letter(action.kind), action.micro_batch);
+  if (action.mini_batch != 0) text += fmt::format("@{}", action.mini_batch);
+  return text;
+}
+
+namespace {
+
+// Parses a non-negative decimal integer spanning [first, last); false otherwise.
+bool parse_count(const char* first, const char* last, int& value) {
+  if (first == last) return false;
+  auto [end, error] = std::from_chars(first, last, value);
+  return error == std::errc() && end == last && value >= 0;
+}
+
+}  // namespace
+
+Action parse_action(const std::string& token) {
+  const auto letter = std::find_if(token.begin(), token.end(), [](char c) { return c == 'F' || c == 'B' || c == 'R'; });
+  const auto at = std::find(token.begin(), token.end(), '@');
+  Action action;
+  bool ok = letter != token.end() && letter < at;
+  if (ok) {
+    action.kind = *letter == 'F' ? ActionKind::Forward : *letter == 'B' ? ActionKind::Backward : ActionKind::Recompute;
+    const char* base = token.data();
+    ok = parse_count(base, base + (letter - token.begin()), action.stage) &&
+         parse_count(base + (letter - token.begin()) + 1, base + (at - token.begin()), action.micro_batch);
+    if (ok && at != token.end()) ok = parse_count(base + (at - token.begin()) + 1, base + token.size(), action.mini_batch);
+  }
+  if (!ok)
+    throw InputError(fmt::format(
+        "action '{}': expected <stage><F|B|R><micro-batch>[@<mini-batch>], e.g. 2F0 or 1B3@1", token));
+  return action;
+}
+
+std::string program_to_text(const Program& program) {
+  std::string text = fmt::format("# pipegrid program: {} stages, {} micro-batches, {} mini-batches\n",
+                                 program.num_stages, program.micro_batches, program.mini_batches);
+  for (std::size_t d = 0; d < program.devices.size(); ++d) {
+    const DeviceProgram& device = program.devices[d];
+    for (std::size_t s = 0; s < device.streams.size(); ++s) {
+      text += fmt::format("device {} stage {} replica {} stream {}:", d, device.stage, device.replica, s);
+      for (const Action& action : device.streams[s].actions) text += " " + to_string(action);
+      text += "\n";
+    }
+  }
+  for (const Dependency& dependency : program.extra_dependencies)
+    text += fmt::format("dependency {} -> {}\n", to_string(dependency.before), to_string(dependency.after));
+  return text;
+}
+
+Program parse_program_text(const std::string& text, const std::string& origin) {
+  Program program;
+  std::istringstream lines(text);
+  std::string line;
+  int line_number = 0;
+  bool have_header = false;
+  auto fail = [&](const std::string& what) {
+    throw InputError(fmt::format("{}:{}: {}", origin, line_number, what));
+  };
+  while (std::getline(lines, line)) {
+    ++line_number;
+    if (line.empty()) continue;
+    std::istringstream words(line);
+    std::string word;
+    words >> word;
+    try {
+      if (word == "#") {
+        std::string rest;
+        std::getline(words, rest);
+        if (std::sscanf(rest.c_str(), " pipegrid program: %d stages, %d micro-batches, %d mini-batches",
+                        &program.num_stages, &program.micro_batches, &program.mini_batches) == 3)
+          have_header = true;
+      } else if (word == "device") {
+        std::size_t device_index = 0;
+        int stage = 0, replica = 0;
+        std::size_t stream_index = 0;
+        std::string stage_word, replica_word, stream_word;
+        words >> device_index >> stage_word >> stage >> replica_word >> replica >> stream_word >> stream_index;
+        std::string colon;
+        words >> colon;
+        if (!words || stage_word != "stage" || replica_word != "replica" || stream_word != "stream" || colon != ":")
+          fail("expected 'device D stage S replica R stream T : actions...'");
+        if (device_index > program.devices.size()) fail(fmt::format("device {} listed before device {}", device_index, program.devices.size()));
+        if (device_index == program.devices.size()) program.devices.push_back({stage, replica, {}});
+        DeviceProgram& device = program.devices[device_index];
+        if (device.stage != stage || device.replica != replica) fail(fmt::format("device {} changes its stage or replica", device_index));
+        if (stream_index != device.streams.size()) fail(fmt::format("expected stream {}, found stream {}", device.streams.size(), stream_index));
+        Stream stream;
+        while (words >> word) stream.actions.push_back(parse_action(word));
+        device.streams.push_back(std::move(stream));
+      } else if (word == "dependency") {
+        std::string before, arrow, after;
+        words >> before >> arrow >> after;
+        if (arrow != "->" || after.empty()) fail("expected 'dependency <action> -> <action>'");
+        program.extra_dependencies.push_back({parse_action(before), parse_action(after)});
+      } else {
+        fail(fmt::format("expected a line starting with '#', 'device' or 'dependency', found '{}'", word));
+      }
+    } catch (const InputError& error) {
+      if (std::string(error.what()).rfind(origin, 0) == 0) throw;
+      fail(error.what());
+    }
+  }
+  if (!have_header) throw InputError(fmt::format("{}: missing header line '# pipegrid program: N stages, M micro-batches, K mini-batches'", origin));
+  return program;
+}
+
+namespace {
+
+// Position of an action in a Program.
+struct Slot {
+  std::size_t device = 0, stream = 0, step = 0;
+};
+
+// Device x step grid, one row per stream, with `<-- ERROR HERE` after the
+// marked steps of each row.
+std::string render_grid(const Program& program, const std::set<std::tuple<std::size_t, std::size_t, std::size_t>>& marks) {
+  std::size_t width = 0;
+  for (const auto& device : program.devices)
+    for (const auto& stream : device.streams)
+      for (const auto& action : stream.actions) width = std::max(width, to_string(action).size());
+  std::string grid;
+  for (std::size_t d = 0; d < program.devices.size(); ++d)
+    for (std::size_t s = 0; s < program.devices[d].streams.size(); ++s) {
+      std::string row = fmt::format("device {} stream {} |", d, s);
+      std::string note;
+      const auto& actions = program.devices[d].streams[s].actions;
+      for (std::size_t k = 0; k < actions.size(); ++k) {
+        const bool marked = marks.count({d, s, k}) != 0;
+        row += fmt::format(" {}{:<{}}", marked ? '>' : ' ', to_string(actions[k]), width);
+        if (marked) note += fmt::format("  <-- ERROR HERE (step {}: {})", k, to_string(actions[k]));
+      }
+      grid += row + note + "\n";
+    }
+  return grid;
+}
+
+}  // namespace
+
+void validate_program(const Program& program) {
+  using Mark = std::tuple<std::size_t, std::size_t, std::size_t>;
+  auto reject = [&](const std::string& why, const std::set<Mark>& marks) {
+    throw ProgramError(fmt::format("invalid program: {}\n{}", why, render_grid(program, marks)));
+  };
+  if (program.num_stages < 1 || program.micro_batches < 1 || program.mini_batches < 1)
+    throw ProgramError(fmt::format("invalid program: expected at least 1 stage, micro-batch and mini-batch, found {}, {}, {}",
+                                   program.num_stages, program.micro_batches, program.mini_batches));
+
+  std::map<Action, Slot> where;
+  for (std::size_t d = 0; d < program.devices.size(); ++d) {
+    const DeviceProgram& device = program.devices[d];
+    for (std::size_t s = 0; s < device.streams.size(); ++s) {
+      const auto& actions = device.streams[s].actions;
+      for (std::size_t k = 0; k < actions.size(); ++k) {
+        const Action& action = actions[k];
+        if (action.stage != device.stage)
+          reject(fmt::format("{} belongs to stage {}, but device {} runs stage {}", to_string(action), action.stage, d, device.stage), {{d, s, k}});
+        if (action.micro_batch >= program.micro_batches || action.mini_batch >= program.mini_batches)
+          reject(fmt::format("{} is outside {} micro-batches x {} mini-batches", to_string(action), program.micro_batches, program.mini_batches), {{d, s, k}});
+        auto [it, inserted] = where.emplace(action, Slot{d, s, k});
+        if (!inserted)
+          reject(fmt::format("{} appears twice", to_string(action)), {{d, s, k}, {it->second.device, it->second.stream, it->second.step}});
+      }
+    }
+  }
+  for (int k = 0; k < program.mini_batches; ++k)
+    for (int stage = 0; stage < program.num_stages; ++stage)
+      for (int m = 0; m < program.micro_batches; ++m)
+        for (ActionKind kind : {ActionKind::Forward, ActionKind::Backward}) {
+          const Action needed{kind, stage, m, k};
+          if (!where.count(needed)) reject(fmt::format("{} is missing", to_string(needed)), {});
+        }
+
+  // Dependencies of each action: the implied data dependencies, then the extra ones.
+  std::map<Action, std::vector<Action>> needs;
+  for (const auto& [action, slot] : where) {
+    auto& list = needs[action];
+    const Action forward{ActionKind::Forward, action.stage, action.micro_batch, action.mini_batch};
+    switch (action.kind) {
+      case ActionKind::Forward:
+        if (action.stage > 0) list.push_back({ActionKind::Forward, action.stage - 1, action.micro_batch, action.mini_batch});
+        break;
+      case ActionKind::Recompute:
+        list.push_back(forward);
+        break;
+      case ActionKind::Backward: {
+        list.push_back(forward);
+        if (action.stage + 1 < program.num_stages)
+          list.push_back({ActionKind::Backward, action.stage + 1, action.micro_batch, action.mini_batch});
+        const Action recompute{ActionKind::Recompute, action.stage, action.micro_batch, action.mini_batch};
+        if (auto r = where.find(recompute); r != where.end()) {
+          if (r->second.device != slot.device)
+            reject(fmt::format("{} runs on device {}, its backward on device {}", to_string(recompute), r->second.device, slot.device),
+                   {{r->second.device, r->second.stream, r->second.step}});
+          list.push_back(recompute);
+        }
+        break;
+      }
+    }
+  }
+  for (const Dependency& dependency : program.extra_dependencies) {
+    auto after = where.find(dependency.after);
+    if (!where.count(dependency.before) || after == where.end())
+      reject(fmt::format("dependency {} -> {} names an action that is not in the program", to_string(dependency.before), to_string(dependency.after)), {});
+    needs[dependency.after].push_back(dependency.before);
+  }
+
+  // A backward listed before its own forward on the same stream can never run.
+  for (const auto& [action, slot] : where) {
+    if (action.kind == ActionKind::Forward) continue;
+    const Slot& forward = where.at({ActionKind::Forward, action.stage, action.micro_batch, action.mini_batch});
+    if (forward.device == slot.device && forward.stream == slot.stream && forward.step > slot.step)
+      reject(fmt::format("{} comes before its forward {} on the same stream", to_string(action), to_string({ActionKind::Forward, action.stage, action.micro_batch, action.mini_batch})),
+             {{slot.device, slot.stream, slot.step}});
+  }
+
+  // Run the program logically (no times): every stream advances while its
+  // next action has all it needs. Whatever is left is a deadlock.
+  std::set<Action> done;
+  std::vector<std::vector<std::size_t>> next(program.devices.size());
+  for (std::size_t d = 0; d < program.devices.size(); ++d) next[d].assign(program.devices[d].streams.size(), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (std::size_t d = 0; d < program.devices.size(); ++d)
+      for (std::size_t s = 0; s < program.devices[d].streams.size(); ++s) {
+        const auto& actions = program.devices[d].streams[s].actions;
+        while (next[d][s] < actions.size()) {
+          const Action& action = actions[next[d][s]];
+          const auto& list = needs[action];
+          if (!std::all_of(list.begin(), list.end(), [&](const Action& need) { return done.count(need) != 0; })) break;
+          done.insert(action);
+          ++next[d][s];
+          progress = true;
+        }
+      }
+  }
+  std::set<Mark> stuck;
+  std::string waits;
+  for (std::size_t d = 0; d < program.devices.size(); ++d)
+    for (std::size_t s = 0; s < program.devices[d].streams.size(); ++s) {
+      const auto& actions = program.devices[d].streams[s].actions;
+      if (next[d][s] == actions.size()) continue;
+      stuck.insert({d, s, next[d][s]});
+      const Action& action = actions[next[d][s]];
+      for (const Action& need : needs[action])
+        if (!done.count(need)) waits += fmt::format(" {} waits for {};", to_string(action), to_string(need));
+    }
+  if (!stuck.empty()) reject(fmt::format("deadlock: no stream can advance:{}", waits), stuck);
+}
+
+}  // namespace pipegrid

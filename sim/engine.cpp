@@ -1,1 +1,364 @@
-// (being written)
+#include "sim/engine.hpp"
+
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <simgrid/s4u.hpp>
+#include <xbt/log.h>
+
+#include "core/error.hpp"
+#include "core/timeline.hpp"
+
+namespace sg = simgrid::s4u;
+
+namespace pipegrid::sim {
+
+const char* to_string(NetworkModel model) { return model == NetworkModel::Analytic ? "analytic" : "simgrid"; }
+
+NetworkModel parse_network_model(const std::string& text) {
+  if (text == "analytic") return NetworkModel::Analytic;
+  if (text == "simgrid") return NetworkModel::SimGrid;
+  throw InputError(fmt::format("--network: expected analytic or simgrid, found '{}'", text));
+}
+
+namespace {
+
+// An operation of t profile seconds on a host of speed factor f and SimGrid
+// speed v is an execution of t / f x v flops: it takes t / f seconds alone and
+// shares the host with concurrent executions as SimGrid does. SimGrid
+// snaps remaining work below maxmin/precision to zero, so the engine sets that
+// precision relative to the slowest host (kWorkPrecisionSeconds of its time).
+constexpr double kWorkPrecisionSeconds = 1e-12;
+
+// Everything the engine tracks about one action of the Program.
+struct ActionState {
+  Action action;
+  std::size_t device = 0, stream = 0;
+  sg::Host* host = nullptr;
+  bool async = false;       ///< results stream out while computing (cut-through)
+  double work = 0;          ///< in kWorkPerSecond units
+  // The message carrying this action's result to its consumer on another
+  // host (activation for F, gradient for B); absent when local or none.
+  sg::Host* message_to = nullptr;
+  double message_bytes = 0;
+  sg::CommPtr message;
+  bool ended = false;
+  double start = 0, end = 0;
+  /// Signalled when the action ends; created when a first actor waits. (Not
+  /// actor suspension: a suspended actor's communications stall with it.)
+  sg::ConditionVariablePtr ended_signal;
+  struct Need {
+    std::size_t producer;
+    bool through_message;  ///< wait for the producer's message, not only its end
+  };
+  std::vector<Need> needs;
+};
+
+class Simulation {
+ public:
+  Simulation(const SimulationRequest& request, const PlatformSummary& platform) : request_(request) {
+    const Program& program = request.program;
+    std::map<Action, std::size_t> index;
+    for (std::size_t d = 0; d < program.devices.size(); ++d) {
+      const DeviceProgram& device = program.devices[d];
+      if (device.stage >= static_cast<int>(request.hosts.size()) ||
+          device.replica >= static_cast<int>(request.hosts[device.stage].size()))
+        throw InputError(fmt::format("partition: no host for stage {} replica {}", device.stage, device.replica));
+      const std::string& host_name = request.hosts[device.stage][device.replica];
+      sg::Host* host = sg::Host::by_name_or_null(host_name);
+      if (host == nullptr) throw InputError(fmt::format("{}: no host named '{}' (partition)", request.platform_file, host_name));
+      const HostInfo& info = platform.host(host_name);
+      if (std::find(hosts_.begin(), hosts_.end(), host_name) == hosts_.end()) hosts_.push_back(host_name);
+      for (std::size_t s = 0; s < device.streams.size(); ++s)
+        for (const Action& action : device.streams[s].actions) {
+          if (action.stage >= static_cast<int>(request.stages.size()))
+            throw InputError(fmt::format("program: action {} names a stage beyond the {} stages", pipegrid::to_string(action), request.stages.size()));
+          const StageCost& cost = request.stages[action.stage];
+          ActionState state;
+          state.action = action;
+          state.device = d;
+          state.stream = s;
+          state.host = host;
+          state.async = info.execution == Execution::Async;
+          state.work = (action.kind == ActionKind::Backward ? cost.backward_s : cost.forward_s) / info.speed_factor *
+                       host->get_speed();
+          index[action] = actions_.size();
+          actions_.push_back(std::move(state));
+        }
+    }
+    auto find = [&](const Action& action) -> std::size_t {
+      auto it = index.find(action);
+      if (it == index.end()) throw InputError(fmt::format("program: {} is needed but not scheduled", pipegrid::to_string(action)));
+      return it->second;
+    };
+    const int last_stage = program.num_stages - 1;
+    for (ActionState& state : actions_) {
+      const Action& a = state.action;
+      auto data_input = [&](const Action& producer_action, double bytes) {
+        const std::size_t producer = find(producer_action);
+        ActionState& source = actions_[producer];
+        const bool remote = source.host != state.host;
+        if (remote) {
+          source.message_to = state.host;
+          source.message_bytes = bytes;
+        }
+        state.needs.push_back({producer, remote});
+      };
+      switch (a.kind) {
+        case ActionKind::Forward:
+          if (a.stage > 0) data_input({ActionKind::Forward, a.stage - 1, a.micro_batch, a.mini_batch}, request.stages[a.stage].input_bytes);
+          break;
+        case ActionKind::Recompute:
+          state.needs.push_back({find({ActionKind::Forward, a.stage, a.micro_batch, a.mini_batch}), false});
+          break;
+        case ActionKind::Backward:
+          state.needs.push_back({find({ActionKind::Forward, a.stage, a.micro_batch, a.mini_batch}), false});
+          if (auto r = index.find({ActionKind::Recompute, a.stage, a.micro_batch, a.mini_batch}); r != index.end())
+            state.needs.push_back({r->second, false});
+          if (a.stage < last_stage)
+            data_input({ActionKind::Backward, a.stage + 1, a.micro_batch, a.mini_batch}, request.stages[a.stage].output_bytes);
+          break;
+      }
+    }
+    for (const Dependency& dependency : program.extra_dependencies)
+      actions_[find(dependency.after)].needs.push_back({find(dependency.before), false});
+  }
+
+  /** Creates one actor per device stream; call before Engine::run(). */
+  void start() {
+    const Program& program = request_.program;
+    std::size_t next = 0;
+    for (std::size_t d = 0; d < program.devices.size(); ++d)
+      for (std::size_t s = 0; s < program.devices[d].streams.size(); ++s) {
+        const std::size_t first = next, count = program.devices[d].streams[s].actions.size();
+        next += count;
+        if (count == 0) continue;
+        sg::Host* host = actions_[first].host;
+        sg::Actor::create(fmt::format("device{}-stream{}", d, s), host, [this, first, count] { run_stream(first, count); });
+      }
+  }
+
+  Timeline timeline() const {
+    Timeline timeline;
+    timeline.hosts = hosts_;
+    timeline.records = records_;
+    std::map<std::string, std::size_t> order;
+    for (std::size_t h = 0; h < hosts_.size(); ++h) order[hosts_[h]] = h;
+    std::stable_sort(timeline.records.begin(), timeline.records.end(), [&](const TimelineRecord& x, const TimelineRecord& y) {
+      return std::tie(x.start_s, order[x.host], x.stream, x.end_s) < std::tie(y.start_s, order[y.host], y.stream, y.end_s);
+    });
+    return timeline;
+  }
+
+ private:
+  void wait_until_ended(ActionState& state) {
+    if (state.ended) return;
+    if (!state.ended_signal) state.ended_signal = sg::ConditionVariable::create();
+    std::unique_lock lock(*mutex_);
+    while (!state.ended) state.ended_signal->wait(lock);
+  }
+
+  void send_message(ActionState& state) {
+    if (state.message_to == nullptr) return;
+    // init + start rather than sendto_async: in SimGrid 3.32 a zero-byte
+    // sendto_async only starts when somebody waits for it.
+    state.message = sg::Comm::sendto_init(state.host, state.message_to);
+    state.message->set_payload_size(static_cast<uint64_t>(state.message_bytes));
+    state.message->start();
+  }
+
+  void run_stream(std::size_t first, std::size_t count) {
+    for (std::size_t i = first; i < first + count; ++i) {
+      ActionState& state = actions_[i];
+      for (const ActionState::Need& need : state.needs) {
+        ActionState& producer = actions_[need.producer];
+        wait_until_ended(producer);
+        if (need.through_message) {
+          producer.message->wait();
+          const bool forward = producer.action.kind == ActionKind::Forward;
+          records_.push_back({producer.host->get_name(), 0, producer.action.stage, forward ? "SEND_F" : "SEND_B",
+                              producer.action.micro_batch, producer.action.mini_batch, producer.message->get_start_time(),
+                              std::max(producer.end, producer.message->get_finish_time()), producer.message_bytes,
+                              state.host->get_name(), 0});
+        }
+      }
+      state.start = sg::Engine::get_clock();
+      if (state.async) send_message(state);
+      if (state.work > 0) sg::this_actor::execute(state.work);
+      state.end = sg::Engine::get_clock();
+      if (!state.async) send_message(state);
+      records_.push_back({state.host->get_name(), static_cast<int>(state.stream), state.action.stage,
+                          std::string(1, action_letter(state.action.kind)), state.action.micro_batch,
+                          state.action.mini_batch, state.start, state.end, 0, "", 0});
+      state.ended = true;
+      if (state.ended_signal) state.ended_signal->notify_all();
+    }
+  }
+
+  const SimulationRequest& request_;
+  std::vector<ActionState> actions_;
+  std::vector<std::string> hosts_;
+  std::vector<TimelineRecord> records_;
+  sg::MutexPtr mutex_ = sg::Mutex::create();
+};
+
+// Loads the platform into a fresh engine and summarises its hosts in the
+// order the file declares them.
+PlatformSummary load_platform(sg::Engine& engine, const std::string& file, NetworkModel network) {
+  if (network == NetworkModel::Analytic) {
+    sg::Engine::set_config("network/model:CM02");
+    sg::Engine::set_config("network/TCP-gamma:0");
+    sg::Engine::set_config("network/crosstraffic:0");
+  }
+  if (access(file.c_str(), R_OK) != 0)
+    throw InputError(fmt::format("{}: cannot read platform file: {}", file, std::strerror(errno)));
+  std::vector<sg::Host*> declared;
+  sg::Host::on_creation_cb([&declared](sg::Host& host) { declared.push_back(&host); });
+  try {
+    engine.load_platform(file);
+  } catch (const std::exception& error) {
+    throw InputError(fmt::format("{}: not a valid SimGrid platform: {}", file, error.what()));
+  }
+  PlatformSummary summary;
+  summary.file = file;
+  for (sg::Host* host : declared) {
+    std::map<std::string, std::string> properties;
+    if (const auto* all = host->get_properties()) properties.insert(all->begin(), all->end());
+    summary.hosts.push_back(host_info_from_properties(file, host->get_name(), properties));
+  }
+  if (summary.hosts.empty()) throw InputError(fmt::format("{}: the platform declares no host", file));
+  double slowest = declared.front()->get_speed();
+  for (sg::Host* host : declared) slowest = std::min(slowest, host->get_speed());
+  sg::Engine::set_config("maxmin/precision", std::min(1e-5, slowest * kWorkPrecisionSeconds));
+  engine.seal_platform();
+  return summary;
+}
+
+nlohmann::json summary_to_json(const PlatformSummary& summary) {
+  nlohmann::json hosts = nlohmann::json::array();
+  for (const HostInfo& host : summary.hosts) {
+    nlohmann::json entry{{"name", host.name}, {"kind", to_string(host.kind)}, {"execution", to_string(host.execution)},
+                         {"speed_factor", host.speed_factor}};
+    if (host.memory_bytes) entry["memory_bytes"] = *host.memory_bytes;
+    hosts.push_back(entry);
+  }
+  return {{"file", summary.file}, {"hosts", hosts}};
+}
+
+PlatformSummary summary_from_json(const nlohmann::json& json) {
+  PlatformSummary summary;
+  summary.file = json.at("file");
+  for (const auto& entry : json.at("hosts")) {
+    HostInfo host;
+    host.name = entry.at("name");
+    host.kind = entry.at("kind") == "gpu" ? DeviceKind::Gpu : DeviceKind::Fpga;
+    host.execution = entry.at("execution") == "sync" ? Execution::Sync : Execution::Async;
+    host.speed_factor = entry.at("speed_factor");
+    if (entry.contains("memory_bytes")) host.memory_bytes = entry.at("memory_bytes").get<double>();
+    summary.hosts.push_back(host);
+  }
+  return summary;
+}
+
+// Runs `work` (which starts one SimGrid engine) in a forked child and returns
+// the JSON it produced. The child's InputErrors come back as InputErrors;
+// SimGrid aborts come back as InputErrors quoting SimGrid's last message.
+nlohmann::json run_in_child(const std::string& what, const std::function<nlohmann::json(sg::Engine&)>& work) {
+  const int result_fd = memfd_create("pipegrid-result", 0);
+  const int log_fd = memfd_create("pipegrid-log", 0);
+  if (result_fd < 0 || log_fd < 0) throw std::runtime_error("memfd_create failed");
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  if (child < 0) throw std::runtime_error("fork failed");
+  if (child == 0) {
+    dup2(log_fd, STDERR_FILENO);
+    std::string payload;
+    int code = 0;
+    try {
+      int argc = 3;
+      char arg0[] = "pipegrid", arg1[] = "--log=root.thres:warning", arg2[] = "--log=xbt_cfg.thres:warning";
+      char* argv[] = {arg0, arg1, arg2, nullptr};
+      sg::Engine engine(&argc, argv);
+      payload = nlohmann::json{{"ok", work(engine)}}.dump();
+    } catch (const InputError& error) {
+      payload = nlohmann::json{{"input_error", error.what()}}.dump();
+      code = 1;
+    } catch (const std::exception& error) {
+      payload = nlohmann::json{{"error", error.what()}}.dump();
+      code = 2;
+    }
+    std::size_t written = 0;
+    while (written < payload.size()) {
+      const ssize_t n = write(result_fd, payload.data() + written, payload.size() - written);
+      if (n <= 0) _exit(3);
+      written += static_cast<std::size_t>(n);
+    }
+    _exit(code);
+  }
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  auto slurp = [](int fd) {
+    std::string text;
+    lseek(fd, 0, SEEK_SET);
+    char buffer[65536];
+    for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<std::size_t>(n));
+    close(fd);
+    return text;
+  };
+  const std::string payload = slurp(result_fd);
+  const std::string log = slurp(log_fd);
+  if (payload.empty()) {
+    // SimGrid died (xbt_die / abort): quote its critical message.
+    std::string reason;
+    for (std::size_t at = 0; at < log.size();) {
+      std::size_t end = log.find('\n', at);
+      if (end == std::string::npos) end = log.size();
+      const std::string line = log.substr(at, end - at);
+      if (line.find("CRITICAL") != std::string::npos || line.find("rror") != std::string::npos) {
+        reason = line;
+        break;
+      }
+      at = end + 1;
+    }
+    if (reason.empty()) reason = WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status)) : "no result";
+    if (auto cut = reason.find("] "); cut != std::string::npos && reason.front() == '[') reason = reason.substr(cut + 2);
+    throw InputError(fmt::format("{}: SimGrid rejected it: {}", what, reason));
+  }
+  const nlohmann::json result = nlohmann::json::parse(payload);
+  if (result.contains("input_error")) throw InputError(result["input_error"].get<std::string>());
+  if (result.contains("error")) throw std::runtime_error(result["error"].get<std::string>());
+  return result["ok"];
+}
+
+}  // namespace
+
+SimulationResult simulate(const SimulationRequest& request) {
+  const nlohmann::json result = run_in_child(request.platform_file, [&](sg::Engine& engine) {
+    const PlatformSummary platform = load_platform(engine, request.platform_file, request.network);
+    Simulation simulation(request, platform);
+    simulation.start();
+    engine.run();
+    return nlohmann::json{{"platform", summary_to_json(platform)}, {"timeline", timeline_to_csv(simulation.timeline())}};
+  });
+  SimulationResult out;
+  out.platform = summary_from_json(result.at("platform"));
+  out.timeline = parse_timeline_csv(result.at("timeline").get<std::string>(), "simulation");
+  return out;
+}
+
+PlatformSummary read_platform(const std::string& platform_file) {
+  return summary_from_json(run_in_child(platform_file, [&](sg::Engine& engine) {
+    return summary_to_json(load_platform(engine, platform_file, NetworkModel::Analytic));
+  }));
+}
+
+}  // namespace pipegrid::sim
