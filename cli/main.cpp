@@ -1,1 +1,189 @@
-int main() { return 0; }
+// pipegrid: predict, draw and check pipeline-parallel DNN training.
+// Subcommands: simulate, schedule, demo. Flag spellings are stable: users
+// script against them.
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "cli/run.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "schedules/schedules.hpp"
+
+namespace pipegrid::cli {
+namespace {
+
+struct OutputFiles {
+  std::string trace, csv, svg, save_plan;
+  bool json = false;
+};
+
+void add_output_options(CLI::App& command, OutputFiles& outputs) {
+  command.add_flag("--json", outputs.json, "print one JSON object with the metrics on stdout");
+  command.add_option("--trace", outputs.trace, "write a Chrome trace (Perfetto) JSON file");
+  command.add_option("--csv", outputs.csv, "write the timeline as CSV");
+  command.add_option("--svg", outputs.svg, "write the timeline as an SVG Gantt chart");
+  command.add_option("--save-plan", outputs.save_plan, "write the plan (everything needed to re-run) as JSON");
+}
+
+void write_outputs(const Plan& plan, const RunResult& result, const OutputFiles& outputs) {
+  if (!outputs.csv.empty()) write_file_atomically(outputs.csv, timeline_to_csv(result.timeline));
+  if (!outputs.trace.empty()) write_file_atomically(outputs.trace, timeline_to_chrome_trace(result.timeline));
+  if (!outputs.svg.empty()) {
+    SvgOptions options;
+    options.title = fmt::format("{}: {} on {} (M={}, {} stages)", plan.schedule, plan.profile.name, plan.platform_file,
+                                plan.micro_batches, plan.partition.num_stages());
+    write_file_atomically(outputs.svg, timeline_to_svg(result.timeline, options));
+  }
+  if (!outputs.save_plan.empty()) write_file_atomically(outputs.save_plan, plan_to_json(plan));
+}
+
+std::string data_dir() {
+  if (const char* dir = std::getenv("PIPEGRID_DATA_DIR")) return dir;
+  return PIPEGRID_SOURCE_DIR;
+}
+
+int run_demo(const std::string& output_dir, int micro_batches) {
+  const std::string platform = data_dir() + "/platforms/bapipe-4xv100-pcie3.xml";
+  const std::string profile = data_dir() + "/models/pipedream/vgg16/graph.txt";
+  if (mkdir(output_dir.c_str(), 0777) != 0 && errno != EEXIST)
+    throw InputError(fmt::format("{}: cannot create the demo's output folder", output_dir));
+  std::cout << fmt::format(
+      "pipegrid demo: VGG-16 (PipeDream's published profile, batch 64 per micro-batch) on BaPipe's 4x V100 "
+      "PCIe Gen3 x16 cluster,\n{} micro-batches per mini-batch, uniform partition (one stage per GPU), SimGrid's "
+      "network model.\n\n",
+      micro_batches);
+  std::cout << fmt::format("{:<10} {:>15} {:>18} {:>8} {:>28} {:>12}\n", "schedule", "mini-batch time",
+                           "throughput", "bubble", "peak stash (micro-batches)", "peak memory");
+  for (const std::string schedule : {"gpipe", "1f1b-sno", "1f1b-so"}) {
+    PlanRequest request;
+    request.platform_file = platform;
+    request.profile_file = profile;
+    request.schedule = schedule;
+    request.micro_batches = micro_batches;
+    request.network = "simgrid";
+    const Plan plan = make_plan(request);
+    const RunResult result = run_plan(plan);
+    std::string stashes;
+    double peak_memory = 0;
+    for (const DeviceMetrics& device : result.metrics.devices) {
+      stashes += (stashes.empty() ? "" : ",") + std::to_string(device.peak_stashed_microbatches);
+      peak_memory = std::max(peak_memory, device.peak_memory_bytes);
+    }
+    std::cout << fmt::format("{:<10} {:>15} {:>11.1f} samples/s {:>8.3f} {:>28} {:>12}\n", schedule,
+                             human_seconds(result.metrics.minibatch_time_s), result.metrics.throughput_samples_per_s,
+                             result.metrics.bubble_fraction, stashes, human_bytes(peak_memory));
+    OutputFiles outputs;
+    outputs.svg = fmt::format("{}/{}.svg", output_dir, schedule);
+    outputs.trace = fmt::format("{}/{}.trace.json", output_dir, schedule);
+    outputs.csv = fmt::format("{}/{}.csv", output_dir, schedule);
+    outputs.save_plan = fmt::format("{}/{}.plan.json", output_dir, schedule);
+    write_outputs(plan, result, outputs);
+  }
+  std::cout << fmt::format(
+      "\nTimelines (SVG), Perfetto traces, CSV and plans are in {}/ . Open {}/1f1b-so.svg in a browser, or load a "
+      ".trace.json in https://ui.perfetto.dev .\n",
+      output_dir, output_dir);
+  return 0;
+}
+
+int main_with_exceptions(int argc, char** argv) {
+  CLI::App app{"pipegrid: predict, draw and check pipeline-parallel DNN training on SimGrid platforms"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "pipegrid 0.1.0");
+
+  auto* simulate = app.add_subcommand("simulate", "simulate a schedule on a platform and report its metrics");
+  PlanRequest request;
+  std::string plan_file;
+  OutputFiles outputs;
+  simulate->add_option("--plan", plan_file, "re-run a saved plan (other inputs are then taken from it)");
+  simulate->add_option("--platform", request.platform_file, "SimGrid platform XML file");
+  simulate->add_option("--profile", request.profile_file, "profile JSON, or PipeDream graph.txt");
+  simulate->add_option("--schedule", request.schedule, "schedule name (see `pipegrid schedule --list`)");
+  simulate->add_option("--micro-batches", request.micro_batches, "micro-batches per mini-batch (M)");
+  simulate->add_option("--mini-batches", request.mini_batches, "mini-batches to simulate (default 1)");
+  simulate->add_option("--partition", request.partition, "uniform (default) or a partition file");
+  simulate->add_option("--network", request.network, "analytic (latency + bytes/bandwidth) or simgrid (default: analytic)");
+  simulate->add_flag("--recompute", request.recompute, "activation recomputation (flushed schedules)");
+  simulate->add_option("--batch-size", request.batch_size, "micro-batch size the profile was measured at (graph.txt)");
+  add_output_options(*simulate, outputs);
+
+  auto* schedule = app.add_subcommand("schedule", "print a schedule's Program in text form");
+  ScheduleOptions schedule_options;
+  std::string schedule_name;
+  bool list = false;
+  schedule->add_flag("--list", list, "list the known schedules");
+  schedule->add_option("--schedule", schedule_name, "schedule name");
+  schedule->add_option("--stages", schedule_options.num_stages, "number of stages (N)");
+  schedule->add_option("--micro-batches", schedule_options.micro_batches, "micro-batches per mini-batch (M)");
+  schedule->add_option("--mini-batches", schedule_options.mini_batches, "mini-batches (default 1)");
+  schedule->add_flag("--recompute", schedule_options.recompute, "activation recomputation");
+
+  auto* demo = app.add_subcommand("demo", "compare GPipe, 1F1B-SNO and 1F1B-SO for VGG-16 on 4 V100s");
+  std::string demo_dir = "pipegrid-demo";
+  int demo_micro_batches = 8;
+  demo->add_option("--output", demo_dir, "folder for the demo's pictures and traces (default pipegrid-demo)");
+  demo->add_option("--micro-batches", demo_micro_batches, "micro-batches per mini-batch (default 8)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  }
+
+  if (*simulate) {
+    Plan plan;
+    if (!plan_file.empty()) {
+      plan = read_plan_file(plan_file);
+    } else {
+      for (const auto& [flag, value] : {std::pair{"--platform", request.platform_file}, {"--profile", request.profile_file},
+                                        {"--schedule", request.schedule}})
+        if (value.empty()) throw InputError(fmt::format("simulate: {} is required (or give --plan FILE)", flag));
+      if (simulate->count("--micro-batches") == 0)
+        throw InputError("simulate: --micro-batches is required (or give --plan FILE)");
+      plan = make_plan(request);
+    }
+    const RunResult result = run_plan(plan);
+    for (const std::string& warning : result.warnings) std::cerr << warning << "\n";
+    write_outputs(plan, result, outputs);
+    std::cout << (outputs.json ? metrics_to_json(plan, result) : metrics_to_table(plan, result));
+    return 0;
+  }
+  if (*schedule) {
+    if (list) {
+      for (const ScheduleInfo& info : schedule_catalog()) std::cout << fmt::format("{:<10} {}\n", info.name, info.summary);
+      return 0;
+    }
+    if (schedule_name.empty()) throw InputError("schedule: --schedule is required (or --list)");
+    const Program program = generate_schedule(schedule_name, schedule_options);
+    validate_program(program);
+    std::cout << program_to_text(program);
+    return 0;
+  }
+  if (*demo) return run_demo(demo_dir, demo_micro_batches);
+  return 0;
+}
+
+}  // namespace
+}  // namespace pipegrid::cli
+
+int main(int argc, char** argv) {
+  try {
+    return pipegrid::cli::main_with_exceptions(argc, argv);
+  } catch (const pipegrid::InputError& error) {
+    std::cerr << "pipegrid: error: " << error.what() << "\n";
+    return 2;
+  } catch (const pipegrid::ProgramError& error) {
+    std::cerr << "pipegrid: error: " << error.what() << "\n";
+    return 2;
+  } catch (const std::exception& error) {
+    std::cerr << "pipegrid: internal error: " << error.what() << "\n";
+    return 3;
+  }
+}

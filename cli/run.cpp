@@ -1,0 +1,202 @@
+#include "cli/run.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "schedules/schedules.hpp"
+#include "sim/engine.hpp"
+
+namespace pipegrid::cli {
+
+Plan make_plan(const PlanRequest& request) {
+  Plan plan;
+  plan.profile = read_profile(request.profile_file, request.batch_size);
+  plan.platform_file = request.platform_file;
+  plan.platform_xml = read_text_file(request.platform_file);
+  plan.schedule = request.schedule;
+  schedule_info(plan.schedule);  // rejects unknown names before any work
+  if (request.micro_batches < 1)
+    throw InputError(fmt::format("--micro-batches: expected an integer >= 1, found {}", request.micro_batches));
+  if (request.mini_batches < 1)
+    throw InputError(fmt::format("--mini-batches: expected an integer >= 1, found {}", request.mini_batches));
+  plan.micro_batches = request.micro_batches;
+  plan.mini_batches = request.mini_batches;
+  plan.recompute = request.recompute;
+  sim::parse_network_model(request.network);
+  plan.network = request.network;
+  if (request.partition == "uniform") {
+    const PlatformSummary platform = sim::read_platform(request.platform_file);
+    std::vector<std::string> hosts;
+    for (const HostInfo& host : platform.hosts) hosts.push_back(host.name);
+    plan.partition = uniform_partition(plan.profile, hosts, static_cast<int>(hosts.size()));
+  } else {
+    plan.partition = read_partition_file(request.partition, plan.profile);
+  }
+  return plan;
+}
+
+namespace {
+
+// The platform file to hand SimGrid: the original when it still holds the
+// plan's XML, else a private copy of the embedded XML (removed on scope exit).
+class PlatformCopy {
+ public:
+  explicit PlatformCopy(const Plan& plan) {
+    std::string current;
+    try {
+      current = read_text_file(plan.platform_file);
+    } catch (const InputError&) {
+    }
+    if (current == plan.platform_xml) {
+      path_ = plan.platform_file;
+      return;
+    }
+    char name[] = "/tmp/pipegrid-platform-XXXXXX.xml";
+    const int fd = mkstemps(name, 4);
+    if (fd < 0) throw InputError("cannot create a temporary copy of the plan's platform");
+    close(fd);
+    path_ = owned_ = name;
+    write_file_atomically(path_, plan.platform_xml);
+  }
+  ~PlatformCopy() {
+    if (!owned_.empty()) std::remove(owned_.c_str());
+  }
+  PlatformCopy(const PlatformCopy&) = delete;
+  PlatformCopy& operator=(const PlatformCopy&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, owned_;
+};
+
+}  // namespace
+
+RunResult run_plan(const Plan& plan) {
+  RunResult result;
+  PlatformCopy platform_file(plan);
+  check_partition(plan.partition, plan.profile, "partition");
+  ScheduleOptions options;
+  options.num_stages = plan.partition.num_stages();
+  options.micro_batches = plan.micro_batches;
+  options.mini_batches = plan.mini_batches;
+  options.recompute = plan.recompute;
+  if (plan.recompute && !schedule_info(plan.schedule).flushed)
+    throw InputError(fmt::format("--recompute: schedule {} does not flush; recomputation applies to flushed schedules", plan.schedule));
+  result.program = generate_schedule(plan.schedule, options);
+  validate_program(result.program);
+
+  sim::SimulationRequest request;
+  request.platform_file = platform_file.path();
+  request.program = result.program;
+  request.stages = stage_costs(plan.profile, plan.partition);
+  request.hosts = plan.partition.hosts;
+  request.network = sim::parse_network_model(plan.network);
+
+  // Check the hosts before simulating: fbp-as on a GPU is an error, a
+  // schedule meant for the other kind of device a warning.
+  const PlatformSummary platform = sim::read_platform(request.platform_file);
+  std::vector<HostInfo> used;
+  for (const auto& replicas : plan.partition.hosts)
+    for (const std::string& host : replicas) used.push_back(platform.host(host));
+  result.warnings = check_schedule_for_hosts(plan.schedule, used);
+
+  sim::SimulationResult simulated = sim::simulate(request);
+  result.platform = simulated.platform;
+  result.platform.file = plan.platform_file;
+  result.timeline = std::move(simulated.timeline);
+
+  MemoryModel memory;
+  memory.stages = request.stages;
+  memory.recompute = plan.recompute;
+  std::map<std::string, int> stage_of_host;
+  for (int s = 0; s < plan.partition.num_stages(); ++s)
+    for (const std::string& host : plan.partition.hosts[s]) {
+      stage_of_host[host] = s;
+      if (const auto& capacity = platform.host(host).memory_bytes) memory.capacity_bytes[host] = *capacity;
+    }
+  result.metrics = compute_metrics(result.timeline, memory, stage_of_host, plan.mini_batches,
+                                   plan.micro_batches * plan.profile.micro_batch_size);
+  return result;
+}
+
+std::string human_seconds(double seconds) {
+  const double magnitude = std::fabs(seconds);
+  if (magnitude >= 1 || magnitude == 0) return fmt::format("{:.4g} s", seconds);
+  if (magnitude >= 1e-3) return fmt::format("{:.4g} ms", seconds * 1e3);
+  return fmt::format("{:.4g} us", seconds * 1e6);
+}
+
+std::string human_bytes(double bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (std::fabs(bytes) >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return fmt::format("{:.4g} {}", bytes, units[unit]);
+}
+
+std::string metrics_to_json(const Plan& plan, const RunResult& result) {
+  const Metrics& m = result.metrics;
+  nlohmann::ordered_json document;
+  document["schedule"] = plan.schedule;
+  document["profile"] = plan.profile.name;
+  document["platform"] = plan.platform_file;
+  document["network"] = plan.network;
+  document["stages"] = plan.partition.num_stages();
+  document["micro_batches"] = plan.micro_batches;
+  document["mini_batches"] = plan.mini_batches;
+  document["micro_batch_size"] = plan.profile.micro_batch_size;
+  document["recompute"] = plan.recompute;
+  document["minibatch_time_s"] = m.minibatch_time_s;
+  document["throughput_samples_per_s"] = m.throughput_samples_per_s;
+  document["bubble_fraction"] = m.bubble_fraction;
+  document["bytes_per_sample"] = m.bytes_per_sample;
+  nlohmann::ordered_json devices = nlohmann::ordered_json::array();
+  for (const DeviceMetrics& d : m.devices) {
+    nlohmann::ordered_json device;
+    device["host"] = d.host;
+    device["stage"] = d.stage;
+    device["busy_s"] = d.busy_s;
+    device["bubble_fraction"] = d.bubble_fraction;
+    device["peak_stashed_microbatches"] = d.peak_stashed_microbatches;
+    device["peak_memory_bytes"] = d.peak_memory_bytes;
+    device["memory_capacity_bytes"] = d.memory_capacity_bytes ? nlohmann::ordered_json(*d.memory_capacity_bytes) : nlohmann::ordered_json();
+    device["oom"] = d.oom;
+    devices.push_back(device);
+  }
+  document["devices"] = devices;
+  document["warnings"] = result.warnings;
+  return document.dump(2) + "\n";
+}
+
+std::string metrics_to_table(const Plan& plan, const RunResult& result) {
+  const Metrics& m = result.metrics;
+  std::string text = fmt::format(
+      "{} on {} ({} stages), profile {} ({} layers, micro-batch {}), M={}{}, network {}\n", plan.schedule,
+      plan.platform_file, plan.partition.num_stages(), plan.profile.name, plan.profile.layers.size(),
+      plan.profile.micro_batch_size, plan.micro_batches,
+      plan.mini_batches > 1 ? fmt::format(", {} mini-batches", plan.mini_batches) : "", plan.network);
+  text += fmt::format("  mini-batch time   {}\n", human_seconds(m.minibatch_time_s));
+  text += fmt::format("  throughput        {:.4g} samples/s\n", m.throughput_samples_per_s);
+  text += fmt::format("  bubble fraction   {:.4f}\n", m.bubble_fraction);
+  text += fmt::format("  traffic           {} per sample\n", human_bytes(m.bytes_per_sample));
+  text += fmt::format("  {:<16} {:>5} {:>12} {:>7} {:>6} {:>12} {:>12}\n", "host", "stage", "busy", "bubble", "stash",
+                      "peak memory", "capacity");
+  for (const DeviceMetrics& d : m.devices)
+    text += fmt::format("  {:<16} {:>5} {:>12} {:>7.4f} {:>6} {:>12} {:>12}{}\n", d.host, d.stage, human_seconds(d.busy_s),
+                        d.bubble_fraction, d.peak_stashed_microbatches, human_bytes(d.peak_memory_bytes),
+                        d.memory_capacity_bytes ? human_bytes(*d.memory_capacity_bytes) : "unlimited",
+                        d.oom ? "  OUT OF MEMORY" : "");
+  return text;
+}
+
+}  // namespace pipegrid::cli

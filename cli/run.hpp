@@ -1,0 +1,50 @@
+#pragma once
+// Orchestration shared by the CLI's subcommands: a Plan goes in; the
+// Program, the simulated Timeline and its Metrics come out.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/metrics.hpp"
+#include "core/plan.hpp"
+#include "core/platform.hpp"
+#include "core/program.hpp"
+#include "core/timeline.hpp"
+
+namespace pipegrid::cli {
+
+struct PlanRequest {
+  std::string platform_file;
+  std::string profile_file;
+  std::optional<int> batch_size;
+  std::string schedule;
+  int micro_batches = 1;
+  int mini_batches = 1;
+  std::string partition = "uniform";  ///< "uniform" or a partition file
+  std::string network = "analytic";
+  bool recompute = false;
+};
+
+/** Reads the inputs and pins them into a Plan. Throws InputError. */
+Plan make_plan(const PlanRequest& request);
+
+struct RunResult {
+  PlatformSummary platform;
+  Program program;
+  Timeline timeline;  ///< memory annotated
+  Metrics metrics;
+  std::vector<std::string> warnings;
+};
+
+/** Generates the Program, validates it, simulates it and computes metrics. */
+RunResult run_plan(const Plan& plan);
+
+std::string metrics_to_json(const Plan& plan, const RunResult& result);
+std::string metrics_to_table(const Plan& plan, const RunResult& result);
+
+/** Formats seconds and bytes for people: "1.234 s", "12.5 GiB". */
+std::string human_seconds(double seconds);
+std::string human_bytes(double bytes);
+
+}  // namespace pipegrid::cli
