@@ -35,6 +35,7 @@ struct Action {
 
 struct Stream {
   std::vector<Action> actions;
+  friend bool operator==(const Stream&, const Stream&) = default;
 };
 
 /** The work of one device: stage `stage`, replica `replica` of that stage. */
@@ -42,6 +43,7 @@ struct DeviceProgram {
   int stage = 0;
   int replica = 0;
   std::vector<Stream> streams;
+  friend bool operator==(const DeviceProgram&, const DeviceProgram&) = default;
 };
 
 /** `after` may not start before `before` has ended. */

@@ -1,1 +1,114 @@
-// (being written)
+// Program text form and validator.
+
+#include <gtest/gtest.h>
+
+#include "core/error.hpp"
+#include "core/program.hpp"
+#include "schedules/schedules.hpp"
+
+namespace pipegrid {
+namespace {
+
+Program from_text(const std::string& text) { return parse_program_text(text, "test.program"); }
+
+std::string validation_error(const Program& program) {
+  try {
+    validate_program(program);
+  } catch (const ProgramError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(ProgramText, ActionsPrintAndParse) {
+  EXPECT_EQ(to_string(parse_action("2F0")), "2F0");
+  EXPECT_EQ(to_string(parse_action("11B3@2")), "11B3@2");
+  const Action recompute = parse_action("1R4");
+  EXPECT_EQ(recompute.kind, ActionKind::Recompute);
+  EXPECT_EQ(recompute.stage, 1);
+  EXPECT_EQ(recompute.micro_batch, 4);
+  for (const char* bad : {"", "F0", "2X0", "2F", "2F0@", "-1F0", "2F0x", "2F0@1@2"})
+    EXPECT_THROW(parse_action(bad), InputError) << bad;
+}
+
+TEST(ProgramText, RoundTripsEverySchedule) {
+  for (const ScheduleInfo& info : schedule_catalog()) {
+    ScheduleOptions options;
+    options.num_stages = 3;
+    options.micro_batches = 7;
+    options.mini_batches = 2;
+    const Program program = generate_schedule(info.name, options);
+    EXPECT_EQ(from_text(program_to_text(program)), program) << info.name;
+  }
+}
+
+TEST(ProgramText, KnownText) {
+  ScheduleOptions options;
+  options.num_stages = 2;
+  options.micro_batches = 2;
+  EXPECT_EQ(program_to_text(generate_schedule("1f1b-sno", options)),
+            "# pipegrid program: 2 stages, 2 micro-batches, 1 mini-batches\n"
+            "device 0 stage 0 replica 0 stream 0: 0F0 0F1 0B0 0B1\n"
+            "device 1 stage 1 replica 0 stream 0: 1F0 1B0 1F1 1B1\n");
+}
+
+TEST(ProgramText, ErrorsNameTheLine) {
+  try {
+    from_text("# pipegrid program: 1 stages, 1 micro-batches, 1 mini-batches\ndevice 0 stage 0 replica 0 stream 0: 0F0 0Q0\n");
+    FAIL();
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("test.program:2"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(from_text("device 0 stage 0 replica 0 stream 0: 0F0 0B0\n"), InputError);  // no header
+  EXPECT_THROW(from_text("# pipegrid program: 1 stages, 1 micro-batches, 1 mini-batches\nbogus line\n"), InputError);
+}
+
+const char* kHeader2x2 = "# pipegrid program: 2 stages, 2 micro-batches, 1 mini-batches\n";
+
+TEST(ProgramValidator, BackwardBeforeItsForwardIsMarkedInTheGrid) {
+  const std::string message = validation_error(from_text(std::string(kHeader2x2) +
+                                                         "device 0 stage 0 replica 0 stream 0: 0F0 0B1 0F1 0B0\n"
+                                                         "device 1 stage 1 replica 0 stream 0: 1F0 1B0 1F1 1B1\n"));
+  EXPECT_NE(message.find("0B1 comes before its forward 0F1"), std::string::npos) << message;
+  EXPECT_NE(message.find("<-- ERROR HERE (step 1: 0B1)"), std::string::npos) << message;
+}
+
+TEST(ProgramValidator, DeadlockIsReportedWithTheStuckSteps) {
+  // Stage 0 wants B0 (from stage 1) before sending F1; stage 1 wants F1 before B0.
+  const std::string message = validation_error(from_text(std::string(kHeader2x2) +
+                                                         "device 0 stage 0 replica 0 stream 0: 0F0 0B0 0F1 0B1\n"
+                                                         "device 1 stage 1 replica 0 stream 0: 1F0 1F1 1B0 1B1\n"));
+  EXPECT_NE(message.find("deadlock"), std::string::npos) << message;
+  EXPECT_NE(message.find("<-- ERROR HERE (step 1: 0B0)"), std::string::npos) << message;
+  EXPECT_NE(message.find("<-- ERROR HERE (step 1: 1F1)"), std::string::npos) << message;
+}
+
+TEST(ProgramValidator, MissingDuplicatedAndMisplacedActions) {
+  EXPECT_NE(validation_error(from_text(std::string(kHeader2x2) +
+                                       "device 0 stage 0 replica 0 stream 0: 0F0 0F1 0B0 0B1\n"
+                                       "device 1 stage 1 replica 0 stream 0: 1F0 1B0 1F1\n"))
+                .find("1B1 is missing"),
+            std::string::npos);
+  EXPECT_NE(validation_error(from_text(std::string(kHeader2x2) +
+                                       "device 0 stage 0 replica 0 stream 0: 0F0 0F1 0B0 0B1 0B1\n"
+                                       "device 1 stage 1 replica 0 stream 0: 1F0 1B0 1F1 1B1\n"))
+                .find("0B1 appears twice"),
+            std::string::npos);
+  EXPECT_NE(validation_error(from_text(std::string(kHeader2x2) +
+                                       "device 0 stage 0 replica 0 stream 0: 0F0 0F1 0B0 0B1 1F0\n"
+                                       "device 1 stage 1 replica 0 stream 0: 1B0 1F1 1B1\n"))
+                .find("belongs to stage 1"),
+            std::string::npos);
+}
+
+TEST(ProgramValidator, ExtraDependenciesMustNameScheduledActionsAndCanDeadlock) {
+  const std::string base = std::string(kHeader2x2) +
+                           "device 0 stage 0 replica 0 stream 0: 0F0 0F1 0B0 0B1\n"
+                           "device 1 stage 1 replica 0 stream 0: 1F0 1B0 1F1 1B1\n";
+  EXPECT_EQ(validation_error(from_text(base)), "");
+  EXPECT_NE(validation_error(from_text(base + "dependency 0B5 -> 0F1\n")).find("not in the program"), std::string::npos);
+  EXPECT_NE(validation_error(from_text(base + "dependency 0B1 -> 0F1\n")).find("deadlock"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pipegrid

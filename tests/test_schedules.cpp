@@ -1,1 +1,139 @@
-// (being written)
+// Schedule generators: exact action orders, warm-up counts, FBP's stash cap,
+// recomputation, and that every generated Program validates.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "schedules/schedules.hpp"
+
+namespace pipegrid {
+namespace {
+
+std::string stream_text(const Stream& stream) {
+  std::string text;
+  for (const Action& action : stream.actions) text += (text.empty() ? "" : " ") + to_string(action);
+  return text;
+}
+
+Program make(const std::string& name, int stages, int micro_batches, int mini_batches = 1, bool recompute = false) {
+  ScheduleOptions options;
+  options.num_stages = stages;
+  options.micro_batches = micro_batches;
+  options.mini_batches = mini_batches;
+  options.recompute = recompute;
+  return generate_schedule(name, options);
+}
+
+// Forwards run before the first backward of a stream.
+int leading_forwards(const Stream& stream) {
+  const auto first_backward = std::find_if(stream.actions.begin(), stream.actions.end(),
+                                           [](const Action& a) { return a.kind != ActionKind::Forward; });
+  return static_cast<int>(first_backward - stream.actions.begin());
+}
+
+TEST(Schedules, GPipeRunsAllForwardsThenAllBackwards) {
+  const Program program = make("gpipe", 2, 3);
+  ASSERT_EQ(program.devices.size(), 2u);
+  EXPECT_EQ(stream_text(program.devices[0].streams[0]), "0F0 0F1 0F2 0B0 0B1 0B2");
+  EXPECT_EQ(stream_text(program.devices[1].streams[0]), "1F0 1F1 1F2 1B0 1B1 1B2");
+}
+
+TEST(Schedules, OneFOneBSnoOrderMatchesBaPipe) {
+  const Program program = make("1f1b-sno", 3, 5);
+  EXPECT_EQ(stream_text(program.devices[0].streams[0]), "0F0 0F1 0F2 0B0 0F3 0B1 0F4 0B2 0B3 0B4");
+  EXPECT_EQ(stream_text(program.devices[1].streams[0]), "1F0 1F1 1B0 1F2 1B1 1F3 1B2 1F4 1B3 1B4");
+  EXPECT_EQ(stream_text(program.devices[2].streams[0]), "2F0 2B0 2F1 2B1 2F2 2B2 2F3 2B3 2F4 2B4");
+}
+
+TEST(Schedules, WarmUpCountsFollowSemantics) {
+  for (int N = 1; N <= 8; ++N)
+    for (int M = 1; M <= 20; ++M) {
+      const Program sno = make("1f1b-sno", N, M), so = make("1f1b-so", N, M), as = make("1f1b-as", N, M);
+      for (int s = 0; s < N; ++s) {
+        EXPECT_EQ(leading_forwards(sno.devices[s].streams[0]), std::min(N - s, M)) << "N=" << N << " M=" << M << " s=" << s;
+        EXPECT_EQ(leading_forwards(as.devices[s].streams[0]), std::min(N - s, M));
+        EXPECT_EQ(leading_forwards(so.devices[s].streams[0]), std::min(2 * (N - s), M));
+        EXPECT_EQ(warmup_forwards("1f1b-so", N, s, M), std::min(2 * (N - s), M));
+      }
+    }
+}
+
+TEST(Schedules, FbpHasTwoStreamsAndTheStashCapAsDependencies) {
+  const Program program = make("fbp-as", 2, 6);
+  ASSERT_EQ(program.devices[0].streams.size(), 2u);
+  EXPECT_EQ(stream_text(program.devices[0].streams[0]), "0F0 0F1 0F2 0F3 0F4 0F5");
+  EXPECT_EQ(stream_text(program.devices[0].streams[1]), "0B0 0B1 0B2 0B3 0B4 0B5");
+  // Stage 0 of 2: cap 4, so F4 waits for B0 and F5 for B1; stage 1: cap 2.
+  const std::vector<Dependency> expected = {
+      {parse_action("0B0"), parse_action("0F4")}, {parse_action("0B1"), parse_action("0F5")},
+      {parse_action("1B0"), parse_action("1F2")}, {parse_action("1B1"), parse_action("1F3")},
+      {parse_action("1B2"), parse_action("1F4")}, {parse_action("1B3"), parse_action("1F5")},
+  };
+  EXPECT_EQ(program.extra_dependencies, expected);
+}
+
+TEST(Schedules, RecomputeRunsAForwardRightBeforeEachBackward) {
+  const Program program = make("1f1b-sno", 2, 3, 1, true);
+  EXPECT_EQ(stream_text(program.devices[0].streams[0]), "0F0 0F1 0R0 0B0 0F2 0R1 0B1 0R2 0B2");
+}
+
+TEST(Schedules, MiniBatchesFollowEachOtherOnEveryDevice) {
+  const Program program = make("gpipe", 1, 2, 2);
+  EXPECT_EQ(stream_text(program.devices[0].streams[0]), "0F0 0F1 0B0 0B1 0F0@1 0F1@1 0B0@1 0B1@1");
+}
+
+TEST(Schedules, EveryGeneratedProgramValidates) {
+  for (const ScheduleInfo& info : schedule_catalog())
+    for (int N = 1; N <= 6; ++N)
+      for (int M : {1, 2, 3, 5, 8, 13})
+        for (int K : {1, 2})
+          for (bool recompute : {false, true})
+            EXPECT_NO_THROW(validate_program(make(info.name, N, M, K, recompute)))
+                << info.name << " N=" << N << " M=" << M << " K=" << K << " recompute=" << recompute;
+}
+
+TEST(Schedules, UnknownNameListsTheKnownOnes) {
+  try {
+    make("zero-bubble-v", 2, 2);
+    FAIL() << "expected an InputError";
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("zero-bubble-v"), std::string::npos) << message;
+    EXPECT_NE(message.find("1f1b-sno"), std::string::npos) << message;
+  }
+}
+
+TEST(Schedules, BadShapesAreRejected) {
+  EXPECT_THROW(make("gpipe", 0, 2), InputError);
+  EXPECT_THROW(make("gpipe", 2, 0), InputError);
+  EXPECT_THROW(make("gpipe", 2, 2, 0), InputError);
+}
+
+TEST(Schedules, FbpIsRejectedOnSynchronousHostsWithBaPipesReason) {
+  HostInfo gpu;
+  gpu.name = "gpu0";
+  try {
+    check_schedule_for_hosts("fbp-as", {gpu});
+    FAIL() << "expected an InputError";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("GPUs cannot"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("gpu0"), std::string::npos) << error.what();
+  }
+}
+
+TEST(Schedules, ScheduleForTheOtherDeviceKindWarns) {
+  HostInfo gpu, fpga;
+  gpu.name = "gpu0";
+  fpga.name = "fpga0";
+  fpga.kind = DeviceKind::Fpga;
+  fpga.execution = Execution::Async;
+  EXPECT_EQ(check_schedule_for_hosts("1f1b-as", {gpu}).size(), 1u);
+  EXPECT_EQ(check_schedule_for_hosts("1f1b-sno", {fpga}).size(), 1u);
+  EXPECT_TRUE(check_schedule_for_hosts("1f1b-sno", {gpu}).empty());
+  EXPECT_TRUE(check_schedule_for_hosts("fbp-as", {fpga}).empty());
+}
+
+}  // namespace
+}  // namespace pipegrid
