@@ -10,14 +10,14 @@
 set -u
 PIPEGRID=$1 CASE=$2 ROOT=$3
 export PIPEGRID CASE ROOT
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# The command runs in $work (which must hold only what it writes); its
+# stdout and stderr go to a separate private folder.
+work=$(mktemp -d) logs=$(mktemp -d)
+trap 'rm -rf "$work" "$logs"' EXIT
+out="$logs/stdout" err="$logs/stderr"
 cd "$work" || exit 1
-eval "$(cat "$CASE/args")" >stdout 2>stderr
+eval "$(cat "$CASE/args")" >"$out" 2>"$err"
 status=$?
-mv stdout stderr "$work/.." 2>/dev/null || true
-out="$work/../stdout" err="$work/../stderr"
-trap 'rm -rf "$work" "$out" "$err"' EXIT
 failed=0
 expected_status=0
 [ -f "$CASE/expected_status" ] && expected_status=$(cat "$CASE/expected_status")
