@@ -1,1 +1,357 @@
-// (being written)
+// PipeDream's graph.txt: a node graph turned into a chain of layers.
+//
+// Format (as written by PipeDream's profiler): one node a line,
+//   nodeN -- Description -- forward_compute_time=MS, backward_compute_time=MS, activation_size=BYTES, parameter_size=BYTES
+// (activation_size may be a list "[B1; B2; ...]" for a node with several
+// outputs: its bytes are summed; a trailing stage_id=K is ignored), and one
+// edge a line, indented by a tab: "\tnodeA -- nodeB" (A's output feeds B).
+//
+// Reading rules (docs/formats.md, "Profile"):
+// - Order: Kahn's algorithm; among the nodes ready at a step, the one listed
+//   first in the file comes first.
+// - Input nodes (sources whose description starts with "Input") are zeroed as
+//   PipeDream's optimizer does and dropped from the chain: their activation
+//   bytes become Profile::input_bytes and count in no cut.
+// - Layer i's output_bytes: the activation bytes of every node at position
+//   <= i with a consumer at position > i, each such node counted once.
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <queue>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "core/profile.hpp"
+
+namespace pipegrid {
+
+namespace {
+
+/// Bytes of one 3x224x224 float32 image: the input shape of the ImageNet
+/// models PipeDream profiled.
+constexpr double kImageSampleBytes = 3.0 * 224 * 224 * 4;
+
+constexpr std::string_view kSeparator = " -- ";
+
+struct GraphNode {
+  std::string id;
+  std::string description;
+  double forward_s = 0, backward_s = 0;  ///< converted from the file's milliseconds
+  double activation_bytes = 0, parameter_bytes = 0;
+  int line = 0;
+};
+
+struct GraphEdge {
+  int from = 0, to = 0;  ///< node indices (file order)
+  int line = 0;
+};
+
+struct Graph {
+  std::vector<GraphNode> nodes;  ///< in file order
+  std::vector<GraphEdge> edges;  ///< in file order, duplicates removed
+};
+
+std::string_view trimmed(std::string_view text) {
+  const auto first = text.find_first_not_of(" \t\r");
+  if (first == std::string_view::npos) return {};
+  const auto last = text.find_last_not_of(" \t\r");
+  return text.substr(first, last - first + 1);
+}
+
+bool is_node_id(std::string_view text) {
+  return !text.empty() && text.find_first_of(" \t") == std::string_view::npos;
+}
+
+/// A finite number >= 0 written in full (no trailing characters), or nothing.
+std::optional<double> parse_non_negative(std::string_view text) {
+  double value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(value) || value < 0) return std::nullopt;
+  return value;
+}
+
+/// Milliseconds written as a decimal, in seconds: the double nearest to the
+/// decimal value / 1000 (the text is read with its exponent lowered by 3, so
+/// "6.949" gives 0.006949 exactly as written, not 6.949 / 1000 rounded twice).
+std::optional<double> parse_milliseconds_as_seconds(std::string_view text) {
+  if (text.find_first_of("eEnN") != std::string_view::npos) {  // exponent, inf or nan: divide
+    const auto milliseconds = parse_non_negative(text);
+    if (!milliseconds) return std::nullopt;
+    return *milliseconds / 1000;
+  }
+  return parse_non_negative(std::string(text) + "e-3");
+}
+
+/// A number, or "[a; b; ...]" whose entries are summed; nothing when malformed.
+std::optional<double> parse_bytes(std::string_view text) {
+  if (text.empty() || text.front() != '[') return parse_non_negative(text);
+  if (text.back() != ']') return std::nullopt;
+  text = text.substr(1, text.size() - 2);
+  double sum = 0;
+  while (true) {
+    const auto semicolon = text.find(';');
+    const auto value = parse_non_negative(trimmed(text.substr(0, semicolon)));
+    if (!value) return std::nullopt;
+    sum += *value;
+    if (semicolon == std::string_view::npos) return sum;
+    text.remove_prefix(semicolon + 1);
+  }
+}
+
+GraphNode parse_node_line(std::string_view line, const std::string& where) {
+  const auto first = line.find(kSeparator), last = line.rfind(kSeparator);
+  if (first == std::string_view::npos || first == last)
+    throw InputError(fmt::format(
+        "{}: expected a node line 'nodeN -- description -- forward_compute_time=..., backward_compute_time=..., "
+        "activation_size=..., parameter_size=...' or an edge line '<tab>nodeA -- nodeB', found '{}'",
+        where, line));
+  GraphNode node;
+  node.id = std::string(trimmed(line.substr(0, first)));
+  if (!is_node_id(node.id))
+    throw InputError(fmt::format("{}: expected a node id without spaces before ' -- ', found '{}'", where, node.id));
+  node.description = std::string(trimmed(line.substr(first + kSeparator.size(), last - first - kSeparator.size())));
+
+  std::map<std::string, std::string_view> metadata;
+  std::string_view rest = line.substr(last + kSeparator.size());
+  while (!rest.empty()) {
+    const auto comma = rest.find(',');
+    const std::string_view item = trimmed(rest.substr(0, comma));
+    const auto equals = item.find('=');
+    if (equals == std::string_view::npos)
+      throw InputError(fmt::format("{}: expected 'key=value' in the node's measurements, found '{}'", where, item));
+    const std::string key(trimmed(item.substr(0, equals)));
+    if (!metadata.emplace(key, trimmed(item.substr(equals + 1))).second)
+      throw InputError(fmt::format("{}: expected each measurement once, found '{}' twice", where, key));
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  const std::pair<const char*, double*> fields[] = {{"forward_compute_time", &node.forward_s},
+                                                    {"backward_compute_time", &node.backward_s},
+                                                    {"activation_size", &node.activation_bytes},
+                                                    {"parameter_size", &node.parameter_bytes}};
+  for (const auto& [key, target] : fields) {
+    const auto found = metadata.find(key);
+    if (found == metadata.end())
+      throw InputError(fmt::format("{}: {}: expected a non-negative number, found nothing", where, key));
+    const std::string_view name = key;
+    const auto value = name == "activation_size"   ? parse_bytes(found->second)
+                       : name == "parameter_size" ? parse_non_negative(found->second)
+                                                  : parse_milliseconds_as_seconds(found->second);
+    if (!value)
+      throw InputError(fmt::format("{}: {}: expected a non-negative number{}, found '{}'", where, key,
+                                   name == "activation_size" ? " or a list [a; b; ...] of them" : "",
+                                   found->second));
+    *target = *value;
+    metadata.erase(found);
+  }
+  metadata.erase("stage_id");  // written by PipeDream once a partition is chosen; not a measurement
+  if (!metadata.empty())
+    throw InputError(fmt::format(
+        "{}: expected only forward_compute_time, backward_compute_time, activation_size, parameter_size (and "
+        "stage_id), found '{}'",
+        where, metadata.begin()->first));
+  return node;
+}
+
+Graph parse_graph(const std::string& text, const std::string& path) {
+  Graph graph;
+  std::map<std::string, int, std::less<>> index_of;
+  struct PendingEdge {
+    std::string from, to;
+    int line;
+  };
+  std::vector<PendingEdge> pending;
+  std::string_view rest = text;
+  for (int number = 1; !rest.empty(); ++number) {
+    const auto newline = rest.find('\n');
+    const std::string_view raw = rest.substr(0, newline);
+    rest.remove_prefix(newline == std::string_view::npos ? rest.size() : newline + 1);
+    const std::string_view line = trimmed(raw);
+    if (line.empty()) continue;
+    const std::string where = fmt::format("{}:{}", path, number);
+    if (raw.front() == '\t' || raw.front() == ' ') {
+      const auto separator = line.find(kSeparator);
+      const std::string_view from = separator == std::string_view::npos ? line : trimmed(line.substr(0, separator));
+      const std::string_view to =
+          separator == std::string_view::npos ? std::string_view() : trimmed(line.substr(separator + kSeparator.size()));
+      if (!is_node_id(from) || !is_node_id(to))
+        throw InputError(fmt::format("{}: expected an edge line '<tab>nodeA -- nodeB', found '{}'", where, line));
+      pending.push_back({std::string(from), std::string(to), number});
+      continue;
+    }
+    GraphNode node = parse_node_line(line, where);
+    node.line = number;
+    const auto [existing, inserted] = index_of.emplace(node.id, static_cast<int>(graph.nodes.size()));
+    if (!inserted)
+      throw InputError(fmt::format("{}: expected each node listed once, found '{}' again (first on line {})", where,
+                                   node.id, graph.nodes[existing->second].line));
+    graph.nodes.push_back(std::move(node));
+  }
+  if (graph.nodes.empty()) throw InputError(fmt::format("{}: expected node lines, found none", path));
+
+  std::set<std::pair<int, int>> seen;
+  for (const PendingEdge& edge : pending) {
+    int ends[2] = {0, 0};
+    const std::string* names[2] = {&edge.from, &edge.to};
+    for (int side = 0; side < 2; ++side) {
+      const auto found = index_of.find(*names[side]);
+      if (found == index_of.end())
+        throw InputError(fmt::format("{}:{}: edge '{} -- {}': expected a node listed in the file, found unknown '{}'",
+                                     path, edge.line, edge.from, edge.to, *names[side]));
+      ends[side] = found->second;
+    }
+    if (seen.emplace(ends[0], ends[1]).second) graph.edges.push_back({ends[0], ends[1], edge.line});
+  }
+  return graph;
+}
+
+/// Throws the InputError for a graph that Kahn's algorithm could not finish:
+/// names one cycle among the nodes left unplaced and the line of its edge
+/// listed last.
+[[noreturn]] void throw_cycle(const Graph& graph, const std::vector<int>& unplaced_predecessors,
+                              const std::string& path) {
+  const int count = static_cast<int>(graph.nodes.size());
+  // Every unplaced node has an unplaced predecessor, so walking backwards
+  // through them (first-listed edge each time) must come back to a node.
+  std::vector<const GraphEdge*> first_edge_into(count, nullptr);
+  for (const GraphEdge& edge : graph.edges)
+    if (unplaced_predecessors[edge.from] > 0 && unplaced_predecessors[edge.to] > 0 && !first_edge_into[edge.to])
+      first_edge_into[edge.to] = &edge;
+  int start = 0;
+  while (unplaced_predecessors[start] == 0) ++start;
+  std::vector<int> step_of(count, -1);
+  std::vector<const GraphEdge*> walked;
+  int node = start;
+  while (step_of[node] < 0) {
+    step_of[node] = static_cast<int>(walked.size());
+    walked.push_back(first_edge_into[node]);
+    node = first_edge_into[node]->from;
+  }
+  // The cycle is the walked edges from step_of[node] on, backwards.
+  const std::vector<const GraphEdge*> cycle(walked.begin() + step_of[node], walked.end());
+  const GraphEdge* closing = cycle.front();
+  for (const GraphEdge* edge : cycle)
+    if (edge->line > closing->line) closing = edge;
+  std::string route = graph.nodes[cycle.back()->from].id;
+  for (auto edge = cycle.rbegin(); edge != cycle.rend(); ++edge) route += " -> " + graph.nodes[(*edge)->to].id;
+  throw InputError(fmt::format("{}:{}: edge '{} -- {}' closes the cycle {} (expected an acyclic graph)", path,
+                               closing->line, graph.nodes[closing->from].id, graph.nodes[closing->to].id, route));
+}
+
+/// Node indices in the canonical topological order: Kahn's algorithm taking
+/// the ready node listed first in the file.
+std::vector<int> canonical_order(const Graph& graph, const std::string& path) {
+  const int count = static_cast<int>(graph.nodes.size());
+  std::vector<std::vector<int>> consumers(count);
+  std::vector<int> waiting_for(count, 0);
+  for (const GraphEdge& edge : graph.edges) {
+    consumers[edge.from].push_back(edge.to);
+    ++waiting_for[edge.to];
+  }
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (int node = 0; node < count; ++node)
+    if (waiting_for[node] == 0) ready.push(node);
+  std::vector<int> order;
+  order.reserve(count);
+  while (!ready.empty()) {
+    const int node = ready.top();
+    ready.pop();
+    order.push_back(node);
+    for (const int consumer : consumers[node])
+      if (--waiting_for[consumer] == 0) ready.push(consumer);
+  }
+  if (static_cast<int>(order.size()) != count) throw_cycle(graph, waiting_for, path);
+  return order;
+}
+
+std::string profile_name(const std::string& path) {
+  const std::filesystem::path file(path);
+  if (file.filename() == "graph.txt") {
+    const std::string folder = std::filesystem::absolute(file).parent_path().filename().string();
+    if (!folder.empty()) return folder;
+  }
+  return file.stem().string();
+}
+
+int batch_size_from_input(double input_bytes, bool has_input_node, const std::string& path) {
+  const double samples = input_bytes / kImageSampleBytes;
+  if (input_bytes > 0 && std::trunc(samples) == samples && samples <= std::numeric_limits<int>::max())
+    return static_cast<int>(samples);
+  const std::string found = has_input_node ? fmt::format("the Input nodes hold {} bytes", format_exact(input_bytes))
+                                           : std::string("the graph has no Input node");
+  throw InputError(fmt::format(
+      "{}: cannot infer the batch size: expected the input to be a whole number of 3x224x224 float32 images ({} bytes "
+      "each), found that {}; pass --batch-size with the micro-batch size the profile was measured at",
+      path, format_exact(kImageSampleBytes), found));
+}
+
+}  // namespace
+
+Profile read_pipedream_graph(const std::string& path, std::optional<int> batch_size) {
+  if (batch_size && *batch_size < 1)
+    throw InputError(fmt::format("{}: batch size: expected an integer >= 1, found {}", path, *batch_size));
+  const Graph graph = parse_graph(read_text_file(path), path);
+  const std::vector<int> order = canonical_order(graph, path);
+
+  const int count = static_cast<int>(graph.nodes.size());
+  std::vector<bool> has_producer(count, false);
+  std::vector<std::vector<int>> consumers(count);
+  for (const GraphEdge& edge : graph.edges) {
+    has_producer[edge.to] = true;
+    consumers[edge.from].push_back(edge.to);
+  }
+
+  Profile profile;
+  profile.name = profile_name(path);
+  std::vector<int> layer_of(count, -1);  // -1: an Input node, not in the chain
+  bool has_input_node = false;
+  for (const int node : order) {
+    const GraphNode& entry = graph.nodes[node];
+    if (!has_producer[node] && entry.description.rfind("Input", 0) == 0) {
+      profile.input_bytes += entry.activation_bytes;
+      has_input_node = true;
+      continue;
+    }
+    layer_of[node] = static_cast<int>(profile.layers.size());
+    Layer layer;
+    layer.name = entry.description.empty() ? entry.id : fmt::format("{}: {}", entry.id, entry.description);
+    layer.forward_s = entry.forward_s;
+    layer.backward_s = entry.backward_s;
+    layer.parameter_bytes = entry.parameter_bytes;
+    profile.layers.push_back(std::move(layer));
+  }
+  if (profile.layers.empty())
+    throw InputError(fmt::format("{}: expected at least one node besides the Input nodes, found none", path));
+
+  // The cut after layer i carries the bytes of every chain node at layer <= i
+  // whose last consumer is at a layer > i; summed in chain order.
+  std::vector<int> last_consumer_layer(count, -1);
+  for (int node = 0; node < count; ++node)
+    for (const int consumer : consumers[node])
+      last_consumer_layer[node] = std::max(last_consumer_layer[node], layer_of[consumer]);
+  for (std::size_t cut = 0; cut < profile.layers.size(); ++cut)
+    for (const int node : order)
+      if (layer_of[node] >= 0 && layer_of[node] <= static_cast<int>(cut) &&
+          last_consumer_layer[node] > static_cast<int>(cut))
+        profile.layers[cut].output_bytes += graph.nodes[node].activation_bytes;
+
+  profile.micro_batch_size = batch_size ? *batch_size : batch_size_from_input(profile.input_bytes, has_input_node, path);
+  check_profile(profile, path);
+  return profile;
+}
+
+}  // namespace pipegrid

@@ -1,1 +1,536 @@
-// (being written)
+// Profile JSON (parse, errors, exact round trip) and PipeDream graph.txt
+// (order, cut bytes, Input nodes, batch size, errors, the shipped profiles).
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/error.hpp"
+#include "core/profile.hpp"
+
+namespace pipegrid {
+namespace {
+
+const std::string kSourceDir = PIPEGRID_SOURCE_DIR;
+
+/// Runs `action`, expects an InputError, and returns its message.
+std::string input_error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const InputError& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "expected an InputError, none was thrown";
+  return {};
+}
+
+#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "message: " << (text)
+
+/// A folder under the system temporary folder, removed with its content at
+/// the end of the test.
+class TemporaryFolder {
+ public:
+  TemporaryFolder() {
+    static int counter = 0;
+    path_ = std::filesystem::temp_directory_path() /
+            ("pipegrid-test-profile-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::create_directories(path_);
+  }
+  ~TemporaryFolder() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TemporaryFolder(const TemporaryFolder&) = delete;
+  TemporaryFolder& operator=(const TemporaryFolder&) = delete;
+
+  /// Writes `content` to `relative` (folders created) and returns its path.
+  std::string write(const std::string& relative, const std::string& content) const {
+    const std::filesystem::path file = path_ / relative;
+    std::filesystem::create_directories(file.parent_path());
+    std::ofstream(file, std::ios::binary) << content;
+    return file.string();
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// One node line of graph.txt.
+std::string node(const std::string& id, const std::string& description, double forward_ms, double backward_ms,
+                 const std::string& activation, double parameters) {
+  std::ostringstream line;
+  line << id << " -- " << description << " -- forward_compute_time=" << forward_ms
+       << ", backward_compute_time=" << backward_ms << ", activation_size=" << activation
+       << ", parameter_size=" << parameters << "\n";
+  return line.str();
+}
+
+std::string edge(const std::string& from, const std::string& to) { return "\t" + from + " -- " + to + "\n"; }
+
+std::vector<std::string> layer_names(const Profile& profile) {
+  std::vector<std::string> names;
+  for (const Layer& layer : profile.layers) names.push_back(layer.name);
+  return names;
+}
+
+// ---------------------------------------------------------------- JSON
+
+const char* const kTinyText = R"({
+  "name": "tiny",
+  "micro_batch_size": 4,
+  "input_bytes": 40,
+  "layers": [
+    {"name": "conv1", "forward_s": 0.5, "backward_s": 1.0, "output_bytes": 25, "parameter_bytes": 100},
+    {"name": "fc", "forward_s": 0.25, "backward_s": 0.75, "output_bytes": 0, "parameter_bytes": 50}
+  ]
+})";
+
+/// kTinyText's layers replaced by `layers` (the text inside the brackets).
+std::string tiny_with_layers(const std::string& layers) {
+  return R"({"name": "tiny", "micro_batch_size": 4, "layers": [)" + layers + "]}";
+}
+
+const char* const kGoodLayer = R"({"name": "a", "forward_s": 1, "backward_s": 2, "output_bytes": 3, "parameter_bytes": 4})";
+
+TEST(ProfileJson, ParsesEveryField) {
+  const Profile profile = parse_profile_json(kTinyText, "tiny.json");
+  EXPECT_EQ(profile.name, "tiny");
+  EXPECT_EQ(profile.micro_batch_size, 4);
+  EXPECT_EQ(profile.input_bytes, 40);
+  ASSERT_EQ(profile.layers.size(), 2u);
+  EXPECT_EQ(profile.layers[0].name, "conv1");
+  EXPECT_EQ(profile.layers[0].forward_s, 0.5);
+  EXPECT_EQ(profile.layers[0].backward_s, 1.0);
+  EXPECT_EQ(profile.layers[0].output_bytes, 25);
+  EXPECT_EQ(profile.layers[0].parameter_bytes, 100);
+  EXPECT_EQ(profile.layers[1].name, "fc");
+  EXPECT_EQ(profile.layers[1].backward_s, 0.75);
+}
+
+TEST(ProfileJson, InputBytesDefaultsToZero) {
+  const Profile profile = parse_profile_json(tiny_with_layers(kGoodLayer), "tiny.json");
+  EXPECT_EQ(profile.input_bytes, 0);
+  ASSERT_EQ(profile.layers.size(), 1u);
+}
+
+TEST(ProfileJson, RoundTripIsExactAndDeterministic) {
+  Profile profile;
+  profile.name = "odd \"name\" \\ with unicode \xC3\xA9";
+  profile.micro_batch_size = 7;
+  profile.input_bytes = 77070336;
+  profile.layers.push_back({"a", 0.1, 1.0 / 3.0, 1644167168, 0});
+  profile.layers.push_back({"b", 6.949e-3, 0.0069489999999999994, 1e-300, 123456789.123456789});
+  profile.layers.push_back({"c", std::nextafter(1.0, 2.0), 5e-324, 9007199254740993.0, 1e300});
+  profile.layers.push_back({"d", 0, 2.5, std::numeric_limits<double>::max(), 4});
+
+  const std::string text = profile_to_json(profile);
+  const Profile back = parse_profile_json(text, "round-trip");
+  EXPECT_EQ(back.name, profile.name);
+  EXPECT_EQ(back.micro_batch_size, profile.micro_batch_size);
+  EXPECT_EQ(back.input_bytes, profile.input_bytes);
+  ASSERT_EQ(back.layers.size(), profile.layers.size());
+  for (std::size_t l = 0; l < profile.layers.size(); ++l) {
+    SCOPED_TRACE("layer " + std::to_string(l));
+    EXPECT_EQ(back.layers[l].name, profile.layers[l].name);
+    EXPECT_EQ(back.layers[l].forward_s, profile.layers[l].forward_s);
+    EXPECT_EQ(back.layers[l].backward_s, profile.layers[l].backward_s);
+    EXPECT_EQ(back.layers[l].output_bytes, profile.layers[l].output_bytes);
+    EXPECT_EQ(back.layers[l].parameter_bytes, profile.layers[l].parameter_bytes);
+  }
+  EXPECT_EQ(profile_to_json(back), text);
+  EXPECT_EQ(profile_to_json(profile), text);
+}
+
+TEST(ProfileJson, WritesIntegersAsIntegersAndOneLayerALine) {
+  const std::string text = profile_to_json(parse_profile_json(kTinyText, "tiny.json"));
+  EXPECT_EQ(text,
+            "{\n"
+            "  \"name\": \"tiny\",\n"
+            "  \"micro_batch_size\": 4,\n"
+            "  \"input_bytes\": 40,\n"
+            "  \"layers\": [\n"
+            "    {\"name\": \"conv1\", \"forward_s\": 0.5, \"backward_s\": 1, \"output_bytes\": 25, \"parameter_bytes\": 100},\n"
+            "    {\"name\": \"fc\", \"forward_s\": 0.25, \"backward_s\": 0.75, \"output_bytes\": 0, \"parameter_bytes\": 50}\n"
+            "  ]\n"
+            "}\n");
+}
+
+TEST(ProfileJson, MissingFieldNamesFileAndPath) {
+  const std::string layers = std::string(kGoodLayer) + R"(, {"name": "b", "forward_s": 1, "output_bytes": 1, "parameter_bytes": 1})";
+  const std::string message = input_error_of([&] { parse_profile_json(tiny_with_layers(layers), "tiny.json"); });
+  EXPECT_CONTAINS(message, "tiny.json: layers[1].backward_s: expected a non-negative number, found nothing");
+}
+
+TEST(ProfileJson, MissingTopLevelFields) {
+  EXPECT_CONTAINS(input_error_of([] { parse_profile_json(R"({"micro_batch_size": 1, "layers": []})", "p.json"); }),
+                  "p.json: name: expected a string, found nothing");
+  EXPECT_CONTAINS(input_error_of([] { parse_profile_json(R"({"name": "x", "layers": []})", "p.json"); }),
+                  "p.json: micro_batch_size: expected an integer >= 1, found nothing");
+  EXPECT_CONTAINS(input_error_of([] { parse_profile_json(R"({"name": "x", "micro_batch_size": 1})", "p.json"); }),
+                  "p.json: layers: expected a non-empty list of layers, found nothing");
+}
+
+TEST(ProfileJson, NegativeTimeIsAnError) {
+  const std::string layers = std::string(kGoodLayer) + ", " + kGoodLayer +
+                             R"(, {"name": "c", "forward_s": -1, "backward_s": 1, "output_bytes": 1, "parameter_bytes": 1})";
+  const std::string message = input_error_of([&] { parse_profile_json(tiny_with_layers(layers), "tiny.json"); });
+  EXPECT_CONTAINS(message, "tiny.json: layers[2].forward_s: expected a non-negative number, found -1");
+}
+
+TEST(ProfileJson, NegativeInputBytesIsAnError) {
+  const std::string text = R"({"name": "x", "micro_batch_size": 1, "input_bytes": -8, "layers": [)" +
+                           std::string(kGoodLayer) + "]}";
+  EXPECT_CONTAINS(input_error_of([&] { parse_profile_json(text, "p.json"); }),
+                  "p.json: input_bytes: expected a non-negative number, found -8");
+}
+
+TEST(ProfileJson, BadTypesAreErrors) {
+  EXPECT_CONTAINS(input_error_of([] {
+                    parse_profile_json(tiny_with_layers(
+                                           R"({"name": "a", "forward_s": "fast", "backward_s": 1, "output_bytes": 1, "parameter_bytes": 1})"),
+                                       "tiny.json");
+                  }),
+                  "tiny.json: layers[0].forward_s: expected a non-negative number, found \"fast\"");
+  EXPECT_CONTAINS(input_error_of([] {
+                    parse_profile_json(tiny_with_layers(
+                                           R"({"name": 3, "forward_s": 1, "backward_s": 1, "output_bytes": 1, "parameter_bytes": 1})"),
+                                       "tiny.json");
+                  }),
+                  "tiny.json: layers[0].name: expected a string, found 3");
+  EXPECT_CONTAINS(input_error_of([] { parse_profile_json(tiny_with_layers("[1, 2]"), "tiny.json"); }),
+                  "tiny.json: layers[0]: expected a layer object, found [1,2]");
+  EXPECT_CONTAINS(input_error_of([] {
+                    parse_profile_json(R"({"name": "x", "micro_batch_size": 2.5, "layers": []})", "tiny.json");
+                  }),
+                  "tiny.json: micro_batch_size: expected an integer >= 1, found 2.5");
+  EXPECT_CONTAINS(input_error_of([] {
+                    parse_profile_json(R"({"name": "x", "micro_batch_size": 0, "layers": []})", "tiny.json");
+                  }),
+                  "tiny.json: micro_batch_size: expected an integer >= 1, found 0");
+  EXPECT_CONTAINS(input_error_of([] { parse_profile_json("[1]", "tiny.json"); }),
+                  "tiny.json: expected a JSON object (a profile), found [1]");
+}
+
+TEST(ProfileJson, UnknownFieldIsAnError) {
+  const std::string text = R"({"name": "x", "micro_batch_size": 1, "input_byte": 8, "layers": [)" +
+                           std::string(kGoodLayer) + "]}";
+  EXPECT_CONTAINS(input_error_of([&] { parse_profile_json(text, "p.json"); }), "p.json: expected only the fields name, "
+                                                                               "micro_batch_size, input_bytes, layers, "
+                                                                               "found 'input_byte'");
+  EXPECT_CONTAINS(input_error_of([] {
+                    parse_profile_json(tiny_with_layers(
+                                           R"({"name": "a", "forward": 1, "forward_s": 1, "backward_s": 1, "output_bytes": 1, "parameter_bytes": 1})"),
+                                       "p.json");
+                  }),
+                  "p.json: layers[0]: expected only the fields name, forward_s, backward_s, output_bytes, "
+                  "parameter_bytes, found 'forward'");
+}
+
+TEST(ProfileJson, MalformedJsonReportsLineAndColumn) {
+  const std::string text = "{\n  \"name\": \"x\",\n  \"micro_batch_size\": ,\n  \"layers\": []\n}\n";
+  const std::string message = input_error_of([&] { parse_profile_json(text, "tiny.json"); });
+  EXPECT_CONTAINS(message, "tiny.json: malformed JSON: parse error at line 3, column 23");
+  EXPECT_EQ(message.find("[json.exception"), std::string::npos) << message;
+}
+
+TEST(ProfileJson, NumberTooLargeForADoubleIsAnError) {
+  const std::string message = input_error_of([] {
+    parse_profile_json(tiny_with_layers(
+                           R"({"name": "a", "forward_s": 1e999, "backward_s": 1, "output_bytes": 1, "parameter_bytes": 1})"),
+                       "tiny.json");
+  });
+  EXPECT_CONTAINS(message, "tiny.json: malformed JSON");
+  EXPECT_CONTAINS(message, "1e999");
+}
+
+TEST(ProfileJson, EmptyLayersIsAnError) {
+  EXPECT_CONTAINS(input_error_of([] { parse_profile_json(tiny_with_layers(""), "tiny.json"); }),
+                  "tiny.json: layers: expected a non-empty list of layers, found []");
+}
+
+TEST(ProfileJson, CheckProfileRejectsNegativeNonFiniteAndEmpty) {
+  Profile profile = parse_profile_json(kTinyText, "tiny.json");
+  EXPECT_NO_THROW(check_profile(profile, "tiny.json"));
+  profile.layers[1].backward_s = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_CONTAINS(input_error_of([&] { check_profile(profile, "tiny.json"); }),
+                  "tiny.json: layers[1].backward_s: expected a non-negative number, found nan");
+  profile.layers[1].backward_s = 1;
+  profile.layers[0].parameter_bytes = -2;
+  EXPECT_CONTAINS(input_error_of([&] { check_profile(profile, "tiny.json"); }),
+                  "tiny.json: layers[0].parameter_bytes: expected a non-negative number, found -2");
+  profile.layers[0].parameter_bytes = 2;
+  profile.input_bytes = std::numeric_limits<double>::infinity();
+  EXPECT_CONTAINS(input_error_of([&] { check_profile(profile, "tiny.json"); }), "tiny.json: input_bytes");
+  profile.input_bytes = 0;
+  profile.layers.clear();
+  EXPECT_CONTAINS(input_error_of([&] { check_profile(profile, "tiny.json"); }),
+                  "tiny.json: layers: expected at least one layer, found none");
+}
+
+TEST(ProfileJson, ReadProfileReadsJsonFilesAndNamesThemInErrors) {
+  const std::string tiny = kSourceDir + "/tests/data/common/tiny.json";
+  const Profile profile = read_profile(tiny, std::nullopt);
+  EXPECT_EQ(profile.name, "tiny");
+  EXPECT_EQ(profile.micro_batch_size, 4);
+  EXPECT_EQ(profile.layers.size(), 4u);
+  EXPECT_EQ(read_profile(tiny, 4).layers.size(), 4u);  // the profile's own batch size is accepted
+  EXPECT_CONTAINS(input_error_of([&] { read_profile(tiny, 8); }), "tiny.json: batch size");
+
+  TemporaryFolder folder;
+  const std::string bad = folder.write("bad.json", tiny_with_layers(""));
+  EXPECT_CONTAINS(input_error_of([&] { read_profile(bad, std::nullopt); }), bad + ": layers:");
+  EXPECT_CONTAINS(input_error_of([&] { read_profile(folder.write("x", "") + "/missing.json", std::nullopt); }),
+                  "missing.json");
+}
+
+// ---------------------------------------------------------------- graph.txt
+
+TEST(PipeDreamGraph, BranchCutsCountEachProducerOnceAndInputNodesNever) {
+  // Input -> A; A -> B, A -> C, A -> D (skip connection); B -> D; C -> D;
+  // Input -> D (a later consumer of the input, as GNMT has).
+  TemporaryFolder folder;
+  const std::string path = folder.write("branch/graph.txt", node("node1", "Input", 5, 0, "600.0", 0) +
+                                                                node("node2", "A", 1, 2, "100.0", 10) +
+                                                                node("node3", "B", 3, 4, "20.0", 0) +
+                                                                node("node4", "C", 5, 6, "30.0", 0) +
+                                                                node("node5", "D", 7, 8, "7.0", 40) +
+                                                                edge("node1", "node2") + edge("node2", "node3") +
+                                                                edge("node2", "node4") + edge("node2", "node5") +
+                                                                edge("node3", "node5") + edge("node4", "node5") +
+                                                                edge("node1", "node5"));
+  const Profile profile = read_pipedream_graph(path, 4);
+  EXPECT_EQ(profile.name, "branch");
+  EXPECT_EQ(profile.micro_batch_size, 4);
+  EXPECT_EQ(profile.input_bytes, 600);
+  ASSERT_EQ(layer_names(profile), (std::vector<std::string>{"node2: A", "node3: B", "node4: C", "node5: D"}));
+  EXPECT_EQ(profile.layers[0].output_bytes, 100);            // A
+  EXPECT_EQ(profile.layers[1].output_bytes, 100 + 20);       // A (for C, D), B (for D)
+  EXPECT_EQ(profile.layers[2].output_bytes, 100 + 20 + 30);  // A, B, C all for D
+  EXPECT_EQ(profile.layers[3].output_bytes, 0);              // nothing after the last layer
+  EXPECT_DOUBLE_EQ(profile.layers[0].forward_s, 0.001);
+  EXPECT_DOUBLE_EQ(profile.layers[0].backward_s, 0.002);
+  EXPECT_DOUBLE_EQ(profile.layers[3].backward_s, 0.008);
+  EXPECT_EQ(profile.layers[0].parameter_bytes, 10);
+  EXPECT_EQ(profile.layers[3].parameter_bytes, 40);
+  double forward = 0;
+  for (const Layer& layer : profile.layers) forward += layer.forward_s;
+  EXPECT_DOUBLE_EQ(forward, (1 + 3 + 5 + 7) / 1000.0);  // the Input's 5 ms are not counted
+}
+
+TEST(PipeDreamGraph, ReadyNodesAreTakenInFileOrder) {
+  // Listed: d, c, a, b. Edges a -> d, b -> d. Ready at the start: c, a, b
+  // (file order), d last. Ids are not numbers on purpose.
+  TemporaryFolder folder;
+  const std::string path = folder.write(
+      "order.txt", node("d", "D", 1, 1, "1", 0) + node("c", "C", 1, 1, "1", 0) + node("a", "A", 1, 1, "1", 0) +
+                       node("b", "B", 1, 1, "1", 0) + edge("a", "d") + edge("b", "d"));
+  const Profile profile = read_pipedream_graph(path, 1);
+  EXPECT_EQ(profile.name, "order");
+  EXPECT_EQ(layer_names(profile), (std::vector<std::string>{"c: C", "a: A", "b: B", "d: D"}));
+}
+
+TEST(PipeDreamGraph, ANewlyReadyNodeListedEarlierGoesFirst) {
+  // Listed: x, y, z; x -> y. After x, both y (listed 2nd) and z (3rd) are
+  // ready: y first (a first-in first-out queue would take z).
+  TemporaryFolder folder;
+  const std::string path = folder.write(
+      "fifo.txt", node("x", "X", 1, 1, "1", 0) + node("y", "Y", 1, 1, "1", 0) + node("z", "Z", 1, 1, "1", 0) +
+                      edge("x", "y"));
+  EXPECT_EQ(layer_names(read_pipedream_graph(path, 1)), (std::vector<std::string>{"x: X", "y: Y", "z: Z"}));
+}
+
+TEST(PipeDreamGraph, BatchSizeIsInferredFromImageInputBytes) {
+  TemporaryFolder folder;
+  // Two 3x224x224 float32 images.
+  const std::string two = folder.write("two.txt", node("node1", "Input", 9, 0, "1204224.000", 0) +
+                                                      node("node2", "Conv", 1, 1, "8", 1) + edge("node1", "node2"));
+  const Profile profile = read_pipedream_graph(two, std::nullopt);
+  EXPECT_EQ(profile.micro_batch_size, 2);
+  EXPECT_EQ(profile.input_bytes, 1204224);
+  EXPECT_EQ(read_pipedream_graph(two, 16).micro_batch_size, 16);  // an explicit size wins
+
+  const std::string odd = folder.write("odd.txt", node("node1", "Input", 0, 0, "1000", 0) +
+                                                      node("node2", "Conv", 1, 1, "8", 1) + edge("node1", "node2"));
+  const std::string message = input_error_of([&] { read_pipedream_graph(odd, std::nullopt); });
+  EXPECT_CONTAINS(message, odd + ": cannot infer the batch size");
+  EXPECT_CONTAINS(message, "found that the Input nodes hold 1000 bytes");
+  EXPECT_CONTAINS(message, "--batch-size");
+
+  const std::string no_input = folder.write("none.txt", node("node2", "Conv", 1, 1, "8", 1));
+  EXPECT_CONTAINS(input_error_of([&] { read_pipedream_graph(no_input, std::nullopt); }), "the graph has no Input node");
+  EXPECT_EQ(read_pipedream_graph(no_input, 3).input_bytes, 0);
+
+  EXPECT_CONTAINS(input_error_of([&] { read_pipedream_graph(two, 0); }),
+                  two + ": batch size: expected an integer >= 1, found 0");
+}
+
+TEST(PipeDreamGraph, ActivationListsAreSummed) {
+  TemporaryFolder folder;
+  const std::string path = folder.write(
+      "list.txt", node("n1", "LSTM", 1, 1, "[6.0; 2.0; 1.5]", 0) + node("n2", "Out", 1, 1, "3", 0) + edge("n1", "n2"));
+  EXPECT_EQ(read_pipedream_graph(path, 1).layers[0].output_bytes, 9.5);
+}
+
+TEST(PipeDreamGraph, CycleIsAnErrorNamingTheClosingEdge) {
+  TemporaryFolder folder;
+  const std::string path = folder.write("cycle.txt", node("a", "A", 1, 1, "1", 0) + node("b", "B", 1, 1, "1", 0) +
+                                                         node("c", "C", 1, 1, "1", 0) + edge("a", "b") +
+                                                         edge("b", "c") + edge("c", "b"));
+  EXPECT_CONTAINS(input_error_of([&] { read_pipedream_graph(path, 1); }),
+                  path + ":6: edge 'c -- b' closes the cycle b -> c -> b (expected an acyclic graph)");
+  const std::string loop = folder.write("loop.txt", node("a", "A", 1, 1, "1", 0) + edge("a", "a"));
+  EXPECT_CONTAINS(input_error_of([&] { read_pipedream_graph(loop, 1); }),
+                  loop + ":2: edge 'a -- a' closes the cycle a -> a");
+}
+
+TEST(PipeDreamGraph, MalformedLinesNameFileAndLine) {
+  TemporaryFolder folder;
+  const std::string good = node("a", "A", 1, 1, "1", 0);
+  struct Case {
+    std::string line, expected;
+  };
+  const std::vector<Case> cases = {
+      {"a -- A\n", ":2: expected a node line"},
+      {"b -- B -- forward_compute_time=abc, backward_compute_time=1, activation_size=1, parameter_size=1\n",
+       ":2: forward_compute_time: expected a non-negative number, found 'abc'"},
+      {"b -- B -- forward_compute_time=-1.5, backward_compute_time=1, activation_size=1, parameter_size=1\n",
+       ":2: forward_compute_time: expected a non-negative number, found '-1.5'"},
+      {"b -- B -- forward_compute_time=1, activation_size=1, parameter_size=1\n",
+       ":2: backward_compute_time: expected a non-negative number, found nothing"},
+      {"b -- B -- forward_compute_time=1, backward_compute_time=1, activation_size=[1; x], parameter_size=1\n",
+       ":2: activation_size: expected a non-negative number or a list [a; b; ...] of them, found '[1; x]'"},
+      {"b -- B -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=1, speed=3\n",
+       ":2: expected only forward_compute_time"},
+      {"a -- A2 -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=1\n",
+       ":2: expected each node listed once, found 'a' again (first on line 1)"},
+      {"\ta -> b\n", ":2: expected an edge line"},
+      {"\ta -- zz\n", ":2: edge 'a -- zz': expected a node listed in the file, found unknown 'zz'"},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::string path = folder.write("bad" + std::to_string(i) + ".txt", good + cases[i].line);
+    EXPECT_CONTAINS(input_error_of([&] { read_pipedream_graph(path, 1); }), path + cases[i].expected);
+  }
+  const std::string empty = folder.write("empty.txt", "\n\n");
+  EXPECT_CONTAINS(input_error_of([&] { read_pipedream_graph(empty, 1); }), empty + ": expected node lines, found none");
+  const std::string only_input = folder.write("input.txt", node("a", "Input0", 0, 0, "0", 0));
+  EXPECT_CONTAINS(input_error_of([&] { read_pipedream_graph(only_input, 1); }),
+                  "expected at least one node besides the Input nodes");
+  EXPECT_CONTAINS(input_error_of([&] { read_pipedream_graph(folder.write("x", "") + "/missing.txt", 1); }),
+                  "missing.txt");
+}
+
+TEST(PipeDreamGraph, StageIdAndWindowsLineEndsAreAccepted) {
+  TemporaryFolder folder;
+  const std::string path = folder.write(
+      "crlf.txt",
+      "a -- A -- forward_compute_time=2.5, backward_compute_time=1, activation_size=8, parameter_size=4, stage_id=0\r\n"
+      "b -- B -- forward_compute_time=1, backward_compute_time=1, activation_size=8, parameter_size=4\r\n"
+      "\ta -- b\r\n");
+  const Profile profile = read_pipedream_graph(path, 1);
+  ASSERT_EQ(layer_names(profile), (std::vector<std::string>{"a: A", "b: B"}));
+  EXPECT_EQ(profile.layers[0].forward_s, 0.0025);
+  EXPECT_EQ(profile.layers[0].output_bytes, 8);
+}
+
+// ---------------------------------------------------------------- shipped profiles
+
+std::string shipped(const std::string& model) { return kSourceDir + "/models/pipedream/" + model + "/graph.txt"; }
+
+/// Sums of a graph.txt's measurements over its non-Input nodes, read with a
+/// regular expression (independently of the reader under test).
+struct FileSums {
+  int nodes = 0;
+  double forward_ms = 0, backward_ms = 0, parameter_bytes = 0, input_activation_bytes = 0;
+};
+
+FileSums sums_of(const std::string& path) {
+  std::ifstream in(path);
+  const std::regex line_pattern(
+      R"(^(\S+) -- (.*) -- forward_compute_time=([0-9.]+), backward_compute_time=([0-9.]+), activation_size=([^,]+), parameter_size=([0-9.]+)$)");
+  FileSums sums;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::smatch match;
+    if (!std::regex_match(line, match, line_pattern)) continue;
+    if (match[2].str().rfind("Input", 0) == 0) {
+      sums.input_activation_bytes += std::stod(match[5].str());
+      continue;
+    }
+    ++sums.nodes;
+    sums.forward_ms += std::stod(match[3].str());
+    sums.backward_ms += std::stod(match[4].str());
+    sums.parameter_bytes += std::stod(match[6].str());
+  }
+  return sums;
+}
+
+TEST(ShippedPipeDreamProfiles, Vgg16) {
+  const Profile profile = read_profile(shipped("vgg16"), std::nullopt);
+  const FileSums sums = sums_of(shipped("vgg16"));
+  EXPECT_EQ(profile.name, "vgg16");
+  // 77070336 = 128 x 3 x 224 x 224 x 4 bytes: PipeDream's profiler writes
+  // 4 bytes per element of the output tensor, batch dimension included.
+  EXPECT_EQ(profile.input_bytes, 77070336);
+  EXPECT_EQ(profile.micro_batch_size, 128);
+  ASSERT_EQ(sums.nodes, 40);
+  ASSERT_EQ(profile.layers.size(), 40u);
+  double forward = 0, backward = 0, parameters = 0;
+  for (const Layer& layer : profile.layers) {
+    forward += layer.forward_s;
+    backward += layer.backward_s;
+    parameters += layer.parameter_bytes;
+  }
+  EXPECT_NEAR(forward, sums.forward_ms / 1000, 1e-12);
+  EXPECT_NEAR(backward, sums.backward_ms / 1000, 1e-12);
+  EXPECT_EQ(parameters, sums.parameter_bytes);
+  EXPECT_EQ(profile.layers.front().name,
+            "node2: Conv2d(3, 64, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))");
+  EXPECT_EQ(profile.layers.front().forward_s, 0.022307);
+  EXPECT_EQ(profile.layers.front().output_bytes, 1644167168);  // a chain: a layer's own activation
+  EXPECT_EQ(profile.layers.back().output_bytes, 0);
+}
+
+TEST(ShippedPipeDreamProfiles, AllFourParse) {
+  struct Expected {
+    const char* model;
+    std::optional<int> batch_size;
+    std::size_t layers;
+    int micro_batch_size;
+  };
+  for (const Expected& expected : {Expected{"alexnet", std::nullopt, 22, 256}, Expected{"vgg16", std::nullopt, 40, 128},
+                                   Expected{"resnet50", std::nullopt, 176, 128}, Expected{"gnmt", 64, 45, 64}}) {
+    SCOPED_TRACE(expected.model);
+    const Profile profile = read_profile(shipped(expected.model), expected.batch_size);
+    EXPECT_EQ(profile.name, expected.model);
+    EXPECT_EQ(profile.layers.size(), expected.layers);
+    EXPECT_EQ(static_cast<int>(profile.layers.size()), sums_of(shipped(expected.model)).nodes);
+    EXPECT_EQ(profile.micro_batch_size, expected.micro_batch_size);
+    EXPECT_EQ(profile.input_bytes, sums_of(shipped(expected.model)).input_activation_bytes);
+    EXPECT_NO_THROW(check_profile(profile, expected.model));
+    // Exported and read back, the profile is the same.
+    EXPECT_EQ(profile_to_json(parse_profile_json(profile_to_json(profile), "export")), profile_to_json(profile));
+  }
+}
+
+TEST(ShippedPipeDreamProfiles, GnmtNeedsABatchSize) {
+  const std::string message = input_error_of([] { read_profile(shipped("gnmt"), std::nullopt); });
+  EXPECT_CONTAINS(message, "gnmt/graph.txt: cannot infer the batch size");
+  EXPECT_CONTAINS(message, "--batch-size");
+  const Profile profile = read_profile(shipped("gnmt"), 128);
+  EXPECT_EQ(profile.micro_batch_size, 128);
+  EXPECT_EQ(profile.input_bytes, 0);  // its Input nodes carry no bytes
+}
+
+}  // namespace
+}  // namespace pipegrid
