@@ -54,13 +54,17 @@ int run_demo(const std::string& output_dir, int micro_batches) {
   const std::string profile = data_dir() + "/models/pipedream/vgg16/graph.txt";
   if (mkdir(output_dir.c_str(), 0777) != 0 && errno != EEXIST)
     throw InputError(fmt::format("{}: cannot create the demo's output folder", output_dir));
-  std::cout << fmt::format(
-      "pipegrid demo: VGG-16 (PipeDream's published profile, batch 64 per micro-batch) on BaPipe's 4x V100 "
-      "PCIe Gen3 x16 cluster,\n{} micro-batches per mini-batch, uniform partition (one stage per GPU), SimGrid's "
-      "network model.\n\n",
-      micro_batches);
-  std::cout << fmt::format("{:<10} {:>15} {:>18} {:>8} {:>28} {:>12}\n", "schedule", "mini-batch time",
+  bool header_printed = false;
+  const auto print_header = [&](const Plan& plan) {
+    std::cout << fmt::format(
+        "pipegrid demo: VGG-16 (PipeDream's published profile: {} layers, batch {} per micro-batch, inferred from "
+        "its input node)\non BaPipe's 4x V100 PCIe Gen3 x16 cluster, {} micro-batches per mini-batch, uniform "
+        "partition (one stage per GPU),\nSimGrid's network model.\n\n",
+        plan.profile.layers.size(), plan.profile.micro_batch_size, micro_batches);
+    std::cout << fmt::format("{:<10} {:>15} {:>18} {:>8} {:>28} {:>12}\n", "schedule", "mini-batch time",
                            "throughput", "bubble", "peak stash (micro-batches)", "peak memory");
+    header_printed = true;
+  };
   for (const std::string schedule : {"gpipe", "1f1b-sno", "1f1b-so"}) {
     PlanRequest request;
     request.platform_file = platform;
@@ -69,6 +73,7 @@ int run_demo(const std::string& output_dir, int micro_batches) {
     request.micro_batches = micro_batches;
     request.network = "simgrid";
     const Plan plan = make_plan(request);
+    if (!header_printed) print_header(plan);
     const RunResult result = run_plan(plan);
     std::string stashes;
     double peak_memory = 0;
