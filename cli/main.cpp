@@ -114,7 +114,7 @@ int main_with_exceptions(int argc, char** argv) {
   simulate->add_option("--micro-batches", request.micro_batches, "micro-batches per mini-batch (M)");
   simulate->add_option("--mini-batches", request.mini_batches, "mini-batches to simulate (default 1)");
   simulate->add_option("--partition", request.partition, "uniform (default) or a partition file");
-  simulate->add_option("--network", request.network, "analytic (latency + bytes/bandwidth) or simgrid (default: analytic)");
+  simulate->add_option("--network", request.network, "simgrid (default: SimGrid's realistic model) or analytic (exactly latency + bytes/bandwidth)");
   simulate->add_flag("--recompute", request.recompute, "activation recomputation (flushed schedules)");
   simulate->add_option("--batch-size", request.batch_size, "micro-batch size the profile was measured at (graph.txt)");
   add_output_options(*simulate, outputs);

@@ -22,7 +22,7 @@ struct PlanRequest {
   int micro_batches = 1;
   int mini_batches = 1;
   std::string partition = "uniform";  ///< "uniform" or a partition file
-  std::string network = "analytic";
+  std::string network = "simgrid";
   bool recompute = false;
 };
 

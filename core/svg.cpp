@@ -1,1 +1,573 @@
-// (being written)
+// Timeline -> SVG Gantt chart, drawn like the pipeline figures of the
+// GPipe / PipeDream / BaPipe papers.
+//
+// Layout, top to bottom:
+//   - the title (options.title), centred;
+//   - a legend row (forward, backward, recompute when present, other compute
+//     actions when present, transfers) above the plot, so it never covers a box;
+//   - one row per host, in timeline.hosts order, then hosts that only appear
+//     in records in order of first appearance. A row holds one sub-row per
+//     compute stream of the host (stream numbers in increasing order) and,
+//     when options.show_transfers, a thin communication lane under it where
+//     transfers are thin bars; overlapping transfers of one host are stacked
+//     on further lanes (greedy, by start time), at most kMaxTransferLanes,
+//     beyond which they share the last lane, drawn semi-transparent;
+//   - the time axis: nicely rounded ticks (1, 2, 5 x 10^k) in s, ms or us
+//     chosen from the span, with light grid lines behind the boxes.
+// The label column on the left shows the host name and the stage(s) of its
+// compute records. Compute boxes carry the micro-batch number ("3", or "3@1"
+// for mini-batch 1 when it fits; odd mini-batches use a darker shade), only
+// when the estimated text width fits inside the box and does not run into the
+// previous label of the same sub-row. Bubbles are the white gaps.
+//
+// Every number is printed with a fixed format, and nothing depends on the
+// clock or on addresses: the same timeline always gives the same bytes.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/timeline.hpp"
+
+namespace pipegrid {
+
+namespace {
+
+// ---- geometry (px) -------------------------------------------------------
+constexpr double kMargin = 16;             // around the whole picture
+constexpr double kTitleFont = 16;
+constexpr double kLabelFont = 12;          // host names, legend, axis
+constexpr double kSmallFont = 10;          // "stage s", stream tags
+constexpr double kBoxFont = 11;            // micro-batch numbers in boxes
+constexpr double kCharWidth = 0.6;         // estimated glyph width / font size
+constexpr double kSubRowHeight = 24;       // one compute stream
+constexpr double kBoxHeight = 18;
+constexpr double kLaneHeight = 7;          // one communication lane
+constexpr double kBarHeight = 5;
+constexpr double kLanePadding = 3;         // above the first lane and below the last one
+constexpr int kMaxTransferLanes = 3;
+constexpr double kMinPlotWidth = 960;
+constexpr double kMaxPlotWidth = 2400;
+constexpr double kPixelsPerBox = 30;       // plot width grows with the busiest sub-row
+constexpr double kAxisHeight = 44;
+constexpr double kTickSpacing = 90;        // wanted px between ticks
+constexpr std::size_t kMaxHostLabelChars = 32;
+constexpr std::size_t kTooltipRecordLimit = 20000;  // tooltips make big files bigger
+
+// ---- colours --------------------------------------------------------------
+struct Palette {
+  const char* fill;      ///< even mini-batches
+  const char* fill_alt;  ///< odd mini-batches
+};
+constexpr Palette kForward{"#8db8e8", "#5d92d0"};
+constexpr Palette kBackward{"#93cc7c", "#5ea84b"};
+constexpr Palette kRecompute{"#f4b870", "#e0913a"};
+constexpr Palette kOtherCompute{"#cfcfcf", "#a9a9a9"};
+constexpr const char* kSendForward = "#2f5f9e";
+constexpr const char* kSendBackward = "#3c7f2e";
+constexpr const char* kSendOther = "#6b6b6b";
+constexpr const char* kBoxStroke = "#333333";
+constexpr const char* kText = "#111111";
+constexpr const char* kMutedText = "#555555";
+constexpr const char* kGrid = "#e4e4e4";
+constexpr const char* kSeparator = "#c8c8c8";
+constexpr const char* kFont = "Helvetica, Arial, sans-serif";
+
+/// Fixed-format coordinate: two decimals, never "-0.00".
+std::string num(double value) {
+  if (std::fabs(value) < 0.005) value = 0;
+  return fmt::format("{:.2f}", value);
+}
+
+std::string escape_xml(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default:
+        // Control characters are not allowed in XML 1.0 text; show a '?'.
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r')
+          out += '?';
+        else
+          out += c;
+    }
+  }
+  return out;
+}
+
+/// Estimated rendered width of `text` at `font_size` (px). UTF-8
+/// continuation bytes do not count as characters.
+double text_width(std::string_view text, double font_size) {
+  std::size_t chars = 0;
+  for (char c : text)
+    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++chars;
+  return static_cast<double>(chars) * font_size * kCharWidth;
+}
+
+std::string shorten(const std::string& text, std::size_t max_chars) {
+  if (text.size() <= max_chars) return text;
+  std::size_t cut = max_chars - 3;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // keep UTF-8 whole
+  return text.substr(0, cut) + "...";
+}
+
+bool usable(const TimelineRecord& record) { return std::isfinite(record.start_s) && std::isfinite(record.end_s); }
+
+const Palette& compute_palette(const std::string& action) {
+  if (action == "F") return kForward;
+  if (action == "B") return kBackward;
+  if (action == "R") return kRecompute;
+  return kOtherCompute;
+}
+
+const char* transfer_colour(const std::string& action) {
+  if (action == "SEND_F") return kSendForward;
+  if (action == "SEND_B") return kSendBackward;
+  return kSendOther;
+}
+
+/// CSS-class-like token for an action: "F", "B", "R", "SEND_F", ... and
+/// "other" for anything with characters that do not belong in an attribute.
+std::string action_class(const std::string& action) {
+  if (action.empty()) return "other";
+  for (char c : action)
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+      return "other";
+  return action;
+}
+
+/// What one host's row holds.
+struct HostRow {
+  std::string name;
+  std::vector<int> streams;                 ///< compute streams, increasing; {0} when none
+  std::set<int> stages;                     ///< stages of the compute records
+  std::vector<std::size_t> compute;         ///< record indices, input order
+  std::vector<std::size_t> transfers;       ///< record indices, input order
+  std::map<std::size_t, int> lane;          ///< transfer index -> lane
+  int lanes = 0;
+  double top = 0;                           ///< y of the row's top edge
+  double height = 0;
+  int sub_row(int stream) const {
+    return static_cast<int>(std::lower_bound(streams.begin(), streams.end(), stream) - streams.begin());
+  }
+};
+
+std::string stage_label(const std::set<int>& stages) {
+  if (stages.empty()) return "";
+  if (stages.size() == 1) return fmt::format("stage {}", *stages.begin());
+  std::string text = "stages ";
+  int shown = 0;
+  for (int stage : stages) {
+    if (shown == 4) {
+      text += ",...";
+      break;
+    }
+    text += shown == 0 ? fmt::format("{}", stage) : fmt::format(",{}", stage);
+    ++shown;
+  }
+  return text;
+}
+
+/// Greedy lanes for the transfers of a host: by start time (then input
+/// order), first lane free at the start; past kMaxTransferLanes the last lane
+/// is shared.
+void assign_lanes(const Timeline& timeline, HostRow& row) {
+  std::vector<std::size_t> order = row.transfers;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return timeline.records[a].start_s < timeline.records[b].start_s;
+  });
+  std::vector<double> lane_end;
+  for (std::size_t index : order) {
+    const TimelineRecord& record = timeline.records[index];
+    std::size_t lane = 0;
+    while (lane < lane_end.size() && lane_end[lane] > record.start_s) ++lane;
+    if (lane == lane_end.size()) {
+      if (lane_end.size() < static_cast<std::size_t>(kMaxTransferLanes))
+        lane_end.push_back(record.end_s);
+      else
+        lane = lane_end.size() - 1;
+    }
+    lane_end[lane] = std::max(lane_end[lane], std::max(record.end_s, record.start_s));
+    row.lane[index] = static_cast<int>(lane);
+  }
+  row.lanes = static_cast<int>(lane_end.size());
+}
+
+/// Time axis: range, unit and ticks.
+struct TimeAxis {
+  double t0 = 0, t1 = 1;      ///< seconds
+  const char* unit = "s";
+  double factor = 1;          ///< seconds -> unit
+  double step = 1;            ///< tick step in the unit
+  int decimals = 0;
+};
+
+TimeAxis choose_axis(double t0, double t1, double plot_width) {
+  TimeAxis axis;
+  if (!(t1 > t0)) t1 = t0 + (t0 != 0 ? std::fabs(t0) * 1e-3 : 1.0);
+  axis.t0 = t0;
+  axis.t1 = t1;
+  const double span = t1 - t0;
+  if (span >= 1) {
+    axis.unit = "s";
+    axis.factor = 1;
+  } else if (span >= 1e-3) {
+    axis.unit = "ms";
+    axis.factor = 1e3;
+  } else {
+    axis.unit = "us";
+    axis.factor = 1e6;
+  }
+  const double wanted = std::max(2.0, std::floor(plot_width / kTickSpacing));
+  const double raw = span * axis.factor / wanted;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  const double normalised = raw / magnitude;
+  const double nice = normalised <= 1 ? 1 : normalised <= 2 ? 2 : normalised <= 5 ? 5 : 10;
+  axis.step = nice * magnitude;
+  axis.decimals = std::max(0, static_cast<int>(-std::floor(std::log10(axis.step) + 1e-9)));
+  return axis;
+}
+
+class SvgWriter {
+ public:
+  void line(const std::string& text) {
+    out_ += text;
+    out_ += '\n';
+  }
+  std::string& text() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+}  // namespace
+
+std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options) {
+  // ---- rows ---------------------------------------------------------------
+  std::vector<HostRow> rows;
+  std::map<std::string, std::size_t> row_of;
+  auto add_host = [&](const std::string& host) {
+    if (row_of.count(host)) return;
+    row_of[host] = rows.size();
+    rows.emplace_back();
+    rows.back().name = host;
+  };
+  for (const std::string& host : timeline.hosts) add_host(host);
+
+  bool any_record = false, any_transfer = false, any_recompute = false, any_other = false;
+  double min_start = std::numeric_limits<double>::infinity();
+  double max_end = -std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < timeline.records.size(); ++i) {
+    const TimelineRecord& record = timeline.records[i];
+    if (!usable(record)) continue;
+    add_host(record.host);
+    HostRow& row = rows[row_of[record.host]];
+    any_record = true;
+    min_start = std::min(min_start, record.start_s);
+    max_end = std::max({max_end, record.end_s, record.start_s});
+    if (record.kind() == RecordKind::Transfer) {
+      row.transfers.push_back(i);
+      any_transfer = true;
+    } else {
+      row.compute.push_back(i);
+      row.stages.insert(record.stage);
+      if (std::find(row.streams.begin(), row.streams.end(), record.stream) == row.streams.end())
+        row.streams.push_back(record.stream);
+      if (record.action == "R") any_recompute = true;
+      else if (record.action != "F" && record.action != "B") any_other = true;
+    }
+  }
+  const bool draw_transfers = options.show_transfers && any_transfer;
+  std::size_t busiest_sub_row = 0;
+  for (HostRow& row : rows) {
+    std::sort(row.streams.begin(), row.streams.end());
+    if (row.streams.empty()) row.streams.push_back(0);
+    if (draw_transfers) {
+      assign_lanes(timeline, row);
+      row.lanes = std::max(row.lanes, 1);
+    }
+    std::vector<std::size_t> per_stream(row.streams.size(), 0);
+    for (std::size_t index : row.compute)
+      busiest_sub_row = std::max(busiest_sub_row, ++per_stream[row.sub_row(timeline.records[index].stream)]);
+  }
+
+  // ---- horizontal layout ----------------------------------------------------
+  bool multi_stream = false;
+  double label_width = 40;
+  for (const HostRow& row : rows) {
+    label_width = std::max(label_width, text_width(shorten(row.name, kMaxHostLabelChars), kLabelFont));
+    label_width = std::max(label_width, text_width(stage_label(row.stages), kSmallFont));
+    if (row.streams.size() > 1) multi_stream = true;
+  }
+  const double stream_tag_width = multi_stream ? 22 : 0;  // room for the "s1" tags
+  const double plot_left = kMargin + label_width + 10 + stream_tag_width;
+  const double plot_width =
+      std::clamp(static_cast<double>(busiest_sub_row) * kPixelsPerBox, kMinPlotWidth, kMaxPlotWidth);
+  const double plot_right = plot_left + plot_width;
+  double width = plot_right + kMargin + 8;
+
+  // ---- legend items -------------------------------------------------------
+  struct LegendItem {
+    std::string label;
+    const char* colour;
+    bool bar;  ///< thin bar (transfer) rather than a box
+  };
+  std::vector<LegendItem> legend = {{"forward (F)", kForward.fill, false}, {"backward (B)", kBackward.fill, false}};
+  if (any_recompute) legend.push_back({"recompute (R)", kRecompute.fill, false});
+  if (any_other) legend.push_back({"other compute", kOtherCompute.fill, false});
+  if (options.show_transfers) {
+    legend.push_back({"send activations (SEND_F)", kSendForward, true});
+    legend.push_back({"send gradients (SEND_B)", kSendBackward, true});
+  }
+  constexpr double kSwatch = 16, kSwatchGap = 5, kItemGap = 18;
+  double legend_width = 0;
+  for (const LegendItem& item : legend) legend_width += kSwatch + kSwatchGap + text_width(item.label, kLabelFont) + kItemGap;
+  width = std::max(width, plot_left + legend_width + kMargin);
+  width = std::max(width, text_width(options.title, kTitleFont) + 2 * kMargin);
+  width = std::ceil(width);
+
+  // ---- vertical layout ----------------------------------------------------
+  double y = kMargin;
+  const bool has_title = !options.title.empty();
+  const double title_baseline = y + kTitleFont;
+  if (has_title) y += kTitleFont + 10;
+  const double legend_center = y + 8;
+  y += 16 + 12;
+  const double plot_top = y;
+  for (HostRow& row : rows) {
+    row.top = y;
+    row.height = static_cast<double>(row.streams.size()) * kSubRowHeight;
+    if (draw_transfers) row.height += kLanePadding * 2 + row.lanes * kLaneHeight;
+    y += row.height;
+  }
+  if (rows.empty()) y += 2 * kSubRowHeight;  // an empty frame still has room for its note
+  const double plot_bottom = y;
+  const double height = std::ceil(plot_bottom + kAxisHeight + kMargin - 4);
+
+  // ---- time axis ------------------------------------------------------------
+  double t0 = 0, t1 = 1;
+  if (any_record) {
+    t0 = min_start < 0 ? min_start : (min_start <= 0.25 * max_end ? 0.0 : min_start);
+    t1 = max_end;
+    if (t1 > t0) t1 += (t1 - t0) * 0.01;  // a little air after the last record
+  }
+  const TimeAxis axis = choose_axis(t0, t1, plot_width);
+  const double scale = plot_width / (axis.t1 - axis.t0);
+  auto x_of = [&](double t) { return plot_left + (t - axis.t0) * scale; };
+
+  // ---- output ---------------------------------------------------------------
+  SvgWriter svg;
+  svg.line(fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+      "font-family=\"{}\">",
+      num(width), num(height), num(width), num(height), kFont));
+  if (has_title) svg.line(fmt::format("<title>{}</title>", escape_xml(options.title)));
+  svg.line(fmt::format("<rect class=\"background\" x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>",
+                       num(width), num(height)));
+  if (has_title)
+    svg.line(fmt::format(
+        "<text class=\"title\" x=\"{}\" y=\"{}\" font-size=\"{}\" font-weight=\"bold\" text-anchor=\"middle\" "
+        "fill=\"{}\">{}</text>",
+        num(width / 2), num(title_baseline), num(kTitleFont), kText, escape_xml(options.title)));
+
+  // Legend.
+  {
+    svg.line(fmt::format("<g class=\"legend\" font-size=\"{}\" fill=\"{}\">", num(kLabelFont), kText));
+    double x = plot_left;
+    for (const LegendItem& item : legend) {
+      if (item.bar)
+        svg.line(fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>", num(x),
+                             num(legend_center - kBarHeight / 2), num(kSwatch), num(kBarHeight), item.colour));
+      else
+        svg.line(fmt::format(
+            "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" stroke=\"{}\" stroke-width=\"0.6\"/>",
+            num(x), num(legend_center - 6), num(kSwatch), num(12), item.colour, kBoxStroke));
+      x += kSwatch + kSwatchGap;
+      svg.line(fmt::format("<text x=\"{}\" y=\"{}\">{}</text>", num(x), num(legend_center + kLabelFont * 0.35),
+                           escape_xml(item.label)));
+      x += text_width(item.label, kLabelFont) + kItemGap;
+    }
+    svg.line("</g>");
+  }
+
+  // Grid lines and tick marks (behind the boxes).
+  struct Tick {
+    double x;
+    std::string label;
+  };
+  std::vector<Tick> ticks;
+  if (any_record) {
+    const double first = std::ceil(axis.t0 * axis.factor / axis.step - 1e-9);
+    const double last = std::floor(axis.t1 * axis.factor / axis.step + 1e-9);
+    for (double k = first; k <= last; k += 1) {
+      const double value = k * axis.step;  // in the unit
+      std::string label = fmt::format("{:.{}f}", value, axis.decimals);
+      if (label.find_first_not_of("-0.") == std::string::npos) label = fmt::format("{:.{}f}", 0.0, axis.decimals);
+      ticks.push_back({x_of(value / axis.factor), label});
+    }
+    svg.line(fmt::format("<g class=\"grid\" stroke=\"{}\" stroke-width=\"1\">", kGrid));
+    for (const Tick& tick : ticks)
+      svg.line(fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\"/>", num(tick.x), num(plot_top),
+                           num(plot_bottom)));
+    svg.line("</g>");
+  }
+
+  // Row labels and separators.
+  svg.line(fmt::format("<g class=\"rows\" fill=\"{}\">", kText));
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const HostRow& row = rows[r];
+    const double compute_height = static_cast<double>(row.streams.size()) * kSubRowHeight;
+    const std::string stages = stage_label(row.stages);
+    const double center = row.top + compute_height / 2;
+    const double label_x = plot_left - 8 - stream_tag_width;
+    const double name_y = stages.empty() ? center + kLabelFont * 0.35 : center - 1;
+    svg.line(fmt::format("<text class=\"host\" x=\"{}\" y=\"{}\" font-size=\"{}\" text-anchor=\"end\">{}</text>",
+                         num(label_x), num(name_y), num(kLabelFont), escape_xml(shorten(row.name, kMaxHostLabelChars))));
+    if (!stages.empty())
+      svg.line(fmt::format(
+          "<text class=\"stage\" x=\"{}\" y=\"{}\" font-size=\"{}\" text-anchor=\"end\" fill=\"{}\">{}</text>",
+          num(label_x), num(center + kSmallFont + 1), num(kSmallFont), kMutedText, escape_xml(stages)));
+    if (row.streams.size() > 1)
+      for (std::size_t s = 0; s < row.streams.size(); ++s)
+        svg.line(fmt::format(
+            "<text class=\"stream\" x=\"{}\" y=\"{}\" font-size=\"{}\" text-anchor=\"end\" fill=\"{}\">s{}</text>",
+            num(plot_left - 4), num(row.top + (static_cast<double>(s) + 0.5) * kSubRowHeight + kSmallFont * 0.35),
+            num(kSmallFont), kMutedText, row.streams[s]));
+    if (draw_transfers)
+      svg.line(fmt::format(
+          "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"0.5\" "
+          "stroke-dasharray=\"2,2\"/>",
+          num(plot_left), num(row.top + compute_height), num(plot_right), kSeparator));
+    if (r > 0)
+      svg.line(fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"1\"/>",
+                           num(kMargin), num(row.top), num(plot_right), kSeparator));
+  }
+  svg.line("</g>");
+
+  const bool tooltips = timeline.records.size() <= kTooltipRecordLimit;
+  auto tooltip = [&](const TimelineRecord& record) {
+    std::string text = fmt::format("{} {}{}", record.host, record.action, record.micro_batch);
+    if (record.mini_batch > 0) text += fmt::format("@{}", record.mini_batch);
+    text += fmt::format(" stage {}: {:.6g} - {:.6g} s", record.stage, record.start_s, record.end_s);
+    if (record.kind() == RecordKind::Transfer) text += fmt::format(" to {}, {:.6g} bytes", record.peer, record.bytes);
+    return fmt::format("<title>{}</title>", escape_xml(text));
+  };
+
+  // Compute boxes, then their labels (so no box covers a label).
+  struct Label {
+    double x, y;
+    std::string text;
+  };
+  std::vector<Label> labels;
+  svg.line(fmt::format("<g class=\"compute\" stroke=\"{}\" stroke-width=\"0.6\">", kBoxStroke));
+  for (const HostRow& row : rows) {
+    std::vector<double> last_label_right(row.streams.size(), -std::numeric_limits<double>::infinity());
+    // Boxes in time order per sub-row so label collisions are judged left to right.
+    std::vector<std::size_t> order = row.compute;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return timeline.records[a].start_s < timeline.records[b].start_s;
+    });
+    for (std::size_t index : order) {
+      const TimelineRecord& record = timeline.records[index];
+      const int sub = row.sub_row(record.stream);
+      const double x = x_of(record.start_s);
+      const double w_true = std::max(0.0, (record.end_s - record.start_s) * scale);
+      const double w = std::max(w_true, 0.5);
+      const double box_top = row.top + sub * kSubRowHeight + (kSubRowHeight - kBoxHeight) / 2;
+      const Palette& palette = compute_palette(record.action);
+      const char* fill = record.mini_batch % 2 != 0 ? palette.fill_alt : palette.fill;
+      const std::string stroke = w < 4 ? " stroke=\"none\"" : "";
+      std::string element = fmt::format("<rect class=\"box {}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"{}",
+                                        action_class(record.action), num(x), num(box_top), num(w), num(kBoxHeight),
+                                        fill, stroke);
+      element += tooltips ? ">" + tooltip(record) + "</rect>" : "/>";
+      svg.line(element);
+
+      // Label: "m@k" when it fits, else "m", else nothing.
+      std::vector<std::string> candidates;
+      if (record.mini_batch > 0) candidates.push_back(fmt::format("{}@{}", record.micro_batch, record.mini_batch));
+      candidates.push_back(fmt::format("{}", record.micro_batch));
+      if (record.action != "F" && record.action != "B")  // unusual actions keep their letter when there is room
+        candidates.insert(candidates.begin(), fmt::format("{}{}", record.action, record.micro_batch));
+      for (const std::string& text : candidates) {
+        const double needed = text_width(text, kBoxFont) + 4;
+        const double center = x + w / 2;
+        if (needed > w_true || center - needed / 2 < last_label_right[sub]) continue;
+        labels.push_back({center, box_top + kBoxHeight / 2 + kBoxFont * 0.36, text});
+        last_label_right[sub] = center + needed / 2;
+        break;
+      }
+    }
+  }
+  svg.line("</g>");
+  if (!labels.empty()) {
+    svg.line(fmt::format("<g class=\"labels\" font-size=\"{}\" text-anchor=\"middle\" fill=\"{}\">", num(kBoxFont), kText));
+    for (const Label& label : labels)
+      svg.line(fmt::format("<text x=\"{}\" y=\"{}\">{}</text>", num(label.x), num(label.y), escape_xml(label.text)));
+    svg.line("</g>");
+  }
+
+  // Transfers.
+  if (draw_transfers) {
+    svg.line("<g class=\"transfers\" fill-opacity=\"0.75\">");
+    for (const HostRow& row : rows) {
+      const double lanes_top = row.top + static_cast<double>(row.streams.size()) * kSubRowHeight + kLanePadding;
+      for (std::size_t index : row.transfers) {
+        const TimelineRecord& record = timeline.records[index];
+        const double x = x_of(record.start_s);
+        const double w = std::max(0.5, (record.end_s - record.start_s) * scale);
+        const double bar_top = lanes_top + row.lane.at(index) * kLaneHeight + (kLaneHeight - kBarHeight) / 2;
+        std::string element = fmt::format("<rect class=\"bar {}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"",
+                                          action_class(record.action), num(x), num(bar_top), num(w), num(kBarHeight),
+                                          transfer_colour(record.action));
+        element += tooltips ? ">" + tooltip(record) + "</rect>" : "/>";
+        svg.line(element);
+      }
+    }
+    svg.line("</g>");
+  }
+
+  // Frame, note, axis.
+  svg.line(fmt::format(
+      "<rect class=\"frame\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#666666\" "
+      "stroke-width=\"1\"/>",
+      num(plot_left), num(plot_top), num(plot_width), num(plot_bottom - plot_top)));
+  if (!any_record)
+    svg.line(fmt::format(
+        "<text class=\"note\" x=\"{}\" y=\"{}\" font-size=\"{}\" text-anchor=\"middle\" fill=\"{}\">no records</text>",
+        num(plot_left + plot_width / 2), num((plot_top + plot_bottom) / 2 + kLabelFont * 0.35), num(kLabelFont),
+        kMutedText));
+
+  svg.line(fmt::format("<g class=\"axis\" font-size=\"{}\" fill=\"{}\" text-anchor=\"middle\">", num(kLabelFont), kText));
+  double last_tick_label_right = -std::numeric_limits<double>::infinity();
+  for (const Tick& tick : ticks) {
+    svg.line(fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#666666\" stroke-width=\"1\"/>",
+                         num(tick.x), num(plot_bottom), num(plot_bottom + 5)));
+    const double half = text_width(tick.label, kLabelFont) / 2;
+    if (tick.x - half < last_tick_label_right + 4) continue;  // never overlap tick labels
+    svg.line(fmt::format("<text x=\"{}\" y=\"{}\">{}</text>", num(tick.x), num(plot_bottom + 5 + kLabelFont + 2),
+                         escape_xml(tick.label)));
+    last_tick_label_right = tick.x + half;
+  }
+  if (any_record)
+    svg.line(fmt::format("<text class=\"axis-title\" x=\"{}\" y=\"{}\">time ({})</text>",
+                         num(plot_left + plot_width / 2), num(plot_bottom + 5 + 2 * kLabelFont + 10), axis.unit));
+  svg.line("</g>");
+  svg.line("</svg>");
+  return std::move(svg.text());
+}
+
+}  // namespace pipegrid

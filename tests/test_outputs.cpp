@@ -1,1 +1,519 @@
-// (being written)
+// Output formats of a timeline: SVG Gantt chart, Chrome trace JSON, CSV.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/timeline.hpp"
+
+namespace pipegrid {
+namespace {
+
+TimelineRecord compute(const std::string& host, int stage, const char* action, int micro, double start, double end,
+                       int mini = 0, int stream = 0) {
+  return {host, stream, stage, action, micro, mini, start, end, 0, "", 0};
+}
+TimelineRecord transfer(const std::string& from, const std::string& to, int stage, const char* action, int micro,
+                        double start, double end, double bytes = 1000) {
+  return {from, 0, stage, action, micro, 0, start, end, bytes, to, 0};
+}
+
+/// GPipe on `hosts` devices with `micro` micro-batches, F = f, B = 2f,
+/// transfers of f/4 after every forward and backward.
+Timeline gpipe(int hosts, int micro, double f) {
+  Timeline timeline;
+  for (int h = 0; h < hosts; ++h) timeline.hosts.push_back("gpu" + std::to_string(h));
+  const double s = f / 4;
+  std::vector<double> busy(hosts, 0);
+  std::vector<std::vector<double>> done(hosts, std::vector<double>(micro, 0));
+  for (int m = 0; m < micro; ++m)
+    for (int h = 0; h < hosts; ++h) {
+      const double start = std::max(busy[h], h == 0 ? 0.0 : done[h - 1][m] + s);
+      busy[h] = done[h][m] = start + f;
+      timeline.records.push_back(compute(timeline.hosts[h], h, "F", m, start, start + f));
+      if (h + 1 < hosts)
+        timeline.records.push_back(transfer(timeline.hosts[h], timeline.hosts[h + 1], h, "SEND_F", m, start + f, start + f + s));
+    }
+  for (int m = 0; m < micro; ++m)
+    for (int h = hosts - 1; h >= 0; --h) {
+      const double start = std::max(busy[h], h == hosts - 1 ? 0.0 : done[h + 1][m] + s);
+      busy[h] = done[h][m] = start + 2 * f;
+      timeline.records.push_back(compute(timeline.hosts[h], h, "B", m, start, start + 2 * f));
+      if (h > 0)
+        timeline.records.push_back(transfer(timeline.hosts[h], timeline.hosts[h - 1], h, "SEND_B", m, start + 2 * f,
+                                            start + 2 * f + s));
+    }
+  return timeline;
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
+/// Checks that every tag is closed in order, attribute values are quoted and
+/// every '&' starts a known entity; returns "" when fine, else what is wrong.
+std::string xml_problem(const std::string& text) {
+  std::vector<std::string> open;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    if (text[i] == '&') {
+      static const std::vector<std::string> entities = {"&amp;", "&lt;", "&gt;", "&quot;", "&apos;"};
+      bool known = false;
+      for (const std::string& entity : entities) known = known || text.compare(i, entity.size(), entity) == 0;
+      if (!known) return "bare & at " + std::to_string(i);
+      ++i;
+      continue;
+    }
+    if (text[i] == '>') return "stray > at " + std::to_string(i);
+    if (text[i] != '<') {
+      ++i;
+      continue;
+    }
+    // A tag: find its end, skipping quoted attribute values.
+    std::size_t j = i + 1;
+    char quote = 0;
+    for (; j < text.size(); ++j) {
+      if (quote) {
+        if (text[j] == quote) quote = 0;
+        else if (text[j] == '<') return "< inside an attribute at " + std::to_string(j);
+      } else if (text[j] == '"' || text[j] == '\'') {
+        quote = text[j];
+      } else if (text[j] == '>') {
+        break;
+      }
+    }
+    if (j == text.size()) return "unterminated tag at " + std::to_string(i);
+    const std::string tag = text.substr(i + 1, j - i - 1);
+    if (tag.empty()) return "empty tag at " + std::to_string(i);
+    if (tag[0] == '/') {
+      const std::string name = tag.substr(1);
+      if (open.empty() || open.back() != name) return "unexpected </" + name + "> at " + std::to_string(i);
+      open.pop_back();
+    } else if (tag[0] != '?' && tag[0] != '!' && tag.back() != '/') {
+      open.push_back(tag.substr(0, tag.find_first_of(" \t\n")));
+    }
+    i = j + 1;
+  }
+  if (!open.empty()) return "unclosed <" + open.back() + ">";
+  return "";
+}
+
+/// Text contents of the <text> elements inside the first <g class="NAME"> group.
+std::vector<std::string> group_texts(const std::string& svg, const std::string& name) {
+  std::vector<std::string> texts;
+  const std::size_t begin = svg.find("<g class=\"" + name + "\"");
+  if (begin == std::string::npos) return texts;
+  const std::size_t end = svg.find("</g>", begin);
+  for (std::size_t at = svg.find("<text", begin); at != std::string::npos && at < end; at = svg.find("<text", at + 1)) {
+    const std::size_t content = svg.find('>', at) + 1;
+    texts.push_back(svg.substr(content, svg.find("</text>", content) - content));
+  }
+  return texts;
+}
+
+/// The value of attribute `name` in the first element containing `marker`.
+std::string attribute_after(const std::string& svg, const std::string& marker, const std::string& name) {
+  const std::size_t at = svg.find(marker);
+  if (at == std::string::npos) return "";
+  const std::size_t value = svg.find(name + "=\"", at);
+  if (value == std::string::npos) return "";
+  const std::size_t begin = value + name.size() + 2;
+  return svg.substr(begin, svg.find('"', begin) - begin);
+}
+
+// ---------------------------------------------------------------------------
+// SVG
+
+TEST(Svg, IsWellFormedStandaloneSvg) {
+  const std::string svg = timeline_to_svg(gpipe(4, 8, 1e-3), {"GPipe", true});
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("xmlns=\"http://www.w3.org/2000/svg\""), std::string::npos);
+  EXPECT_NE(svg.find("version=\"1.1\""), std::string::npos);
+  EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_EQ(count(svg, "<svg"), 1u);
+  EXPECT_NE(svg.find(">GPipe</text>"), std::string::npos);
+}
+
+TEST(Svg, XmlCheckerRejectsBrokenDocuments) {
+  // The checker used above must be able to fail.
+  EXPECT_NE(xml_problem("<svg><g></svg>"), "");
+  EXPECT_NE(xml_problem("<svg><text>a & b</text></svg>"), "");
+  EXPECT_NE(xml_problem("<svg><text>a < b</text></svg>"), "");
+  EXPECT_EQ(xml_problem("<svg><text x=\"1\">a &amp; b</text><rect/></svg>"), "");
+}
+
+TEST(Svg, OneBoxPerComputeRecordWithItsColourClass) {
+  Timeline timeline = gpipe(3, 5, 1.0);
+  timeline.records.push_back(compute("gpu1", 1, "R", 0, 40, 41));
+  timeline.records.push_back(compute("gpu1", 1, "R", 1, 41, 42));
+  const std::string svg = timeline_to_svg(timeline, {"t", true});
+  EXPECT_EQ(count(svg, "class=\"box F\""), 15u);
+  EXPECT_EQ(count(svg, "class=\"box B\""), 15u);
+  EXPECT_EQ(count(svg, "class=\"box R\""), 2u);
+  EXPECT_EQ(count(svg, "class=\"box "), 32u);
+  EXPECT_EQ(count(svg, "class=\"bar SEND_F\""), 10u);
+  EXPECT_EQ(count(svg, "class=\"bar SEND_B\""), 10u);
+  const std::string forward = attribute_after(svg, "class=\"box F\"", "fill");
+  const std::string backward = attribute_after(svg, "class=\"box B\"", "fill");
+  const std::string recompute = attribute_after(svg, "class=\"box R\"", "fill");
+  EXPECT_FALSE(forward.empty());
+  EXPECT_NE(forward, backward);
+  EXPECT_NE(forward, recompute);
+  EXPECT_NE(backward, recompute);
+  // Every F box has the same colour (mini-batch 0 only here).
+  EXPECT_EQ(count(svg, "fill=\"" + forward + "\""), 15u + 1u /* legend swatch */);
+  // The legend names the three kinds of compute and the transfers.
+  EXPECT_NE(svg.find("forward (F)"), std::string::npos);
+  EXPECT_NE(svg.find("backward (B)"), std::string::npos);
+  EXPECT_NE(svg.find("recompute (R)"), std::string::npos);
+  EXPECT_NE(svg.find("SEND_F"), std::string::npos);
+}
+
+TEST(Svg, NoTransferLaneWhenTransfersAreHidden) {
+  const std::string svg = timeline_to_svg(gpipe(3, 4, 1.0), {"t", false});
+  EXPECT_EQ(count(svg, "class=\"bar "), 0u);
+  EXPECT_EQ(count(svg, "class=\"box "), 24u);
+  EXPECT_EQ(xml_problem(svg), "");
+}
+
+TEST(Svg, BoxesLabelledWithMicroBatchNumbers) {
+  Timeline timeline;
+  timeline.hosts = {"a"};
+  for (int m = 0; m < 4; ++m) timeline.records.push_back(compute("a", 0, "F", m, m, m + 1));
+  timeline.records.push_back(compute("a", 0, "F", 7, 4, 5, 1));  // mini-batch 1
+  timeline.records.push_back(compute("a", 0, "B", 9, 5, 5.0001));  // far too narrow for a label
+  const std::string svg = timeline_to_svg(timeline, {"", false});
+  const std::vector<std::string> labels = group_texts(svg, "labels");
+  EXPECT_EQ(labels, (std::vector<std::string>{"0", "1", "2", "3", "7@1"}));
+  // Mini-batch 1 gets its own shade.
+  const std::size_t odd = svg.find("F7@1");
+  ASSERT_NE(odd, std::string::npos);
+  const std::size_t odd_box = svg.rfind("<rect", odd);
+  EXPECT_NE(attribute_after(svg.substr(odd_box), "<rect", "fill"), attribute_after(svg, "class=\"box F\"", "fill"));
+}
+
+TEST(Svg, LabelsNeverOverlap) {
+  // Boxes on one stream that overlap each other (a malformed timeline): the
+  // second label would sit on the first one and must be left out.
+  Timeline timeline;
+  timeline.hosts = {"a"};
+  timeline.records.push_back(compute("a", 0, "F", 11, 0, 10));
+  timeline.records.push_back(compute("a", 0, "F", 12, 0.1, 10.1));
+  const std::string svg = timeline_to_svg(timeline, {"", false});
+  EXPECT_EQ(group_texts(svg, "labels"), (std::vector<std::string>{"11"}));
+}
+
+TEST(Svg, EscapesXmlInHostNamesAndTitle) {
+  Timeline timeline;
+  timeline.hosts = {"a<b>&\"c\""};
+  timeline.records.push_back(compute("a<b>&\"c\"", 0, "F", 0, 0, 1));
+  timeline.records.push_back(transfer("a<b>&\"c\"", "d&e", 0, "SEND_F", 0, 1, 2));
+  const std::string svg = timeline_to_svg(timeline, {"x & y <z> \"q\"", true});
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_NE(svg.find("a&lt;b&gt;&amp;&quot;c&quot;"), std::string::npos);
+  EXPECT_NE(svg.find("x &amp; y &lt;z&gt; &quot;q&quot;"), std::string::npos);
+  EXPECT_EQ(svg.find("a<b>"), std::string::npos);
+  EXPECT_EQ(svg.find("<z>"), std::string::npos);
+}
+
+TEST(Svg, TimeUnitFollowsTheSpan) {
+  auto unit_for = [](double end) {
+    Timeline timeline;
+    timeline.hosts = {"a"};
+    timeline.records.push_back(compute("a", 0, "F", 0, 0, end / 2));
+    timeline.records.push_back(compute("a", 0, "B", 0, end / 2, end));
+    const std::string svg = timeline_to_svg(timeline, {"", false});
+    const std::size_t at = svg.find("time (");
+    return at == std::string::npos ? std::string() : svg.substr(at, svg.find(')', at) + 1 - at);
+  };
+  // The ticks are numbers in that unit: the last one is near the end of the span.
+  auto last_tick = [](double end) {
+    Timeline timeline;
+    timeline.hosts = {"a"};
+    timeline.records.push_back(compute("a", 0, "F", 0, 0, end));
+    std::vector<std::string> ticks = group_texts(timeline_to_svg(timeline, {"", false}), "axis");
+    return ticks.size() < 2 ? -1.0 : std::stod(ticks[ticks.size() - 2]);
+  };
+  EXPECT_GE(last_tick(0.034), 0.034e3 * 0.6);
+  EXPECT_LE(last_tick(0.034), 0.034e3 * 1.02);
+  EXPECT_GE(last_tick(50e-6), 50 * 0.6);
+  EXPECT_LE(last_tick(50e-6), 50 * 1.02);
+  EXPECT_GE(last_tick(40), 40 * 0.6);
+  EXPECT_LE(last_tick(40), 40 * 1.02);
+  EXPECT_EQ(unit_for(40), "time (s)");
+  EXPECT_EQ(unit_for(3.5), "time (s)");
+  EXPECT_EQ(unit_for(0.034), "time (ms)");
+  EXPECT_EQ(unit_for(0.0025), "time (ms)");
+  EXPECT_EQ(unit_for(50e-6), "time (us)");
+}
+
+TEST(Svg, AxisTicksAreRoundAndEvenlySpaced) {
+  for (double end : {0.0346, 7.0, 123.0, 2.2e-5}) {
+    Timeline timeline;
+    timeline.hosts = {"a"};
+    timeline.records.push_back(compute("a", 0, "F", 0, 0, end));
+    const std::string svg = timeline_to_svg(timeline, {"", false});
+    std::vector<std::string> ticks = group_texts(svg, "axis");
+    ASSERT_FALSE(ticks.empty());
+    ticks.pop_back();  // the axis title
+    ASSERT_GE(ticks.size(), 3u) << end;
+    EXPECT_EQ(std::stod(ticks[0]), 0.0) << end;
+    const double step = std::stod(ticks[1]) - std::stod(ticks[0]);
+    const double mantissa = step / std::pow(10.0, std::floor(std::log10(step) + 1e-9));
+    EXPECT_TRUE(std::fabs(mantissa - 1) < 1e-6 || std::fabs(mantissa - 2) < 1e-6 || std::fabs(mantissa - 5) < 1e-6)
+        << "step " << step << " for span " << end;
+    for (std::size_t i = 1; i < ticks.size(); ++i)
+      EXPECT_NEAR(std::stod(ticks[i]) - std::stod(ticks[i - 1]), step, step * 1e-6) << ticks[i];
+    EXPECT_LE(ticks.size(), 30u);
+  }
+}
+
+TEST(Svg, RowsFollowHostOrderThenStrayHosts) {
+  Timeline timeline;
+  timeline.hosts = {"zeta", "alpha", "idle"};
+  timeline.records.push_back(compute("stray", 5, "F", 0, 0, 1));
+  timeline.records.push_back(compute("alpha", 1, "F", 0, 1, 2));
+  timeline.records.push_back(compute("zeta", 0, "F", 0, 2, 3));
+  const std::string svg = timeline_to_svg(timeline, {"", true});
+  std::vector<std::string> hosts;
+  for (std::size_t at = svg.find("class=\"host\""); at != std::string::npos; at = svg.find("class=\"host\"", at + 1)) {
+    const std::size_t content = svg.find('>', at) + 1;
+    hosts.push_back(svg.substr(content, svg.find('<', content) - content));
+  }
+  EXPECT_EQ(hosts, (std::vector<std::string>{"zeta", "alpha", "idle", "stray"}));
+  EXPECT_NE(svg.find(">stage 5</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">stage 1</text>"), std::string::npos);
+}
+
+TEST(Svg, StreamsOfOneHostAreSubRows) {
+  Timeline timeline;
+  timeline.hosts = {"a"};
+  timeline.records.push_back(compute("a", 0, "F", 0, 0, 1, 0, 0));
+  timeline.records.push_back(compute("a", 0, "B", 0, 0, 1, 0, 1));
+  const std::string svg = timeline_to_svg(timeline, {"", false});
+  const std::string y_forward = attribute_after(svg, "class=\"box F\"", "y");
+  const std::string y_backward = attribute_after(svg, "class=\"box B\"", "y");
+  ASSERT_FALSE(y_forward.empty());
+  EXPECT_LT(std::stod(y_forward), std::stod(y_backward));
+}
+
+TEST(Svg, IsDeterministic) {
+  const Timeline timeline = gpipe(4, 8, 1e-3);
+  const Timeline copy = timeline;
+  EXPECT_EQ(timeline_to_svg(timeline, {"same", true}), timeline_to_svg(copy, {"same", true}));
+  EXPECT_NE(timeline_to_svg(timeline, {"same", true}), timeline_to_svg(timeline, {"other", true}));
+}
+
+TEST(Svg, EmptyTimelineGivesAFrameAndANote) {
+  const std::string svg = timeline_to_svg(Timeline{}, {"nothing", true});
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_NE(svg.find("no records"), std::string::npos);
+  EXPECT_NE(svg.find("class=\"frame\""), std::string::npos);
+  EXPECT_EQ(count(svg, "class=\"box "), 0u);
+
+  Timeline hosts_only;
+  hosts_only.hosts = {"a", "b"};
+  const std::string rows = timeline_to_svg(hosts_only, {"", false});
+  EXPECT_EQ(xml_problem(rows), "");
+  EXPECT_NE(rows.find("no records"), std::string::npos);
+  EXPECT_NE(rows.find(">b</text>"), std::string::npos);
+}
+
+TEST(Svg, HugeTimelineStillDrawsEveryBoxButFewLabels) {
+  Timeline timeline;
+  for (int h = 0; h < 8; ++h) timeline.hosts.push_back("h" + std::to_string(h));
+  for (int h = 0; h < 8; ++h)
+    for (int m = 0; m < 1000; ++m) {
+      const double start = h * 1e-6 + m * 3e-6;
+      timeline.records.push_back(compute(timeline.hosts[h], h, "F", m, start, start + 1e-6));
+      timeline.records.push_back(compute(timeline.hosts[h], h, "B", m, start + 1e-6, start + 3e-6));
+    }
+  const std::string svg = timeline_to_svg(timeline, {"huge", false});
+  EXPECT_EQ(count(svg, "class=\"box "), 16000u);
+  EXPECT_EQ(group_texts(svg, "labels").size(), 0u);
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_NE(svg.find("time (ms)"), std::string::npos);
+}
+
+TEST(Svg, NonFiniteTimesAreSkippedNotFatal) {
+  Timeline timeline;
+  timeline.hosts = {"a"};
+  timeline.records.push_back(compute("a", 0, "F", 0, 0, 1));
+  timeline.records.push_back(compute("a", 0, "F", 1, 1, std::nan("")));
+  const std::string svg = timeline_to_svg(timeline, {"", false});
+  EXPECT_EQ(count(svg, "class=\"box F\""), 1u);
+  EXPECT_EQ(svg.find("nan"), std::string::npos);
+  EXPECT_EQ(xml_problem(svg), "");
+}
+
+// ---------------------------------------------------------------------------
+// Chrome trace
+
+using Json = nlohmann::json;
+
+TEST(ChromeTrace, OneProcessPerHostWithName) {
+  Timeline timeline = gpipe(3, 2, 1e-3);
+  timeline.records.push_back(compute("stray", 3, "F", 0, 0, 1e-3));
+  const Json trace = Json::parse(timeline_to_chrome_trace(timeline));
+  ASSERT_TRUE(trace.contains("traceEvents"));
+  std::map<int, std::string> names;
+  for (const Json& event : trace["traceEvents"])
+    if (event["ph"] == "M" && event["name"] == "process_name") {
+      EXPECT_EQ(names.count(event["pid"].get<int>()), 0u);
+      names[event["pid"].get<int>()] = event["args"]["name"].get<std::string>();
+    }
+  EXPECT_EQ(names, (std::map<int, std::string>{{1, "gpu0"}, {2, "gpu1"}, {3, "gpu2"}, {4, "stray"}}));
+}
+
+TEST(ChromeTrace, CompleteEventsInMicroseconds) {
+  const Timeline timeline = gpipe(2, 3, 0.37e-3);
+  const Json trace = Json::parse(timeline_to_chrome_trace(timeline));
+  std::vector<Json> slices;
+  for (const Json& event : trace["traceEvents"])
+    if (event["ph"] == "X") slices.push_back(event);
+  ASSERT_EQ(slices.size(), timeline.records.size());
+  // Events come grouped by host; match each record to its event by name and host.
+  std::map<std::string, int> pid_of = {{"gpu0", 1}, {"gpu1", 2}};
+  for (const TimelineRecord& record : timeline.records) {
+    const std::string name = record.action + std::to_string(record.micro_batch);
+    auto match = std::find_if(slices.begin(), slices.end(), [&](const Json& event) {
+      return event["name"] == name && event["pid"] == pid_of[record.host];
+    });
+    ASSERT_NE(match, slices.end()) << name;
+    EXPECT_DOUBLE_EQ((*match)["ts"].get<double>(), record.start_s * 1e6) << name;
+    EXPECT_DOUBLE_EQ((*match)["dur"].get<double>(), (record.end_s - record.start_s) * 1e6) << name;
+    EXPECT_EQ((*match)["args"]["stage"].get<int>(), record.stage);
+  }
+}
+
+TEST(ChromeTrace, OverlappingTransfersGoToDifferentCommunicationThreads) {
+  Timeline timeline;
+  timeline.hosts = {"mid"};
+  timeline.records.push_back(compute("mid", 1, "F", 0, 0, 1));
+  timeline.records.push_back(transfer("mid", "next", 1, "SEND_F", 0, 1, 3));
+  timeline.records.push_back(transfer("mid", "prev", 1, "SEND_B", 0, 2, 4));
+  timeline.records.push_back(transfer("mid", "next", 1, "SEND_F", 1, 5, 6));  // after both: first lane again
+  const Json trace = Json::parse(timeline_to_chrome_trace(timeline));
+  std::map<std::string, int> tid;
+  std::map<int, std::string> thread_name;
+  for (const Json& event : trace["traceEvents"]) {
+    if (event["ph"] == "X") tid[event["name"].get<std::string>()] = event["tid"].get<int>();
+    if (event["ph"] == "M" && event["name"] == "thread_name")
+      thread_name[event["tid"].get<int>()] = event["args"]["name"].get<std::string>();
+  }
+  EXPECT_NE(tid["SEND_F0"], tid["SEND_B0"]);
+  EXPECT_EQ(tid["SEND_F1"], tid["SEND_F0"]);
+  EXPECT_NE(tid["F0"], tid["SEND_F0"]);
+  EXPECT_EQ(thread_name[tid["F0"]], "compute");
+  EXPECT_EQ(thread_name[tid["SEND_F0"]].rfind("communication", 0), 0u);
+  EXPECT_EQ(thread_name[tid["SEND_B0"]].rfind("communication", 0), 0u);
+}
+
+TEST(ChromeTrace, MemoryCountersInTimeOrder) {
+  Timeline timeline;
+  timeline.hosts = {"a"};
+  // Records out of time order on purpose.
+  TimelineRecord late = compute("a", 0, "B", 0, 2, 3);
+  late.memory_bytes = 10;
+  TimelineRecord early = compute("a", 0, "F", 0, 0, 1);
+  early.memory_bytes = 30;
+  TimelineRecord middle = compute("a", 0, "F", 1, 1, 2);
+  middle.memory_bytes = 50;
+  timeline.records = {late, early, middle};
+  const Json trace = Json::parse(timeline_to_chrome_trace(timeline));
+  std::vector<double> times, bytes;
+  for (const Json& event : trace["traceEvents"])
+    if (event["ph"] == "C") {
+      EXPECT_EQ(event["name"], "memory");
+      times.push_back(event["ts"].get<double>());
+      bytes.push_back(event["args"]["bytes"].get<double>());
+    }
+  EXPECT_EQ(times, (std::vector<double>{1e6, 2e6, 3e6}));
+  EXPECT_EQ(bytes, (std::vector<double>{30, 50, 10}));
+}
+
+TEST(ChromeTrace, IsDeterministicAndEmptyIsValid) {
+  const Timeline timeline = gpipe(3, 4, 1e-3);
+  EXPECT_EQ(timeline_to_chrome_trace(timeline), timeline_to_chrome_trace(Timeline(timeline)));
+  const Json empty = Json::parse(timeline_to_chrome_trace(Timeline{}));
+  EXPECT_TRUE(empty["traceEvents"].is_array());
+  EXPECT_TRUE(empty["traceEvents"].empty());
+}
+
+// ---------------------------------------------------------------------------
+// CSV
+
+TEST(TimelineCsv, RoundTripIsExact) {
+  Timeline timeline;
+  timeline.hosts = {"b", "a"};
+  TimelineRecord first = compute("a", 1, "F", 3, 0.1 + 0.2, 1.0 / 3.0, 2, 1);
+  first.memory_bytes = 123456789.125;
+  TimelineRecord second = transfer("a", "b", 1, "SEND_B", 3, 1.0 / 3.0, 0.7 + 1e-17, 0.1 * 3);
+  second.memory_bytes = 1e-300;
+  timeline.records = {first, second};
+  const Timeline back = parse_timeline_csv(timeline_to_csv(timeline), "mem.csv");
+  EXPECT_EQ(back.hosts, timeline.hosts);
+  ASSERT_EQ(back.records.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const TimelineRecord& want = timeline.records[i];
+    const TimelineRecord& got = back.records[i];
+    EXPECT_EQ(got.host, want.host);
+    EXPECT_EQ(got.stream, want.stream);
+    EXPECT_EQ(got.stage, want.stage);
+    EXPECT_EQ(got.action, want.action);
+    EXPECT_EQ(got.micro_batch, want.micro_batch);
+    EXPECT_EQ(got.mini_batch, want.mini_batch);
+    EXPECT_EQ(got.start_s, want.start_s);  // exact, not approximately
+    EXPECT_EQ(got.end_s, want.end_s);
+    EXPECT_EQ(got.bytes, want.bytes);
+    EXPECT_EQ(got.peer, want.peer);
+    EXPECT_EQ(got.memory_bytes, want.memory_bytes);
+  }
+  EXPECT_EQ(back.records[0].start_s, 0.1 + 0.2);
+  EXPECT_NE(back.records[0].start_s, 0.3);
+  // And the text itself is stable through a second round trip.
+  EXPECT_EQ(timeline_to_csv(back), timeline_to_csv(timeline));
+}
+
+TEST(TimelineCsv, MalformedLineNamesItsLineNumber) {
+  std::string text = timeline_to_csv(gpipe(2, 1, 1.0));
+  // Line 1 is "# hosts:", line 2 the header; break the second record (line 4).
+  std::size_t at = 0;
+  for (int line = 1; line < 4; ++line) at = text.find('\n', at) + 1;
+  const std::size_t end = text.find('\n', at);
+  const std::string broken = text.substr(0, at) + "gpu0,0,0,F,0,0,zero,1,0,,0" + text.substr(end);
+  try {
+    parse_timeline_csv(broken, "run.csv");
+    FAIL() << "no error for a malformed line";
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("run.csv:4:"), std::string::npos) << message;
+    EXPECT_NE(message.find("zero"), std::string::npos) << message;
+  }
+  const std::string short_line = text.substr(0, at) + "gpu0,0,0,F" + text.substr(end);
+  try {
+    parse_timeline_csv(short_line, "run.csv");
+    FAIL() << "no error for a line with too few fields";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("run.csv:4:"), std::string::npos) << error.what();
+  }
+}
+
+TEST(TimelineCsv, MissingHeaderIsAnError) {
+  EXPECT_THROW(parse_timeline_csv("a,0,0,F,0,0,0,1,0,,0\n", "x.csv"), InputError);
+}
+
+}  // namespace
+}  // namespace pipegrid
