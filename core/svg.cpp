@@ -16,9 +16,10 @@
 //     chosen from the span, with light grid lines behind the boxes.
 // The label column on the left shows the host name and the stage(s) of its
 // compute records. Compute boxes carry the micro-batch number ("3", or "3@1"
-// for mini-batch 1 when it fits; odd mini-batches use a darker shade), only
-// when the estimated text width fits inside the box and does not run into the
-// previous label of the same sub-row. Bubbles are the white gaps.
+// for mini-batch 1 when it fits; odd mini-batches use a darker shade; a
+// smaller font for the bare number in narrow boxes), only when the estimated
+// text width fits inside the box and does not run into the previous label of
+// the same sub-row. Bubbles are the white gaps.
 //
 // Every number is printed with a fixed format, and nothing depends on the
 // clock or on addresses: the same timeline always gives the same bytes.
@@ -47,6 +48,7 @@ constexpr double kTitleFont = 16;
 constexpr double kLabelFont = 12;          // host names, legend, axis
 constexpr double kSmallFont = 10;          // "stage s", stream tags
 constexpr double kBoxFont = 11;            // micro-batch numbers in boxes
+constexpr double kTinyBoxFont = 8;         // fallback for the plain number in narrow boxes
 constexpr double kCharWidth = 0.6;         // estimated glyph width / font size
 constexpr double kSubRowHeight = 24;       // one compute stream
 constexpr double kBoxHeight = 18;
@@ -469,6 +471,7 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   // Compute boxes, then their labels (so no box covers a label).
   struct Label {
     double x, y;
+    double font;
     std::string text;
   };
   std::vector<Label> labels;
@@ -496,17 +499,25 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
       element += tooltips ? ">" + tooltip(record) + "</rect>" : "/>";
       svg.line(element);
 
-      // Label: "m@k" when it fits, else "m", else nothing.
-      std::vector<std::string> candidates;
-      if (record.mini_batch > 0) candidates.push_back(fmt::format("{}@{}", record.micro_batch, record.mini_batch));
-      candidates.push_back(fmt::format("{}", record.micro_batch));
-      if (record.action != "F" && record.action != "B")  // unusual actions keep their letter when there is room
-        candidates.insert(candidates.begin(), fmt::format("{}{}", record.action, record.micro_batch));
-      for (const std::string& text : candidates) {
-        const double needed = text_width(text, kBoxFont) + 4;
+      // Label, first that fits: "Rm" for actions other than F and B, "m@k"
+      // for mini-batch k > 0, "m", then "m" in a smaller font; else none.
+      struct Candidate {
+        std::string text;
+        double font;
+      };
+      const std::string number = fmt::format("{}", record.micro_batch);
+      std::vector<Candidate> candidates;
+      if (record.action != "F" && record.action != "B")
+        candidates.push_back({fmt::format("{}{}", record.action, record.micro_batch), kBoxFont});
+      if (record.mini_batch > 0)
+        candidates.push_back({fmt::format("{}@{}", record.micro_batch, record.mini_batch), kBoxFont});
+      candidates.push_back({number, kBoxFont});
+      candidates.push_back({number, kTinyBoxFont});
+      for (const Candidate& candidate : candidates) {
+        const double needed = text_width(candidate.text, candidate.font) + (candidate.font < kBoxFont ? 2 : 4);
         const double center = x + w / 2;
         if (needed > w_true || center - needed / 2 < last_label_right[sub]) continue;
-        labels.push_back({center, box_top + kBoxHeight / 2 + kBoxFont * 0.36, text});
+        labels.push_back({center, box_top + kBoxHeight / 2 + candidate.font * 0.36, candidate.font, candidate.text});
         last_label_right[sub] = center + needed / 2;
         break;
       }
@@ -516,7 +527,9 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   if (!labels.empty()) {
     svg.line(fmt::format("<g class=\"labels\" font-size=\"{}\" text-anchor=\"middle\" fill=\"{}\">", num(kBoxFont), kText));
     for (const Label& label : labels)
-      svg.line(fmt::format("<text x=\"{}\" y=\"{}\">{}</text>", num(label.x), num(label.y), escape_xml(label.text)));
+      svg.line(fmt::format("<text x=\"{}\" y=\"{}\"{}>{}</text>", num(label.x), num(label.y),
+                           label.font == kBoxFont ? std::string() : fmt::format(" font-size=\"{}\"", num(label.font)),
+                           escape_xml(label.text)));
     svg.line("</g>");
   }
 
