@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -32,13 +33,26 @@ Plan make_plan(const PlanRequest& request) {
   plan.recompute = request.recompute;
   sim::parse_network_model(request.network);
   plan.network = request.network;
+  const PlatformSummary platform = sim::read_platform(request.platform_file);
+  std::vector<std::string> hosts;
+  for (const HostInfo& host : platform.hosts) hosts.push_back(host.name);
   if (request.partition == "uniform") {
-    const PlatformSummary platform = sim::read_platform(request.platform_file);
-    std::vector<std::string> hosts;
-    for (const HostInfo& host : platform.hosts) hosts.push_back(host.name);
+    if (hosts.size() > plan.profile.layers.size())
+      throw InputError(fmt::format(
+          "--partition uniform: {} declares {} hosts, one stage each, but profile {} has only {} layers: give a "
+          "partition file with at most {} stages",
+          request.platform_file, hosts.size(), request.profile_file, plan.profile.layers.size(),
+          plan.profile.layers.size()));
     plan.partition = uniform_partition(plan.profile, hosts, static_cast<int>(hosts.size()));
   } else {
     plan.partition = read_partition_file(request.partition, plan.profile);
+    for (int stage = 0; stage < plan.partition.num_stages(); ++stage)
+      for (std::size_t replica = 0; replica < plan.partition.hosts[stage].size(); ++replica) {
+        const std::string& host = plan.partition.hosts[stage][replica];
+        if (std::find(hosts.begin(), hosts.end(), host) == hosts.end())
+          throw InputError(fmt::format("{}: stages[{}].hosts[{}]: expected a host of {}, found '{}'",
+                                       request.partition, stage, replica, request.platform_file, host));
+      }
   }
   return plan;
 }
