@@ -138,6 +138,8 @@ int main_with_exceptions(int argc, char** argv) {
   schedule->add_option("--micro-batches", schedule_options.micro_batches, "micro-batches per mini-batch (M)");
   schedule->add_option("--mini-batches", schedule_options.mini_batches, "mini-batches (default 1)");
   schedule->add_flag("--recompute", schedule_options.recompute, "activation recomputation");
+  std::string program_to_check;
+  schedule->add_option("--check", program_to_check, "parse and validate a Program text file, then print it");
 
   auto* demo = app.add_subcommand("demo", "compare GPipe, 1F1B-SNO and 1F1B-SO for VGG-16 on 4 V100s");
   std::string demo_dir = "pipegrid-demo";
@@ -174,7 +176,17 @@ int main_with_exceptions(int argc, char** argv) {
       for (const ScheduleInfo& info : schedule_catalog()) std::cout << fmt::format("{:<10} {}\n", info.name, info.summary);
       return 0;
     }
-    if (schedule_name.empty()) throw InputError("schedule: --schedule is required (or --list)");
+    if (!program_to_check.empty()) {
+      const Program program = parse_program_text(read_text_file(program_to_check), program_to_check);
+      try {
+        validate_program(program);
+      } catch (const ProgramError& error) {
+        throw ProgramError(fmt::format("{}: {}", program_to_check, error.what()));
+      }
+      std::cout << program_to_text(program);
+      return 0;
+    }
+    if (schedule_name.empty()) throw InputError("schedule: --schedule is required (or --list, or --check FILE)");
     const Program program = generate_schedule(schedule_name, schedule_options);
     validate_program(program);
     std::cout << program_to_text(program);
