@@ -16,7 +16,12 @@ struct TimelineRecord {
   std::string host;      ///< device that ran it (source device for transfers)
   int stream = 0;        ///< stream index on the host (0 for transfers)
   int stage = 0;         ///< stage of the action (producer stage for transfers)
-  std::string action;    ///< "F", "B", "R" for compute; "SEND_F", "SEND_B" for transfers
+  /// "F", "B", "R" for compute; "SEND_F", "SEND_B" for activation and gradient
+  /// transfers; "ALLREDUCE" for a device's part in a ring all-reduce of its
+  /// stage's gradients (bytes = what it sends, peer = next device in the ring,
+  /// mini_batch = the all-reduce's round, micro_batch = the layer for
+  /// per-layer (wait-free) all-reduces, -1 for the whole stage).
+  std::string action;
   int micro_batch = 0;
   int mini_batch = 0;
   double start_s = 0;
@@ -24,7 +29,9 @@ struct TimelineRecord {
   double bytes = 0;      ///< bytes moved (transfers), 0 for compute
   std::string peer;      ///< destination host of a transfer, empty for compute
   double memory_bytes = 0;  ///< device memory of `host` right after the record ends
-  RecordKind kind() const { return action.rfind("SEND_", 0) == 0 ? RecordKind::Transfer : RecordKind::Compute; }
+  RecordKind kind() const {
+    return action.rfind("SEND_", 0) == 0 || action == "ALLREDUCE" ? RecordKind::Transfer : RecordKind::Compute;
+  }
 };
 
 struct Timeline {
