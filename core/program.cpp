@@ -69,6 +69,14 @@ std::string program_to_text(const Program& program) {
   }
   for (const Dependency& dependency : program.extra_dependencies)
     text += fmt::format("dependency {} -> {}\n", to_string(dependency.before), to_string(dependency.after));
+  for (const AllReduce& all_reduce : program.all_reduces) {
+    text += fmt::format("allreduce stage {} round {}{}: ready", all_reduce.stage, all_reduce.round,
+                        all_reduce.per_layer ? " per-layer" : "");
+    for (const Action& action : all_reduce.ready) text += " " + to_string(action);
+    if (!all_reduce.release.empty()) text += " release";
+    for (const Action& action : all_reduce.release) text += " " + to_string(action);
+    text += "\n";
+  }
   return text;
 }
 
@@ -117,8 +125,32 @@ Program parse_program_text(const std::string& text, const std::string& origin) {
         words >> before >> arrow >> after;
         if (arrow != "->" || after.empty()) fail("expected 'dependency <action> -> <action>'");
         program.extra_dependencies.push_back({parse_action(before), parse_action(after)});
+      } else if (word == "allreduce") {
+        AllReduce all_reduce;
+        std::string stage_word, round_word, word3;
+        words >> stage_word >> all_reduce.stage >> round_word >> all_reduce.round >> word3;
+        if (word3 == "per-layer:") {
+          all_reduce.per_layer = true;
+          word3 = ":";
+        } else if (word3 == "per-layer") {
+          all_reduce.per_layer = true;
+          words >> word3;
+        }
+        std::string ready_word;
+        words >> ready_word;
+        if (!words || stage_word != "stage" || round_word != "round" || word3 != ":" || ready_word != "ready")
+          fail("expected 'allreduce stage S round R [per-layer] : ready <actions> [release <actions>]'");
+        bool releasing = false;
+        while (words >> word) {
+          if (word == "release" && !releasing) {
+            releasing = true;
+            continue;
+          }
+          (releasing ? all_reduce.release : all_reduce.ready).push_back(parse_action(word));
+        }
+        program.all_reduces.push_back(std::move(all_reduce));
       } else {
-        fail(fmt::format("expected a line starting with '#', 'device' or 'dependency', found '{}'", word));
+        fail(fmt::format("expected a line starting with '#', 'device', 'dependency' or 'allreduce', found '{}'", word));
       }
     } catch (const InputError& error) {
       if (std::string(error.what()).rfind(origin, 0) == 0) throw;
@@ -229,6 +261,31 @@ void validate_program(const Program& program) {
     needs[dependency.after].push_back(dependency.before);
   }
 
+  // All-reduces: backwards of their stage on distinct devices; released
+  // actions wait for them.
+  std::map<Action, std::vector<std::size_t>> released_by;
+  std::vector<std::vector<std::size_t>> participants(program.all_reduces.size());
+  for (std::size_t c = 0; c < program.all_reduces.size(); ++c) {
+    const AllReduce& all_reduce = program.all_reduces[c];
+    const std::string name = fmt::format("allreduce stage {} round {}", all_reduce.stage, all_reduce.round);
+    if (all_reduce.ready.empty()) reject(fmt::format("{} has no ready backward", name), {});
+    for (const Action& action : all_reduce.ready) {
+      auto it = where.find(action);
+      if (it == where.end()) reject(fmt::format("{} names {}, which is not in the program", name, to_string(action)), {});
+      if (action.kind != ActionKind::Backward || action.stage != all_reduce.stage)
+        reject(fmt::format("{}: expected backwards of stage {}, found {}", name, all_reduce.stage, to_string(action)),
+               {{it->second.device, it->second.stream, it->second.step}});
+      if (std::find(participants[c].begin(), participants[c].end(), it->second.device) != participants[c].end())
+        reject(fmt::format("{}: device {} is named twice", name, it->second.device),
+               {{it->second.device, it->second.stream, it->second.step}});
+      participants[c].push_back(it->second.device);
+    }
+    for (const Action& action : all_reduce.release) {
+      if (!where.count(action)) reject(fmt::format("{} releases {}, which is not in the program", name, to_string(action)), {});
+      released_by[action].push_back(c);
+    }
+  }
+
   // A backward listed before its own forward on the same stream can never run.
   for (const auto& [action, slot] : where) {
     if (action.kind == ActionKind::Forward) continue;
@@ -240,18 +297,39 @@ void validate_program(const Program& program) {
 
   // Run the program logically (no times): every stream advances while its
   // next action has all it needs. Whatever is left is a deadlock.
+  // An all-reduce completes once all its ready backwards have run and every
+  // earlier all-reduce of each of its devices has completed.
   std::set<Action> done;
+  std::vector<bool> reduced(program.all_reduces.size(), false);
+  auto all_reduce_can_complete = [&](std::size_t c) {
+    for (const Action& ready : program.all_reduces[c].ready)
+      if (!done.count(ready)) return false;
+    for (std::size_t earlier = 0; earlier < c; ++earlier)
+      if (!reduced[earlier])
+        for (std::size_t device : participants[earlier])
+          if (std::find(participants[c].begin(), participants[c].end(), device) != participants[c].end()) return false;
+    return true;
+  };
+  auto released = [&](const Action& action) {
+    auto it = released_by.find(action);
+    return it == released_by.end() ||
+           std::all_of(it->second.begin(), it->second.end(), [&](std::size_t c) { return reduced[c]; });
+  };
   std::vector<std::vector<std::size_t>> next(program.devices.size());
   for (std::size_t d = 0; d < program.devices.size(); ++d) next[d].assign(program.devices[d].streams.size(), 0);
   for (bool progress = true; progress;) {
     progress = false;
+    for (std::size_t c = 0; c < program.all_reduces.size(); ++c)
+      if (!reduced[c] && all_reduce_can_complete(c)) reduced[c] = progress = true;
     for (std::size_t d = 0; d < program.devices.size(); ++d)
       for (std::size_t s = 0; s < program.devices[d].streams.size(); ++s) {
         const auto& actions = program.devices[d].streams[s].actions;
         while (next[d][s] < actions.size()) {
           const Action& action = actions[next[d][s]];
           const auto& list = needs[action];
-          if (!std::all_of(list.begin(), list.end(), [&](const Action& need) { return done.count(need) != 0; })) break;
+          if (!std::all_of(list.begin(), list.end(), [&](const Action& need) { return done.count(need) != 0; }) ||
+              !released(action))
+            break;
           done.insert(action);
           ++next[d][s];
           progress = true;
@@ -268,6 +346,11 @@ void validate_program(const Program& program) {
       const Action& action = actions[next[d][s]];
       for (const Action& need : needs[action])
         if (!done.count(need)) waits += fmt::format(" {} waits for {};", to_string(action), to_string(need));
+      if (auto it = released_by.find(action); it != released_by.end())
+        for (std::size_t c : it->second)
+          if (!reduced[c])
+            waits += fmt::format(" {} waits for allreduce stage {} round {};", to_string(action),
+                                 program.all_reduces[c].stage, program.all_reduces[c].round);
     }
   if (!stuck.empty()) reject(fmt::format("deadlock: no stream can advance:{}", waits), stuck);
 }

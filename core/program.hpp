@@ -53,12 +53,30 @@ struct Dependency {
   friend bool operator==(const Dependency&, const Dependency&) = default;
 };
 
+/** Ring all-reduce of one stage's weight gradients among its replicas.
+ *  Each participating device joins when its `ready` backward ends; every
+ *  action in `release` waits for the all-reduce's end on its own device (on
+ *  all participants when its device takes no part). A device takes part in
+ *  the all-reduces in the order the Program lists them. With `per_layer`
+ *  (wait-free backpropagation) each layer with parameters is all-reduced on
+ *  its own, in reverse layer order, starting as soon as the ready backward
+ *  has passed that layer. */
+struct AllReduce {
+  int stage = 0;
+  int round = 0;                ///< identifies the all-reduce in timelines
+  std::vector<Action> ready;    ///< one backward per participating replica, in ring order
+  std::vector<Action> release;  ///< actions that may not start before it ends
+  bool per_layer = false;
+  friend bool operator==(const AllReduce&, const AllReduce&) = default;
+};
+
 struct Program {
   int num_stages = 0;
   int micro_batches = 0;
   int mini_batches = 1;
   std::vector<DeviceProgram> devices;
   std::vector<Dependency> extra_dependencies;
+  std::vector<AllReduce> all_reduces;
   friend bool operator==(const Program&, const Program&) = default;
 };
 
@@ -71,6 +89,8 @@ Action parse_action(const std::string& token);
  *    # pipegrid program: N stages, M micro-batches, K mini-batches
  *    device 0 stage 0 replica 0 stream 0: 0F0 0F1 0B0 ...
  *    dependency 0B0 -> 0F4
+ *    allreduce stage 0 round 0: ready 0B6 0B7 release 0F0@1 0F1@1
+ *    allreduce stage 0 round 0 per-layer: ready 0B0 0B1
  */
 std::string program_to_text(const Program& program);
 Program parse_program_text(const std::string& text, const std::string& origin);
@@ -85,7 +105,8 @@ class ProgramError : public std::runtime_error {
 /** Checks that a Program can run: every action of every (stage, micro-batch,
  *  mini-batch) appears exactly once (R optional, at most once, before its B
  *  on the same device), no backward precedes its forward on one stream, and
- *  the data and extra dependencies can all be met (no deadlock). Throws
+ *  the data and extra dependencies can all be met (no deadlock). Each
+ *  all-reduce names backwards of its stage on distinct devices. Throws
  *  ProgramError otherwise. */
 void validate_program(const Program& program);
 

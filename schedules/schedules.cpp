@@ -10,11 +10,15 @@ namespace pipegrid {
 
 const std::vector<ScheduleInfo>& schedule_catalog() {
   static const std::vector<ScheduleInfo> catalog = {
-      {"gpipe", "GPipe: all forwards, then all backwards, flush per mini-batch", DeviceKind::Gpu, false, true},
-      {"1f1b-sno", "BaPipe 1F1B-SNO: 1F1B, N-i+1 warm-up forwards, communication not overlapped (GPU)", DeviceKind::Gpu, false, true},
-      {"1f1b-so", "BaPipe 1F1B-SO: 1F1B with doubled warm-up so receives hide behind compute (GPU)", DeviceKind::Gpu, false, true},
-      {"1f1b-as", "BaPipe 1F1B-AS: the 1F1B-SNO order on asynchronous devices (FPGA)", DeviceKind::Fpga, false, true},
-      {"fbp-as", "BaPipe FBP-AS: forward and backward streams in parallel, stash cap 2(N-i+1) (FPGA)", DeviceKind::Fpga, true, true},
+      {"gpipe", "GPipe: all forwards, then all backwards, flush per mini-batch", DeviceKind::Gpu, false, true, false},
+      {"1f1b-sno", "BaPipe 1F1B-SNO: 1F1B, N-i+1 warm-up forwards, communication not overlapped (GPU)", DeviceKind::Gpu, false, true, false},
+      {"1f1b-so", "BaPipe 1F1B-SO: 1F1B with doubled warm-up so receives hide behind compute (GPU)", DeviceKind::Gpu, false, true, false},
+      {"1f1b-as", "BaPipe 1F1B-AS: the 1F1B-SNO order on asynchronous devices (FPGA)", DeviceKind::Fpga, false, true, false},
+      {"fbp-as", "BaPipe FBP-AS: forward and backward streams in parallel, stash cap 2(N-i+1) (FPGA)", DeviceKind::Fpga, true, true, false},
+      {"pipedream", "PipeDream: 1F1B across mini-batches, NOAM admitted, 1F1B-RR over replicas, weight stashing", DeviceKind::Gpu, false, false, false},
+      {"pipedream-2bw", "PipeDream-2BW: PipeDream's order, 2 weight versions, update every --update-interval mini-batches", DeviceKind::Gpu, false, false, false},
+      {"pipeoptim", "PipeOptim: PipeDream's order with weight prediction (1-2 versions, --prediction-cost)", DeviceKind::Gpu, false, false, false},
+      {"dp", "Data parallelism: the whole model on every device, then ring all-reduce (--wait-free to overlap)", DeviceKind::Gpu, false, true, true},
   };
   return catalog;
 }
@@ -27,11 +31,19 @@ const ScheduleInfo& schedule_info(const std::string& name) {
   throw InputError(fmt::format("--schedule: unknown schedule '{}'; expected one of: {}", name, known));
 }
 
-int warmup_forwards(const std::string& name, int num_stages, int stage, int micro_batches) {
-  const int depth = num_stages - stage;  // N - i + 1 with 1-based i
-  if (name == "gpipe") return micro_batches;
-  if (name == "1f1b-so") return std::min(2 * depth, micro_batches);
-  return std::min(depth, micro_batches);
+int warmup_forwards(const std::string& name, const std::vector<int>& replicas, int stage, int count) {
+  if (name == "gpipe" || name == "dp") return count;
+  int later_devices = 0;
+  for (std::size_t s = static_cast<std::size_t>(stage); s < replicas.size(); ++s) later_devices += replicas[s];
+  const int depth = (later_devices + replicas[stage] - 1) / replicas[stage];
+  return std::min(name == "1f1b-so" ? 2 * depth : depth, count);
+}
+
+int update_interval(const std::string& name, const ScheduleOptions& options) {
+  const ScheduleInfo& info = schedule_info(name);
+  if (info.flushed) return 0;
+  if (info.name == "pipedream-2bw") return options.update_interval > 0 ? options.update_interval : options.num_stages;
+  return 1;
 }
 
 namespace {
@@ -39,24 +51,38 @@ namespace {
 Action forward(int stage, int m, int k) { return {ActionKind::Forward, stage, m, k}; }
 Action backward(int stage, int m, int k) { return {ActionKind::Backward, stage, m, k}; }
 
-// Appends the backward of micro-batch m, preceded by its recomputation when asked.
-void push_backward(std::vector<Action>& actions, int stage, int m, int k, bool recompute) {
-  if (recompute) actions.push_back({ActionKind::Recompute, stage, m, k});
-  actions.push_back(backward(stage, m, k));
+// What one replica runs: (micro-batch, mini-batch) pairs in arrival order.
+using Work = std::vector<std::pair<int, int>>;
+
+// Appends the backward of `item`, preceded by its recomputation when asked.
+void push_backward(std::vector<Action>& actions, int stage, std::pair<int, int> item, bool recompute) {
+  if (recompute) actions.push_back({ActionKind::Recompute, stage, item.first, item.second});
+  actions.push_back(backward(stage, item.first, item.second));
 }
 
-// One stream per stage: `warmup` forwards, then one backward and one forward
-// alternately until the forwards are done, then the remaining backwards.
-// warmup = M is GPipe.
-std::vector<Action> one_f_one_b(int stage, int micro_batches, int warmup, int k, bool recompute) {
+// `warmup` forwards, then one backward and one forward alternately until the
+// forwards are done, then the remaining backwards. warmup = all is GPipe.
+std::vector<Action> one_f_one_b(int stage, const Work& work, int warmup, bool recompute) {
   std::vector<Action> actions;
-  int next_forward = 0, next_backward = 0;
-  for (; next_forward < warmup; ++next_forward) actions.push_back(forward(stage, next_forward, k));
-  while (next_forward < micro_batches) {
-    push_backward(actions, stage, next_backward++, k, recompute);
-    actions.push_back(forward(stage, next_forward++, k));
+  std::size_t next_forward = 0, next_backward = 0;
+  for (; next_forward < static_cast<std::size_t>(warmup); ++next_forward)
+    actions.push_back(forward(stage, work[next_forward].first, work[next_forward].second));
+  while (next_forward < work.size()) {
+    push_backward(actions, stage, work[next_backward++], recompute);
+    actions.push_back(forward(stage, work[next_forward].first, work[next_forward].second));
+    ++next_forward;
   }
-  while (next_backward < micro_batches) push_backward(actions, stage, next_backward++, k, recompute);
+  while (next_backward < work.size()) push_backward(actions, stage, work[next_backward++], recompute);
+  return actions;
+}
+
+// Forward and backward alternating per item (gradient accumulation).
+std::vector<Action> forward_backward_pairs(int stage, const Work& work) {
+  std::vector<Action> actions;
+  for (const auto& [m, k] : work) {
+    actions.push_back(forward(stage, m, k));
+    actions.push_back(backward(stage, m, k));
+  }
   return actions;
 }
 
@@ -69,38 +95,106 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
     throw InputError(fmt::format("--micro-batches: expected at least 1, found {}", options.micro_batches));
   if (options.mini_batches < 1)
     throw InputError(fmt::format("--mini-batches: expected at least 1, found {}", options.mini_batches));
+  if (!info.flushed && options.micro_batches != 1)
+    throw InputError(fmt::format("--micro-batches: {} pipelines whole mini-batches and does not split them; expected 1, "
+                                 "found {} (--mini-batches sets how many mini-batches to simulate)",
+                                 name, options.micro_batches));
+  if (info.single_stage && options.num_stages != 1)
+    throw InputError(fmt::format("--schedule {}: runs the whole model on every device; expected 1 stage (replicated on "
+                                 "every host), found {} stages",
+                                 name, options.num_stages));
+  if (options.recompute && !info.flushed)
+    throw InputError(fmt::format("--recompute: {} does not flush; recomputation applies to gpipe and the 1f1b schedules", name));
+  if (options.wait_free && info.name != "dp") throw InputError(fmt::format("--wait-free: applies to dp, not {}", name));
+  if (options.update_interval < 0)
+    throw InputError(fmt::format("--update-interval: expected at least 1, found {}", options.update_interval));
+  std::vector<int> replicas = options.replicas;
+  if (replicas.empty()) replicas.assign(options.num_stages, 1);
+  if (static_cast<int>(replicas.size()) != options.num_stages)
+    throw InputError(fmt::format("replicas: expected one count per stage ({}), found {}", options.num_stages, replicas.size()));
+  for (int r : replicas)
+    if (r < 1) throw InputError(fmt::format("replicas: expected at least 1 per stage, found {}", r));
 
-  const int N = options.num_stages, M = options.micro_batches;
+  const int N = options.num_stages, M = options.micro_batches, K = options.mini_batches;
   Program program;
   program.num_stages = N;
   program.micro_batches = M;
-  program.mini_batches = options.mini_batches;
+  program.mini_batches = K;
+  const int interval = update_interval(name, options);
   for (int stage = 0; stage < N; ++stage) {
-    DeviceProgram device{stage, 0, {}};
-    if (info.name == "fbp-as") {
-      // A forward stream and a backward stream sharing the device. F_m waits
-      // for B_(m - cap) (the stash cap, cap = 2(N-i+1)); the next mini-batch's
-      // forwards wait for this one's last backward (flush and update).
-      const int cap = 2 * (N - stage);
-      Stream forwards, backwards;
-      for (int k = 0; k < options.mini_batches; ++k)
-        for (int m = 0; m < M; ++m) {
-          forwards.actions.push_back(forward(stage, m, k));
-          push_backward(backwards.actions, stage, m, k, options.recompute);
-          if (m >= cap) program.extra_dependencies.push_back({backward(stage, m - cap, k), forward(stage, m, k)});
-          if (k > 0 && m == 0) program.extra_dependencies.push_back({backward(stage, M - 1, k - 1), forward(stage, 0, k)});
+    const int r = replicas[stage];
+    // work[q][k]: what replica q runs of mini-batch k (flushed: micro-batches
+    // m = q, q + r, ...; non-flushed: the mini-batches k = q, q + r, ...).
+    std::vector<std::vector<Work>> work(r, std::vector<Work>(K));
+    for (int k = 0; k < K; ++k)
+      for (int m = 0; m < M; ++m) work[info.flushed ? m % r : k % r][k].push_back({m, k});
+    std::vector<Work> all(r);
+    for (int q = 0; q < r; ++q)
+      for (const Work& part : work[q]) all[q].insert(all[q].end(), part.begin(), part.end());
+
+    for (int q = 0; q < r; ++q) {
+      DeviceProgram device{stage, q, {}};
+      if (info.name == "fbp-as") {
+        // A forward stream and a backward stream sharing the device. F_m waits
+        // for B_(m - cap) of the same replica (the stash cap, cap = 2(N-i+1)
+        // per replica, from the devices downstream); the next mini-batch's forwards wait for this one's
+        // last backward (flush and update).
+        const int cap = 2 * warmup_forwards("1f1b-sno", replicas, stage, M * K);
+        Stream forwards, backwards;
+        for (int k = 0; k < K; ++k) {
+          const Work& mine = work[q][k];
+          for (std::size_t j = 0; j < mine.size(); ++j) {
+            forwards.actions.push_back(forward(stage, mine[j].first, k));
+            push_backward(backwards.actions, stage, mine[j], options.recompute);
+            if (j >= static_cast<std::size_t>(cap))
+              program.extra_dependencies.push_back({backward(stage, mine[j - cap].first, k), forward(stage, mine[j].first, k)});
+          }
+          if (k > 0 && !mine.empty() && !work[q][k - 1].empty() && r == 1)
+            program.extra_dependencies.push_back({backward(stage, work[q][k - 1].back().first, k - 1), forward(stage, mine.front().first, k)});
         }
-      device.streams = {std::move(forwards), std::move(backwards)};
-    } else {
-      Stream stream;
-      const int warmup = warmup_forwards(info.name, N, stage, M);
-      for (int k = 0; k < options.mini_batches; ++k) {
-        auto actions = one_f_one_b(stage, M, warmup, k, options.recompute);
-        stream.actions.insert(stream.actions.end(), actions.begin(), actions.end());
+        device.streams = {std::move(forwards), std::move(backwards)};
+      } else if (info.flushed) {
+        Stream stream;
+        for (int k = 0; k < K; ++k) {
+          const Work& mine = work[q][k];
+          const int count = static_cast<int>(mine.size());
+          auto actions = info.name == "dp" ? forward_backward_pairs(stage, mine)
+                                           : one_f_one_b(stage, mine, warmup_forwards(name, replicas, stage, count), options.recompute);
+          stream.actions.insert(stream.actions.end(), actions.begin(), actions.end());
+        }
+        device.streams.push_back(std::move(stream));
+      } else {
+        const int count = static_cast<int>(all[q].size());
+        device.streams.push_back({one_f_one_b(stage, all[q], warmup_forwards(name, replicas, stage, count), false)});
       }
-      device.streams.push_back(std::move(stream));
+      program.devices.push_back(std::move(device));
     }
-    program.devices.push_back(std::move(device));
+
+    if (r == 1) continue;
+    // Replicas all-reduce their gradients: flushed schedules once per
+    // mini-batch, and the next mini-batch waits for it; non-flushed ones after
+    // each round of backwards (every `interval` rounds for 2BW), without
+    // blocking compute.
+    if (info.flushed) {
+      for (int k = 0; k < K; ++k) {
+        AllReduce all_reduce{stage, k, {}, {}, options.wait_free};
+        for (int q = 0; q < r; ++q) {
+          if (work[q][k].empty()) continue;
+          all_reduce.ready.push_back(backward(stage, work[q][k].back().first, k));
+          if (k + 1 < K && !work[q][k + 1].empty()) all_reduce.release.push_back(forward(stage, work[q][k + 1].front().first, k + 1));
+        }
+        if (all_reduce.ready.size() > 1) program.all_reduces.push_back(std::move(all_reduce));
+      }
+    } else {
+      const int rounds = (K + r - 1) / r;
+      for (int round = 0; round < rounds; ++round) {
+        if ((round + 1) % interval != 0 && round + 1 != rounds) continue;
+        AllReduce all_reduce{stage, round, {}, {}, false};
+        for (int q = 0; q < r; ++q)
+          if (static_cast<std::size_t>(round) < all[q].size()) all_reduce.ready.push_back(backward(stage, 0, all[q][round].second));
+        if (all_reduce.ready.size() > 1) program.all_reduces.push_back(std::move(all_reduce));
+      }
+    }
   }
   return program;
 }

@@ -17,6 +17,15 @@ struct ScheduleOptions {
   /// Activation recomputation (flushed schedules): an R is run right before
   /// each B, and only stage inputs stay stashed between F and R.
   bool recompute = false;
+  /// Replicas per stage (empty: one each). Work is routed round-robin: in
+  /// flushed schedules micro-batch m of stage s runs on replica m mod r_s, in
+  /// non-flushed ones (one micro-batch per mini-batch) mini-batch k runs on
+  /// replica k mod r_s, forward and backward alike (PipeDream's 1F1B-RR).
+  std::vector<int> replicas;
+  /// pipedream-2bw: mini-batches per weight update (0: the number of stages).
+  int update_interval = 0;
+  /// dp: wait-free backpropagation (per-layer all-reduces during the backward).
+  bool wait_free = false;
 };
 
 struct ScheduleInfo {
@@ -25,6 +34,7 @@ struct ScheduleInfo {
   DeviceKind intended_kind;  ///< the device kind the schedule was designed for
   bool needs_async;          ///< rejected on synchronous hosts (fbp-as)
   bool flushed;              ///< flush and synchronous update per mini-batch
+  bool single_stage;         ///< the whole model on every device (data parallelism)
 };
 
 /** Every schedule pipegrid knows, in a stable order. */
@@ -37,9 +47,18 @@ const ScheduleInfo& schedule_info(const std::string& name);
  *  name or bad options (stages or micro-batches < 1). */
 Program generate_schedule(const std::string& name, const ScheduleOptions& options);
 
-/** Warm-up forwards of 0-based stage `stage` in a flushed 1F1B schedule:
- *  min(N - stage, M) for SNO/AS, min(2(N - stage), M) for SO. */
-int warmup_forwards(const std::string& name, int num_stages, int stage, int micro_batches);
+/** Warm-up forwards of one replica of 0-based stage `stage`, before its first
+ *  backward, when it runs `count` micro-batches (flushed) or mini-batches
+ *  (non-flushed). With W the devices of stages stage..N-1 and r the stage's
+ *  replicas, depth = ceil(W / r) (N - stage on a straight pipeline; NOAM on
+ *  the input stage): gpipe and dp run all `count`; 1f1b-sno, 1f1b-as and the
+ *  PipeDream family min(depth, count); 1f1b-so min(2 depth, count). */
+int warmup_forwards(const std::string& name, const std::vector<int>& replicas, int stage, int count);
+
+/** Mini-batches per weight update of `name`: the update interval for
+ *  pipedream-2bw (default: the number of stages), 1 for pipedream and
+ *  pipeoptim, 0 for flushed schedules (one update per flush). */
+int update_interval(const std::string& name, const ScheduleOptions& options);
 
 /** Errors and warnings for running schedule `name` on these hosts: throws
  *  InputError when an async-only schedule meets a synchronous host (BaPipe:

@@ -33,12 +33,60 @@ TEST(ProgramText, ActionsPrintAndParse) {
 
 TEST(ProgramText, RoundTripsEverySchedule) {
   for (const ScheduleInfo& info : schedule_catalog()) {
-    ScheduleOptions options;
-    options.num_stages = 3;
-    options.micro_batches = 7;
-    options.mini_batches = 2;
-    const Program program = generate_schedule(info.name, options);
-    EXPECT_EQ(from_text(program_to_text(program)), program) << info.name;
+    for (bool replicated : {false, true}) {
+      ScheduleOptions options;
+      options.num_stages = info.single_stage ? 1 : 3;
+      options.micro_batches = info.flushed ? 7 : 1;
+      options.mini_batches = info.flushed ? 2 : 9;
+      if (replicated) options.replicas = info.single_stage ? std::vector<int>{3} : std::vector<int>{2, 1, 3};
+      options.wait_free = info.name == "dp" && replicated;
+      const Program program = generate_schedule(info.name, options);
+      if (replicated) EXPECT_FALSE(program.all_reduces.empty()) << info.name;
+      EXPECT_EQ(from_text(program_to_text(program)), program) << info.name << " replicated=" << replicated;
+    }
+  }
+}
+
+TEST(ProgramText, AllReduceLines) {
+  ScheduleOptions options;
+  options.micro_batches = 2;
+  options.mini_batches = 2;
+  options.replicas = {2};
+  EXPECT_EQ(program_to_text(generate_schedule("dp", options)),
+            "# pipegrid program: 1 stages, 2 micro-batches, 2 mini-batches\n"
+            "device 0 stage 0 replica 0 stream 0: 0F0 0B0 0F0@1 0B0@1\n"
+            "device 1 stage 0 replica 1 stream 0: 0F1 0B1 0F1@1 0B1@1\n"
+            "allreduce stage 0 round 0: ready 0B0 0B1 release 0F0@1 0F1@1\n"
+            "allreduce stage 0 round 1: ready 0B0@1 0B1@1\n");
+  for (const char* bad : {"allreduce stage 0 round 0 ready 0B0", "allreduce stage x round 0: ready 0B0",
+                          "allreduce stage 0 round 0: 0B0 0B1", "allreduce stage 0 round 0: ready 0Q0"})
+    EXPECT_THROW(parse_program_text(std::string("# pipegrid program: 1 stages, 2 micro-batches, 1 mini-batches\n") + bad + "\n", "p.txt"),
+                 InputError)
+        << bad;
+}
+
+TEST(ProgramValidator, AllReducesNameBackwardsOfTheirStageOnDistinctDevices) {
+  ScheduleOptions options;
+  options.micro_batches = 2;
+  options.replicas = {2};
+  const Program good = generate_schedule("dp", options);
+  Program program = good;
+  program.all_reduces[0].ready = {parse_action("0F0"), parse_action("0B1")};
+  EXPECT_THROW(validate_program(program), ProgramError);
+  program = good;
+  program.all_reduces[0].ready = {parse_action("0B0"), parse_action("0B0")};
+  EXPECT_THROW(validate_program(program), ProgramError);
+  program = good;
+  program.all_reduces[0].ready = {parse_action("0B0"), parse_action("0B7")};
+  EXPECT_THROW(validate_program(program), ProgramError);
+  // Releasing an action that the all-reduce itself waits for deadlocks.
+  program = good;
+  program.all_reduces[0].release = {parse_action("0B1")};
+  try {
+    validate_program(program);
+    FAIL() << "expected a deadlock";
+  } catch (const ProgramError& error) {
+    EXPECT_NE(std::string(error.what()).find("0B1 waits for allreduce stage 0 round 0"), std::string::npos) << error.what();
   }
 }
 

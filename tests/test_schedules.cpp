@@ -55,7 +55,7 @@ TEST(Schedules, WarmUpCountsFollowSemantics) {
         EXPECT_EQ(leading_forwards(sno.devices[s].streams[0]), std::min(N - s, M)) << "N=" << N << " M=" << M << " s=" << s;
         EXPECT_EQ(leading_forwards(as.devices[s].streams[0]), std::min(N - s, M));
         EXPECT_EQ(leading_forwards(so.devices[s].streams[0]), std::min(2 * (N - s), M));
-        EXPECT_EQ(warmup_forwards("1f1b-so", N, s, M), std::min(2 * (N - s), M));
+        EXPECT_EQ(warmup_forwards("1f1b-so", std::vector<int>(N, 1), s, M), std::min(2 * (N - s), M));
       }
     }
 }
@@ -88,10 +88,39 @@ TEST(Schedules, EveryGeneratedProgramValidates) {
   for (const ScheduleInfo& info : schedule_catalog())
     for (int N = 1; N <= 6; ++N)
       for (int M : {1, 2, 3, 5, 8, 13})
-        for (int K : {1, 2})
-          for (bool recompute : {false, true})
+        for (int K : {1, 2, 7})
+          for (bool recompute : {false, true}) {
+            if ((info.single_stage && N != 1) || (!info.flushed && (M != 1 || recompute))) continue;
             EXPECT_NO_THROW(validate_program(make(info.name, N, M, K, recompute)))
                 << info.name << " N=" << N << " M=" << M << " K=" << K << " recompute=" << recompute;
+          }
+}
+
+TEST(Schedules, EveryReplicatedProgramValidates) {
+  const std::vector<std::vector<int>> configurations = {{2, 1}, {2, 1, 1}, {3, 1}, {4, 2, 1, 1}, {1, 3}, {2, 2}, {1, 2, 3}};
+  for (const ScheduleInfo& info : schedule_catalog())
+    for (const auto& replicas : configurations)
+      for (int M : {1, 2, 5, 8})
+        for (int K : {1, 2, 3, 10}) {
+          if (info.single_stage || (!info.flushed && M != 1)) continue;
+          ScheduleOptions options;
+          options.num_stages = static_cast<int>(replicas.size());
+          options.micro_batches = M;
+          options.mini_batches = K;
+          options.replicas = replicas;
+          EXPECT_NO_THROW(validate_program(generate_schedule(info.name, options)))
+              << info.name << " replicas=" << replicas.size() << " M=" << M << " K=" << K;
+        }
+  for (int r = 1; r <= 5; ++r)
+    for (int M : {1, 3, 8})
+      for (bool wait_free : {false, true}) {
+        ScheduleOptions options;
+        options.micro_batches = M;
+        options.mini_batches = 3;
+        options.replicas = {r};
+        options.wait_free = wait_free;
+        EXPECT_NO_THROW(validate_program(generate_schedule("dp", options))) << "dp r=" << r << " M=" << M;
+      }
 }
 
 TEST(Schedules, UnknownNameListsTheKnownOnes) {
