@@ -121,8 +121,18 @@ int main_with_exceptions(int argc, char** argv) {
   simulate->add_option("--profile", request.profile_file, "profile JSON, or PipeDream graph.txt");
   simulate->add_option("--schedule", request.schedule, "schedule name (see `pipegrid schedule --list`)");
   simulate->add_option("--micro-batches", request.micro_batches, "micro-batches per mini-batch (M)");
-  simulate->add_option("--mini-batches", request.mini_batches, "mini-batches to simulate (default 1)");
+  simulate->add_option("--mini-batches", request.mini_batches,
+                       "mini-batches to simulate (default: 1 for flushed schedules, max(32, 4 x devices) for the others)");
   simulate->add_option("--partition", request.partition, "uniform (default) or a partition file");
+  simulate->add_option("--replicas", request.replicas,
+                       "replicas per stage, e.g. 3,1: stages take hosts in platform order, layers balanced per replica");
+  simulate->add_option("--optimizer", request.optimizer, "sgd (default), momentum or adam: optimizer state in memory");
+  simulate->add_flag("--vertical-sync", request.vertical_sync, "pipedream: every stage uses the input stage's weight version");
+  simulate->add_option("--update-interval", request.update_interval,
+                       "pipedream-2bw: mini-batches per weight update (default: the number of stages)");
+  simulate->add_option("--prediction-cost", request.prediction_cost_s_per_byte,
+                       "pipeoptim: weight-prediction time in seconds per parameter byte (default 0)");
+  simulate->add_flag("--wait-free", request.wait_free, "dp: all-reduce each layer as soon as its backward ends");
   simulate->add_option("--network", request.network, "simgrid (default: SimGrid's realistic model) or analytic (exactly latency + bytes/bandwidth)");
   simulate->add_flag("--recompute", request.recompute, "activation recomputation (flushed schedules)");
   simulate->add_option("--batch-size", request.batch_size, "micro-batch size the profile was measured at (graph.txt)");
@@ -138,6 +148,10 @@ int main_with_exceptions(int argc, char** argv) {
   schedule->add_option("--micro-batches", schedule_options.micro_batches, "micro-batches per mini-batch (M)");
   schedule->add_option("--mini-batches", schedule_options.mini_batches, "mini-batches (default 1)");
   schedule->add_flag("--recompute", schedule_options.recompute, "activation recomputation");
+  std::string schedule_replicas;
+  schedule->add_option("--replicas", schedule_replicas, "replicas per stage, e.g. 3,1 (sets the stages)");
+  schedule->add_option("--update-interval", schedule_options.update_interval, "pipedream-2bw: mini-batches per update");
+  schedule->add_flag("--wait-free", schedule_options.wait_free, "dp: per-layer all-reduces");
   std::string program_to_check;
   schedule->add_option("--check", program_to_check, "parse and validate a Program text file, then print it");
 
@@ -161,8 +175,8 @@ int main_with_exceptions(int argc, char** argv) {
       for (const auto& [flag, value] : {std::pair{"--platform", request.platform_file}, {"--profile", request.profile_file},
                                         {"--schedule", request.schedule}})
         if (value.empty()) throw InputError(fmt::format("simulate: {} is required (or give --plan FILE)", flag));
-      if (simulate->count("--micro-batches") == 0)
-        throw InputError("simulate: --micro-batches is required (or give --plan FILE)");
+      if (simulate->count("--micro-batches") == 0 && schedule_info(request.schedule).flushed)
+        throw InputError(fmt::format("simulate: --micro-batches is required for {} (or give --plan FILE)", request.schedule));
       plan = make_plan(request);
     }
     const RunResult result = run_plan(plan);
@@ -187,6 +201,13 @@ int main_with_exceptions(int argc, char** argv) {
       return 0;
     }
     if (schedule_name.empty()) throw InputError("schedule: --schedule is required (or --list, or --check FILE)");
+    if (!schedule_replicas.empty()) {
+      throw InputError("MERGE-PENDING replicas");
+      const int stages = static_cast<int>(schedule_options.replicas.size());
+      if (schedule->count("--stages") && schedule_options.num_stages != stages)
+        throw InputError(fmt::format("--replicas {} gives {} stages, --stages says {}", schedule_replicas, stages, schedule_options.num_stages));
+      schedule_options.num_stages = stages;
+    }
     const Program program = generate_schedule(schedule_name, schedule_options);
     validate_program(program);
     std::cout << program_to_text(program);

@@ -26,17 +26,43 @@ Plan make_plan(const PlanRequest& request) {
   schedule_info(plan.schedule);  // rejects unknown names before any work
   if (request.micro_batches < 1)
     throw InputError(fmt::format("--micro-batches: expected an integer >= 1, found {}", request.micro_batches));
-  if (request.mini_batches < 1)
-    throw InputError(fmt::format("--mini-batches: expected an integer >= 1, found {}", request.mini_batches));
+  if (request.mini_batches && *request.mini_batches < 1)
+    throw InputError(fmt::format("--mini-batches: expected an integer >= 1, found {}", *request.mini_batches));
+  const ScheduleInfo& info = schedule_info(plan.schedule);
   plan.micro_batches = request.micro_batches;
-  plan.mini_batches = request.mini_batches;
   plan.recompute = request.recompute;
+  optimizer_copies(request.optimizer);
+  plan.optimizer = request.optimizer;
+  if (request.vertical_sync && plan.schedule != "pipedream")
+    throw InputError(fmt::format("--vertical-sync: applies to pipedream, not {}", plan.schedule));
+  plan.vertical_sync = request.vertical_sync;
+  if (request.update_interval < 0 || (request.update_interval != 0 && plan.schedule != "pipedream-2bw"))
+    throw InputError(fmt::format("--update-interval: expected an integer >= 1 for pipedream-2bw, found {} for {}",
+                                 request.update_interval, plan.schedule));
+  plan.update_interval = request.update_interval;
+  if (request.prediction_cost_s_per_byte < 0 || (request.prediction_cost_s_per_byte != 0 && plan.schedule != "pipeoptim"))
+    throw InputError(fmt::format("--prediction-cost: expected seconds per parameter byte >= 0 for pipeoptim, found {} for {}",
+                                 request.prediction_cost_s_per_byte, plan.schedule));
+  plan.prediction_cost_s_per_byte = request.prediction_cost_s_per_byte;
+  if (request.wait_free && plan.schedule != "dp")
+    throw InputError(fmt::format("--wait-free: applies to dp, not {}", plan.schedule));
+  plan.wait_free = request.wait_free;
   sim::parse_network_model(request.network);
   plan.network = request.network;
   const PlatformSummary platform = sim::read_platform(request.platform_file);
   std::vector<std::string> hosts;
   for (const HostInfo& host : platform.hosts) hosts.push_back(host.name);
-  if (request.partition == "uniform") {
+  if (!request.replicas.empty() && request.partition != "uniform")
+    throw InputError("--replicas and --partition FILE both say how to place stages: give one");
+  if (info.single_stage) {
+    // Data parallelism: the whole model, one replica per host.
+    if (request.partition != "uniform" || !request.replicas.empty())
+      throw InputError(fmt::format("--schedule {}: runs the whole model on every host of the platform; drop --partition and --replicas", plan.schedule));
+    plan.partition.stage_of_layer.assign(plan.profile.layers.size(), 0);
+    plan.partition.hosts = {hosts};
+  } else if (!request.replicas.empty()) {
+    throw InputError("MERGE-PENDING replicas");
+  } else if (request.partition == "uniform") {
     if (hosts.size() > plan.profile.layers.size())
       throw InputError(fmt::format(
           "--partition uniform: {} declares {} hosts, one stage each, but profile {} has only {} layers: give a "
@@ -54,6 +80,9 @@ Plan make_plan(const PlanRequest& request) {
                                        request.partition, stage, replica, request.platform_file, host));
       }
   }
+  int devices = 0;
+  for (const auto& replicas : plan.partition.hosts) devices += static_cast<int>(replicas.size());
+  plan.mini_batches = request.mini_batches ? *request.mini_batches : info.flushed ? 1 : std::max(32, 4 * devices);
   return plan;
 }
 
@@ -102,7 +131,11 @@ RunResult run_plan(const Plan& plan) {
   options.micro_batches = plan.micro_batches;
   options.mini_batches = plan.mini_batches;
   options.recompute = plan.recompute;
-  if (plan.recompute && !schedule_info(plan.schedule).flushed)
+  options.update_interval = plan.update_interval;
+  options.wait_free = plan.wait_free;
+  for (const auto& replicas : plan.partition.hosts) options.replicas.push_back(static_cast<int>(replicas.size()));
+  const ScheduleInfo& info = schedule_info(plan.schedule);
+  if (plan.recompute && !info.flushed)
     throw InputError(fmt::format("--recompute: schedule {} does not flush; recomputation applies to flushed schedules", plan.schedule));
   result.program = generate_schedule(plan.schedule, options);
   validate_program(result.program);
@@ -111,6 +144,13 @@ RunResult run_plan(const Plan& plan) {
   request.platform_file = platform_file.path();
   request.program = result.program;
   request.stages = stage_costs(plan.profile, plan.partition);
+  // PipeOptim predicts the weights before each forward: its cost is part of
+  // the forward.
+  for (StageCost& stage : request.stages) stage.forward_s += plan.prediction_cost_s_per_byte * stage.weight_bytes;
+  request.stage_layers.resize(request.stages.size());
+  for (std::size_t l = 0; l < plan.profile.layers.size(); ++l)
+    request.stage_layers[plan.partition.stage_of_layer[l]].push_back(
+        {plan.profile.layers[l].backward_s, plan.profile.layers[l].parameter_bytes});
   request.hosts = plan.partition.hosts;
   request.network = sim::parse_network_model(plan.network);
 
@@ -130,6 +170,13 @@ RunResult run_plan(const Plan& plan) {
   MemoryModel memory;
   memory.stages = request.stages;
   memory.recompute = plan.recompute;
+  memory.optimizer_copies = optimizer_copies(plan.optimizer);
+  if (!info.flushed) {
+    memory.versioning = plan.schedule == "pipeoptim" ? WeightVersioning::Prediction
+                        : plan.vertical_sync         ? WeightVersioning::VerticalSync
+                                                     : WeightVersioning::Stashing;
+    memory.update_interval = update_interval(plan.schedule, options);
+  }
   std::map<std::string, int> stage_of_host;
   for (int s = 0; s < plan.partition.num_stages(); ++s)
     for (const std::string& host : plan.partition.hosts[s]) {
@@ -137,7 +184,7 @@ RunResult run_plan(const Plan& plan) {
       if (const auto& capacity = platform.host(host).memory_bytes) memory.capacity_bytes[host] = *capacity;
     }
   result.metrics = compute_metrics(result.timeline, memory, stage_of_host, plan.mini_batches,
-                                   plan.micro_batches * plan.profile.micro_batch_size);
+                                   plan.micro_batches * plan.profile.micro_batch_size, !info.flushed);
   return result;
 }
 
@@ -170,10 +217,22 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   document["mini_batches"] = plan.mini_batches;
   document["micro_batch_size"] = plan.profile.micro_batch_size;
   document["recompute"] = plan.recompute;
+  document["optimizer"] = plan.optimizer;
+  nlohmann::ordered_json replicas = nlohmann::ordered_json::array();
+  for (const auto& hosts : plan.partition.hosts) replicas.push_back(hosts.size());
+  document["replicas"] = replicas;
   document["minibatch_time_s"] = m.minibatch_time_s;
   document["throughput_samples_per_s"] = m.throughput_samples_per_s;
   document["bubble_fraction"] = m.bubble_fraction;
   document["bytes_per_sample"] = m.bytes_per_sample;
+  if (m.steady_state) {
+    const SteadyState& steady = *m.steady_state;
+    document["steady_state"] = {{"periodic", steady.periodic},
+                                {"period_s", steady.period_s},
+                                {"cycle_minibatches", steady.cycle_minibatches},
+                                {"warmup_minibatches", steady.warmup_minibatches},
+                                {"warmup_s", steady.warmup_s}};
+  }
   nlohmann::ordered_json devices = nlohmann::ordered_json::array();
   for (const DeviceMetrics& d : m.devices) {
     nlohmann::ordered_json device;
@@ -182,6 +241,7 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
     device["busy_s"] = d.busy_s;
     device["bubble_fraction"] = d.bubble_fraction;
     device["peak_stashed_microbatches"] = d.peak_stashed_microbatches;
+    device["peak_weight_versions"] = d.peak_weight_versions;
     device["peak_memory_bytes"] = d.peak_memory_bytes;
     device["memory_capacity_bytes"] = d.memory_capacity_bytes ? nlohmann::ordered_json(*d.memory_capacity_bytes) : nlohmann::ordered_json();
     device["oom"] = d.oom;
@@ -199,15 +259,24 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
       plan.platform_file, plan.partition.num_stages(), plan.profile.name, plan.profile.layers.size(),
       plan.profile.micro_batch_size, plan.micro_batches,
       plan.mini_batches > 1 ? fmt::format(", {} mini-batches", plan.mini_batches) : "", plan.network);
-  text += fmt::format("  mini-batch time   {}\n", human_seconds(m.minibatch_time_s));
+  if (m.steady_state) {
+    const SteadyState& steady = *m.steady_state;
+    text += fmt::format("  mini-batch time   {} (steady-state period{})\n", human_seconds(m.minibatch_time_s),
+                        steady.periodic ? fmt::format(": completions repeat every {} mini-batches", steady.cycle_minibatches)
+                                        : ": no exact cycle, mean gap over the second half");
+    text += fmt::format("  warm-up           {} to the first steady-state completion ({} mini-batches completed before)\n",
+                        human_seconds(steady.warmup_s), steady.warmup_minibatches);
+  } else {
+    text += fmt::format("  mini-batch time   {}\n", human_seconds(m.minibatch_time_s));
+  }
   text += fmt::format("  throughput        {:.4g} samples/s\n", m.throughput_samples_per_s);
   text += fmt::format("  bubble fraction   {:.4f}\n", m.bubble_fraction);
   text += fmt::format("  traffic           {} per sample\n", human_bytes(m.bytes_per_sample));
-  text += fmt::format("  {:<16} {:>5} {:>12} {:>7} {:>6} {:>12} {:>12}\n", "host", "stage", "busy", "bubble", "stash",
-                      "peak memory", "capacity");
+  text += fmt::format("  {:<16} {:>5} {:>12} {:>7} {:>6} {:>8} {:>12} {:>12}\n", "host", "stage", "busy", "bubble", "stash",
+                      "versions", "peak memory", "capacity");
   for (const DeviceMetrics& d : m.devices)
-    text += fmt::format("  {:<16} {:>5} {:>12} {:>7.4f} {:>6} {:>12} {:>12}{}\n", d.host, d.stage, human_seconds(d.busy_s),
-                        d.bubble_fraction, d.peak_stashed_microbatches, human_bytes(d.peak_memory_bytes),
+    text += fmt::format("  {:<16} {:>5} {:>12} {:>7.4f} {:>6} {:>8} {:>12} {:>12}{}\n", d.host, d.stage, human_seconds(d.busy_s),
+                        d.bubble_fraction, d.peak_stashed_microbatches, d.peak_weight_versions, human_bytes(d.peak_memory_bytes),
                         d.memory_capacity_bytes ? human_bytes(*d.memory_capacity_bytes) : "unlimited",
                         d.oom ? "  OUT OF MEMORY" : "");
   return text;

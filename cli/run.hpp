@@ -20,10 +20,18 @@ struct PlanRequest {
   std::optional<int> batch_size;
   std::string schedule;
   int micro_batches = 1;
-  int mini_batches = 1;
+  /// Absent: 1 for flushed schedules, enough to reach the steady state for
+  /// the others (max(32, 4 x devices)).
+  std::optional<int> mini_batches;
   std::string partition = "uniform";  ///< "uniform" or a partition file
+  std::string replicas;               ///< "3,1": replicated stages, layers balanced per replica
   std::string network = "simgrid";
   bool recompute = false;
+  std::string optimizer = "sgd";
+  bool vertical_sync = false;
+  int update_interval = 0;
+  double prediction_cost_s_per_byte = 0;
+  bool wait_free = false;
 };
 
 /** Reads the inputs and pins them into a Plan. Throws InputError. */

@@ -1,6 +1,7 @@
 #include "core/metrics.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -23,7 +24,183 @@ using Key = std::tuple<int, int, int>;  // stage, micro-batch, mini-batch
 
 Key key_of(const TimelineRecord& record) { return {record.stage, record.micro_batch, record.mini_batch}; }
 
+// Changes of a device's count of weight versions over time.
+struct VersionTrack {
+  std::vector<std::pair<double, int>> deltas;  ///< (time, change of the count)
+  int peak = 1;
+};
+
+// Counts weight versions per host from the timeline (SEMANTICS.md): a host
+// keeps its latest version and every older one still referenced.
+std::map<std::string, VersionTrack> weight_versions(const Timeline& timeline, const MemoryModel& model) {
+  std::map<std::string, VersionTrack> tracks;
+  if (model.versioning == WeightVersioning::Single) return tracks;
+  if (model.versioning == WeightVersioning::Prediction) {
+    // The predicted version lives while a forward runs.
+    std::map<std::string, std::vector<std::pair<double, int>>> events;
+    for (const TimelineRecord& r : timeline.records)
+      if (r.action == "F") {
+        events[r.host].push_back({r.start_s, +1});
+        events[r.host].push_back({r.end_s, -1});
+      }
+    for (auto& [host, list] : events) {
+      std::stable_sort(list.begin(), list.end());  // releases (-1) first at equal times
+      VersionTrack& track = tracks[host];
+      int predicted = 0;
+      for (const auto& [time, change] : list) {
+        const int before = 1 + std::min(predicted, 1);
+        predicted += change;
+        const int after = 1 + std::min(predicted, 1);
+        if (after != before) track.deltas.push_back({time, after - before});
+        track.peak = std::max(track.peak, after);
+      }
+    }
+    return tracks;
+  }
+
+  // Update times per host: ends of its all-reduce rounds, else every
+  // update_interval-th backward end.
+  std::map<std::string, std::map<int, double>> round_end;
+  std::map<std::string, std::vector<double>> backward_ends;
+  std::map<std::pair<std::string, Key>, double> backward_end_of;
+  std::map<Key, const TimelineRecord*> input_forward;  // (0, m, k) -> stage-0 forward
+  for (const TimelineRecord& r : timeline.records) {
+    if (r.action == "ALLREDUCE") {
+      double& end = round_end[r.host][r.mini_batch];
+      end = std::max(end, r.end_s);
+    } else if (r.action == "B") {
+      backward_ends[r.host].push_back(r.end_s);
+      backward_end_of[{r.host, key_of(r)}] = r.end_s;
+    } else if (r.action == "F" && r.stage == 0) {
+      input_forward[key_of(r)] = &r;
+    }
+  }
+  std::map<std::string, std::vector<double>> updates;
+  for (const auto& [host, ends] : backward_ends) {
+    std::vector<double>& list = updates[host];
+    if (auto rounds = round_end.find(host); rounds != round_end.end()) {
+      for (const auto& [round, end] : rounds->second) list.push_back(end);
+    } else {
+      std::vector<double> sorted = ends;
+      std::sort(sorted.begin(), sorted.end());
+      const std::size_t interval = static_cast<std::size_t>(std::max(1, model.update_interval));
+      for (std::size_t i = interval; i <= sorted.size(); i += interval) list.push_back(sorted[i - 1]);
+    }
+    std::sort(list.begin(), list.end());
+  }
+  auto version_at = [&](const std::string& host, double time) {
+    const auto& list = updates[host];
+    return static_cast<int>(std::upper_bound(list.begin(), list.end(), time) - list.begin());
+  };
+
+  // Events per host: (time, order, version); order 0 releases a reference,
+  // 1 makes a new latest version, 2 takes a reference.
+  std::map<std::string, std::vector<std::tuple<double, int, int>>> events;
+  for (const auto& [host, list] : updates)
+    for (std::size_t u = 0; u < list.size(); ++u) events[host].push_back({list[u], 1, static_cast<int>(u + 1)});
+  for (const TimelineRecord& r : timeline.records) {
+    if (r.action != "F") continue;
+    double from = r.start_s;
+    int version = version_at(r.host, r.start_s);
+    if (model.versioning == WeightVersioning::VerticalSync) {
+      if (auto input = input_forward.find({0, r.micro_batch, r.mini_batch}); input != input_forward.end()) {
+        from = std::min(from, input->second->start_s);
+        version = version_at(input->second->host, input->second->start_s);
+      }
+    }
+    const auto end = backward_end_of.find({r.host, key_of(r)});
+    const double until = end == backward_end_of.end() ? r.end_s : std::max(end->second, r.start_s);
+    events[r.host].push_back({from, 2, version});
+    events[r.host].push_back({until, 0, version});
+  }
+  for (auto& [host, list] : events) {
+    std::sort(list.begin(), list.end());
+    VersionTrack& track = tracks[host];
+    std::map<int, int> references;
+    int latest = 0;
+    auto count = [&] { return static_cast<int>(references.size()) + (references.count(latest) ? 0 : 1); };
+    for (const auto& [time, order, version] : list) {
+      const int before = count();
+      if (order == 0) {
+        if (--references[version] == 0) references.erase(version);
+      } else if (order == 1) {
+        latest = std::max(latest, version);
+      } else {
+        ++references[version];
+      }
+      const int after = count();
+      if (after != before) track.deltas.push_back({time, after - before});
+      track.peak = std::max(track.peak, after);
+    }
+  }
+  return tracks;
+}
+
 }  // namespace
+
+SteadyState steady_state_of(std::vector<double> completions, double run_start_s) {
+  SteadyState steady;
+  std::sort(completions.begin(), completions.end());
+  const std::size_t n = completions.size();
+  if (n == 0) return steady;
+  if (n < 2) {
+    steady.period_s = completions.back() - run_start_s;
+    steady.window_start_s = run_start_s;
+    steady.window_end_s = completions.back();
+    return steady;
+  }
+  std::vector<double> gaps(n - 1);
+  double largest = 0;
+  for (std::size_t i = 0; i + 1 < n; ++i) {
+    gaps[i] = completions[i + 1] - completions[i];
+    largest = std::max(largest, std::fabs(gaps[i]));
+  }
+  const double tolerance = 1e-9 * largest;
+  const std::size_t G = gaps.size();
+  // For each cycle length L, the longest run of gaps that repeat with period
+  // L (the drain at the end of a run and the warm-up at its start break it).
+  // The shortest cycle wins unless a longer one covers more than one more
+  // of its cycles.
+  std::size_t best_L = 0, best_first = 0, best_length = 0;
+  for (std::size_t L = 1; 3 * L <= G; ++L) {
+    std::size_t first = 0, length = 0;
+    for (std::size_t i = 0; i + L < G;) {
+      std::size_t j = i;
+      while (j + L < G && std::fabs(gaps[j] - gaps[j + L]) <= tolerance) ++j;
+      if (j > i && j - i + L > length) {
+        first = i;
+        length = j - i + L;
+      }
+      i = j + 1;
+    }
+    if (length < 3 * L) continue;
+    if (best_L == 0 || length > best_length + L) {
+      best_L = L;
+      best_first = first;
+      best_length = length;
+    }
+  }
+  if (best_L > 0) {
+    const std::size_t whole = best_length / best_L * best_L;
+    steady.periodic = true;
+    steady.cycle_minibatches = static_cast<int>(best_L);
+    steady.window_start_s = completions[best_first];
+    steady.window_end_s = completions[best_first + whole];
+    steady.period_s = (steady.window_end_s - steady.window_start_s) / static_cast<double>(whole);
+    steady.warmup_minibatches = static_cast<int>(best_first);
+    steady.warmup_s = completions[best_first] - run_start_s;
+    return steady;
+  }
+  // No exact cycle (SimGrid's network sharing can perturb every gap): the
+  // mean gap over the middle half of the run.
+  const std::size_t from = (n - 1) / 4, to = std::max(from + 1, (3 * (n - 1)) / 4);
+  steady.window_start_s = completions[from];
+  steady.window_end_s = completions[to];
+  steady.period_s = (steady.window_end_s - steady.window_start_s) / static_cast<double>(to - from);
+  steady.warmup_minibatches = static_cast<int>(from);
+  steady.warmup_s = completions[from] - run_start_s;
+  return steady;
+}
 
 MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model,
                             const std::map<std::string, int>& stage_of_host) {
@@ -41,6 +218,7 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model,
   for (std::size_t i = 0; i < timeline.records.size(); ++i) {
     const TimelineRecord& r = timeline.records[i];
     changes[r.host].push_back({r.end_s, 0, 0, i});
+    if (r.action == "ALLREDUCE") continue;  // reduced in place in the gradient buffer
     if (r.kind() == RecordKind::Transfer) {
       // Receive buffer on the peer: from arrival until its consumer ends.
       const bool forward = r.action == "SEND_F";
@@ -73,11 +251,21 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model,
   }
 
   MemoryPeaks peaks;
+  auto weight_bytes_of = [&](const std::string& host) {
+    auto stage = stage_of_host.find(host);
+    return stage != stage_of_host.end() && stage->second >= 0 && stage->second < static_cast<int>(model.stages.size())
+               ? model.stages[stage->second].weight_bytes
+               : 0.0;
+  };
+  // One weight version, its gradients and the optimizer's copies; more
+  // versions come and go with the version track.
+  const double base_copies = 2.0 + model.optimizer_copies;
+  for (const auto& [host, track] : weight_versions(timeline, model)) {
+    peaks.peak_versions[host] = track.peak;
+    for (const auto& [time, change] : track.deltas) changes[host].push_back({time, change * weight_bytes_of(host), 0, none});
+  }
   for (auto& [host, list] : changes) {
-    double base = 0;
-    if (auto stage = stage_of_host.find(host); stage != stage_of_host.end() && stage->second >= 0 &&
-                                               stage->second < static_cast<int>(model.stages.size()))
-      base = 2 * model.stages[stage->second].weight_bytes;  // weights + weight gradients
+    const double base = base_copies * weight_bytes_of(host);
     // Releases, then reports of record ends, then allocations.
     std::stable_sort(list.begin(), list.end(), [](const Change& x, const Change& y) {
       auto rank = [](const Change& c) { return c.bytes < 0 || c.stashes < 0 ? 0 : c.record != static_cast<std::size_t>(-1) ? 1 : 2; };
@@ -97,12 +285,12 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model,
   }
   for (const auto& [host, stage] : stage_of_host)
     if (!peaks.peak_bytes.count(host) && stage >= 0 && stage < static_cast<int>(model.stages.size()))
-      peaks.peak_bytes[host] = 2 * model.stages[stage].weight_bytes;
+      peaks.peak_bytes[host] = base_copies * model.stages[stage].weight_bytes;
   return peaks;
 }
 
 Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std::map<std::string, int>& stage_of_host,
-                        int mini_batches, int samples_per_minibatch) {
+                        int mini_batches, int samples_per_minibatch, bool steady_state) {
   Metrics metrics;
   metrics.samples_per_minibatch = samples_per_minibatch;
   const MemoryPeaks peaks = annotate_memory(timeline, model, stage_of_host);
@@ -121,6 +309,16 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std:
   }
   const double span = last - first;
   metrics.minibatch_time_s = mini_batches > 0 ? span / mini_batches : 0;
+  if (steady_state && any) {
+    std::map<int, double> completion;
+    for (const TimelineRecord& r : timeline.records)
+      if (r.kind() == RecordKind::Compute) completion[r.mini_batch] = std::max(completion[r.mini_batch], r.end_s);
+    std::vector<double> completions;
+    for (const auto& [k, end] : completion) completions.push_back(end);
+    const SteadyState steady = steady_state_of(completions, first);
+    metrics.steady_state = steady;
+    metrics.minibatch_time_s = steady.period_s;
+  }
   metrics.throughput_samples_per_s = metrics.minibatch_time_s > 0 ? samples_per_minibatch / metrics.minibatch_time_s : 0;
   const double samples = static_cast<double>(samples_per_minibatch) * mini_batches;
   metrics.bytes_per_sample = samples > 0 ? transferred / samples : 0;
@@ -138,10 +336,15 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std:
       if (end > from) device.busy_s += end - from;
       covered_until = std::max(covered_until, end);
     }
-    device.bubble_fraction = span > 0 ? 1 - device.busy_s / span : 0;
+    // Without a flush, the share of the steady-state period the device
+    // computes: its busy time per mini-batch of the run over the period.
+    const double available = metrics.steady_state ? metrics.minibatch_time_s * mini_batches : span;
+    device.bubble_fraction = available > 0 ? std::clamp(1 - device.busy_s / available, 0.0, 1.0) : 0;
     if (auto peak = peaks.peak_bytes.find(host); peak != peaks.peak_bytes.end()) device.peak_memory_bytes = peak->second;
     if (auto peak = peaks.peak_stashed.find(host); peak != peaks.peak_stashed.end())
       device.peak_stashed_microbatches = peak->second;
+    if (auto peak = peaks.peak_versions.find(host); peak != peaks.peak_versions.end())
+      device.peak_weight_versions = peak->second;
     if (auto capacity = model.capacity_bytes.find(host); capacity != model.capacity_bytes.end()) {
       device.memory_capacity_bytes = capacity->second;
       device.oom = device.peak_memory_bytes > capacity->second;

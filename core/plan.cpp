@@ -13,6 +13,13 @@ namespace {
 constexpr int kPlanVersion = 1;
 }
 
+int optimizer_copies(const std::string& optimizer) {
+  if (optimizer == "sgd") return 0;
+  if (optimizer == "momentum") return 1;
+  if (optimizer == "adam") return 2;
+  throw InputError(fmt::format("--optimizer: expected sgd, momentum or adam, found '{}'", optimizer));
+}
+
 std::string plan_to_json(const Plan& plan) {
   nlohmann::ordered_json document;
   document["pipegrid_plan"] = kPlanVersion;
@@ -21,6 +28,11 @@ std::string plan_to_json(const Plan& plan) {
   document["mini_batches"] = plan.mini_batches;
   document["recompute"] = plan.recompute;
   document["network"] = plan.network;
+  document["optimizer"] = plan.optimizer;
+  document["vertical_sync"] = plan.vertical_sync;
+  document["update_interval"] = plan.update_interval;
+  document["prediction_cost_s_per_byte"] = plan.prediction_cost_s_per_byte;
+  document["wait_free"] = plan.wait_free;
   document["platform_file"] = plan.platform_file;
   document["platform_xml"] = plan.platform_xml;
   document["partition"] = nlohmann::ordered_json::parse(partition_to_json(plan.partition));
@@ -53,6 +65,18 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
   plan.mini_batches = field("mini_batches", is_count, "an integer >= 1").get<int>();
   plan.recompute = field("recompute", [](const nlohmann::json& j) { return j.is_boolean(); }, "true or false").get<bool>();
   plan.network = field("network", is_string, "analytic or simgrid").get<std::string>();
+  // Fields added with the PipeDream family; plans written before them use the defaults.
+  auto is_boolean = [](const nlohmann::json& j) { return j.is_boolean(); };
+  if (document.contains("optimizer")) plan.optimizer = field("optimizer", is_string, "sgd, momentum or adam").get<std::string>();
+  optimizer_copies(plan.optimizer);
+  if (document.contains("vertical_sync")) plan.vertical_sync = field("vertical_sync", is_boolean, "true or false").get<bool>();
+  if (document.contains("update_interval"))
+    plan.update_interval = field("update_interval", [](const nlohmann::json& j) { return j.is_number_integer() && j.get<long long>() >= 0; },
+                                 "an integer >= 0").get<int>();
+  if (document.contains("prediction_cost_s_per_byte"))
+    plan.prediction_cost_s_per_byte = field("prediction_cost_s_per_byte", [](const nlohmann::json& j) { return j.is_number() && j.get<double>() >= 0; },
+                                            "a number >= 0").get<double>();
+  if (document.contains("wait_free")) plan.wait_free = field("wait_free", is_boolean, "true or false").get<bool>();
   plan.platform_file = field("platform_file", is_string, "a path").get<std::string>();
   plan.platform_xml = field("platform_xml", is_string, "the platform XML text").get<std::string>();
   plan.profile = parse_profile_json(field("profile", [](const nlohmann::json& j) { return j.is_object(); }, "a profile object").dump(),

@@ -20,7 +20,16 @@ struct Plan {
   int mini_batches = 1;
   bool recompute = false;
   std::string network = "analytic";  ///< analytic | simgrid
+  std::string optimizer = "sgd";     ///< sgd | momentum | adam: 0, 1, 2 weight copies of state
+  bool vertical_sync = false;        ///< pipedream: every stage uses the input stage's version
+  int update_interval = 0;           ///< pipedream-2bw: mini-batches per update (0: the stages)
+  double prediction_cost_s_per_byte = 0;  ///< pipeoptim: prediction time per parameter byte
+  bool wait_free = false;            ///< dp: per-layer all-reduces during the backward
 };
+
+/** Weight copies of optimizer state: sgd 0, momentum 1, adam 2; InputError
+ *  naming --optimizer otherwise. */
+int optimizer_copies(const std::string& optimizer);
 
 std::string plan_to_json(const Plan& plan);
 Plan parse_plan_json(const std::string& text, const std::string& origin);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -55,11 +56,33 @@ struct ActionState {
   /// Signalled when the action ends; created when a first actor waits. (Not
   /// actor suspension: a suspended actor's communications stall with it.)
   sg::ConditionVariablePtr ended_signal;
+  /// Work of the backward split by layer in reverse order, when a per-layer
+  /// all-reduce starts each layer's reduction as soon as its part has run.
+  std::vector<double> segment_work;
+  std::size_t segments_done = 0;
   struct Need {
-    std::size_t producer;
-    bool through_message;  ///< wait for the producer's message, not only its end
+    enum class What { End, Message, AllReduce } what;
+    std::size_t index;            ///< producer action, or all-reduce
+    std::size_t participant = 0;  ///< for AllReduce: whose end to wait for
   };
   std::vector<Need> needs;
+};
+
+// One ring all-reduce of the Program and its progress.
+struct AllReduceState {
+  const AllReduce* spec = nullptr;
+  std::vector<std::size_t> ready;  ///< ready action per participant, ring order
+  std::vector<sg::Host*> hosts;    ///< per participant
+  struct Job {
+    int layer = -1;                ///< -1: the whole stage
+    double bytes = 0;              ///< gradient bytes reduced
+    std::size_t after_segments = 0;  ///< per-layer: segments of the ready backward that must have run
+  };
+  std::vector<Job> jobs;
+  /// sent[j][p]: rounds of job j whose transfer from participant p has arrived.
+  std::vector<std::vector<int>> sent;
+  std::vector<bool> ended;  ///< per participant
+  sg::ConditionVariablePtr signal = sg::ConditionVariable::create();
 };
 
 class Simulation {
@@ -110,26 +133,75 @@ class Simulation {
           source.message_to = state.host;
           source.message_bytes = bytes;
         }
-        state.needs.push_back({producer, remote});
+        state.needs.push_back({remote ? ActionState::Need::What::Message : ActionState::Need::What::End, producer});
       };
       switch (a.kind) {
         case ActionKind::Forward:
           if (a.stage > 0) data_input({ActionKind::Forward, a.stage - 1, a.micro_batch, a.mini_batch}, request.stages[a.stage].input_bytes);
           break;
         case ActionKind::Recompute:
-          state.needs.push_back({find({ActionKind::Forward, a.stage, a.micro_batch, a.mini_batch}), false});
+          state.needs.push_back({ActionState::Need::What::End, find({ActionKind::Forward, a.stage, a.micro_batch, a.mini_batch})});
           break;
         case ActionKind::Backward:
-          state.needs.push_back({find({ActionKind::Forward, a.stage, a.micro_batch, a.mini_batch}), false});
+          state.needs.push_back({ActionState::Need::What::End, find({ActionKind::Forward, a.stage, a.micro_batch, a.mini_batch})});
           if (auto r = index.find({ActionKind::Recompute, a.stage, a.micro_batch, a.mini_batch}); r != index.end())
-            state.needs.push_back({r->second, false});
+            state.needs.push_back({ActionState::Need::What::End, r->second});
           if (a.stage < last_stage)
             data_input({ActionKind::Backward, a.stage + 1, a.micro_batch, a.mini_batch}, request.stages[a.stage].output_bytes);
           break;
       }
     }
     for (const Dependency& dependency : program.extra_dependencies)
-      actions_[find(dependency.after)].needs.push_back({find(dependency.before), false});
+      actions_[find(dependency.after)].needs.push_back({ActionState::Need::What::End, find(dependency.before)});
+
+    for (const AllReduce& spec : program.all_reduces) {
+      AllReduceState all_reduce;
+      all_reduce.spec = &spec;
+      for (const Action& ready : spec.ready) {
+        all_reduce.ready.push_back(find(ready));
+        all_reduce.hosts.push_back(actions_[all_reduce.ready.back()].host);
+      }
+      const std::size_t r = all_reduce.ready.size();
+      if (spec.stage < 0 || spec.stage >= static_cast<int>(request.stages.size()))
+        throw InputError(fmt::format("program: allreduce names stage {} beyond the {} stages", spec.stage, request.stages.size()));
+      std::vector<LayerCost> layers;
+      if (spec.stage < static_cast<int>(request.stage_layers.size())) layers = request.stage_layers[spec.stage];
+      if (layers.empty()) layers = {{request.stages[spec.stage].backward_s, request.stages[spec.stage].weight_bytes}};
+      if (spec.per_layer) {
+        // Reverse layer order: the backward's segment k is layer L-1-k.
+        for (std::size_t k = 0; k < layers.size(); ++k) {
+          const LayerCost& layer = layers[layers.size() - 1 - k];
+          if (layer.weight_bytes > 0)
+            all_reduce.jobs.push_back({static_cast<int>(layers.size() - 1 - k), layer.weight_bytes, k + 1});
+        }
+        for (std::size_t ready : all_reduce.ready) {
+          ActionState& backward = actions_[ready];
+          const HostInfo& info = platform.host(backward.host->get_name());
+          if (!backward.segment_work.empty())
+            throw InputError(fmt::format("program: {} starts two per-layer all-reduces", pipegrid::to_string(backward.action)));
+          for (std::size_t k = 0; k < layers.size(); ++k)
+            backward.segment_work.push_back(layers[layers.size() - 1 - k].backward_s / info.speed_factor * backward.host->get_speed());
+        }
+      } else {
+        all_reduce.jobs.push_back({-1, request.stages[spec.stage].weight_bytes, 0});
+      }
+      all_reduce.sent.assign(all_reduce.jobs.size(), std::vector<int>(r, 0));
+      all_reduce.ended.assign(r, false);
+      const std::size_t c = all_reduces_.size();
+      for (std::size_t p = 0; p < r; ++p) device_all_reduces_[actions_[all_reduce.ready[p]].device].push_back({c, p});
+      for (const Action& released : spec.release) {
+        ActionState& state = actions_[find(released)];
+        bool own = false;
+        for (std::size_t p = 0; p < r; ++p)
+          if (actions_[all_reduce.ready[p]].device == state.device) {
+            state.needs.push_back({ActionState::Need::What::AllReduce, c, p});
+            own = true;
+          }
+        if (!own)
+          for (std::size_t p = 0; p < r; ++p) state.needs.push_back({ActionState::Need::What::AllReduce, c, p});
+      }
+      all_reduces_.push_back(std::move(all_reduce));
+    }
   }
 
   /** Creates one actor per device stream; call before Engine::run(). */
@@ -144,6 +216,10 @@ class Simulation {
         sg::Host* host = actions_[first].host;
         sg::Actor::create(fmt::format("device{}-stream{}", d, s), host, [this, first, count] { run_stream(first, count); });
       }
+    for (const auto& [device, parts] : device_all_reduces_) {
+      sg::Host* host = all_reduces_[parts.front().first].hosts[parts.front().second];
+      sg::Actor::create(fmt::format("device{}-allreduce", device), host, [this, device = device] { run_all_reduces(device); });
+    }
   }
 
   Timeline timeline() const {
@@ -166,6 +242,49 @@ class Simulation {
     while (!state.ended) state.ended_signal->wait(lock);
   }
 
+  void wait_until_segments(ActionState& state, std::size_t segments) {
+    if (state.ended || state.segments_done >= segments) return;
+    if (!state.ended_signal) state.ended_signal = sg::ConditionVariable::create();
+    std::unique_lock lock(*mutex_);
+    while (!state.ended && state.segments_done < segments) state.ended_signal->wait(lock);
+  }
+
+  // Runs the device's part in its all-reduces, in Program order. Round t of
+  // a ring: send 1/r of the job's gradients to the next participant, then
+  // wait for the previous participant's round-t chunk before going on.
+  void run_all_reduces(std::size_t device) {
+    for (const auto& [c, p] : device_all_reduces_[device]) {
+      AllReduceState& all_reduce = all_reduces_[c];
+      const std::size_t r = all_reduce.hosts.size();
+      const std::size_t next = (p + 1) % r, previous = (p + r - 1) % r;
+      ActionState& ready = actions_[all_reduce.ready[p]];
+      for (std::size_t j = 0; j < all_reduce.jobs.size(); ++j) {
+        const AllReduceState::Job& job = all_reduce.jobs[j];
+        if (job.layer < 0)
+          wait_until_ended(ready);
+        else
+          wait_until_segments(ready, job.after_segments);
+        const double start = sg::Engine::get_clock();
+        const double chunk = job.bytes / static_cast<double>(r);
+        for (int round = 0; round < static_cast<int>(2 * (r - 1)); ++round) {
+          sg::CommPtr comm = sg::Comm::sendto_init(all_reduce.hosts[p], all_reduce.hosts[next]);
+          comm->set_payload_size(static_cast<uint64_t>(std::llround(chunk)));
+          comm->start();
+          comm->wait();
+          all_reduce.sent[j][p] = round + 1;
+          all_reduce.signal->notify_all();
+          std::unique_lock lock(*mutex_);
+          while (all_reduce.sent[j][previous] < round + 1) all_reduce.signal->wait(lock);
+        }
+        records_.push_back({all_reduce.hosts[p]->get_name(), 0, all_reduce.spec->stage, "ALLREDUCE", job.layer,
+                            all_reduce.spec->round, start, sg::Engine::get_clock(), 2.0 * static_cast<double>(r - 1) * chunk,
+                            all_reduce.hosts[next]->get_name(), 0});
+      }
+      all_reduce.ended[p] = true;
+      all_reduce.signal->notify_all();
+    }
+  }
+
   void send_message(ActionState& state) {
     if (state.message_to == nullptr) return;
     // init + start rather than sendto_async: in SimGrid 3.32 a zero-byte
@@ -179,9 +298,15 @@ class Simulation {
     for (std::size_t i = first; i < first + count; ++i) {
       ActionState& state = actions_[i];
       for (const ActionState::Need& need : state.needs) {
-        ActionState& producer = actions_[need.producer];
+        if (need.what == ActionState::Need::What::AllReduce) {
+          AllReduceState& all_reduce = all_reduces_[need.index];
+          std::unique_lock lock(*mutex_);
+          while (!all_reduce.ended[need.participant]) all_reduce.signal->wait(lock);
+          continue;
+        }
+        ActionState& producer = actions_[need.index];
         wait_until_ended(producer);
-        if (need.through_message) {
+        if (need.what == ActionState::Need::What::Message) {
           producer.message->wait();
           const bool forward = producer.action.kind == ActionKind::Forward;
           records_.push_back({producer.host->get_name(), 0, producer.action.stage, forward ? "SEND_F" : "SEND_B",
@@ -192,7 +317,15 @@ class Simulation {
       }
       state.start = sg::Engine::get_clock();
       if (state.async) send_message(state);
-      if (state.work > 0) sg::this_actor::execute(state.work);
+      if (!state.segment_work.empty()) {
+        for (double work : state.segment_work) {
+          if (work > 0) sg::this_actor::execute(work);
+          ++state.segments_done;
+          if (state.ended_signal) state.ended_signal->notify_all();
+        }
+      } else if (state.work > 0) {
+        sg::this_actor::execute(state.work);
+      }
       state.end = sg::Engine::get_clock();
       if (!state.async) send_message(state);
       records_.push_back({state.host->get_name(), static_cast<int>(state.stream), state.action.stage,
@@ -207,6 +340,9 @@ class Simulation {
   std::vector<ActionState> actions_;
   std::vector<std::string> hosts_;
   std::vector<TimelineRecord> records_;
+  std::vector<AllReduceState> all_reduces_;
+  /// Per device: (all-reduce, participant) in Program order.
+  std::map<std::size_t, std::vector<std::pair<std::size_t, std::size_t>>> device_all_reduces_;
   sg::MutexPtr mutex_ = sg::Mutex::create();
 };
 

@@ -1,8 +1,12 @@
 #pragma once
 // The SimGrid engine. One S4U actor per device stream interprets its action
 // list; activations and gradients travel as SimGrid communications along the
-// platform's routes (eager: a send never waits for the receiver). The engine
-// knows actions, never schedule names.
+// platform's routes (eager: a send never waits for the receiver). A device
+// that takes part in all-reduces has one more actor that runs them in
+// Program order, each as the 2(r-1) rounds of a ring, every round a
+// point-to-point transfer of 1/r of the gradients to the next replica over
+// the real route, so they contend with pipeline traffic as SimGrid shares
+// links. The engine knows actions, never schedule names.
 
 #include <string>
 #include <vector>
@@ -21,12 +25,21 @@ enum class NetworkModel {
 const char* to_string(NetworkModel model);
 NetworkModel parse_network_model(const std::string& text);
 
+/** One layer's share of a stage, for per-layer (wait-free) all-reduces. */
+struct LayerCost {
+  double backward_s = 0;  ///< profile units (speed factor 1)
+  double weight_bytes = 0;
+};
+
 struct SimulationRequest {
   std::string platform_file;
   Program program;
   std::vector<StageCost> stages;  ///< per stage, profile units (speed factor 1)
   /// hosts[stage][replica]: the host running each device of the Program.
   std::vector<std::vector<std::string>> hosts;
+  /// stage_layers[stage]: the stage's layers in order; needed when the
+  /// Program has per-layer all-reduces (a whole-stage layer is assumed if empty).
+  std::vector<std::vector<LayerCost>> stage_layers;
   NetworkModel network = NetworkModel::Analytic;
 };
 

@@ -41,7 +41,9 @@ TEST(ProgramText, RoundTripsEverySchedule) {
       if (replicated) options.replicas = info.single_stage ? std::vector<int>{3} : std::vector<int>{2, 1, 3};
       options.wait_free = info.name == "dp" && replicated;
       const Program program = generate_schedule(info.name, options);
-      if (replicated) EXPECT_FALSE(program.all_reduces.empty()) << info.name;
+      if (replicated) {
+        EXPECT_FALSE(program.all_reduces.empty()) << info.name;
+      }
       EXPECT_EQ(from_text(program_to_text(program)), program) << info.name << " replicated=" << replicated;
     }
   }
