@@ -1,5 +1,9 @@
 #include "core/partition.hpp"
 
+#include <algorithm>
+#include <charconv>
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
@@ -23,6 +27,125 @@ Partition uniform_partition(const Profile& profile, const std::vector<std::strin
     const int count = base + (stage < extra ? 1 : 0);
     partition.stage_of_layer.insert(partition.stage_of_layer.end(), count, stage);
     partition.hosts.push_back({hosts[stage]});
+  }
+  return partition;
+}
+
+namespace {
+
+std::string trimmed(const std::string& text) {
+  const auto first = text.find_first_not_of(" \t");
+  if (first == std::string::npos) return {};
+  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
+}
+
+/// "3,1": the counts as the --replicas shorthand spells them.
+std::string replicas_text(const std::vector<int>& replicas) {
+  std::string text;
+  for (const int count : replicas) text += fmt::format("{}{}", text.empty() ? "" : ",", count);
+  return text;
+}
+
+}  // namespace
+
+std::vector<int> parse_replicas(const std::string& text) {
+  if (trimmed(text).empty())
+    throw InputError("--replicas: expected replica counts per stage separated by commas, such as 3,1; found an empty value");
+  std::vector<int> counts;
+  for (std::size_t start = 0;;) {
+    const std::size_t comma = text.find(',', start);
+    const std::string item = trimmed(text.substr(start, comma == std::string::npos ? comma : comma - start));
+    const std::size_t stage = counts.size();
+    if (item.empty())
+      throw InputError(fmt::format("--replicas: stage {}: expected a replica count, found nothing in '{}' (a stray comma?)",
+                                   stage, text));
+    int count = 0;
+    const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), count);
+    if (error == std::errc::result_out_of_range)
+      throw InputError(fmt::format("--replicas: stage {}: expected a replica count, found '{}' in '{}' (too large)", stage,
+                                   item, text));
+    if (error != std::errc() || end != item.data() + item.size())
+      throw InputError(fmt::format("--replicas: stage {}: expected a whole number of replicas, found '{}' in '{}'", stage,
+                                   item, text));
+    if (count < 1)
+      throw InputError(fmt::format("--replicas: stage {}: expected at least 1 replica, found '{}' in '{}'", stage, item, text));
+    counts.push_back(count);
+    if (comma == std::string::npos) return counts;
+    start = comma + 1;
+  }
+}
+
+Partition replicated_partition(const Profile& profile, const std::vector<HostInfo>& hosts,
+                               const std::vector<int>& replicas) {
+  const std::string what = "--replicas " + replicas_text(replicas);
+  if (replicas.empty()) throw InputError("--replicas: expected at least one stage, found none");
+  long long needed = 0;
+  for (std::size_t s = 0; s < replicas.size(); ++s) {
+    if (replicas[s] < 1) throw InputError(fmt::format("{}: stage {}: expected at least 1 replica, found {}", what, s, replicas[s]));
+    needed += replicas[s];
+  }
+  if (needed > static_cast<long long>(hosts.size()))
+    throw InputError(fmt::format("{}: expected at least {} hosts on the platform (one per replica), found {}", what, needed,
+                                 hosts.size()));
+  const int num_stages = static_cast<int>(replicas.size());
+  const int layers = static_cast<int>(profile.layers.size());
+  if (num_stages > layers)
+    throw InputError(fmt::format("{}: profile '{}': {} stages need at least {} layers, found {}", what, profile.name,
+                                 num_stages, num_stages, layers));
+
+  // Hosts in platform order; a stage runs at the pace of its slowest replica.
+  Partition partition;
+  std::vector<double> capacity(num_stages);
+  std::size_t next_host = 0;
+  for (int s = 0; s < num_stages; ++s) {
+    double slowest = std::numeric_limits<double>::infinity();
+    std::vector<std::string> names;
+    for (int r = 0; r < replicas[s]; ++r, ++next_host) {
+      slowest = std::min(slowest, hosts[next_host].speed_factor);
+      names.push_back(hosts[next_host].name);
+    }
+    capacity[s] = static_cast<double>(replicas[s]) * slowest;
+    partition.hosts.push_back(std::move(names));
+  }
+
+  // work[a][b]: forward + backward of layers a..b, summed as stage_costs()
+  // sums them, so the objective here is bit for bit the one it reports.
+  const auto at = [layers](int a, int b) { return static_cast<std::size_t>(a) * layers + b; };
+  std::vector<double> work(static_cast<std::size_t>(layers) * layers);
+  for (int a = 0; a < layers; ++a) {
+    double forward = 0, backward = 0;
+    for (int b = a; b < layers; ++b) {
+      forward += profile.layers[b].forward_s;
+      backward += profile.layers[b].backward_s;
+      work[at(a, b)] = forward + backward;
+    }
+  }
+  const auto time = [&](int s, int a, int b) { return work[at(a, b)] / capacity[s]; };
+
+  // best[s][b]: the smallest bottleneck of layers 0..b split into stages 0..s.
+  // Stage s ends at b in s..layers-num_stages+s, so every stage keeps a layer.
+  const double infinity = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(num_stages, std::vector<double>(layers, infinity));
+  for (int b = 0; b <= layers - num_stages; ++b) best[0][b] = time(0, 0, b);
+  for (int s = 1; s < num_stages; ++s)
+    for (int b = s; b <= layers - num_stages + s; ++b)
+      for (int a = s; a <= b; ++a) best[s][b] = std::min(best[s][b], std::max(best[s - 1][a - 1], time(s, a, b)));
+  const double optimum = best[num_stages - 1][layers - 1];
+
+  // Tie rule. fits[s][a]: layers a..end split into stages s.. with every
+  // stage's time <= optimum. Then each stage in turn takes the fewest layers
+  // that leave the rest feasible: the lexicographically smallest cuts.
+  std::vector<std::vector<char>> fits(num_stages + 1, std::vector<char>(layers + 1, 0));
+  fits[num_stages][layers] = 1;
+  for (int s = num_stages - 1; s >= 0; --s)
+    for (int a = s; a < layers; ++a)
+      for (int b = a; b < layers && !fits[s][a]; ++b) fits[s][a] = time(s, a, b) <= optimum && fits[s + 1][b + 1];
+  int first = 0;
+  for (int s = 0; s < num_stages; ++s) {
+    int last = first;
+    while (!(time(s, first, last) <= optimum && fits[s + 1][last + 1])) ++last;
+    partition.stage_of_layer.insert(partition.stage_of_layer.end(), last - first + 1, s);
+    first = last + 1;
   }
   return partition;
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/platform.hpp"
 #include "core/profile.hpp"
 
 namespace pipegrid {
@@ -33,6 +34,29 @@ struct StageCost {
  *  divide), stage s on hosts[s]. Throws InputError when there are more stages
  *  than layers or fewer hosts than stages. */
 Partition uniform_partition(const Profile& profile, const std::vector<std::string>& hosts, int num_stages);
+
+/** Parses the `--replicas` shorthand: replica counts per stage separated by
+ *  commas, such as "3,1" or "4,2,1,1" (spaces around a count are allowed).
+ *  Throws InputError naming `--replicas` when the text is empty or a count is
+ *  missing, not a whole number, or below 1. */
+std::vector<int> parse_replicas(const std::string& text);
+
+/** The replicated partition: one stage per entry of `replicas`, stage s run
+ *  by replicas[s] hosts taken in platform order (stage 0 the first
+ *  replicas[0] hosts, and so on; hosts beyond sum(replicas) stay unused).
+ *  Layers are split into contiguous, non-empty stages minimising the slowest
+ *  stage's time per replica,
+ *    max over s of (forward_s + backward_s of its layers)
+ *                  / (replicas[s] * the lowest speed_factor of its hosts),
+ *  by exact dynamic programming (O(S·L²)). Stage sums are taken in layer
+ *  order, forward and backward apart, as stage_costs() does, and compared
+ *  exactly: no tolerance. Ties: among the optimal splits, the one whose cut
+ *  positions (first layer of stages 1..S-1) are lexicographically smallest,
+ *  i.e. each stage in turn as short as the optimum allows.
+ *  Throws InputError when a count is below 1, the platform has fewer hosts
+ *  than sum(replicas), or there are more stages than layers. */
+Partition replicated_partition(const Profile& profile, const std::vector<HostInfo>& hosts,
+                               const std::vector<int>& replicas);
 
 /** Checks the partition against the profile: one stage per layer, stages
  *  never decreasing and none empty, every stage with at least one host.

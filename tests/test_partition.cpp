@@ -1,4 +1,13 @@
-// Uniform partition, stage costs and the partition file.
+// Uniform and replicated partitions, --replicas, stage costs and the
+// partition file.
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -80,6 +89,221 @@ TEST(Partition, BadFilesNameTheField) {
   EXPECT_NE(message(R"({"stages": [{"layers": [0, 2], "hosts": ["a"]}]})").find("expected a stage for each of the 4 layers"),
             std::string::npos);
   EXPECT_NE(message(R"({"stages": [{"layers": "all", "hosts": ["a"]}]})").find("stages[0].layers"), std::string::npos);
+}
+
+// ------------------------------------------------------------- --replicas
+
+/// Runs `action`, expects an InputError, and returns its message.
+std::string input_error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const InputError& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "expected an InputError, none was thrown";
+  return {};
+}
+
+#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "message: " << (text)
+
+/// A profile whose layer l takes work[l] (forward 0.25 of it, backward the rest).
+Profile with_work(const std::vector<double>& work) {
+  Profile profile;
+  profile.name = "work";
+  for (std::size_t l = 0; l < work.size(); ++l)
+    profile.layers.push_back({"l" + std::to_string(l), work[l] / 4, work[l] - work[l] / 4, 100, 10});
+  return profile;
+}
+
+/// Hosts h0, h1, ... with the given speed factors.
+std::vector<HostInfo> hosts_with_speeds(const std::vector<double>& speeds) {
+  std::vector<HostInfo> hosts;
+  for (std::size_t h = 0; h < speeds.size(); ++h) {
+    HostInfo host;
+    host.name = "h" + std::to_string(h);
+    host.speed_factor = speeds[h];
+    hosts.push_back(host);
+  }
+  return hosts;
+}
+
+std::vector<HostInfo> plain_hosts(int count) { return hosts_with_speeds(std::vector<double>(count, 1.0)); }
+
+/// The slowest stage's time per replica, from stage_costs(): the objective
+/// replicated_partition() minimises, computed independently of it.
+double bottleneck(const Profile& profile, const Partition& partition, const std::vector<HostInfo>& hosts,
+                  const std::vector<int>& replicas) {
+  const auto stages = stage_costs(profile, partition);
+  double worst = 0;
+  std::size_t next_host = 0;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    double slowest = std::numeric_limits<double>::infinity();
+    for (int r = 0; r < replicas[s]; ++r) slowest = std::min(slowest, hosts[next_host++].speed_factor);
+    worst = std::max(worst, (stages[s].forward_s + stages[s].backward_s) / (static_cast<double>(replicas[s]) * slowest));
+  }
+  return worst;
+}
+
+TEST(Replicas, ParsesCountsPerStage) {
+  EXPECT_EQ(parse_replicas("3,1"), (std::vector<int>{3, 1}));
+  EXPECT_EQ(parse_replicas("4,2,1,1"), (std::vector<int>{4, 2, 1, 1}));
+  EXPECT_EQ(parse_replicas("2"), (std::vector<int>{2}));
+  EXPECT_EQ(parse_replicas(" 15 , 1 "), (std::vector<int>{15, 1}));
+}
+
+TEST(Replicas, BadTextNamesTheFlagAndQuotesTheValue) {
+  const auto message = [](const std::string& text) { return input_error_of([&] { parse_replicas(text); }); };
+  EXPECT_CONTAINS(message(""),
+                  "--replicas: expected replica counts per stage separated by commas, such as 3,1; found an empty value");
+  EXPECT_CONTAINS(message("  "), "found an empty value");
+  EXPECT_CONTAINS(message("3,1,"), "--replicas: stage 2: expected a replica count, found nothing in '3,1,' (a stray comma?)");
+  EXPECT_CONTAINS(message(",3"), "--replicas: stage 0: expected a replica count, found nothing in ',3'");
+  EXPECT_CONTAINS(message("3,,1"), "stage 1: expected a replica count, found nothing in '3,,1'");
+  EXPECT_CONTAINS(message("3,x"), "--replicas: stage 1: expected a whole number of replicas, found 'x' in '3,x'");
+  EXPECT_CONTAINS(message("1.5"), "stage 0: expected a whole number of replicas, found '1.5' in '1.5'");
+  EXPECT_CONTAINS(message("3-1"), "found '3-1' in '3-1'");
+  EXPECT_CONTAINS(message("3 1"), "found '3 1' in '3 1'");
+  EXPECT_CONTAINS(message("+2"), "found '+2'");
+  EXPECT_CONTAINS(message("2,0"), "--replicas: stage 1: expected at least 1 replica, found '0' in '2,0'");
+  EXPECT_CONTAINS(message("-1,2"), "--replicas: stage 0: expected at least 1 replica, found '-1' in '-1,2'");
+  EXPECT_CONTAINS(message("99999999999"), "found '99999999999' in '99999999999' (too large)");
+}
+
+// ------------------------------------------------------ replicated partition
+
+TEST(ReplicatedPartition, TwoReplicasTakeTwiceTheLayers) {
+  // F+B = 1 per layer. 2,1: stage 0 takes 4 layers (4/2 = 2), stage 1 two (2).
+  const std::vector<HostInfo> hosts = plain_hosts(4);  // h3 stays unused
+  const Partition partition = replicated_partition(with_work({1, 1, 1, 1, 1, 1}), hosts, {2, 1});
+  EXPECT_EQ(partition.stage_of_layer, (std::vector<int>{0, 0, 0, 0, 1, 1}));
+  EXPECT_EQ(partition.hosts, (std::vector<std::vector<std::string>>{{"h0", "h1"}, {"h2"}}));
+}
+
+TEST(ReplicatedPartition, HostsGoToStagesInPlatformOrder) {
+  // Eight equal layers on 1,3,2,1: a bottleneck of 1 holds 1+3+2+1 = 7 layers
+  // only; 4/3 holds 1+4+2+1 = 8, which is then the one split.
+  const Profile profile = with_work({1, 1, 1, 1, 1, 1, 1, 1});
+  const std::vector<HostInfo> hosts = plain_hosts(8);
+  const Partition partition = replicated_partition(profile, hosts, {1, 3, 2, 1});
+  EXPECT_EQ(partition.hosts, (std::vector<std::vector<std::string>>{{"h0"}, {"h1", "h2", "h3"}, {"h4", "h5"}, {"h6"}}));
+  EXPECT_EQ(partition.stage_of_layer, (std::vector<int>{0, 1, 1, 1, 1, 2, 2, 3}));
+  EXPECT_EQ(bottleneck(profile, partition, hosts, {1, 3, 2, 1}), 4.0 / 3);
+}
+
+TEST(ReplicatedPartition, TiesGoToTheLexicographicallySmallestCuts) {
+  // Four equal layers on three single-replica stages: 1+1+2, 1+2+1 and 2+1+1
+  // all have bottleneck 2; the cuts (1, 2) come first.
+  EXPECT_EQ(replicated_partition(with_work({1, 1, 1, 1}), plain_hosts(3), {1, 1, 1}).stage_of_layer,
+            (std::vector<int>{0, 1, 2, 2}));
+  // A heavy last layer alone sets the bottleneck (5); the three light layers
+  // split 1+2 or 2+1 under it, and stage 0 takes the fewest.
+  EXPECT_EQ(replicated_partition(with_work({1, 1, 1, 5}), plain_hosts(3), {1, 1, 1}).stage_of_layer,
+            (std::vector<int>{0, 1, 1, 2}));
+  // Zero-cost layers tie everywhere: they go to the later stage.
+  EXPECT_EQ(replicated_partition(with_work({3, 0, 0, 3}), plain_hosts(2), {1, 1}).stage_of_layer,
+            (std::vector<int>{0, 1, 1, 1}));
+}
+
+TEST(ReplicatedPartition, AStageRunsAtItsSlowestReplicasSpeed) {
+  const Profile profile = with_work({1, 1, 1, 1, 1, 1});
+  // 1,1 with speeds 1 and 2: 2 layers at speed 1, 4 at speed 2 (both 2).
+  EXPECT_EQ(replicated_partition(profile, hosts_with_speeds({1, 2}), {1, 1}).stage_of_layer,
+            (std::vector<int>{0, 0, 1, 1, 1, 1}));
+  // 2,1 with speeds 1, 4 | 1: stage 0 goes at 2 x 1, as with plain hosts.
+  EXPECT_EQ(replicated_partition(profile, hosts_with_speeds({1, 4, 1}), {2, 1}).stage_of_layer,
+            (std::vector<int>{0, 0, 0, 0, 1, 1}));
+  // 2,1 with speeds 4, 4 | 1: stage 0 goes at 8; stage 1 keeps one layer.
+  EXPECT_EQ(replicated_partition(profile, hosts_with_speeds({4, 4, 1}), {2, 1}).stage_of_layer,
+            (std::vector<int>{0, 0, 0, 0, 0, 1}));
+}
+
+TEST(ReplicatedPartition, MatchesBruteForceOverEverySplit) {
+  const unsigned seed = 20240611;
+  std::mt19937 random(seed);
+  for (int round = 0; round < 600; ++round) {
+    const int layers = std::uniform_int_distribution<int>(1, 9)(random);
+    const int num_stages = std::uniform_int_distribution<int>(1, std::min(4, layers))(random);
+    // Small integer work makes exact ties common; the rest are arbitrary reals.
+    const bool integral = round % 2 == 0;
+    std::vector<double> work(layers);
+    for (double& w : work)
+      w = integral ? std::uniform_int_distribution<int>(0, 4)(random) : std::uniform_real_distribution<double>(0, 3)(random);
+    std::vector<int> replicas(num_stages);
+    int needed = 0;
+    for (int& r : replicas) needed += r = std::uniform_int_distribution<int>(1, 3)(random);
+    std::vector<double> speeds(needed + std::uniform_int_distribution<int>(0, 2)(random));
+    for (double& s : speeds) s = round % 3 == 0 ? std::uniform_int_distribution<int>(1, 3)(random) : 1.0;
+    const Profile profile = with_work(work);
+    const std::vector<HostInfo> hosts = hosts_with_speeds(speeds);
+    const std::string context = "seed " + std::to_string(seed) + ", round " + std::to_string(round);
+
+    // Every split, cuts in lexicographic order; the first minimum wins.
+    std::optional<Partition> first_best;
+    double minimum = std::numeric_limits<double>::infinity();
+    Partition candidate;
+    candidate.hosts.resize(num_stages);
+    const std::function<void(int, int)> split = [&](int stage, int first) {
+      if (stage == num_stages - 1) {
+        candidate.stage_of_layer.resize(first);
+        candidate.stage_of_layer.resize(layers, stage);
+        const double value = bottleneck(profile, candidate, hosts, replicas);
+        if (value < minimum) minimum = value, first_best = candidate;
+        return;
+      }
+      for (int last = first; last <= layers - num_stages + stage; ++last) {
+        candidate.stage_of_layer.resize(first);
+        candidate.stage_of_layer.resize(last + 1, stage);
+        split(stage + 1, last + 1);
+      }
+    };
+    split(0, 0);
+
+    const Partition partition = replicated_partition(profile, hosts, replicas);
+    ASSERT_NO_THROW(check_partition(partition, profile, context)) << context;
+    ASSERT_TRUE(first_best.has_value()) << context;
+    EXPECT_EQ(bottleneck(profile, partition, hosts, replicas), minimum) << context;
+    EXPECT_EQ(partition.stage_of_layer, first_best->stage_of_layer) << context << " (tie rule)";
+  }
+}
+
+TEST(ReplicatedPartition, SameInputSamePartition) {
+  // Sums that round differently by order (0.1 + 0.2 + 0.3) still give one answer.
+  const Profile profile = with_work({0.1, 0.2, 0.3, 0.6, 0.1, 0.2, 0.3});
+  const Partition first = replicated_partition(profile, plain_hosts(3), {1, 1, 1});
+  for (int run = 0; run < 5; ++run)
+    EXPECT_EQ(replicated_partition(profile, plain_hosts(3), {1, 1, 1}).stage_of_layer, first.stage_of_layer);
+}
+
+TEST(ReplicatedPartition, ErrorsNameTheCounts) {
+  EXPECT_CONTAINS(input_error_of([] { replicated_partition(with_work({1, 1, 1}), plain_hosts(3), {3, 1}); }),
+                  "--replicas 3,1: expected at least 4 hosts on the platform (one per replica), found 3");
+  EXPECT_CONTAINS(input_error_of([] { replicated_partition(with_work({1, 1}), plain_hosts(4), {1, 1, 1}); }),
+                  "--replicas 1,1,1: profile 'work': 3 stages need at least 3 layers, found 2");
+  EXPECT_CONTAINS(input_error_of([] { replicated_partition(with_work({1, 1}), plain_hosts(4), {}); }),
+                  "--replicas: expected at least one stage, found none");
+  EXPECT_CONTAINS(input_error_of([] { replicated_partition(with_work({1, 1}), plain_hosts(4), {1, 0}); }),
+                  "--replicas 1,0: stage 1: expected at least 1 replica, found 0");
+}
+
+TEST(ReplicatedPartition, Vgg16FifteenToOne) {
+  const Profile profile = read_profile(std::string(PIPEGRID_SOURCE_DIR) + "/models/pipedream/vgg16/graph.txt", std::nullopt);
+  ASSERT_EQ(profile.layers.size(), 40u);
+  const std::vector<HostInfo> hosts = plain_hosts(16);
+  const Partition partition = replicated_partition(profile, hosts, parse_replicas("15,1"));
+  ASSERT_NO_THROW(check_partition(partition, profile, "vgg16 --replicas 15,1"));
+  ASSERT_EQ(partition.num_stages(), 2);
+  EXPECT_EQ(partition.hosts[0].size(), 15u);
+  EXPECT_EQ(partition.hosts[0].front(), "h0");
+  EXPECT_EQ(partition.hosts[0].back(), "h14");
+  EXPECT_EQ(partition.hosts[1], (std::vector<std::string>{"h15"}));
+  // Layers 0-24 (through conv5_1, the 11th convolution) on 15 replicas:
+  // 635.1 ms / 15 = 42.34 ms, the bottleneck; layers 25-39 (conv5_2, conv5_3
+  // and the classifier) on one: 37.4 ms. One layer less for stage 0 would
+  // leave stage 1 50.4 ms.
+  const auto stages = stage_costs(profile, partition);
+  EXPECT_EQ(stages[0].last_layer, 24);
+  EXPECT_EQ(stages[1].first_layer, 25);
+  EXPECT_NEAR(bottleneck(profile, partition, hosts, {15, 1}), 0.0423406, 1e-7);
 }
 
 }  // namespace
