@@ -133,6 +133,8 @@ int main_with_exceptions(int argc, char** argv) {
   simulate->add_option("--prediction-cost", request.prediction_cost_s_per_byte,
                        "pipeoptim: weight-prediction time in seconds per parameter byte (default 0)");
   simulate->add_flag("--wait-free", request.wait_free, "dp: all-reduce each layer as soon as its backward ends");
+  simulate->add_option("--pipeline-depth", request.pipeline_depth,
+                       "pipedream family: mini-batches admitted per input replica (default NOAM)");
   simulate->add_option("--network", request.network, "simgrid (default: SimGrid's realistic model) or analytic (exactly latency + bytes/bandwidth)");
   simulate->add_flag("--recompute", request.recompute, "activation recomputation (flushed schedules)");
   simulate->add_option("--batch-size", request.batch_size, "micro-batch size the profile was measured at (graph.txt)");
@@ -152,6 +154,7 @@ int main_with_exceptions(int argc, char** argv) {
   schedule->add_option("--replicas", schedule_replicas, "replicas per stage, e.g. 3,1 (sets the stages)");
   schedule->add_option("--update-interval", schedule_options.update_interval, "pipedream-2bw: mini-batches per update");
   schedule->add_flag("--wait-free", schedule_options.wait_free, "dp: per-layer all-reduces");
+  schedule->add_option("--pipeline-depth", schedule_options.pipeline_depth, "pipedream family: admitted per input replica");
   std::string program_to_check;
   schedule->add_option("--check", program_to_check, "parse and validate a Program text file, then print it");
 
@@ -202,7 +205,7 @@ int main_with_exceptions(int argc, char** argv) {
     }
     if (schedule_name.empty()) throw InputError("schedule: --schedule is required (or --list, or --check FILE)");
     if (!schedule_replicas.empty()) {
-      throw InputError("MERGE-PENDING replicas");
+      schedule_options.replicas = parse_replicas(schedule_replicas);
       const int stages = static_cast<int>(schedule_options.replicas.size());
       if (schedule->count("--stages") && schedule_options.num_stages != stages)
         throw InputError(fmt::format("--replicas {} gives {} stages, --stages says {}", schedule_replicas, stages, schedule_options.num_stages));

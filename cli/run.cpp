@@ -47,6 +47,7 @@ Plan make_plan(const PlanRequest& request) {
   if (request.wait_free && plan.schedule != "dp")
     throw InputError(fmt::format("--wait-free: applies to dp, not {}", plan.schedule));
   plan.wait_free = request.wait_free;
+  plan.pipeline_depth = request.pipeline_depth;
   sim::parse_network_model(request.network);
   plan.network = request.network;
   const PlatformSummary platform = sim::read_platform(request.platform_file);
@@ -61,7 +62,7 @@ Plan make_plan(const PlanRequest& request) {
     plan.partition.stage_of_layer.assign(plan.profile.layers.size(), 0);
     plan.partition.hosts = {hosts};
   } else if (!request.replicas.empty()) {
-    throw InputError("MERGE-PENDING replicas");
+    plan.partition = replicated_partition(plan.profile, platform.hosts, parse_replicas(request.replicas));
   } else if (request.partition == "uniform") {
     if (hosts.size() > plan.profile.layers.size())
       throw InputError(fmt::format(
@@ -133,6 +134,7 @@ RunResult run_plan(const Plan& plan) {
   options.recompute = plan.recompute;
   options.update_interval = plan.update_interval;
   options.wait_free = plan.wait_free;
+  options.pipeline_depth = plan.pipeline_depth;
   for (const auto& replicas : plan.partition.hosts) options.replicas.push_back(static_cast<int>(replicas.size()));
   const ScheduleInfo& info = schedule_info(plan.schedule);
   if (plan.recompute && !info.flushed)

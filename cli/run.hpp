@@ -32,6 +32,7 @@ struct PlanRequest {
   int update_interval = 0;
   double prediction_cost_s_per_byte = 0;
   bool wait_free = false;
+  int pipeline_depth = 0;
 };
 
 /** Reads the inputs and pins them into a Plan. Throws InputError. */

@@ -298,14 +298,14 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std:
   bool any = false;
   std::map<std::string, std::vector<std::pair<double, double>>> busy;
   for (const TimelineRecord& r : timeline.records) {
-    if (r.kind() == RecordKind::Transfer) {
-      transferred += r.bytes;
-      continue;
-    }
+    if (r.kind() == RecordKind::Transfer) transferred += r.bytes;
+    // The span covers compute and all-reduces (the update ends a flushed
+    // mini-batch); other transfers end before the operation they feed.
+    if (r.kind() == RecordKind::Transfer && r.action != "ALLREDUCE") continue;
     first = any ? std::min(first, r.start_s) : r.start_s;
     last = any ? std::max(last, r.end_s) : r.end_s;
     any = true;
-    busy[r.host].push_back({r.start_s, r.end_s});
+    if (r.kind() == RecordKind::Compute) busy[r.host].push_back({r.start_s, r.end_s});
   }
   const double span = last - first;
   metrics.minibatch_time_s = mini_batches > 0 ? span / mini_batches : 0;

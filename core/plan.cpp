@@ -33,6 +33,7 @@ std::string plan_to_json(const Plan& plan) {
   document["update_interval"] = plan.update_interval;
   document["prediction_cost_s_per_byte"] = plan.prediction_cost_s_per_byte;
   document["wait_free"] = plan.wait_free;
+  document["pipeline_depth"] = plan.pipeline_depth;
   document["platform_file"] = plan.platform_file;
   document["platform_xml"] = plan.platform_xml;
   document["partition"] = nlohmann::ordered_json::parse(partition_to_json(plan.partition));
@@ -77,6 +78,9 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
     plan.prediction_cost_s_per_byte = field("prediction_cost_s_per_byte", [](const nlohmann::json& j) { return j.is_number() && j.get<double>() >= 0; },
                                             "a number >= 0").get<double>();
   if (document.contains("wait_free")) plan.wait_free = field("wait_free", is_boolean, "true or false").get<bool>();
+  if (document.contains("pipeline_depth"))
+    plan.pipeline_depth = field("pipeline_depth", [](const nlohmann::json& j) { return j.is_number_integer() && j.get<long long>() >= 0; },
+                                "an integer >= 0").get<int>();
   plan.platform_file = field("platform_file", is_string, "a path").get<std::string>();
   plan.platform_xml = field("platform_xml", is_string, "the platform XML text").get<std::string>();
   plan.profile = parse_profile_json(field("profile", [](const nlohmann::json& j) { return j.is_object(); }, "a profile object").dump(),

@@ -25,6 +25,7 @@ struct Plan {
   int update_interval = 0;           ///< pipedream-2bw: mini-batches per update (0: the stages)
   double prediction_cost_s_per_byte = 0;  ///< pipeoptim: prediction time per parameter byte
   bool wait_free = false;            ///< dp: per-layer all-reduces during the backward
+  int pipeline_depth = 0;            ///< PipeDream family: admitted per input replica (0: NOAM)
 };
 
 /** Weight copies of optimizer state: sgd 0, momentum 1, adam 2; InputError

@@ -106,6 +106,9 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
   if (options.recompute && !info.flushed)
     throw InputError(fmt::format("--recompute: {} does not flush; recomputation applies to gpipe and the 1f1b schedules", name));
   if (options.wait_free && info.name != "dp") throw InputError(fmt::format("--wait-free: applies to dp, not {}", name));
+  if (options.pipeline_depth < 0 || (options.pipeline_depth > 0 && info.flushed))
+    throw InputError(fmt::format("--pipeline-depth: expected mini-batches >= 1 admitted per input replica of a pipedream-family "
+                                 "schedule, found {} for {}", options.pipeline_depth, name));
   if (options.update_interval < 0)
     throw InputError(fmt::format("--update-interval: expected at least 1, found {}", options.update_interval));
   std::vector<int> replicas = options.replicas;
@@ -165,7 +168,12 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
         device.streams.push_back(std::move(stream));
       } else {
         const int count = static_cast<int>(all[q].size());
-        device.streams.push_back({one_f_one_b(stage, all[q], warmup_forwards(name, replicas, stage, count), false)});
+        int warmup = warmup_forwards(name, replicas, stage, count);
+        if (options.pipeline_depth > 0) {
+          const int admitted = (options.pipeline_depth * replicas[0] + r - 1) / r;
+          warmup = std::min(count, stage == 0 ? options.pipeline_depth : std::min(warmup, admitted));
+        }
+        device.streams.push_back({one_f_one_b(stage, all[q], warmup, false)});
       }
       program.devices.push_back(std::move(device));
     }

@@ -26,6 +26,10 @@ struct ScheduleOptions {
   int update_interval = 0;
   /// dp: wait-free backpropagation (per-layer all-reduces during the backward).
   bool wait_free = false;
+  /// PipeDream family: mini-batches each input-stage replica admits before
+  /// its first backward (0: NOAM = ceil(devices / input replicas)). Later
+  /// stages warm up with min(their own depth, ceil(depth x r_0 / r_s)).
+  int pipeline_depth = 0;
 };
 
 struct ScheduleInfo {
