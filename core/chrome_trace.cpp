@@ -11,11 +11,16 @@
 //     Transfers of one host may overlap (a middle stage sends activations
 //     downstream while gradients go upstream); slices on one thread must not
 //     overlap in a trace, so overlapping transfers spill into further threads
-//     "communication 2", "communication 3", ... assigned greedily;
+//     "communication 2", "communication 3", ... assigned greedily. A device's
+//     parts of a ring all-reduce (ALLREDUCE) are transfers too and share
+//     these threads with the sends;
 //   - every record is one complete event ("ph":"X"), ts and dur in
-//     microseconds, name = action + micro-batch (+ "@k" for mini-batch k > 0);
+//     microseconds, name = action + micro-batch (+ "@k" for mini-batch k > 0),
+//     or "allreduce r3" / "allreduce layer 12 r3" for an all-reduce part of
+//     round 3 (whole stage / one layer), whose args also carry "round" and
+//     "layer" (null for the whole stage);
 //   - a "memory" counter per process ("ph":"C"), one sample at each record's
-//     end, in time order.
+//     end (compute and transfers alike), in time order.
 // The output depends only on the timeline (no clock, no addresses), so the
 // same input always gives the same bytes. One event per line keeps the file
 // readable and diff-friendly while remaining a single JSON document.
@@ -40,8 +45,14 @@ using Json = nlohmann::ordered_json;
 
 constexpr double kMicrosecondsPerSecond = 1e6;
 
-/// Event name of a record: "F3", "B3", "SEND_F3", "F3@1" for mini-batch 1.
+bool is_allreduce(const TimelineRecord& record) { return record.action == "ALLREDUCE"; }
+
+/// Event name of a record: "F3", "B3", "SEND_F3", "F3@1" for mini-batch 1;
+/// "allreduce r3" or "allreduce layer 12 r3" for an all-reduce part.
 std::string event_name(const TimelineRecord& record) {
+  if (is_allreduce(record))
+    return record.micro_batch >= 0 ? fmt::format("allreduce layer {} r{}", record.micro_batch, record.mini_batch)
+                                   : fmt::format("allreduce r{}", record.mini_batch);
   std::string name = fmt::format("{}{}", record.action, record.micro_batch);
   if (record.mini_batch > 0) name += fmt::format("@{}", record.mini_batch);
   return name;
@@ -147,6 +158,10 @@ std::string timeline_to_chrome_trace(const Timeline& timeline) {
                                     {"bytes", record.bytes},
                                     {"peer", record.peer},
                                     {"memory_bytes", record.memory_bytes}});
+      if (is_allreduce(record)) {
+        event["args"]["round"] = record.mini_batch;
+        event["args"]["layer"] = record.micro_batch >= 0 ? Json(record.micro_batch) : Json(nullptr);
+      }
       events.push_back(std::move(event));
     }
 

@@ -3,15 +3,30 @@
 //
 // Layout, top to bottom:
 //   - the title (options.title), centred;
-//   - a legend row (forward, backward, recompute when present, other compute
-//     actions when present, transfers) above the plot, so it never covers a box;
+//   - a legend (forward, backward, recompute when present, other compute
+//     actions when present, transfers, all-reduce when present, memory when
+//     drawn) above the plot, so it never covers a box; it wraps onto further
+//     lines rather than widening the picture;
 //   - one row per host, in timeline.hosts order, then hosts that only appear
 //     in records in order of first appearance. A row holds one sub-row per
 //     compute stream of the host (stream numbers in increasing order) and,
 //     when options.show_transfers, a thin communication lane under it where
 //     transfers are thin bars; overlapping transfers of one host are stacked
 //     on further lanes (greedy, by start time), at most kMaxTransferLanes,
-//     beyond which they share the last lane, drawn semi-transparent;
+//     beyond which they share the last lane, drawn semi-transparent. Sends
+//     (SEND_*) and all-reduce parts (ALLREDUCE) never share a lane: the
+//     all-reduce lanes come under the send lanes, so a long all-reduce that
+//     overlaps sends leaves both readable;
+//   - when options.show_memory and some record has a nonzero memory_bytes, a
+//     memory strip at the bottom of every row: a step plot of the host's
+//     memory_bytes (records by end time, the value changing at each end,
+//     starting at the first end and held to the end of the run), on one scale
+//     for all hosts so rows compare; the left column shows the host's peak in
+//     binary units, with its capacity when options.memory_capacity_bytes
+//     names the host. The capacity is a dashed line when it lies within
+//     kCapacityRange times the largest peak, and the scale then reaches it;
+//     a capacity far above every peak would flatten the strips and is only
+//     written in the label;
 //   - the time axis: nicely rounded ticks (1, 2, 5 x 10^k) in s, ms or us
 //     chosen from the span, with light grid lines behind the boxes.
 // The label column on the left shows the host name and the stage(s) of its
@@ -27,6 +42,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <set>
@@ -55,7 +71,11 @@ constexpr double kBoxHeight = 18;
 constexpr double kLaneHeight = 7;          // one communication lane
 constexpr double kBarHeight = 5;
 constexpr double kLanePadding = 3;         // above the first lane and below the last one
-constexpr int kMaxTransferLanes = 3;
+constexpr int kMaxTransferLanes = 3;     // per kind: sends, all-reduce
+constexpr double kMemoryStripHeight = 24;  // one memory strip
+constexpr double kMemoryPadTop = 4;        // the strip's top value sits this far below the strip's top
+constexpr double kMemoryPadBottom = 2;     // zero sits this far above the strip's bottom
+constexpr double kCapacityRange = 2;       // draw a capacity up to this times the largest peak
 constexpr double kMinPlotWidth = 960;
 constexpr double kMaxPlotWidth = 2400;
 constexpr double kPixelsPerBox = 30;       // plot width grows with the busiest sub-row
@@ -76,6 +96,11 @@ constexpr Palette kOtherCompute{"#cfcfcf", "#a9a9a9"};
 constexpr const char* kSendForward = "#2f5f9e";
 constexpr const char* kSendBackward = "#3c7f2e";
 constexpr const char* kSendOther = "#6b6b6b";
+constexpr const char* kAllReduce = "#9b4fb8";
+constexpr const char* kMemoryLine = "#34495e";
+constexpr const char* kMemoryFill = "#d5dde6";
+constexpr const char* kCapacity = "#d62728";
+constexpr const char* kOverCapacityText = "#c0392b";
 constexpr const char* kBoxStroke = "#333333";
 constexpr const char* kText = "#111111";
 constexpr const char* kMutedText = "#555555";
@@ -138,7 +163,23 @@ const Palette& compute_palette(const std::string& action) {
 const char* transfer_colour(const std::string& action) {
   if (action == "SEND_F") return kSendForward;
   if (action == "SEND_B") return kSendBackward;
+  if (action == "ALLREDUCE") return kAllReduce;
   return kSendOther;
+}
+
+bool is_allreduce(const TimelineRecord& record) { return record.action == "ALLREDUCE"; }
+
+/// Bytes in binary units: "512 B", "1.5 KiB", "21.7 GiB".
+std::string binary_bytes(double bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  std::size_t unit = 0;
+  double value = bytes;
+  while (std::fabs(value) >= 1023.95 && unit + 1 < std::size(kUnits)) {
+    value /= 1024;
+    ++unit;
+  }
+  if (unit == 0) return fmt::format("{:.0f} B", value);
+  return fmt::format("{:.1f} {}", value, kUnits[unit]);
 }
 
 /// CSS-class-like token for an action: "F", "B", "R", "SEND_F", ... and
@@ -158,8 +199,11 @@ struct HostRow {
   std::set<int> stages;                     ///< stages of the compute records
   std::vector<std::size_t> compute;         ///< record indices, input order
   std::vector<std::size_t> transfers;       ///< record indices, input order
+  std::vector<std::size_t> memory;          ///< records with a finite memory_bytes, by end time then input order
   std::map<std::size_t, int> lane;          ///< transfer index -> lane
   int lanes = 0;
+  double peak = 0;                          ///< largest memory_bytes (when memory is not empty)
+  double peak_time = 0;                     ///< first end time at the peak
   double top = 0;                           ///< y of the row's top edge
   double height = 0;
   int sub_row(int stream) const {
@@ -183,11 +227,11 @@ std::string stage_label(const std::set<int>& stages) {
   return text;
 }
 
-/// Greedy lanes for the transfers of a host: by start time (then input
-/// order), first lane free at the start; past kMaxTransferLanes the last lane
-/// is shared.
-void assign_lanes(const Timeline& timeline, HostRow& row) {
-  std::vector<std::size_t> order = row.transfers;
+/// Greedy lanes for some transfers of a host (`order`, input order): by start
+/// time (then input order), first lane free at the start; past
+/// kMaxTransferLanes the last lane is shared. Lanes are numbered from
+/// `first_lane` in row.lane; returns how many were used.
+int assign_lanes(const Timeline& timeline, std::vector<std::size_t> order, int first_lane, HostRow& row) {
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return timeline.records[a].start_s < timeline.records[b].start_s;
   });
@@ -203,9 +247,17 @@ void assign_lanes(const Timeline& timeline, HostRow& row) {
         lane = lane_end.size() - 1;
     }
     lane_end[lane] = std::max(lane_end[lane], std::max(record.end_s, record.start_s));
-    row.lane[index] = static_cast<int>(lane);
+    row.lane[index] = first_lane + static_cast<int>(lane);
   }
-  row.lanes = static_cast<int>(lane_end.size());
+  return static_cast<int>(lane_end.size());
+}
+
+/// Sends on the first lanes, all-reduce parts on the lanes under them.
+void assign_transfer_lanes(const Timeline& timeline, HostRow& row) {
+  std::vector<std::size_t> sends, allreduces;
+  for (std::size_t index : row.transfers) (is_allreduce(timeline.records[index]) ? allreduces : sends).push_back(index);
+  const int send_lanes = assign_lanes(timeline, sends, 0, row);
+  row.lanes = send_lanes + assign_lanes(timeline, allreduces, send_lanes, row);
 }
 
 /// Time axis: range, unit and ticks.
@@ -243,6 +295,21 @@ TimeAxis choose_axis(double t0, double t1, double plot_width) {
   return axis;
 }
 
+/// Ends the start tag in `element`: with `children` and the end tag, or as an
+/// empty element when there are none. (Appending piece by piece also keeps
+/// GCC 12's -Wrestrict false positive on `"literal" + std::string` away.)
+void close_element(std::string& element, const std::string& children, const char* tag) {
+  if (children.empty()) {
+    element += "/>";
+    return;
+  }
+  element += '>';
+  element += children;
+  element += "</";
+  element += tag;
+  element += '>';
+}
+
 class SvgWriter {
  public:
   void line(const std::string& text) {
@@ -269,7 +336,8 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   };
   for (const std::string& host : timeline.hosts) add_host(host);
 
-  bool any_record = false, any_transfer = false, any_recompute = false, any_other = false;
+  bool any_record = false, any_transfer = false, any_allreduce = false, any_recompute = false, any_other = false;
+  bool any_memory = false;
   double min_start = std::numeric_limits<double>::infinity();
   double max_end = -std::numeric_limits<double>::infinity();
   for (std::size_t i = 0; i < timeline.records.size(); ++i) {
@@ -280,9 +348,14 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
     any_record = true;
     min_start = std::min(min_start, record.start_s);
     max_end = std::max({max_end, record.end_s, record.start_s});
+    if (std::isfinite(record.memory_bytes)) {
+      row.memory.push_back(i);
+      any_memory = any_memory || record.memory_bytes != 0;
+    }
     if (record.kind() == RecordKind::Transfer) {
       row.transfers.push_back(i);
       any_transfer = true;
+      any_allreduce = any_allreduce || is_allreduce(record);
     } else {
       row.compute.push_back(i);
       row.stages.insert(record.stage);
@@ -293,12 +366,13 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
     }
   }
   const bool draw_transfers = options.show_transfers && any_transfer;
+  const bool draw_memory = options.show_memory && any_memory;
   std::size_t busiest_sub_row = 0;
   for (HostRow& row : rows) {
     std::sort(row.streams.begin(), row.streams.end());
     if (row.streams.empty()) row.streams.push_back(0);
     if (draw_transfers) {
-      assign_lanes(timeline, row);
+      assign_transfer_lanes(timeline, row);
       row.lanes = std::max(row.lanes, 1);
     }
     std::vector<std::size_t> per_stream(row.streams.size(), 0);
@@ -306,12 +380,44 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
       busiest_sub_row = std::max(busiest_sub_row, ++per_stream[row.sub_row(timeline.records[index].stream)]);
   }
 
+  // ---- memory: steps, peaks, one scale for every row -----------------------
+  auto capacity_of = [&](const std::string& host) {
+    auto found = options.memory_capacity_bytes.find(host);
+    const bool known = found != options.memory_capacity_bytes.end() && std::isfinite(found->second) && found->second > 0;
+    return known ? found->second : 0.0;
+  };
+  double largest_peak = 0;
+  for (HostRow& row : rows) {
+    std::stable_sort(row.memory.begin(), row.memory.end(), [&](std::size_t a, std::size_t b) {
+      return timeline.records[a].end_s < timeline.records[b].end_s;
+    });
+    for (std::size_t k = 0; k < row.memory.size(); ++k) {
+      const TimelineRecord& record = timeline.records[row.memory[k]];
+      if (k == 0 || record.memory_bytes > row.peak) {
+        row.peak = record.memory_bytes;
+        row.peak_time = record.end_s;
+      }
+    }
+    if (!row.memory.empty()) largest_peak = std::max(largest_peak, row.peak);
+  }
+  double memory_top = largest_peak;  // bytes at the top of a strip
+  for (const HostRow& row : rows)
+    if (const double capacity = capacity_of(row.name); capacity > 0 && capacity <= kCapacityRange * largest_peak)
+      memory_top = std::max(memory_top, capacity);
+  if (!(memory_top > 0)) memory_top = 1;
+  auto peak_label = [&](const HostRow& row) {
+    std::string text = fmt::format("peak {}", binary_bytes(row.peak));
+    if (const double capacity = capacity_of(row.name); capacity > 0) text += fmt::format(" / {}", binary_bytes(capacity));
+    return text;
+  };
+
   // ---- horizontal layout ----------------------------------------------------
   bool multi_stream = false;
   double label_width = 40;
   for (const HostRow& row : rows) {
     label_width = std::max(label_width, text_width(shorten(row.name, kMaxHostLabelChars), kLabelFont));
     label_width = std::max(label_width, text_width(stage_label(row.stages), kSmallFont));
+    if (draw_memory && !row.memory.empty()) label_width = std::max(label_width, text_width(peak_label(row), kSmallFont));
     if (row.streams.size() > 1) multi_stream = true;
   }
   const double stream_tag_width = multi_stream ? 22 : 0;  // room for the "s1" tags
@@ -322,24 +428,51 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   double width = plot_right + kMargin + 8;
 
   // ---- legend items -------------------------------------------------------
+  enum class Swatch { Box, Bar, Area, DashedLine };
   struct LegendItem {
     std::string label;
     const char* colour;
-    bool bar;  ///< thin bar (transfer) rather than a box
+    Swatch swatch;
   };
-  std::vector<LegendItem> legend = {{"forward (F)", kForward.fill, false}, {"backward (B)", kBackward.fill, false}};
-  if (any_recompute) legend.push_back({"recompute (R)", kRecompute.fill, false});
-  if (any_other) legend.push_back({"other compute", kOtherCompute.fill, false});
+  bool any_capacity_line = false;
+  if (draw_memory)
+    for (const HostRow& row : rows)
+      any_capacity_line = any_capacity_line || (capacity_of(row.name) > 0 && capacity_of(row.name) <= memory_top);
+  std::vector<LegendItem> legend = {{"forward (F)", kForward.fill, Swatch::Box},
+                                    {"backward (B)", kBackward.fill, Swatch::Box}};
+  if (any_recompute) legend.push_back({"recompute (R)", kRecompute.fill, Swatch::Box});
+  if (any_other) legend.push_back({"other compute", kOtherCompute.fill, Swatch::Box});
   if (options.show_transfers) {
-    legend.push_back({"send activations (SEND_F)", kSendForward, true});
-    legend.push_back({"send gradients (SEND_B)", kSendBackward, true});
+    legend.push_back({"send activations (SEND_F)", kSendForward, Swatch::Bar});
+    legend.push_back({"send gradients (SEND_B)", kSendBackward, Swatch::Bar});
+    if (any_allreduce) legend.push_back({"gradient all-reduce (ALLREDUCE)", kAllReduce, Swatch::Bar});
   }
-  constexpr double kSwatch = 16, kSwatchGap = 5, kItemGap = 18;
-  double legend_width = 0;
-  for (const LegendItem& item : legend) legend_width += kSwatch + kSwatchGap + text_width(item.label, kLabelFont) + kItemGap;
-  width = std::max(width, plot_left + legend_width + kMargin);
+  if (draw_memory) legend.push_back({fmt::format("memory (strip top {})", binary_bytes(memory_top)), kMemoryLine, Swatch::Area});
+  if (any_capacity_line) legend.push_back({"memory capacity", kCapacity, Swatch::DashedLine});
+  constexpr double kSwatch = 16, kSwatchGap = 5, kItemGap = 18, kLegendLine = 20;
+  auto item_width = [&](const LegendItem& item) { return kSwatch + kSwatchGap + text_width(item.label, kLabelFont); };
+  // The legend wraps at the plot's right edge; only an item wider than the
+  // whole plot widens the picture.
+  for (const LegendItem& item : legend) width = std::max(width, plot_left + item_width(item) + kMargin);
   width = std::max(width, text_width(options.title, kTitleFont) + 2 * kMargin);
   width = std::ceil(width);
+  std::vector<double> legend_x(legend.size());
+  std::vector<int> legend_line(legend.size());
+  {
+    const double right = std::max(plot_right, width - kMargin);
+    double x = plot_left;
+    int line = 0;
+    for (std::size_t i = 0; i < legend.size(); ++i) {
+      if (x > plot_left && x + item_width(legend[i]) > right) {
+        x = plot_left;
+        ++line;
+      }
+      legend_x[i] = x;
+      legend_line[i] = line;
+      x += item_width(legend[i]) + kItemGap;
+    }
+  }
+  const int legend_lines = legend.empty() ? 1 : legend_line.back() + 1;
 
   // ---- vertical layout ----------------------------------------------------
   double y = kMargin;
@@ -347,12 +480,13 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   const double title_baseline = y + kTitleFont;
   if (has_title) y += kTitleFont + 10;
   const double legend_center = y + 8;
-  y += 16 + 12;
+  y += 16 + 12 + (legend_lines - 1) * kLegendLine;
   const double plot_top = y;
   for (HostRow& row : rows) {
     row.top = y;
     row.height = static_cast<double>(row.streams.size()) * kSubRowHeight;
     if (draw_transfers) row.height += kLanePadding * 2 + row.lanes * kLaneHeight;
+    if (draw_memory) row.height += kMemoryStripHeight;
     y += row.height;
   }
   if (rows.empty()) y += 2 * kSubRowHeight;  // an empty frame still has room for its note
@@ -388,19 +522,37 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   // Legend.
   {
     svg.line(fmt::format("<g class=\"legend\" font-size=\"{}\" fill=\"{}\">", num(kLabelFont), kText));
-    double x = plot_left;
-    for (const LegendItem& item : legend) {
-      if (item.bar)
-        svg.line(fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>", num(x),
-                             num(legend_center - kBarHeight / 2), num(kSwatch), num(kBarHeight), item.colour));
-      else
-        svg.line(fmt::format(
-            "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" stroke=\"{}\" stroke-width=\"0.6\"/>",
-            num(x), num(legend_center - 6), num(kSwatch), num(12), item.colour, kBoxStroke));
-      x += kSwatch + kSwatchGap;
-      svg.line(fmt::format("<text x=\"{}\" y=\"{}\">{}</text>", num(x), num(legend_center + kLabelFont * 0.35),
-                           escape_xml(item.label)));
-      x += text_width(item.label, kLabelFont) + kItemGap;
+    for (std::size_t i = 0; i < legend.size(); ++i) {
+      const LegendItem& item = legend[i];
+      const double x = legend_x[i];
+      const double center = legend_center + legend_line[i] * kLegendLine;
+      switch (item.swatch) {
+        case Swatch::Box:
+          svg.line(fmt::format(
+              "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" stroke=\"{}\" stroke-width=\"0.6\"/>",
+              num(x), num(center - 6), num(kSwatch), num(12), item.colour, kBoxStroke));
+          break;
+        case Swatch::Bar:
+          svg.line(fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>", num(x),
+                               num(center - kBarHeight / 2), num(kSwatch), num(kBarHeight), item.colour));
+          break;
+        case Swatch::Area:  // a small step, like the strips
+          svg.line(fmt::format("<path d=\"M{0},{1} L{0},{2} L{3},{2} L{3},{4} L{5},{4} L{5},{1} Z\" fill=\"{6}\"/>",
+                               num(x), num(center + 6), num(center + 1), num(x + kSwatch / 2), num(center - 5),
+                               num(x + kSwatch), kMemoryFill));
+          svg.line(fmt::format(
+              "<polyline points=\"{0},{1} {2},{1} {2},{3} {4},{3}\" fill=\"none\" stroke=\"{5}\" stroke-width=\"1.2\"/>",
+              num(x), num(center + 1), num(x + kSwatch / 2), num(center - 5), num(x + kSwatch), item.colour));
+          break;
+        case Swatch::DashedLine:
+          svg.line(fmt::format(
+              "<line x1=\"{0}\" y1=\"{2}\" x2=\"{1}\" y2=\"{2}\" stroke=\"{3}\" stroke-width=\"1\" "
+              "stroke-dasharray=\"4,3\"/>",
+              num(x), num(x + kSwatch), num(center), item.colour));
+          break;
+      }
+      svg.line(fmt::format("<text x=\"{}\" y=\"{}\">{}</text>", num(x + kSwatch + kSwatchGap),
+                           num(center + kLabelFont * 0.35), escape_xml(item.label)));
     }
     svg.line("</g>");
   }
@@ -453,6 +605,11 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
           "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"0.5\" "
           "stroke-dasharray=\"2,2\"/>",
           num(plot_left), num(row.top + compute_height), num(plot_right), kSeparator));
+    if (draw_memory)
+      svg.line(fmt::format(
+          "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"0.5\" "
+          "stroke-dasharray=\"2,2\"/>",
+          num(plot_left), num(row.top + row.height - kMemoryStripHeight), num(plot_right), kSeparator));
     if (r > 0)
       svg.line(fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"1\"/>",
                            num(kMargin), num(row.top), num(plot_right), kSeparator));
@@ -461,6 +618,13 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
 
   const bool tooltips = timeline.records.size() <= kTooltipRecordLimit;
   auto tooltip = [&](const TimelineRecord& record) {
+    if (is_allreduce(record)) {
+      std::string text = fmt::format("{} all-reduce round {}", record.host, record.mini_batch);
+      text += record.micro_batch >= 0 ? fmt::format(", layer {}", record.micro_batch) : std::string(", whole stage");
+      text += fmt::format(", stage {}: {:.6g} - {:.6g} s, sends {} ({:.6g} bytes) to {}", record.stage, record.start_s,
+                          record.end_s, binary_bytes(record.bytes), record.bytes, record.peer);
+      return fmt::format("<title>{}</title>", escape_xml(text));
+    }
     std::string text = fmt::format("{} {}{}", record.host, record.action, record.micro_batch);
     if (record.mini_batch > 0) text += fmt::format("@{}", record.mini_batch);
     text += fmt::format(" stage {}: {:.6g} - {:.6g} s", record.stage, record.start_s, record.end_s);
@@ -496,7 +660,7 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
       std::string element = fmt::format("<rect class=\"box {}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"{}",
                                         action_class(record.action), num(x), num(box_top), num(w), num(kBoxHeight),
                                         fill, stroke);
-      element += tooltips ? ">" + tooltip(record) + "</rect>" : "/>";
+      close_element(element, tooltips ? tooltip(record) : std::string(), "rect");
       svg.line(element);
 
       // Label, first that fits: "Rm" for actions other than F and B, "m@k"
@@ -546,9 +710,74 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
         std::string element = fmt::format("<rect class=\"bar {}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"",
                                           action_class(record.action), num(x), num(bar_top), num(w), num(kBarHeight),
                                           transfer_colour(record.action));
-        element += tooltips ? ">" + tooltip(record) + "</rect>" : "/>";
+        close_element(element, tooltips ? tooltip(record) : std::string(), "rect");
         svg.line(element);
       }
+    }
+    svg.line("</g>");
+  }
+
+  // Memory strips: the area under the step, the step itself, the capacity;
+  // the peaks in the label column.
+  if (draw_memory) {
+    const double usable_height = kMemoryStripHeight - kMemoryPadTop - kMemoryPadBottom;
+    svg.line("<g class=\"memory\">");
+    for (const HostRow& row : rows) {
+      const double base = row.top + row.height - kMemoryPadBottom;
+      auto y_of = [&](double bytes) { return base - std::clamp(bytes / memory_top, 0.0, 1.0) * usable_height; };
+      if (!row.memory.empty()) {
+        // Corners of the step plot, in px; a corner that prints like the
+        // previous one is left out.
+        std::vector<std::string> corners;
+        auto corner = [&](double t, double bytes) {
+          std::string point = num(x_of(t)) + "," + num(y_of(bytes));
+          if (corners.empty() || corners.back() != point) corners.push_back(std::move(point));
+        };
+        const TimelineRecord& first = timeline.records[row.memory.front()];
+        double current = first.memory_bytes;
+        corner(first.end_s, current);
+        for (std::size_t k = 1; k < row.memory.size(); ++k) {
+          const TimelineRecord& record = timeline.records[row.memory[k]];
+          if (record.memory_bytes == current) continue;
+          corner(record.end_s, current);
+          current = record.memory_bytes;
+          corner(record.end_s, current);
+        }
+        corner(std::max(max_end, timeline.records[row.memory.back()].end_s), current);
+        std::string points, area = fmt::format("M{},{}", num(x_of(first.end_s)), num(base));
+        for (const std::string& point : corners) {
+          points += (points.empty() ? "" : " ") + point;
+          area += " L" + point;
+        }
+        area += fmt::format(" L{},{} Z", num(x_of(std::max(max_end, timeline.records[row.memory.back()].end_s))),
+                            num(base));
+        svg.line(fmt::format("<path class=\"memory-area\" d=\"{}\" fill=\"{}\"/>", area, kMemoryFill));
+        svg.line(fmt::format(
+            "<polyline class=\"memory-line\" points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.2\" "
+            "stroke-linejoin=\"round\"><title>{}</title></polyline>",
+            points, kMemoryLine,
+            escape_xml(fmt::format("{} memory: peak {} ({:.6g} bytes) at {:.6g} s", row.name, binary_bytes(row.peak),
+                                   row.peak, row.peak_time))));
+      }
+      if (const double capacity = capacity_of(row.name); capacity > 0 && capacity <= memory_top)
+        svg.line(fmt::format(
+            "<line class=\"memory-capacity\" x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" "
+            "stroke-width=\"1\" stroke-dasharray=\"4,3\"><title>{4}</title></line>",
+            num(plot_left), num(y_of(capacity)), num(plot_right), kCapacity,
+            escape_xml(fmt::format("{} memory capacity {} ({:.6g} bytes)", row.name, binary_bytes(capacity), capacity))));
+    }
+    svg.line("</g>");
+    svg.line(fmt::format("<g class=\"memory-peaks\" font-size=\"{}\" text-anchor=\"end\" fill=\"{}\">",
+                         num(kSmallFont), kMutedText));
+    for (const HostRow& row : rows) {
+      if (row.memory.empty()) continue;
+      const double capacity = capacity_of(row.name);
+      const bool over = capacity > 0 && row.peak > capacity;
+      svg.line(fmt::format("<text class=\"memory-peak{}\" x=\"{}\" y=\"{}\"{}>{}</text>", over ? " over-capacity" : "",
+                           num(plot_left - 8 - stream_tag_width),
+                           num(row.top + row.height - kMemoryStripHeight / 2 + kSmallFont * 0.35),
+                           over ? fmt::format(" fill=\"{}\" font-weight=\"bold\"", kOverCapacityText) : std::string(),
+                           escape_xml(peak_label(row))));
     }
     svg.line("</g>");
   }

@@ -2,6 +2,7 @@
 // Timeline: what happened, one record per action. The simulator and the real
 // executor write the same schema, so validation compares two timelines.
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -52,11 +53,22 @@ std::string timeline_to_chrome_trace(const Timeline& timeline);
 struct SvgOptions {
   std::string title;
   bool show_transfers = true;  ///< draw a communication lane under each device
+  /// Draw a thin memory strip under each device (a step plot of memory_bytes
+  /// over time, one scale for all devices, the device's peak as a label).
+  /// Nothing is drawn when no record has a nonzero memory_bytes.
+  bool show_memory = true;
+  /// Device memory per host name, in bytes. A listed host's label reads
+  /// "peak 21.7 GiB / 16.0 GiB" (in red when over), and its strip gets a
+  /// dashed line at the capacity unless the capacity exceeds twice the
+  /// largest peak (the strips would flatten). Empty: no capacities shown.
+  std::map<std::string, double> memory_capacity_bytes = {};
 };
 
 /** SVG Gantt chart drawn like the papers' figures: a row per device, boxes
  *  labelled with the micro-batch number, forward and backward in two colours,
- *  bubbles as gaps, a time axis with units. */
+ *  bubbles as gaps, a time axis with units. Transfers (sends and all-reduce
+ *  parts) are thin bars on communication lanes under the device's row and
+ *  the device's memory a strip under those (see SvgOptions). */
 std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options);
 
 }  // namespace pipegrid

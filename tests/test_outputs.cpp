@@ -26,6 +26,15 @@ TimelineRecord transfer(const std::string& from, const std::string& to, int stag
   return {from, 0, stage, action, micro, 0, start, end, bytes, to, 0};
 }
 
+TimelineRecord allreduce(const std::string& from, const std::string& next, int stage, int layer, int round, double start,
+                         double end, double bytes = 4096) {
+  return {from, 0, stage, "ALLREDUCE", layer, round, start, end, bytes, next, 0};
+}
+TimelineRecord with_memory(TimelineRecord record, double bytes) {
+  record.memory_bytes = bytes;
+  return record;
+}
+
 /// GPipe on `hosts` devices with `micro` micro-batches, F = f, B = 2f,
 /// transfers of f/4 after every forward and backward.
 Timeline gpipe(int hosts, int micro, double f) {
@@ -129,6 +138,33 @@ std::string attribute_after(const std::string& svg, const std::string& marker, c
   if (value == std::string::npos) return "";
   const std::size_t begin = value + name.size() + 2;
   return svg.substr(begin, svg.find('"', begin) - begin);
+}
+
+/// The value of attribute `name` in every element containing `marker`, in order.
+std::vector<std::string> attributes_of(const std::string& svg, const std::string& marker, const std::string& name) {
+  std::vector<std::string> values;
+  for (std::size_t at = svg.find(marker); at != std::string::npos; at = svg.find(marker, at + 1)) {
+    const std::size_t element_end = svg.find('>', at);
+    const std::size_t value = svg.find(" " + name + "=\"", svg.rfind('<', at));
+    if (value == std::string::npos || value > element_end) continue;
+    const std::size_t begin = value + name.size() + 3;
+    values.push_back(svg.substr(begin, svg.find('"', begin) - begin));
+  }
+  return values;
+}
+
+/// "x1,y1 x2,y2 ..." -> {{x1, y1}, {x2, y2}, ...}
+std::vector<std::pair<double, double>> parse_points(const std::string& text) {
+  std::vector<std::pair<double, double>> points;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t comma = text.find(',', at);
+    std::size_t end = text.find(' ', comma);
+    if (end == std::string::npos) end = text.size();
+    points.push_back({std::stod(text.substr(at, comma - at)), std::stod(text.substr(comma + 1, end - comma - 1))});
+    at = end + 1;
+  }
+  return points;
 }
 
 // ---------------------------------------------------------------------------
@@ -333,7 +369,7 @@ TEST(Svg, EmptyTimelineGivesAFrameAndANote) {
 
 TEST(Svg, HugeTimelineStillDrawsEveryBoxButFewLabels) {
   Timeline timeline;
-  for (int h = 0; h < 8; ++h) timeline.hosts.push_back("h" + std::to_string(h));
+  for (int h = 0; h < 8; ++h) timeline.hosts.push_back(std::string(1, 'h') += std::to_string(h));  // not "h" + ...: GCC 12 -Wrestrict
   for (int h = 0; h < 8; ++h)
     for (int m = 0; m < 1000; ++m) {
       const double start = h * 1e-6 + m * 3e-6;
@@ -356,6 +392,179 @@ TEST(Svg, NonFiniteTimesAreSkippedNotFatal) {
   EXPECT_EQ(count(svg, "class=\"box F\""), 1u);
   EXPECT_EQ(svg.find("nan"), std::string::npos);
   EXPECT_EQ(xml_problem(svg), "");
+}
+
+TEST(Svg, AllReduceBarsHaveTheirClassColourLegendAndTooltip) {
+  Timeline timeline = gpipe(3, 2, 1.0);
+  const auto sends = static_cast<std::size_t>(std::count_if(timeline.records.begin(), timeline.records.end(),
+                                                            [](const TimelineRecord& r) { return r.kind() == RecordKind::Transfer; }));
+  ASSERT_EQ(sends, 8u);
+  // Whole-stage all-reduce parts overlapping the last sends, and per-layer
+  // parts of round 3 on gpu1.
+  for (int h = 0; h < 3; ++h)
+    timeline.records.push_back(allreduce("gpu" + std::to_string(h), "gpu" + std::to_string((h + 1) % 3), h, -1, 0, 8, 14));
+  timeline.records.push_back(allreduce("gpu1", "gpu2", 1, 12, 3, 9, 10, 3 * 1048576.0));
+  timeline.records.push_back(allreduce("gpu1", "gpu2", 1, 11, 3, 10, 11));
+  const std::string svg = timeline_to_svg(timeline, {"t", true});
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_EQ(count(svg, "class=\"bar ALLREDUCE\""), 5u);
+  EXPECT_EQ(count(svg, "class=\"bar "), sends + 5);
+  const std::string colour = attribute_after(svg, "class=\"bar ALLREDUCE\"", "fill");
+  EXPECT_NE(colour, attribute_after(svg, "class=\"bar SEND_F\"", "fill"));
+  EXPECT_NE(colour, attribute_after(svg, "class=\"bar SEND_B\"", "fill"));
+  // The legend names it with a swatch of its colour.
+  const std::vector<std::string> legend = group_texts(svg, "legend");
+  EXPECT_NE(std::find(legend.begin(), legend.end(), "gradient all-reduce (ALLREDUCE)"), legend.end());
+  EXPECT_EQ(count(svg, "fill=\"" + colour + "\""), 5u + 1u);
+  // Tooltips name the round, the layer (or the whole stage) and the bytes.
+  EXPECT_NE(svg.find("gpu1 all-reduce round 3, layer 12, stage 1: 9 - 10 s, sends 3.0 MiB (3.14573e+06 bytes) to gpu2"),
+            std::string::npos);
+  EXPECT_NE(svg.find("gpu0 all-reduce round 0, whole stage, stage 0: 8 - 14 s, sends 4.0 KiB (4096 bytes) to gpu1"),
+            std::string::npos);
+
+  // Without all-reduce records the legend has no such item.
+  const std::vector<std::string> plain = group_texts(timeline_to_svg(gpipe(3, 2, 1.0), {"t", true}), "legend");
+  EXPECT_EQ(std::find(plain.begin(), plain.end(), "gradient all-reduce (ALLREDUCE)"), plain.end());
+}
+
+TEST(Svg, AllReduceHasLanesUnderTheSendsAndOverlapsStack) {
+  Timeline timeline;
+  timeline.hosts = {"a"};
+  timeline.records.push_back(compute("a", 0, "B", 0, 0, 1));
+  timeline.records.push_back(transfer("a", "b", 0, "SEND_B", 0, 1, 3));
+  timeline.records.push_back(allreduce("a", "b", 0, 3, 0, 1, 4));   // overlaps the send
+  timeline.records.push_back(allreduce("a", "b", 0, 2, 0, 2, 5));   // overlaps the first part too
+  timeline.records.push_back(allreduce("a", "b", 0, 1, 0, 4.5, 6)); // after the first: its lane again
+  const std::string svg = timeline_to_svg(timeline, {"", true});
+  const std::vector<std::string> send_y = attributes_of(svg, "class=\"bar SEND_B\"", "y");
+  const std::vector<std::string> allreduce_y = attributes_of(svg, "class=\"bar ALLREDUCE\"", "y");
+  ASSERT_EQ(send_y.size(), 1u);
+  ASSERT_EQ(allreduce_y.size(), 3u);
+  EXPECT_LT(std::stod(send_y[0]), std::stod(allreduce_y[0]));
+  EXPECT_LT(std::stod(allreduce_y[0]), std::stod(allreduce_y[1]));
+  EXPECT_EQ(allreduce_y[2], allreduce_y[0]);
+  // All bars lie inside the host's row, above the memory strip (none here).
+  const double plot_bottom = std::stod(attribute_after(svg, "class=\"frame\"", "y")) +
+                             std::stod(attribute_after(svg, "class=\"frame\"", "height"));
+  EXPECT_LT(std::stod(allreduce_y[1]) + 5, plot_bottom);
+}
+
+TEST(Svg, MemoryStripPerDeviceWithPeakOnOneScale) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  Timeline timeline;
+  timeline.hosts = {"a", "b", "idle"};
+  // Out of time order on purpose; a's peak is on its all-reduce record.
+  timeline.records.push_back(with_memory(compute("a", 0, "B", 0, 2, 3), 10.85 * kGiB));
+  timeline.records.push_back(with_memory(compute("a", 0, "F", 0, 0, 1), 5.425 * kGiB));
+  timeline.records.push_back(with_memory(allreduce("a", "b", 0, -1, 0, 1, 2), 16.275 * kGiB));
+  timeline.records.push_back(with_memory(compute("b", 1, "F", 0, 1, 2), 21.7 * kGiB));
+  timeline.records.push_back(with_memory(transfer("b", "a", 1, "SEND_B", 0, 2, 4), 512 * 1024.0 * 1024.0));
+  const std::string svg = timeline_to_svg(timeline, {"", true});
+  EXPECT_EQ(xml_problem(svg), "");
+  // One line and one area per device with records; none for the idle one.
+  EXPECT_EQ(count(svg, "class=\"memory-line\""), 2u);
+  EXPECT_EQ(count(svg, "class=\"memory-area\""), 2u);
+  EXPECT_EQ(group_texts(svg, "memory-peaks"), (std::vector<std::string>{"peak 16.3 GiB", "peak 21.7 GiB"}));
+  const std::vector<std::string> legend = group_texts(svg, "legend");
+  EXPECT_NE(std::find(legend.begin(), legend.end(), "memory (strip top 21.7 GiB)"), legend.end());
+
+  // a: a step at each end time, in time order, held to the end of the run.
+  const std::vector<std::string> lines = attributes_of(svg, "class=\"memory-line\"", "points");
+  const std::vector<std::string> areas = attributes_of(svg, "class=\"memory-area\"", "d");
+  ASSERT_EQ(lines.size(), 2u);
+  ASSERT_EQ(areas.size(), 2u);
+  const auto a = parse_points(lines[0]);
+  const auto b = parse_points(lines[1]);
+  ASSERT_EQ(a.size(), 6u) << lines[0];
+  ASSERT_EQ(b.size(), 3u) << lines[1];
+  auto base_of = [](const std::string& area) { return std::stod(area.substr(area.find(',') + 1)); };
+  const double base_a = base_of(areas[0]), base_b = base_of(areas[1]);
+  EXPECT_GT(base_b, base_a);  // b's strip is in the row below
+  // Heights above the strip's zero are proportional to the bytes, with one
+  // scale for every device: b's 21.7 GiB at the top, a's values below.
+  const double top = base_b - b[0].second;  // 21.7 GiB
+  EXPECT_GT(top, 10);
+  EXPECT_NEAR(base_a - a[0].second, top * 5.425 / 21.7, 0.02);
+  EXPECT_NEAR(base_a - a[2].second, top * 16.275 / 21.7, 0.02);
+  EXPECT_NEAR(base_a - a[4].second, top * 10.85 / 21.7, 0.02);
+  EXPECT_EQ(b[0].second, b[1].second);
+  EXPECT_NEAR(base_b - b[2].second, top * 0.5 / 21.7, 0.02);
+  // Steps: vertical at each end time, horizontal between.
+  EXPECT_EQ(a[1].first, a[2].first);
+  EXPECT_EQ(a[0].second, a[1].second);
+  EXPECT_EQ(a[3].first, a[4].first);
+  EXPECT_LT(a[0].first, a[1].first);
+  EXPECT_LT(a[2].first, a[3].first);
+  EXPECT_LT(a[4].first, a[5].first);
+  // One time axis: both step at t = 2; a's last step (t = 3) is held to the
+  // end of the run (t = 4), where b steps down.
+  EXPECT_EQ(a[1].first, b[0].first);
+  EXPECT_EQ(a[5].first, b[1].first);
+  EXPECT_EQ(b[1].first, b[2].first);
+}
+
+TEST(Svg, MemoryCapacityLineAndLabel) {
+  Timeline timeline;
+  timeline.hosts = {"a", "b", "c"};
+  timeline.records.push_back(with_memory(compute("a", 0, "F", 0, 0, 1), 3000));
+  timeline.records.push_back(with_memory(compute("b", 1, "F", 0, 1, 2), 2048));
+  timeline.records.push_back(with_memory(compute("c", 2, "F", 0, 2, 3), 1000));
+  SvgOptions options;
+  options.memory_capacity_bytes = {{"a", 2048}, {"b", 4096}, {"c", 1e9}, {"nobody", 10}};
+  const std::string svg = timeline_to_svg(timeline, options);
+  EXPECT_EQ(xml_problem(svg), "");
+  // a and b get a line; c's capacity is far above every peak (it would
+  // flatten the strips): in its label only.
+  EXPECT_EQ(count(svg, "class=\"memory-capacity\""), 2u);
+  EXPECT_EQ(group_texts(svg, "memory-peaks"),
+            (std::vector<std::string>{"peak 2.9 KiB / 2.0 KiB", "peak 2.0 KiB / 4.0 KiB", "peak 1000 B / 953.7 MiB"}));
+  EXPECT_EQ(count(svg, "class=\"memory-peak over-capacity\""), 1u);  // a only
+  const std::vector<std::string> legend = group_texts(svg, "legend");
+  EXPECT_NE(std::find(legend.begin(), legend.end(), "memory capacity"), legend.end());
+  // The scale reaches b's capacity (the strip's top); a's capacity and b's
+  // peak are at half of it.
+  EXPECT_NE(std::find(legend.begin(), legend.end(), "memory (strip top 4.0 KiB)"), legend.end());
+  const std::vector<std::string> y = attributes_of(svg, "class=\"memory-capacity\"", "y1");
+  const std::vector<std::string> areas = attributes_of(svg, "class=\"memory-area\"", "d");
+  ASSERT_EQ(y.size(), 2u);
+  ASSERT_EQ(areas.size(), 3u);
+  auto height_above_zero = [&](std::size_t row, const std::string& line_y) {
+    return std::stod(areas[row].substr(areas[row].find(',') + 1)) - std::stod(line_y);
+  };
+  EXPECT_NEAR(height_above_zero(0, y[0]), height_above_zero(1, y[1]) / 2, 0.02);
+  const auto b = parse_points(attributes_of(svg, "class=\"memory-line\"", "points")[1]);
+  EXPECT_NEAR(b[0].second, std::stod(y[1]) + height_above_zero(1, y[1]) / 2, 0.02);
+
+  // Without capacities: no line, no legend item, labels with the peak only.
+  const std::string plain = timeline_to_svg(timeline, {"", true});
+  EXPECT_EQ(count(plain, "memory-capacity"), 0u);
+  EXPECT_EQ(group_texts(plain, "memory-peaks"), (std::vector<std::string>{"peak 2.9 KiB", "peak 2.0 KiB", "peak 1000 B"}));
+  const std::vector<std::string> plain_legend = group_texts(plain, "legend");
+  EXPECT_EQ(std::find(plain_legend.begin(), plain_legend.end(), "memory capacity"), plain_legend.end());
+}
+
+TEST(Svg, NoMemoryStripWhenHiddenOrAllZero) {
+  Timeline timeline = gpipe(3, 2, 1.0);
+  const std::string zero = timeline_to_svg(timeline, {"t", true});
+  double bytes = 0;
+  for (TimelineRecord& record : timeline.records) record.memory_bytes = bytes += 1e6;
+  SvgOptions hidden{"t", true};
+  hidden.show_memory = false;
+  SvgOptions shown{"t", true};
+  const std::string off = timeline_to_svg(timeline, hidden);
+  const std::string on = timeline_to_svg(timeline, shown);
+  for (const std::string* svg : {&zero, &off}) {
+    EXPECT_EQ(count(*svg, "memory-line"), 0u);
+    EXPECT_EQ(count(*svg, "memory-area"), 0u);
+    EXPECT_EQ(count(*svg, "memory-peaks"), 0u);
+    EXPECT_EQ(count(*svg, "memory (strip top"), 0u);
+  }
+  // No strip takes no room: the same picture as with no memory at all.
+  EXPECT_EQ(off, zero);
+  EXPECT_EQ(count(on, "class=\"memory-line\""), 3u);
+  EXPECT_EQ(xml_problem(on), "");
+  EXPECT_EQ(on, timeline_to_svg(Timeline(timeline), shown));  // deterministic
+  EXPECT_GT(std::stod(attribute_after(on, "<svg", "height")), std::stod(attribute_after(off, "<svg", "height")) + 3 * 20);
 }
 
 // ---------------------------------------------------------------------------
@@ -450,6 +659,61 @@ TEST(ChromeTrace, IsDeterministicAndEmptyIsValid) {
   const Json empty = Json::parse(timeline_to_chrome_trace(Timeline{}));
   EXPECT_TRUE(empty["traceEvents"].is_array());
   EXPECT_TRUE(empty["traceEvents"].empty());
+}
+
+TEST(ChromeTrace, AllReduceEventsOnCommunicationThreads) {
+  Timeline timeline;
+  timeline.hosts = {"a", "b"};
+  timeline.records.push_back(compute("a", 0, "B", 0, 0, 1));
+  timeline.records.push_back(transfer("a", "prev", 0, "SEND_B", 0, 1, 3));
+  timeline.records.push_back(allreduce("a", "b", 0, -1, 3, 2, 4, 5000));  // overlaps the send
+  timeline.records.push_back(allreduce("b", "a", 1, 12, 3, 2, 4));
+  const Json trace = Json::parse(timeline_to_chrome_trace(timeline));
+  std::map<std::pair<int, int>, std::string> thread_name;
+  std::map<std::string, Json> slice;
+  for (const Json& event : trace["traceEvents"]) {
+    if (event["ph"] == "M" && event["name"] == "thread_name")
+      thread_name[{event["pid"].get<int>(), event["tid"].get<int>()}] = event["args"]["name"].get<std::string>();
+    if (event["ph"] == "X") slice[event["name"].get<std::string>()] = event;
+  }
+  ASSERT_EQ(slice.count("allreduce r3"), 1u);
+  ASSERT_EQ(slice.count("allreduce layer 12 r3"), 1u);
+  const Json& whole = slice["allreduce r3"];
+  const Json& layer = slice["allreduce layer 12 r3"];
+  EXPECT_EQ(whole["cat"], "ALLREDUCE");
+  EXPECT_EQ(whole["pid"], 1);
+  EXPECT_EQ(layer["pid"], 2);
+  EXPECT_EQ(whole["args"]["round"], 3);
+  EXPECT_TRUE(whole["args"]["layer"].is_null());
+  EXPECT_EQ(layer["args"]["layer"], 12);
+  EXPECT_EQ(whole["args"]["bytes"], 5000.0);
+  EXPECT_EQ(whole["args"]["peer"], "b");
+  EXPECT_DOUBLE_EQ(whole["ts"].get<double>(), 2e6);
+  EXPECT_DOUBLE_EQ(whole["dur"].get<double>(), 2e6);
+  auto thread_of = [&](const Json& event) { return thread_name[{event["pid"].get<int>(), event["tid"].get<int>()}]; };
+  EXPECT_EQ(thread_of(whole).rfind("communication", 0), 0u) << thread_of(whole);
+  EXPECT_EQ(thread_of(layer).rfind("communication", 0), 0u) << thread_of(layer);
+  EXPECT_EQ(thread_of(slice["SEND_B0"]).rfind("communication", 0), 0u);
+  EXPECT_NE(whole["tid"], slice["SEND_B0"]["tid"]);  // overlapping: another thread
+  EXPECT_NE(whole["tid"], slice["B0"]["tid"]);
+}
+
+TEST(ChromeTrace, MemoryCountersOfEveryHostIncludeAllReduce) {
+  Timeline timeline;
+  timeline.hosts = {"a", "b"};
+  timeline.records.push_back(with_memory(compute("b", 1, "B", 0, 0, 2), 7));
+  timeline.records.push_back(with_memory(allreduce("a", "b", 0, -1, 0, 3, 5), 40));
+  timeline.records.push_back(with_memory(compute("a", 0, "B", 0, 0, 3), 30));
+  timeline.records.push_back(with_memory(allreduce("b", "a", 1, -1, 0, 2, 4), 9));
+  timeline.records.push_back(with_memory(transfer("a", "b", 0, "SEND_F", 0, 3, 3.5), 35));
+  const Json trace = Json::parse(timeline_to_chrome_trace(timeline));
+  std::map<int, std::vector<std::pair<double, double>>> samples;  // pid -> (ts, bytes)
+  for (const Json& event : trace["traceEvents"])
+    if (event["ph"] == "C")
+      samples[event["pid"].get<int>()].push_back({event["ts"].get<double>(), event["args"]["bytes"].get<double>()});
+  using Samples = std::vector<std::pair<double, double>>;
+  EXPECT_EQ(samples[1], (Samples{{3e6, 30}, {3.5e6, 35}, {5e6, 40}}));
+  EXPECT_EQ(samples[2], (Samples{{2e6, 7}, {4e6, 9}}));
 }
 
 // ---------------------------------------------------------------------------
