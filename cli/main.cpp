@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -38,8 +39,15 @@ void write_outputs(const Plan& plan, const RunResult& result, const OutputFiles&
   if (!outputs.svg.empty()) {
     SvgOptions options;
     const std::string platform_name = plan.platform_file.substr(plan.platform_file.find_last_of('/') + 1);
-    options.title = fmt::format("{}: {} on {} (M={}, {} stages)", plan.schedule, plan.profile.name, platform_name,
-                                plan.micro_batches, plan.partition.num_stages());
+    std::string shape = fmt::format("M={}, {} stages", plan.micro_batches, plan.partition.num_stages());
+    if (!schedule_info(plan.schedule).flushed) shape = fmt::format("{} mini-batches, {} stages", plan.mini_batches, plan.partition.num_stages());
+    std::string replicas;
+    for (const auto& hosts : plan.partition.hosts) replicas += (replicas.empty() ? "" : "-") + std::to_string(hosts.size());
+    if (std::any_of(plan.partition.hosts.begin(), plan.partition.hosts.end(), [](const auto& h) { return h.size() > 1; }))
+      shape += ", replicas " + replicas;
+    options.title = fmt::format("{}: {} on {} ({})", plan.schedule, plan.profile.name, platform_name, shape);
+    for (const DeviceMetrics& device : result.metrics.devices)
+      if (device.memory_capacity_bytes) options.memory_capacity_bytes[device.host] = *device.memory_capacity_bytes;
     write_file_atomically(outputs.svg, timeline_to_svg(result.timeline, options));
   }
   if (!outputs.save_plan.empty()) write_file_atomically(outputs.save_plan, plan_to_json(plan));
