@@ -71,32 +71,47 @@ int run_demo(const std::string& output_dir, int micro_batches) {
         "its input node)\non BaPipe's 4x V100 PCIe Gen3 x16 cluster, {} micro-batches per mini-batch, one stage per GPU "
         "with the\nshipped compute-balanced partition (layers 0-2, 3-7, 8-16, 17-39), SimGrid's network model.\n\n",
         plan.profile.layers.size(), plan.profile.micro_batch_size, micro_batches);
-    std::cout << fmt::format("{:<10} {:>15} {:>20} {:>7} {:>14} {:>12}  {}\n", "schedule", "mini-batch time",
-                             "throughput", "bubble", "peak stash", "peak memory", "out of memory (16 GiB V100s)");
+    std::cout << fmt::format("{:<10} {:>17} {:>20} {:>7} {:>11} {:>9} {:>12}  {}\n", "schedule", "time per 1024",
+                             "throughput", "bubble", "peak stash", "versions", "peak memory", "out of memory (16 GiB V100s)");
     header_printed = true;
   };
-  for (const std::string schedule : {"gpipe", "1f1b-sno", "1f1b-so"}) {
+  for (const std::string schedule : {"gpipe", "1f1b-sno", "1f1b-so", "pipedream", "dp"}) {
     PlanRequest request;
     request.platform_file = platform;
     request.profile_file = profile;
     request.schedule = schedule;
-    request.micro_batches = micro_batches;
     request.network = "simgrid";
-    request.partition = partition;
+    if (schedule == "pipedream") {
+      // No flush: mini-batches of one micro-batch flow continuously; the
+      // steady state over 64 of them.
+      request.partition = partition;
+      request.mini_batches = 64;
+    } else if (schedule == "dp") {
+      // The whole model on each GPU, micro-batches split among them, then a
+      // ring all-reduce of the gradients.
+      request.micro_batches = micro_batches;
+    } else {
+      request.partition = partition;
+      request.micro_batches = micro_batches;
+    }
     const Plan plan = make_plan(request);
     if (!header_printed) print_header(plan);
     const RunResult result = run_plan(plan);
-    std::string stashes;
+    std::string stashes, versions;
     std::string out_of_memory;
     double peak_memory = 0;
     for (const DeviceMetrics& device : result.metrics.devices) {
       stashes += (stashes.empty() ? "" : ",") + std::to_string(device.peak_stashed_microbatches);
+      versions += (versions.empty() ? "" : ",") + std::to_string(device.peak_weight_versions);
       peak_memory = std::max(peak_memory, device.peak_memory_bytes);
       if (device.oom) out_of_memory += (out_of_memory.empty() ? "" : ", ") + device.host;
     }
-    std::cout << fmt::format("{:<10} {:>15} {:>10.1f} samples/s {:>7.3f} {:>14} {:>12}  {}\n", schedule,
-                             human_seconds(result.metrics.minibatch_time_s), result.metrics.throughput_samples_per_s,
-                             result.metrics.bubble_fraction, stashes, human_bytes(peak_memory),
+    // Time per 1024 samples (one mini-batch of the flushed schedules), so
+    // PipeDream's steady-state period compares with the others.
+    const double samples = static_cast<double>(micro_batches) * plan.profile.micro_batch_size;
+    std::cout << fmt::format("{:<10} {:>17} {:>10.1f} samples/s {:>7.3f} {:>11} {:>9} {:>12}  {}\n", schedule,
+                             human_seconds(samples / result.metrics.throughput_samples_per_s), result.metrics.throughput_samples_per_s,
+                             result.metrics.bubble_fraction, stashes, versions, human_bytes(peak_memory),
                              out_of_memory.empty() ? "none" : out_of_memory);
     OutputFiles outputs;
     outputs.svg = fmt::format("{}/{}.svg", output_dir, schedule);
@@ -105,9 +120,12 @@ int run_demo(const std::string& output_dir, int micro_batches) {
     outputs.save_plan = fmt::format("{}/{}.plan.json", output_dir, schedule);
     write_outputs(plan, result, outputs);
   }
-  std::cout << "\npeak stash: micro-batches stashed at once, per GPU. Memory counts weights, gradients, stashed\n"
-               "activations and receive buffers (SEMANTICS.md); at 128 samples per micro-batch VGG-16's early\n"
-               "activations alone outgrow a 16 GiB V100 once a few micro-batches are in flight.\n";
+  std::cout << "\npeak stash: micro-batches stashed at once, per GPU; versions: weight versions kept, per GPU.\n"
+               "pipedream: no flush, mini-batches of one micro-batch flow through the 4 stages (1F1B, NOAM = 4,\n"
+               "weight stashing), steady state of 64. dp: the whole model on every GPU, 2 micro-batches each, then\n"
+               "a ring all-reduce of VGG-16's 528 MB of gradients over PCIe. Memory counts weights x versions,\n"
+               "gradients, stashed activations and receive buffers (SEMANTICS.md); at 128 samples per micro-batch\n"
+               "VGG-16's early activations alone outgrow a 16 GiB V100 once a few micro-batches are in flight.\n";
   std::cout << fmt::format(
       "\nTimelines (SVG), Perfetto traces, CSV and plans are in {}/ . Open {}/1f1b-so.svg in a browser, or load a "
       ".trace.json in https://ui.perfetto.dev .\n",

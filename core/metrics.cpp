@@ -273,9 +273,16 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model,
     });
     double bytes = base, peak = base;
     int stashes = 0, peak_stashes = 0;
+    auto& series = timeline.memory_series[host];
+    series.clear();
     for (const Change& change : list) {
+      if (series.empty()) series.push_back({change.time, bytes});
       bytes += change.bytes;
       stashes += change.stashes;
+      if (series.back().first == change.time)
+        series.back().second = bytes;
+      else if (series.back().second != bytes)
+        series.push_back({change.time, bytes});
       peak = std::max(peak, bytes);
       peak_stashes = std::max(peak_stashes, stashes);
       if (change.record != static_cast<std::size_t>(-1)) timeline.records[change.record].memory_bytes = bytes;

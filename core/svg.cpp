@@ -200,6 +200,7 @@ struct HostRow {
   std::vector<std::size_t> compute;         ///< record indices, input order
   std::vector<std::size_t> transfers;       ///< record indices, input order
   std::vector<std::size_t> memory;          ///< records with a finite memory_bytes, by end time then input order
+  std::vector<std::pair<double, double>> memory_samples;  ///< (time, bytes from then on), time order
   std::map<std::size_t, int> lane;          ///< transfer index -> lane
   int lanes = 0;
   double peak = 0;                          ///< largest memory_bytes (when memory is not empty)
@@ -391,14 +392,19 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
     std::stable_sort(row.memory.begin(), row.memory.end(), [&](std::size_t a, std::size_t b) {
       return timeline.records[a].end_s < timeline.records[b].end_s;
     });
-    for (std::size_t k = 0; k < row.memory.size(); ++k) {
-      const TimelineRecord& record = timeline.records[row.memory[k]];
-      if (k == 0 || record.memory_bytes > row.peak) {
-        row.peak = record.memory_bytes;
-        row.peak_time = record.end_s;
-      }
+    // The exact series when the timeline has one, else the record ends.
+    if (auto series = timeline.memory_series.find(row.name); series != timeline.memory_series.end() && !series->second.empty()) {
+      for (const auto& [time, bytes] : series->second)
+        if (std::isfinite(time) && std::isfinite(bytes)) row.memory_samples.push_back({time, bytes});
+    } else {
+      for (std::size_t index : row.memory) row.memory_samples.push_back({timeline.records[index].end_s, timeline.records[index].memory_bytes});
     }
-    if (!row.memory.empty()) largest_peak = std::max(largest_peak, row.peak);
+    for (std::size_t k = 0; k < row.memory_samples.size(); ++k)
+      if (k == 0 || row.memory_samples[k].second > row.peak) {
+        row.peak = row.memory_samples[k].second;
+        row.peak_time = row.memory_samples[k].first;
+      }
+    if (!row.memory_samples.empty()) largest_peak = std::max(largest_peak, row.peak);
   }
   double memory_top = largest_peak;  // bytes at the top of a strip
   for (const HostRow& row : rows)
@@ -417,7 +423,7 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   for (const HostRow& row : rows) {
     label_width = std::max(label_width, text_width(shorten(row.name, kMaxHostLabelChars), kLabelFont));
     label_width = std::max(label_width, text_width(stage_label(row.stages), kSmallFont));
-    if (draw_memory && !row.memory.empty()) label_width = std::max(label_width, text_width(peak_label(row), kSmallFont));
+    if (draw_memory && !row.memory_samples.empty()) label_width = std::max(label_width, text_width(peak_label(row), kSmallFont));
     if (row.streams.size() > 1) multi_stream = true;
   }
   const double stream_tag_width = multi_stream ? 22 : 0;  // room for the "s1" tags
@@ -725,7 +731,7 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
     for (const HostRow& row : rows) {
       const double base = row.top + row.height - kMemoryPadBottom;
       auto y_of = [&](double bytes) { return base - std::clamp(bytes / memory_top, 0.0, 1.0) * usable_height; };
-      if (!row.memory.empty()) {
+      if (!row.memory_samples.empty()) {
         // Corners of the step plot, in px; a corner that prints like the
         // previous one is left out.
         std::vector<std::string> corners;
@@ -733,24 +739,23 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
           std::string point = num(x_of(t)) + "," + num(y_of(bytes));
           if (corners.empty() || corners.back() != point) corners.push_back(std::move(point));
         };
-        const TimelineRecord& first = timeline.records[row.memory.front()];
-        double current = first.memory_bytes;
-        corner(first.end_s, current);
-        for (std::size_t k = 1; k < row.memory.size(); ++k) {
-          const TimelineRecord& record = timeline.records[row.memory[k]];
-          if (record.memory_bytes == current) continue;
-          corner(record.end_s, current);
-          current = record.memory_bytes;
-          corner(record.end_s, current);
+        const auto& samples = row.memory_samples;
+        double current = samples.front().second;
+        corner(samples.front().first, current);
+        for (std::size_t k = 1; k < samples.size(); ++k) {
+          if (samples[k].second == current) continue;
+          corner(samples[k].first, current);
+          current = samples[k].second;
+          corner(samples[k].first, current);
         }
-        corner(std::max(max_end, timeline.records[row.memory.back()].end_s), current);
-        std::string points, area = fmt::format("M{},{}", num(x_of(first.end_s)), num(base));
+        const double last = std::max(max_end, samples.back().first);
+        corner(last, current);
+        std::string points, area = fmt::format("M{},{}", num(x_of(samples.front().first)), num(base));
         for (const std::string& point : corners) {
           points += (points.empty() ? "" : " ") + point;
           area += " L" + point;
         }
-        area += fmt::format(" L{},{} Z", num(x_of(std::max(max_end, timeline.records[row.memory.back()].end_s))),
-                            num(base));
+        area += fmt::format(" L{},{} Z", num(x_of(last)), num(base));
         svg.line(fmt::format("<path class=\"memory-area\" d=\"{}\" fill=\"{}\"/>", area, kMemoryFill));
         svg.line(fmt::format(
             "<polyline class=\"memory-line\" points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.2\" "
@@ -770,7 +775,7 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
     svg.line(fmt::format("<g class=\"memory-peaks\" font-size=\"{}\" text-anchor=\"end\" fill=\"{}\">",
                          num(kSmallFont), kMutedText));
     for (const HostRow& row : rows) {
-      if (row.memory.empty()) continue;
+      if (row.memory_samples.empty()) continue;
       const double capacity = capacity_of(row.name);
       const bool over = capacity > 0 && row.peak > capacity;
       svg.line(fmt::format("<text class=\"memory-peak{}\" x=\"{}\" y=\"{}\"{}>{}</text>", over ? " over-capacity" : "",

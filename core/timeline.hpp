@@ -3,7 +3,9 @@
 // executor write the same schema, so validation compares two timelines.
 
 #include <map>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pipegrid {
@@ -39,6 +41,10 @@ struct Timeline {
   /// Hosts in display order (one row per host in plots).
   std::vector<std::string> hosts;
   std::vector<TimelineRecord> records;
+  /// Optional, not serialised: each host's memory at every change, as
+  /// (time, bytes from then on), in time order (annotate_memory fills it).
+  /// Plots prefer it to memory_bytes, which is only sampled at record ends.
+  std::map<std::string, std::vector<std::pair<double, double>>> memory_series;
 };
 
 /** CSV with header host,stream,stage,action,micro_batch,mini_batch,start_s,end_s,bytes,peer,memory_bytes.
