@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/metrics.hpp"
 
 namespace pipegrid {
@@ -103,6 +105,52 @@ TEST(Metrics, ReleasesAtAnInstantComeBeforeAllocations) {
   const Metrics metrics = compute_metrics(timeline, two_stages(), {{"a", 0}}, 1, 2);
   EXPECT_EQ(metrics.devices[0].peak_stashed_microbatches, 1);
   EXPECT_DOUBLE_EQ(metrics.devices[0].peak_memory_bytes, 120);
+}
+
+TEST(Metrics, MemorySeriesStepsWhereMemoryChanges) {
+  Timeline timeline = gpipe_2x2();
+  annotate_memory(timeline, two_stages(), {{"a", 0}, {"b", 1}});
+  // Host a: weights + gradients 20; F0 stashes 100 at 0, F1 at 1; gradient
+  // buffers of 50 from 5 to 6 and 6 to 7; stashes freed at the ends of B0, B1.
+  const std::vector<std::pair<double, double>> expected = {{0, 120}, {1, 220}, {5, 270}, {6, 170}, {7, 20}};
+  EXPECT_EQ(timeline.memory_series.at("a"), expected);
+}
+
+TEST(Metrics, OptimizerStateAddsWeightCopies) {
+  Timeline timeline = gpipe_2x2();
+  MemoryModel model = two_stages();
+  model.optimizer_copies = 2;  // adam
+  const Metrics metrics = compute_metrics(timeline, model, {{"a", 0}, {"b", 1}}, 1, 8);
+  Timeline plain_timeline = gpipe_2x2();
+  const Metrics plain = compute_metrics(plain_timeline, two_stages(), {{"a", 0}, {"b", 1}}, 1, 8);
+  EXPECT_DOUBLE_EQ(metrics.devices[0].peak_memory_bytes, plain.devices[0].peak_memory_bytes + 2 * 10);
+  EXPECT_DOUBLE_EQ(metrics.devices[1].peak_memory_bytes, plain.devices[1].peak_memory_bytes + 2 * 20);
+}
+
+TEST(SteadyState, FindsTheCycleBetweenWarmUpAndDrain) {
+  // Warm-up completions at 10 and 14, then gaps 1, 2, 3 repeating, then a
+  // drain with gaps of 5.
+  std::vector<double> completions = {10, 14};
+  double t = 14;
+  for (int cycle = 0; cycle < 6; ++cycle)
+    for (double gap : {1.0, 2.0, 3.0}) completions.push_back(t += gap);
+  for (int k = 0; k < 3; ++k) completions.push_back(t += 5);
+  std::reverse(completions.begin(), completions.end());  // any order
+  const SteadyState steady = steady_state_of(completions, 0);
+  EXPECT_TRUE(steady.periodic);
+  EXPECT_EQ(steady.cycle_minibatches, 3);
+  EXPECT_DOUBLE_EQ(steady.period_s, 2);
+  EXPECT_EQ(steady.warmup_minibatches, 1);
+  EXPECT_DOUBLE_EQ(steady.warmup_s, 14);
+}
+
+TEST(SteadyState, WithoutACycleTheMiddleHalfMeanGap) {
+  std::vector<double> completions;
+  double t = 0;
+  for (int k = 1; k <= 9; ++k) completions.push_back(t += k);  // every gap differs
+  const SteadyState steady = steady_state_of(completions, 0);
+  EXPECT_FALSE(steady.periodic);
+  EXPECT_DOUBLE_EQ(steady.period_s, (completions[6] - completions[2]) / 4);
 }
 
 }  // namespace
