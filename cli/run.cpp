@@ -265,7 +265,7 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
     const SteadyState& steady = *m.steady_state;
     text += fmt::format("  mini-batch time   {} (steady-state period{})\n", human_seconds(m.minibatch_time_s),
                         steady.periodic ? fmt::format(": completions repeat every {} mini-batches", steady.cycle_minibatches)
-                                        : ": no exact cycle, mean gap over the second half");
+                                        : ": no exact cycle, mean gap over the middle half");
     text += fmt::format("  warm-up           {} to the first steady-state completion ({} mini-batches completed before)\n",
                         human_seconds(steady.warmup_s), steady.warmup_minibatches);
   } else {

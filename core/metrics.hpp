@@ -54,7 +54,7 @@ struct DeviceMetrics {
  *  (the end of a mini-batch's last operation) settle into gaps that repeat
  *  in cycles of `cycle_minibatches`. */
 struct SteadyState {
-  bool periodic = false;       ///< false: no exact cycle found; period = mean gap over the second half
+  bool periodic = false;       ///< false: no exact cycle found; period = mean gap over the middle half of the run
   double period_s = 0;         ///< mean gap between completions over whole cycles
   int cycle_minibatches = 0;   ///< completions per cycle (0 when not periodic)
   int warmup_minibatches = 0;  ///< completions before the periodic regime
