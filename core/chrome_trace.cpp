@@ -19,8 +19,9 @@
 //     or "allreduce r3" / "allreduce layer 12 r3" for an all-reduce part of
 //     round 3 (whole stage / one layer), whose args also carry "round" and
 //     "layer" (null for the whole stage);
-//   - a "memory" counter per process ("ph":"C"), one sample at each record's
-//     end (compute and transfers alike), in time order.
+//   - a "memory" counter per process ("ph":"C"): the timeline's memory
+//     series when it has one, else one sample at each record's end (compute
+//     and transfers alike), in time order.
 // The output depends only on the timeline (no clock, no addresses), so the
 // same input always gives the same bytes. One event per line keeps the file
 // readable and diff-friendly while remaining a single JSON document.
@@ -165,21 +166,26 @@ std::string timeline_to_chrome_trace(const Timeline& timeline) {
       events.push_back(std::move(event));
     }
 
-    // Memory samples in time order; equal end times keep the input order,
-    // so the last record to finish at an instant gives the value shown.
-    std::vector<std::size_t> by_end = host.records;
-    std::stable_sort(by_end.begin(), by_end.end(), [&](std::size_t a, std::size_t b) {
-      return timeline.records[a].end_s < timeline.records[b].end_s;
-    });
-    for (std::size_t index : by_end) {
-      const TimelineRecord& record = timeline.records[index];
+    // Memory samples in time order: the exact series when the timeline has
+    // one (every change), else one per record end; equal end times keep the
+    // input order, so the last record to finish at an instant gives the value.
+    auto counter = [&](double time_s, double bytes) {
       Json event;
       event["name"] = "memory";
       event["ph"] = "C";
-      event["ts"] = record.end_s * kMicrosecondsPerSecond;
+      event["ts"] = time_s * kMicrosecondsPerSecond;
       event["pid"] = host.pid;
-      event["args"] = Json::object({{"bytes", record.memory_bytes}});
+      event["args"] = Json::object({{"bytes", bytes}});
       events.push_back(std::move(event));
+    };
+    if (auto series = timeline.memory_series.find(name); series != timeline.memory_series.end() && !series->second.empty()) {
+      for (const auto& [time_s, bytes] : series->second) counter(time_s, bytes);
+    } else {
+      std::vector<std::size_t> by_end = host.records;
+      std::stable_sort(by_end.begin(), by_end.end(), [&](std::size_t a, std::size_t b) {
+        return timeline.records[a].end_s < timeline.records[b].end_s;
+      });
+      for (std::size_t index : by_end) counter(timeline.records[index].end_s, timeline.records[index].memory_bytes);
     }
   }
 

@@ -779,5 +779,18 @@ TEST(TimelineCsv, MissingHeaderIsAnError) {
   EXPECT_THROW(parse_timeline_csv("a,0,0,F,0,0,0,1,0,,0\n", "x.csv"), InputError);
 }
 
+TEST(ChromeTrace, MemoryCounterFollowsTheExactSeriesWhenPresent) {
+  Timeline timeline;
+  timeline.hosts = {"g"};
+  timeline.records = {{"g", 0, 0, "F", 0, 0, 0, 1, 0, "", 5}};
+  timeline.memory_series["g"] = {{0, 7}, {0.5, 9}, {1, 5}};
+  const std::string trace = timeline_to_chrome_trace(timeline);
+  // Three samples from the series (at 0, 500000 and 1000000 us), not one at the record's end.
+  std::size_t counters = 0;
+  for (std::size_t at = trace.find("\"ph\":\"C\""); at != std::string::npos; at = trace.find("\"ph\":\"C\"", at + 1)) ++counters;
+  EXPECT_EQ(counters, 3u);
+  EXPECT_NE(trace.find("\"bytes\":9.0"), std::string::npos) << trace;
+}
+
 }  // namespace
 }  // namespace pipegrid
