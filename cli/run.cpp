@@ -137,8 +137,6 @@ RunResult run_plan(const Plan& plan) {
   options.pipeline_depth = plan.pipeline_depth;
   for (const auto& replicas : plan.partition.hosts) options.replicas.push_back(static_cast<int>(replicas.size()));
   const ScheduleInfo& info = schedule_info(plan.schedule);
-  if (plan.recompute && !info.flushed)
-    throw InputError(fmt::format("--recompute: schedule {} does not flush; recomputation applies to flushed schedules", plan.schedule));
   result.program = generate_schedule(plan.schedule, options);
   validate_program(result.program);
 

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
+#include "expect_input_error.hpp"
 #include "core/partition.hpp"
 
 namespace pipegrid {
@@ -93,18 +94,7 @@ TEST(Partition, BadFilesNameTheField) {
 
 // ------------------------------------------------------------- --replicas
 
-/// Runs `action`, expects an InputError, and returns its message.
-std::string input_error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected an InputError, none was thrown";
-  return {};
-}
-
-#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "message: " << (text)
+using testutil::input_error_of;
 
 /// A profile whose layer l takes work[l] (forward 0.25 of it, backward the rest).
 Profile with_work(const std::vector<double>& work) {

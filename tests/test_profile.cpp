@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
+#include "expect_input_error.hpp"
 #include "core/profile.hpp"
 
 namespace pipegrid {
@@ -24,18 +25,7 @@ namespace {
 
 const std::string kSourceDir = PIPEGRID_SOURCE_DIR;
 
-/// Runs `action`, expects an InputError, and returns its message.
-std::string input_error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected an InputError, none was thrown";
-  return {};
-}
-
-#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "message: " << (text)
+using testutil::input_error_of;
 
 /// A folder under the system temporary folder, removed with its content at
 /// the end of the test.
