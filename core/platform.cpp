@@ -19,6 +19,12 @@ const HostInfo& PlatformSummary::host(const std::string& name) const {
   throw InputError(fmt::format("{}: no host named '{}'", file, name));
 }
 
+int PlatformSummary::host_index(const std::string& name) const {
+  for (std::size_t i = 0; i < hosts.size(); ++i)
+    if (hosts[i].name == name) return static_cast<int>(i);
+  throw InputError(fmt::format("{}: no host named '{}'", file, name));
+}
+
 double parse_bytes(const std::string& text, const std::string& what) {
   static const std::pair<const char*, double> units[] = {
       {"B", 1},       {"kB", 1e3},  {"KB", 1e3},  {"MB", 1e6},  {"GB", 1e9},  {"TB", 1e12},
@@ -62,6 +68,11 @@ HostInfo host_info_from_properties(const std::string& file, const std::string& h
     info.speed_factor = std::strtod(it->second.c_str(), &end);
     if (end == it->second.c_str() || *end != '\0' || !std::isfinite(info.speed_factor) || info.speed_factor <= 0)
       throw InputError(fmt::format("{}: expected a positive number, found '{}'", field("speed_factor"), it->second));
+  }
+  if (auto it = properties.find("device"); it != properties.end()) {
+    if (it->second.empty() || it->second.find_first_of(" \t") != std::string::npos)
+      throw InputError(fmt::format("{}: expected a device type name without spaces, found '{}'", field("device"), it->second));
+    info.device_type = it->second;
   }
   return info;
 }

@@ -22,12 +22,21 @@ struct HostInfo {
   Execution execution = Execution::Sync;
   std::optional<double> memory_bytes;  ///< absent: unlimited
   double speed_factor = 1;             ///< compute time = profile time / factor
+  /// The host's `device` property (e.g. "VCU129", "V100"): selects per-device
+  /// times in a profile. Empty when absent.
+  std::string device_type;
 };
 
 struct PlatformSummary {
   std::string file;
   std::vector<HostInfo> hosts;
+  /// route_bandwidth_Bps[a][b]: the narrowest link bandwidth on the route
+  /// from hosts[a] to hosts[b] (bytes/s); route_latency_s[a][b]: the sum of
+  /// its links' latencies. 0 bandwidth: no route. The diagonal is 0.
+  std::vector<std::vector<double>> route_bandwidth_Bps, route_latency_s;
   const HostInfo& host(const std::string& name) const;
+  /// Index of the named host in `hosts`; InputError when absent.
+  int host_index(const std::string& name) const;
 };
 
 /** Builds a HostInfo from a host's XML properties (`kind`, `execution`,

@@ -2,11 +2,19 @@
 // Profile: a model as an ordered chain of layers, measured at one micro-batch
 // size on one device type. Times are seconds, sizes are bytes.
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/platform.hpp"
+
 namespace pipegrid {
+
+struct LayerTimes {
+  double forward_s = 0;
+  double backward_s = 0;
+};
 
 struct Layer {
   std::string name;
@@ -14,6 +22,11 @@ struct Layer {
   double backward_s = 0;       ///< backward time of one micro-batch
   double output_bytes = 0;     ///< bytes crossing the cut right after this layer
   double parameter_bytes = 0;  ///< weight bytes of this layer
+  /// Times measured on particular device types, keyed by a host's `device`
+  /// property ("VCU129", "V100"). A host whose type is listed here runs the
+  /// layer in these times (its speed_factor does not apply); any other host
+  /// takes forward_s / backward_s divided by its speed_factor.
+  std::map<std::string, LayerTimes> device_times;
 };
 
 struct Profile {
@@ -24,6 +37,20 @@ struct Profile {
   double input_bytes = 0;
   std::vector<Layer> layers;
 };
+
+/** The layer's forward and backward time on `host` (see Layer::device_times). */
+LayerTimes layer_times_on(const Layer& layer, const HostInfo& host);
+
+/** The micro-batch sizes the profile has times for, ascending (one entry for
+ *  a single-size profile). */
+std::vector<int> profile_micro_batch_sizes(const Profile& profile);
+
+/** The profile with micro-batches of `size` samples (SEMANTICS.md, Batch
+ *  size): times and activation bytes interpolated linearly between the two
+ *  measured sizes around `size`, extrapolated from the two nearest outside
+ *  them; parameter bytes unchanged. A single-size profile has no scaling to
+ *  apply: InputError unless `size` is its micro_batch_size. */
+Profile profile_at_micro_batch_size(const Profile& profile, int size);
 
 /** Reads a profile JSON file ({"name", "micro_batch_size", "layers": [...]}).
  *  Throws InputError naming the file and field on any missing, mistyped or

@@ -375,6 +375,21 @@ PlatformSummary load_platform(sg::Engine& engine, const std::string& file, Netwo
   for (sg::Host* host : declared) slowest = std::min(slowest, host->get_speed());
   sg::Engine::set_config("maxmin/precision", std::min(1e-5, slowest * kWorkPrecisionSeconds));
   engine.seal_platform();
+  const std::size_t count = declared.size();
+  summary.route_bandwidth_Bps.assign(count, std::vector<double>(count, 0.0));
+  summary.route_latency_s.assign(count, std::vector<double>(count, 0.0));
+  for (std::size_t a = 0; a < count; ++a)
+    for (std::size_t b = 0; b < count; ++b) {
+      if (a == b) continue;
+      std::vector<sg::Link*> links;
+      double latency = 0;
+      declared[a]->route_to(declared[b], links, &latency);
+      if (links.empty()) continue;
+      double narrowest = links.front()->get_bandwidth();
+      for (const sg::Link* link : links) narrowest = std::min(narrowest, link->get_bandwidth());
+      summary.route_bandwidth_Bps[a][b] = narrowest;
+      summary.route_latency_s[a][b] = latency;
+    }
   return summary;
 }
 
@@ -382,11 +397,12 @@ nlohmann::json summary_to_json(const PlatformSummary& summary) {
   nlohmann::json hosts = nlohmann::json::array();
   for (const HostInfo& host : summary.hosts) {
     nlohmann::json entry{{"name", host.name}, {"kind", to_string(host.kind)}, {"execution", to_string(host.execution)},
-                         {"speed_factor", host.speed_factor}};
+                         {"speed_factor", host.speed_factor}, {"device", host.device_type}};
     if (host.memory_bytes) entry["memory_bytes"] = *host.memory_bytes;
     hosts.push_back(entry);
   }
-  return {{"file", summary.file}, {"hosts", hosts}};
+  return {{"file", summary.file}, {"hosts", hosts}, {"route_bandwidth_Bps", summary.route_bandwidth_Bps},
+          {"route_latency_s", summary.route_latency_s}};
 }
 
 PlatformSummary summary_from_json(const nlohmann::json& json) {
@@ -398,9 +414,12 @@ PlatformSummary summary_from_json(const nlohmann::json& json) {
     host.kind = entry.at("kind") == "gpu" ? DeviceKind::Gpu : DeviceKind::Fpga;
     host.execution = entry.at("execution") == "sync" ? Execution::Sync : Execution::Async;
     host.speed_factor = entry.at("speed_factor");
+    host.device_type = entry.at("device");
     if (entry.contains("memory_bytes")) host.memory_bytes = entry.at("memory_bytes").get<double>();
     summary.hosts.push_back(host);
   }
+  summary.route_bandwidth_Bps = json.at("route_bandwidth_Bps").get<std::vector<std::vector<double>>>();
+  summary.route_latency_s = json.at("route_latency_s").get<std::vector<std::vector<double>>>();
   return summary;
 }
 

@@ -1,0 +1,56 @@
+#pragma once
+// The partitioners behind `pipegrid partition` and `pipegrid explore`: given
+// a profile and a platform, each chooses the stages, their layers, their
+// replicas and their hosts. Pure functions over plain data (no SimGrid): the
+// platform arrives as the summary sim::read_platform() made, routes included.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/partition.hpp"
+#include "core/platform.hpp"
+#include "core/profile.hpp"
+
+namespace pipegrid {
+
+struct PartitionerInput {
+  Profile profile;
+  PlatformSummary platform;
+  /// The schedule and M the partition is for; partitioners that check memory
+  /// (bapipe's fine-tuning) use them. Empty schedule: 1f1b-so, M = stages.
+  std::string schedule;
+  int micro_batches = 0;
+  bool straight = false;                    ///< no replicated stages
+  std::optional<double> memory_limit_bytes;  ///< per device; absent: the hosts' own `memory`
+};
+
+/** One stage of a chosen partition, as reported to the user. Times are for
+ *  one micro-batch on the stage's slowest host, divided by its replicas. */
+struct StageReport {
+  int first_layer = 0, last_layer = 0;  ///< inclusive, indices into PartitionerOutput::profile
+  std::vector<std::string> hosts;       ///< one per replica
+  double compute_s = 0;                 ///< forward + backward per replica
+  double communication_s = 0;           ///< the larger of its input and output transfer
+  double memory_bytes = 0;              ///< the partitioner's estimate of a device's peak
+};
+
+struct PartitionerOutput {
+  /// The profile the partition refers to: the input's, or one with a layer
+  /// split in two by an intra-layer partition.
+  Profile profile;
+  Partition partition;
+  double time_per_stage_s = 0;  ///< the partitioner's objective: its bottleneck stage time
+  int bottleneck_stage = 0;
+  std::vector<StageReport> stages;
+  std::vector<std::string> notes;  ///< how the choice was made, for people
+};
+
+/** Names accepted by run_partitioner, in the order explore tries them. */
+const std::vector<std::string>& partitioner_names();
+
+/** Runs the named partitioner. Throws InputError for an unknown name or when
+ *  no partition exists (more stages than layers, an unreachable memory limit). */
+PartitionerOutput run_partitioner(const std::string& name, const PartitionerInput& input);
+
+}  // namespace pipegrid
