@@ -119,10 +119,10 @@ TEST(ProfileJson, RoundTripIsExactAndDeterministic) {
   profile.name = "odd \"name\" \\ with unicode \xC3\xA9";
   profile.micro_batch_size = 7;
   profile.input_bytes = 77070336;
-  profile.layers.push_back({"a", 0.1, 1.0 / 3.0, 1644167168, 0});
-  profile.layers.push_back({"b", 6.949e-3, 0.0069489999999999994, 1e-300, 123456789.123456789});
-  profile.layers.push_back({"c", std::nextafter(1.0, 2.0), 5e-324, 9007199254740993.0, 1e300});
-  profile.layers.push_back({"d", 0, 2.5, std::numeric_limits<double>::max(), 4});
+  profile.layers.push_back({"a", 0.1, 1.0 / 3.0, 1644167168, 0, {}});
+  profile.layers.push_back({"b", 6.949e-3, 0.0069489999999999994, 1e-300, 123456789.123456789, {}});
+  profile.layers.push_back({"c", std::nextafter(1.0, 2.0), 5e-324, 9007199254740993.0, 1e300, {}});
+  profile.layers.push_back({"d", 0, 2.5, std::numeric_limits<double>::max(), 4, {}});
 
   const std::string text = profile_to_json(profile);
   const Profile back = parse_profile_json(text, "round-trip");

@@ -46,6 +46,13 @@ struct PartitionerOutput {
   std::vector<std::string> notes;  ///< how the choice was made, for people
 };
 
+/** The per-stage report of a partition: compute per replica on the slowest
+ *  of the stage's hosts (Layer::device_times or speed_factor), and the larger
+ *  of the activation and gradient transfers over the routes between the
+ *  stages' first replicas (latency + bytes / narrowest bandwidth).
+ *  memory_bytes is left 0 for the caller to fill. */
+std::vector<StageReport> report_stages(const Profile& profile, const Partition& partition, const PlatformSummary& platform);
+
 /** Names accepted by run_partitioner, in the order explore tries them. */
 const std::vector<std::string>& partitioner_names();
 

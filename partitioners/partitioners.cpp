@@ -1,0 +1,94 @@
+// The partitioner registry, the uniform baseline, and the per-stage report
+// every partitioner gives.
+
+#include "partitioners/partitioners.hpp"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "partitioners/bapipe.hpp"
+#include "partitioners/pipedream.hpp"
+
+namespace pipegrid {
+
+const std::vector<std::string>& partitioner_names() {
+  static const std::vector<std::string> names = {"uniform", "pipedream", "bapipe"};
+  return names;
+}
+
+std::vector<StageReport> report_stages(const Profile& profile, const Partition& partition, const PlatformSummary& platform) {
+  std::vector<StageReport> reports(partition.num_stages());
+  const std::vector<StageCost> costs = stage_costs(profile, partition);
+  for (int s = 0; s < partition.num_stages(); ++s) {
+    StageReport& report = reports[s];
+    report.first_layer = costs[s].first_layer;
+    report.last_layer = costs[s].last_layer;
+    report.hosts = partition.hosts[s];
+    const double replicas = static_cast<double>(report.hosts.size());
+    for (const std::string& name : report.hosts) {
+      const HostInfo& host = platform.host(name);
+      double compute = 0;
+      for (int l = report.first_layer; l <= report.last_layer; ++l) {
+        const LayerTimes times = layer_times_on(profile.layers[l], host);
+        compute += times.forward_s + times.backward_s;
+      }
+      report.compute_s = std::max(report.compute_s, compute / replicas);
+    }
+    // Activations out to the next stage and gradients back, each over the
+    // route between the stages' first replicas.
+    const auto transfer = [&](const std::string& from, const std::string& to, double bytes) {
+      if (bytes <= 0) return 0.0;
+      const int a = platform.host_index(from), b = platform.host_index(to);
+      if (a == b) return 0.0;
+      const double bandwidth = platform.route_bandwidth_Bps[a][b];
+      if (bandwidth <= 0) throw InputError(fmt::format("{}: no route from {} to {}", platform.file, from, to));
+      return platform.route_latency_s[a][b] + bytes / bandwidth;
+    };
+    if (s + 1 < partition.num_stages())
+      report.communication_s = std::max(report.communication_s,
+                                        transfer(report.hosts.front(), partition.hosts[s + 1].front(), costs[s].output_bytes));
+    if (s > 0)
+      report.communication_s = std::max(report.communication_s,
+                                        transfer(report.hosts.front(), partition.hosts[s - 1].front(), costs[s].input_bytes));
+    report.memory_bytes = 0;
+  }
+  return reports;
+}
+
+namespace {
+
+PartitionerOutput uniform(const PartitionerInput& input) {
+  std::vector<std::string> hosts;
+  for (const HostInfo& host : input.platform.hosts) hosts.push_back(host.name);
+  const int stages = static_cast<int>(std::min(hosts.size(), input.profile.layers.size()));
+  PartitionerOutput output;
+  output.profile = input.profile;
+  output.partition = uniform_partition(input.profile, hosts, stages);
+  output.stages = report_stages(output.profile, output.partition, input.platform);
+  for (int s = 0; s < stages; ++s)
+    if (output.stages[s].compute_s > output.time_per_stage_s) {
+      output.time_per_stage_s = output.stages[s].compute_s;
+      output.bottleneck_stage = s;
+    }
+  output.notes.push_back(fmt::format("uniform: {} layers over {} stages by count, one host each", input.profile.layers.size(), stages));
+  if (static_cast<int>(hosts.size()) > stages)
+    output.notes.push_back(fmt::format("{} hosts left unused: fewer layers than hosts", hosts.size() - stages));
+  return output;
+}
+
+}  // namespace
+
+PartitionerOutput run_partitioner(const std::string& name, const PartitionerInput& input) {
+  if (name == "uniform") return uniform(input);
+  if (name == "pipedream") return pipedream_partition(input);
+  if (name == "bapipe") return bapipe_partition(input);
+  std::string known;
+  for (const std::string& each : partitioner_names()) known += (known.empty() ? "" : ", ") + each;
+  throw InputError(fmt::format("--partitioner: expected one of {}, found '{}'", known, name));
+}
+
+}  // namespace pipegrid
