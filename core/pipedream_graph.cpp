@@ -35,6 +35,7 @@
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/model_graph.hpp"
 #include "core/profile.hpp"
 
 namespace pipegrid {
@@ -301,7 +302,7 @@ int batch_size_from_input(double input_bytes, bool has_input_node, const std::st
 
 }  // namespace
 
-Profile read_pipedream_graph(const std::string& path, std::optional<int> batch_size) {
+ModelGraph read_pipedream_model_graph(const std::string& path, std::optional<int> batch_size) {
   if (batch_size && *batch_size < 1)
     throw InputError(fmt::format("{}: batch size: expected an integer >= 1, found {}", path, *batch_size));
   const Graph graph = parse_graph(read_text_file(path), path);
@@ -315,7 +316,8 @@ Profile read_pipedream_graph(const std::string& path, std::optional<int> batch_s
     consumers[edge.from].push_back(edge.to);
   }
 
-  Profile profile;
+  ModelGraph model;
+  Profile& profile = model.profile;
   profile.name = profile_name(path);
   std::vector<int> layer_of(count, -1);  // -1: an Input node, not in the chain
   bool has_input_node = false;
@@ -333,9 +335,15 @@ Profile read_pipedream_graph(const std::string& path, std::optional<int> batch_s
     layer.backward_s = entry.backward_s;
     layer.parameter_bytes = entry.parameter_bytes;
     profile.layers.push_back(std::move(layer));
+    model.activation_bytes.push_back(entry.activation_bytes);
+    model.descriptions.push_back(entry.description);
   }
   if (profile.layers.empty())
     throw InputError(fmt::format("{}: expected at least one node besides the Input nodes, found none", path));
+  model.consumers.resize(profile.layers.size());
+  for (const GraphEdge& edge : graph.edges)
+    if (layer_of[edge.from] >= 0) model.consumers[layer_of[edge.from]].push_back(layer_of[edge.to]);
+  for (auto& list : model.consumers) std::sort(list.begin(), list.end());
 
   // The cut after layer i carries the bytes of every chain node at layer <= i
   // whose last consumer is at a layer > i; summed in chain order.
@@ -351,6 +359,60 @@ Profile read_pipedream_graph(const std::string& path, std::optional<int> batch_s
 
   profile.micro_batch_size = batch_size ? *batch_size : batch_size_from_input(profile.input_bytes, has_input_node, path);
   check_profile(profile, path);
+  return model;
+}
+
+Profile read_pipedream_graph(const std::string& path, std::optional<int> batch_size) {
+  return read_pipedream_model_graph(path, batch_size).profile;
+}
+
+ModelGraph chain_graph(const Profile& profile) {
+  ModelGraph model;
+  model.profile = profile;
+  const std::size_t count = profile.layers.size();
+  model.consumers.resize(count);
+  for (std::size_t l = 0; l + 1 < count; ++l) model.consumers[l] = {static_cast<int>(l + 1)};
+  for (const Layer& layer : profile.layers) {
+    model.activation_bytes.push_back(layer.output_bytes);
+    model.descriptions.push_back(layer.name);
+  }
+  return model;
+}
+
+ModelGraph read_model_graph(const std::string& path, std::optional<int> batch_size) {
+  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) return chain_graph(read_profile(path, batch_size));
+  return read_pipedream_model_graph(path, batch_size);
+}
+
+Profile reorder_layers(const ModelGraph& graph, const std::vector<int>& order) {
+  const int count = static_cast<int>(graph.profile.layers.size());
+  std::vector<int> position(count, -1);
+  if (static_cast<int>(order.size()) != count)
+    throw InputError(fmt::format("layer order: expected {} layers, found {}", count, order.size()));
+  for (int p = 0; p < count; ++p) {
+    const int layer = order[p];
+    if (layer < 0 || layer >= count || position[layer] >= 0)
+      throw InputError(fmt::format("layer order: expected each layer 0..{} once, found {} at position {}", count - 1, layer, p));
+    position[layer] = p;
+  }
+  for (int layer = 0; layer < count; ++layer)
+    for (const int consumer : graph.consumers[layer])
+      if (position[consumer] < position[layer])
+        throw InputError(fmt::format("layer order: '{}' comes before '{}', which feeds it", graph.profile.layers[consumer].name,
+                                     graph.profile.layers[layer].name));
+  Profile profile = graph.profile;
+  profile.layers.clear();
+  for (const int layer : order) {
+    profile.layers.push_back(graph.profile.layers[layer]);
+    profile.layers.back().output_bytes = 0;
+  }
+  // A producer's bytes cross every cut from its own position up to (not
+  // including) its last consumer's.
+  for (int layer = 0; layer < count; ++layer) {
+    int last = -1;
+    for (const int consumer : graph.consumers[layer]) last = std::max(last, position[consumer]);
+    for (int cut = position[layer]; cut < last; ++cut) profile.layers[cut].output_bytes += graph.activation_bytes[layer];
+  }
   return profile;
 }
 

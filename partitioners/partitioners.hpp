@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/model_graph.hpp"
 #include "core/partition.hpp"
 #include "core/platform.hpp"
 #include "core/profile.hpp"
@@ -23,6 +24,17 @@ struct PartitionerInput {
   int micro_batches = 0;
   bool straight = false;                    ///< no replicated stages
   std::optional<double> memory_limit_bytes;  ///< per device; absent: the hosts' own `memory`
+  /// pipedream: the hierarchy, lowest level first (`--machines 4 4
+  /// --bandwidth 8e9 1.25e9`: 4 GPUs per server at 8e9 B/s, 4 servers at
+  /// 1.25e9 B/s). Empty: derived from the platform's routes.
+  std::vector<int> machines;
+  std::vector<double> bandwidths_Bps;
+  /// pipedream: "released" (the released optimizer's costs, SEMANTICS.md) or
+  /// "paper" (the SOSP'19 formulas: compute and communication overlapped).
+  std::string cost_model = "released";
+  /// The model's graph when it branches (PipeDream graph.txt; its profile is
+  /// `profile`); absent: the profile is a chain.
+  std::optional<ModelGraph> graph;
 };
 
 /** One stage of a chosen partition, as reported to the user. Times are for
