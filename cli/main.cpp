@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "cli/partition_command.hpp"
 #include "cli/run.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
@@ -184,6 +185,8 @@ int main_with_exceptions(int argc, char** argv) {
   std::string program_to_check;
   schedule->add_option("--check", program_to_check, "parse and validate a Program text file, then print it");
 
+  CLI::App* partition = add_partition_command(app);
+
   auto* demo = app.add_subcommand("demo", "compare GPipe, 1F1B-SNO and 1F1B-SO for VGG-16 on 4 V100s");
   std::string demo_dir = "pipegrid-demo";
   int demo_micro_batches = 8;
@@ -242,6 +245,7 @@ int main_with_exceptions(int argc, char** argv) {
     std::cout << program_to_text(program);
     return 0;
   }
+  if (*partition) return run_partition_command();
   if (*demo) return run_demo(demo_dir, demo_micro_batches);
   return 0;
 }

@@ -45,6 +45,29 @@ double parse_bytes(const std::string& text, const std::string& what) {
   return number * scale;
 }
 
+double parse_bandwidth(const std::string& text, const std::string& what) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  const double number = std::strtod(begin, &end);
+  const std::string unit(end);
+  double scale = unit.empty() ? 1 : 0;
+  if (!unit.empty() && unit.size() >= 3) {
+    const std::string suffix = unit.substr(unit.size() - 3);
+    const std::string prefix = unit.substr(0, unit.size() - 3);
+    const double per_unit = suffix == "Bps" ? 1 : suffix == "bps" ? 0.125 : 0;
+    static const std::pair<const char*, double> prefixes[] = {
+        {"", 1}, {"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
+        {"Ki", 1024.0}, {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
+    for (const auto& [name, factor] : prefixes)
+      if (prefix == name) scale = per_unit * factor;
+  }
+  if (end == begin || scale == 0 || !std::isfinite(number) || number <= 0)
+    throw InputError(fmt::format("{}: expected a positive bandwidth in bytes per second, or with a SimGrid unit "
+                                 "(Bps, kBps, MBps, GBps, bps, Mbps, Gbps, KiBps, GiBps, ...), found '{}'",
+                                 what, text));
+  return number * scale;
+}
+
 HostInfo host_info_from_properties(const std::string& file, const std::string& host,
                                    const std::map<std::string, std::string>& properties) {
   HostInfo info;

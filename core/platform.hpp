@@ -50,6 +50,11 @@ HostInfo host_info_from_properties(const std::string& file, const std::string& h
  *  to name the field. */
 double parse_bytes(const std::string& text, const std::string& what);
 
+/** Parses a bandwidth: a plain number of bytes per second or a number with a
+ *  SimGrid unit ("10Gbps" = 1.25e9, "1.25GBps", "12GiBps"). Zero, negative
+ *  and malformed values throw InputError using `what` to name the field. */
+double parse_bandwidth(const std::string& text, const std::string& what);
+
 const char* to_string(DeviceKind kind);
 const char* to_string(Execution execution);
 

@@ -52,6 +52,10 @@ struct PartitionerOutput {
   /// split in two by an intra-layer partition.
   Profile profile;
   Partition partition;
+  /// When the partitioner re-listed a branching model's layers so that its
+  /// stages are contiguous: profile.layers[i] is the input's layer
+  /// layer_order[i]. Empty: the input's order.
+  std::vector<int> layer_order;
   double time_per_stage_s = 0;  ///< the partitioner's objective: its bottleneck stage time
   int bottleneck_stage = 0;
   std::vector<StageReport> stages;

@@ -249,6 +249,124 @@ PipeDreamSolution solve_pipedream(const StateChain& chain, const PipeDreamOption
   return solution;
 }
 
-PartitionerOutput pipedream_partition(const PartitionerInput&) { throw InputError("partitioner pipedream: not built yet"); }
+std::vector<PipeDreamLevel> hierarchy_of(const PlatformSummary& platform) {
+  const int count = static_cast<int>(platform.hosts.size());
+  if (count == 1) return {{1, 1}};
+  // Pair bandwidth: the narrower direction of the two routes.
+  const auto bandwidth = [&](int a, int b) {
+    return std::min(platform.route_bandwidth_Bps[a][b], platform.route_bandwidth_Bps[b][a]);
+  };
+  std::vector<double> distinct;
+  for (int a = 0; a < count; ++a)
+    for (int b = a + 1; b < count; ++b) {
+      if (bandwidth(a, b) <= 0)
+        throw InputError(fmt::format("{}: no route between {} and {}: expected every pair of hosts connected",
+                                     platform.file, platform.hosts[a].name, platform.hosts[b].name));
+      distinct.push_back(bandwidth(a, b));
+    }
+  std::sort(distinct.begin(), distinct.end(), std::greater<double>());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  // Level t groups hosts joined by routes of at least distinct[t]; each level
+  // must split the platform into equal, contiguous groups nested in the next.
+  std::vector<PipeDreamLevel> levels;
+  int group = 1;
+  for (const double threshold : distinct) {
+    // The group of host 0 at this threshold decides the size; then check.
+    int size = 1;
+    while (size < count && bandwidth(0, size) >= threshold) ++size;
+    bool clean = count % size == 0;
+    for (int a = 0; a < count && clean; ++a)
+      for (int b = 0; b < count && clean; ++b)
+        if (a != b) clean = (a / size == b / size) == (bandwidth(a, b) >= threshold);
+    if (!clean || size % group != 0)
+      throw InputError(fmt::format(
+          "{}: the routes do not form a hierarchy of equal, contiguous groups (at {} B/s, hosts {}..{} are not a group "
+          "like the others): give --machines and --bandwidth instead",
+          platform.file, threshold, platform.hosts[0].name, platform.hosts[size - 1].name));
+    if (size / group > 1) levels.push_back({size / group, threshold});
+    group = size;
+  }
+  return levels;
+}
+
+PartitionerOutput pipedream_partition(const PartitionerInput& input) {
+  const ModelGraph graph = input.graph ? *input.graph : chain_graph(input.profile);
+  const StateChain chain = antichain_states(graph);
+  PipeDreamOptions options;
+  options.straight = input.straight;
+  options.memory_bytes = input.memory_limit_bytes;
+  if (input.cost_model == "paper") options.cost_model = PipeDreamCostModel::Paper;
+  else if (input.cost_model != "released")
+    throw InputError(fmt::format("--cost-model: expected released or paper, found '{}'", input.cost_model));
+  if (!input.machines.empty()) {
+    if (input.machines.size() != input.bandwidths_Bps.size())
+      throw InputError(fmt::format("--machines gives {} levels but --bandwidth {}: expected one bandwidth per level",
+                                   input.machines.size(), input.bandwidths_Bps.size()));
+    for (std::size_t l = 0; l < input.machines.size(); ++l) options.levels.push_back({input.machines[l], input.bandwidths_Bps[l]});
+  } else {
+    options.levels = hierarchy_of(input.platform);
+  }
+  int devices = 1;
+  for (const PipeDreamLevel& level : options.levels) devices *= level.machines;
+  if (devices > static_cast<int>(input.platform.hosts.size()))
+    throw InputError(fmt::format("pipedream: the hierarchy has {} machines but {} declares {} hosts", devices,
+                                 input.platform.file, input.platform.hosts.size()));
+  const PipeDreamSolution solution = solve_pipedream(chain, options);
+
+  // States to layers: a stage holds the layers its last state's down-set
+  // adds to the previous stage's; detached sinks follow their producer.
+  const int layers = static_cast<int>(graph.profile.layers.size());
+  std::vector<int> stage_of(layers, -1);
+  for (std::size_t s = 0; s < solution.stages.size(); ++s) {
+    const AntichainState& last = chain.states[solution.stages[s].last_state];
+    for (int l = 0; l < layers; ++l)
+      if (stage_of[l] < 0 && last.in_down_set[l]) stage_of[l] = static_cast<int>(s);
+  }
+  for (const int sink : chain.detached_sinks)
+    for (int producer = 0; producer < layers; ++producer)
+      for (const int consumer : graph.consumers[producer])
+        if (consumer == sink) stage_of[sink] = std::max(stage_of[sink], stage_of[producer]);
+  for (int l = 0; l < layers; ++l)
+    if (stage_of[l] < 0) stage_of[l] = static_cast<int>(solution.stages.size()) - 1;
+
+  PartitionerOutput output;
+  std::vector<int> order(layers);
+  for (int l = 0; l < layers; ++l) order[l] = l;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return stage_of[a] < stage_of[b]; });
+  const bool reordered = !std::is_sorted(stage_of.begin(), stage_of.end());
+  output.profile = reordered ? reorder_layers(graph, order) : graph.profile;
+  output.layer_order = reordered ? order : std::vector<int>{};
+  for (const int layer : order) output.partition.stage_of_layer.push_back(stage_of[layer]);
+  for (const PipeDreamStage& stage : solution.stages) {
+    std::vector<std::string> hosts;
+    for (const int device : stage.devices) hosts.push_back(input.platform.hosts[device].name);
+    output.partition.hosts.push_back(hosts);
+  }
+  output.time_per_stage_s = solution.time_per_stage_s;
+  output.stages = report_stages(output.profile, output.partition, input.platform);
+  for (std::size_t s = 0; s < solution.stages.size(); ++s) {
+    if (output.stages[s].compute_s > output.stages[output.bottleneck_stage].compute_s) output.bottleneck_stage = static_cast<int>(s);
+    const PipeDreamStage& stage = solution.stages[s];
+    const AntichainState& last = chain.states[stage.last_state];
+    double stash = last.activation_bytes + last.parameter_bytes;
+    if (stage.after_state >= 0)
+      stash -= chain.states[stage.after_state].activation_bytes + chain.states[stage.after_state].parameter_bytes;
+    int later = 0;
+    for (std::size_t t = s + 1; t < solution.stages.size(); ++t) later += solution.stages[t].replicas;
+    output.stages[s].memory_bytes = std::ceil(static_cast<double>(later) / stage.replicas) * stash;
+  }
+  std::string shape;
+  for (const PipeDreamLevel& level : options.levels)
+    shape += fmt::format("{}{} at {:.4g} GB/s", shape.empty() ? "" : ", then ", level.machines, level.bandwidth_Bps / 1e9);
+  output.notes.push_back(fmt::format("pipedream ({} cost model{}): {} states over {} machines ({})",
+                                     input.cost_model, input.straight ? ", straight pipeline" : "", chain.states.size(),
+                                     devices, shape));
+  if (reordered)
+    output.notes.push_back("the stages cut the graph's branches away from the file's layer order: layers are listed in stage "
+                           "order (the partition file records the order)");
+  if (devices < static_cast<int>(input.platform.hosts.size()))
+    output.notes.push_back(fmt::format("{} hosts unused", input.platform.hosts.size() - devices));
+  return output;
+}
 
 }  // namespace pipegrid

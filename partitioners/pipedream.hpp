@@ -56,6 +56,11 @@ struct PipeDreamOptions {
  *  limit nothing fits). */
 PipeDreamSolution solve_pipedream(const StateChain& chain, const PipeDreamOptions& options);
 
+/** The hierarchy of a platform from its routes: hosts grouped by the
+ *  narrowest bandwidth between them, lowest level (fastest links) first.
+ *  InputError when the groups are not equal and contiguous in host order. */
+std::vector<PipeDreamLevel> hierarchy_of(const PlatformSummary& platform);
+
 PartitionerOutput pipedream_partition(const PartitionerInput& input);
 
 }  // namespace pipegrid

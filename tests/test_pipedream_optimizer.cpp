@@ -45,5 +45,22 @@ TEST(PipeDreamOptimizer, ReleasedObjectivesOnPipeDreamProfiles) {
   expect_relative(objective(states_of("resnet50"), {8}, {1.25e9}), 0.0822083584);
 }
 
+// More objectives of the released optimizer (optimizer_graph_hierarchical.py
+// run with --activation_compression_ratio 1 on the same graph.txt files).
+TEST(PipeDreamOptimizer, ReleasedObjectivesHierarchicalAndStraight) {
+  const StateChain vgg16 = states_of("vgg16");
+  expect_relative(objective(vgg16, {4, 4}, {8e9, 1.25e9}), 0.06724155413333334);
+  expect_relative(objective(vgg16, {4, 2}, {8e9, 1.25e9}, true), 0.23559000000000002);
+  expect_relative(objective(states_of("alexnet"), {4, 4}, {8e9, 1.25e9}), 0.0150994944);
+  expect_relative(objective(states_of("gnmt"), {8}, {1.25e9}), 0.019284999999999997);
+}
+
+TEST(PipeDreamOptimizer, ReleasedMemoryConstraint) {
+  PipeDreamOptions options;
+  options.levels = {{4, 1.25e9}};
+  options.memory_bytes = 4e9;
+  expect_relative(solve_pipedream(states_of("vgg16"), options).time_per_stage_s, 0.5001918556);
+}
+
 }  // namespace
 }  // namespace pipegrid

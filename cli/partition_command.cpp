@@ -1,0 +1,177 @@
+#include "cli/partition_command.hpp"
+
+#include <cmath>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/run.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "core/model_graph.hpp"
+#include "partitioners/partitioners.hpp"
+#include "sim/engine.hpp"
+
+namespace pipegrid::cli {
+namespace {
+
+struct PartitionOptions {
+  std::string partitioner;
+  std::string profile;
+  std::string platform;
+  std::vector<int> machines;
+  std::vector<std::string> bandwidths;
+  bool straight = false;
+  std::string memory;
+  std::string cost_model = "released";
+  std::string schedule;
+  int micro_batches = 0;
+  std::string output;
+  bool json = false;
+  std::optional<int> batch_size;
+};
+
+PartitionOptions options;
+
+/// A platform summary for `--machines`: hosts gpu0.. in hierarchy order
+/// (lowest level fastest), each pair joined at the bandwidth of the lowest
+/// level whose component holds both, no latency.
+PlatformSummary machines_platform(const std::vector<int>& machines, const std::vector<double>& bandwidths) {
+  PlatformSummary platform;
+  platform.file = "--machines";
+  int total = 1;
+  for (const int count : machines) {
+    if (count < 1) throw InputError(fmt::format("--machines: expected counts >= 1, found {}", count));
+    total *= count;
+  }
+  for (int d = 0; d < total; ++d) {
+    HostInfo host;
+    host.name = fmt::format("gpu{}", d);
+    platform.hosts.push_back(host);
+  }
+  platform.route_bandwidth_Bps.assign(total, std::vector<double>(total, 0.0));
+  platform.route_latency_s.assign(total, std::vector<double>(total, 0.0));
+  for (int a = 0; a < total; ++a)
+    for (int b = 0; b < total; ++b) {
+      if (a == b) continue;
+      int span = 1;
+      for (std::size_t level = 0; level < machines.size(); ++level) {
+        span *= machines[level];
+        if (a / span == b / span) {
+          platform.route_bandwidth_Bps[a][b] = bandwidths[level];
+          break;
+        }
+      }
+    }
+  return platform;
+}
+
+std::string layer_range(int first, int last) { return first == last ? std::to_string(first) : fmt::format("{}-{}", first, last); }
+
+std::string partition_file_text(const PartitionerOutput& output) {
+  nlohmann::ordered_json document = nlohmann::ordered_json::parse(partition_to_json(output.partition));
+  if (!output.layer_order.empty()) document["layer_order"] = output.layer_order;
+  return document.dump(2) + "\n";
+}
+
+}  // namespace
+
+CLI::App* add_partition_command(CLI::App& app) {
+  auto* command = app.add_subcommand("partition", "choose stages, layers, replicas and hosts with a partitioner");
+  command->add_option("--partitioner", options.partitioner, "pipedream, bapipe or uniform")->required();
+  command->add_option("--profile", options.profile, "profile JSON, or PipeDream graph.txt")->required();
+  command->add_option("--platform", options.platform, "SimGrid platform XML (hosts, routes, memory)");
+  command->add_option("--machines", options.machines,
+                      "pipedream: machines per level, lowest first (e.g. 4 4: 4 GPUs per server, 4 servers)");
+  command->add_option("--bandwidth", options.bandwidths,
+                      "bandwidth per level, lowest first: bytes/s or SimGrid units (10Gbps, 1.25GBps)");
+  command->add_flag("--straight", options.straight, "no replicated stages");
+  command->add_option("--memory", options.memory, "memory per device (bytes or 16GiB): the partition must fit");
+  command->add_option("--cost-model", options.cost_model, "pipedream: released (default) or paper");
+  command->add_option("--schedule", options.schedule, "the schedule the partition is for (memory estimates)");
+  command->add_option("--micro-batches", options.micro_batches, "micro-batches per mini-batch (memory estimates)");
+  command->add_option("--output", options.output, "write the partition file (read by simulate --partition)");
+  command->add_flag("--json", options.json, "print one JSON object on stdout");
+  command->add_option("--batch-size", options.batch_size, "micro-batch size the profile was measured at (graph.txt)");
+  return command;
+}
+
+int run_partition_command() {
+  PartitionerInput input;
+  input.graph = read_model_graph(options.profile, options.batch_size);
+  input.profile = input.graph->profile;
+  std::vector<double> bandwidths;
+  for (const std::string& text : options.bandwidths) bandwidths.push_back(parse_bandwidth(text, "--bandwidth"));
+  if (options.machines.size() != bandwidths.size())
+    throw InputError(fmt::format("--machines gives {} levels and --bandwidth {}: expected one bandwidth per level",
+                                 options.machines.size(), bandwidths.size()));
+  if (options.platform.empty() && options.machines.empty())
+    throw InputError("partition: give --platform FILE, or --machines N... with --bandwidth B...");
+  if (!options.machines.empty() && options.partitioner != "pipedream" && !options.platform.empty())
+    throw InputError(fmt::format("--machines: applies to the pipedream partitioner, not {} (its hosts come from --platform)",
+                                 options.partitioner));
+  input.platform = options.platform.empty() ? machines_platform(options.machines, bandwidths) : sim::read_platform(options.platform);
+  input.machines = options.machines;
+  input.bandwidths_Bps = bandwidths;
+  input.straight = options.straight;
+  if (!options.memory.empty()) input.memory_limit_bytes = parse_bytes(options.memory, "--memory");
+  input.cost_model = options.cost_model;
+  input.schedule = options.schedule;
+  input.micro_batches = options.micro_batches;
+  const PartitionerOutput output = run_partitioner(options.partitioner, input);
+
+  if (!options.output.empty()) write_file_atomically(options.output, partition_file_text(output));
+  const Profile& profile = output.profile;
+  if (options.json) {
+    nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+    for (std::size_t s = 0; s < output.stages.size(); ++s) {
+      const StageReport& stage = output.stages[s];
+      nlohmann::ordered_json entry;
+      entry["layers"] = {stage.first_layer, stage.last_layer};
+      entry["first_layer_name"] = profile.layers[stage.first_layer].name;
+      entry["last_layer_name"] = profile.layers[stage.last_layer].name;
+      entry["replicas"] = stage.hosts.size();
+      entry["hosts"] = stage.hosts;
+      entry["compute_s"] = stage.compute_s;
+      entry["communication_s"] = stage.communication_s;
+      entry["memory_bytes"] = stage.memory_bytes;
+      stages.push_back(entry);
+    }
+    nlohmann::ordered_json document;
+    document["partitioner"] = options.partitioner;
+    document["profile"] = profile.name;
+    document["time_per_stage_s"] = output.time_per_stage_s;
+    document["bottleneck_stage"] = output.bottleneck_stage;
+    document["stages"] = stages;
+    if (!output.layer_order.empty()) document["layer_order"] = output.layer_order;
+    document["notes"] = output.notes;
+    std::cout << document.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("{} partition of {} ({} layers, micro-batch {})\n", options.partitioner, profile.name,
+                           profile.layers.size(), profile.micro_batch_size);
+  for (const std::string& note : output.notes) std::cout << "  " << note << "\n";
+  std::cout << fmt::format("time per stage (the partitioner's objective): {}\n\n", human_seconds(output.time_per_stage_s));
+  std::cout << fmt::format("{:>5}  {:<9} {:>8}  {:<28} {:>16} {:>13} {:>12}\n", "stage", "layers", "replicas", "hosts",
+                           "compute/replica", "transfer", "memory est.");
+  for (std::size_t s = 0; s < output.stages.size(); ++s) {
+    const StageReport& stage = output.stages[s];
+    std::string hosts;
+    for (const std::string& host : stage.hosts) hosts += (hosts.empty() ? "" : ",") + host;
+    if (hosts.size() > 28) hosts = hosts.substr(0, 25) + "...";
+    std::cout << fmt::format("{:>5}  {:<9} {:>8}  {:<28} {:>16} {:>13} {:>12}{}\n", s, layer_range(stage.first_layer, stage.last_layer),
+                             stage.hosts.size(), hosts, human_seconds(stage.compute_s), human_seconds(stage.communication_s),
+                             human_bytes(stage.memory_bytes),
+                             static_cast<int>(s) == output.bottleneck_stage ? "  <- bottleneck" : "");
+  }
+  std::cout << "\ncompute/replica: forward + backward of one micro-batch on the stage's slowest host, divided by its replicas;\n"
+               "transfer: the larger of its activation and gradient transfers over the platform's routes.\n";
+  if (!options.output.empty())
+    std::cout << fmt::format("partition file: {} (pipegrid simulate --partition {})\n", options.output, options.output);
+  return 0;
+}
+
+}  // namespace pipegrid::cli
