@@ -143,6 +143,11 @@ PipeDreamSolution solve_pipedream(const StateChain& chain, const PipeDreamOption
     prefix.parameter.push_back(state.parameter_bytes);
   }
   const bool released = options.cost_model == PipeDreamCostModel::Released;
+  // States form a chain (each one's ancestors are all earlier states): the
+  // split search can stop early (see below). Lower-level times are monotone
+  // in the range only when the ranges nest, which a chain guarantees.
+  bool nested = true;
+  for (int s = 0; s < count && nested; ++s) nested = static_cast<int>(chain.states[s].ancestors.size()) == s;
 
   std::vector<Table> tables;
   int machines_within = 1;
@@ -154,6 +159,10 @@ PipeDreamSolution solve_pipedream(const StateChain& chain, const PipeDreamOption
     const int lower_machines = level == 0 ? 1 : options.levels[level - 1].machines;
     Table table(count, machines);
     const int rows = final_level ? 1 : count + 1;
+    // At the lowest level a range's time is its compute, which only grows
+    // as the range grows; above it, a range's time is the level below's
+    // optimum, which need not.
+    const bool monotone = nested && level == 0;
     // The time of the range (row, state) on one component of this level.
     const auto compute = [&](int row, int state) {
       if (level == 0) return difference(prefix.compute, row, state);
@@ -197,19 +206,25 @@ PipeDreamSolution solve_pipedream(const StateChain& chain, const PipeDreamOption
           if (!range_valid(chain, row, state)) continue;
           Cell best = table.at(row, state, m);
           const std::vector<int>& ancestors = chain.states[state].ancestors;
-          for (auto k_it = std::lower_bound(ancestors.begin(), ancestors.end(), row); k_it != ancestors.end(); ++k_it) {
-            const int k = *k_it;
-            if (!range_valid(chain, row, k)) continue;
-            const int max_replicas = options.straight ? 1 : m;
-            for (int replicas = 1; replicas <= max_replicas; ++replicas) {
-              const Cell& head = table.at(row, k, m - replicas);
-              if (std::isnan(head.time)) continue;
+          const auto first = std::lower_bound(ancestors.begin(), ancestors.end(), row);
+          const int max_replicas = options.straight ? 1 : m;
+          for (int replicas = 1; replicas <= max_replicas; ++replicas) {
+            // Latest split first: where the last stage only grows as the
+            // split moves earlier (`monotone`), the search stops once the
+            // last stage alone is no faster than the best found.
+            for (auto k_it = ancestors.end(); k_it != first;) {
+              const int k = *--k_it;
+              if (!range_valid(chain, row, k)) continue;
               const double last_work = compute(k + 1, state);
               if (std::isnan(last_work)) continue;
               const double last_parameters = difference(prefix.parameter, k + 1, state);
+              const double last_time = stage_time(last_work, last_parameters, replicas, false);
+              if (monotone && !std::isnan(best.time) && last_time >= best.time) break;
+              const Cell& head = table.at(row, k, m - replicas);
+              if (std::isnan(head.time)) continue;
               if (!stashed_fits(difference(prefix.activation, k + 1, state), last_parameters, machines - (m + 1), replicas))
                 continue;
-              double time = std::max(head.time, stage_time(last_work, last_parameters, replicas, false));
+              double time = std::max(head.time, last_time);
               if (released) {
                 time = std::max(time, 2.0 * chain.states[k].output_activation_bytes / (bandwidth * replicas));
                 if (state < count - 1)
