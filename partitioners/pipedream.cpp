@@ -179,8 +179,12 @@ PipeDreamSolution solve_pipedream(const StateChain& chain, const PipeDreamOption
       }
       return std::max(work, 2.0 * (replicas - 1) * parameters / bandwidth) / replicas;
     };
+    // The released optimizer's memory check, plus one it lacks: a stage's
+    // weights must fit even when nothing is stashed (its formula charges the
+    // last stage, and pure data parallelism, nothing).
     const auto stashed_fits = [&](double activation, double parameters, int later_machines, int replicas) {
-      if (!options.memory_bytes || !released) return true;
+      if (!options.memory_bytes) return true;
+      if (parameters > *options.memory_bytes) return false;
       const double in_flight = std::ceil(static_cast<double>(later_machines) / replicas);
       return in_flight * (activation + parameters) <= *options.memory_bytes;
     };

@@ -16,8 +16,9 @@ enum class PipeDreamCostModel {
   /// bandwidth B takes (compute + 4(r-1)·params/(B·r)) / r (its data-parallel
   /// term also divided by the machines in one lower component when it is the
   /// whole range); a split adds 2·out(k)/(B·r) and 2·out(j)/(B·r) (unless j
-  /// is last) to the max. Memory: a stage stashes ceil(later machines / r) x
-  /// (its activations + parameters).
+  /// is last) to the max. Memory (both models): a stage stashes
+  /// ceil(later machines / r) x (its activations + parameters), and its
+  /// parameters alone must fit.
   Released,
   /// The paper: T = max(compute, 2(r-1)·params/B) / r (overlapped), a split
   /// adds 2·out(k)/B.
