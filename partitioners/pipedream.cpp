@@ -255,8 +255,11 @@ PipeDreamSolution solve_pipedream(const StateChain& chain, const PipeDreamOption
       throw InputError(fmt::format("pipedream: no partition of {} states over {} machines keeps every stage's stash within "
                                    "--memory {} bytes",
                                    count, total, *options.memory_bytes));
-    throw InputError(fmt::format("pipedream: no partition of {} states over {} machines{}", count, total,
-                                 options.straight ? " as a straight pipeline (more machines than states?)" : ""));
+    if (options.straight && total > count)
+      throw InputError(fmt::format("pipedream: a straight pipeline over {} machines needs at least {} states (one per "
+                                   "stage), found {}: use fewer machines or drop --straight",
+                                   total, total, count));
+    throw InputError(fmt::format("pipedream: no partition of {} states over {} machines", count, total));
   }
   PipeDreamSolution solution;
   solution.time_per_stage_s = goal.time;
