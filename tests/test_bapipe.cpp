@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
+#include "core/io.hpp"
 #include "core/partition.hpp"
 #include "expect_input_error.hpp"
 #include "partitioners/bapipe.hpp"
@@ -500,6 +501,28 @@ TEST(Bapipe, SameInputSameOutput) {
     EXPECT_EQ(again.notes, first.notes);
   }
   EXPECT_EQ(run_partitioner("bapipe", input_for(profile, platform({1.7965, 1.7965, 1, 1}, 1e3))).notes, first.notes);
+}
+
+TEST(Bapipe, ChoosesTheSplitOfTheEndToEndCase) {
+  // tests/data/split-layer-hetero simulates this partition: the tiny profile
+  // on gpu0 (speed_factor 2) and gpu1, 100 B/s and 0.25 s between them, 2 KiB
+  // each. 0-2 | 3 computes 2.75 s and 0.75 s; fc1 split 7/15 on gpu0 makes
+  // both T = 1 / (1/3.125 + 1/6.25) = 25/12 s.
+  const Profile profile = read_profile(std::string(PIPEGRID_SOURCE_DIR) + "/tests/data/common/tiny.json", std::nullopt);
+  PlatformSummary summary = platform({2, 1}, 100, 0.25);
+  summary.hosts[0].name = "gpu0";
+  summary.hosts[1].name = "gpu1";
+  for (HostInfo& host : summary.hosts) host.memory_bytes = 2048;
+  PartitionerInput input = input_for(profile, summary);
+  input.micro_batches = 3;
+  const PartitionerOutput output = bapipe_partition(input);
+  EXPECT_NEAR(output.partition.split_after(0), 7.0 / 15, kExact);
+  EXPECT_NEAR(output.time_per_stage_s, 25.0 / 12, kExact);
+  EXPECT_EQ(partition_to_json(output.partition),
+            read_text_file(std::string(PIPEGRID_SOURCE_DIR) + "/tests/data/split-layer-hetero/partition.json"));
+  // The bound the simulation stays under (its peaks: 1443.67 and 666.67 bytes).
+  EXPECT_NEAR(output.stages[0].memory_bytes, 1553, kExact * 1553);
+  EXPECT_NEAR(output.stages[1].memory_bytes, 2000.0 / 3, kExact * 1000);
 }
 
 }  // namespace
