@@ -72,7 +72,11 @@ Plan make_plan(const PlanRequest& request) {
           plan.profile.layers.size()));
     plan.partition = uniform_partition(plan.profile, hosts, static_cast<int>(hosts.size()));
   } else {
-    plan.partition = read_partition_file(request.partition, plan.profile);
+    // A file may split layers between stages: the plan runs the profile
+    // holding the parts.
+    PartitionFile file = read_partition_file(request.partition, plan.profile);
+    plan.profile = std::move(file.profile);
+    plan.partition = std::move(file.partition);
     for (int stage = 0; stage < plan.partition.num_stages(); ++stage)
       for (std::size_t replica = 0; replica < plan.partition.hosts[stage].size(); ++replica) {
         const std::string& host = plan.partition.hosts[stage][replica];

@@ -168,6 +168,25 @@ void check_partition(const Partition& partition, const Profile& profile, const s
     if (count[stage] == 0) throw InputError(fmt::format("{}: stage {} has no layers", origin, stage));
     if (partition.hosts[stage].empty()) throw InputError(fmt::format("{}: stage {} has no hosts", origin, stage));
   }
+  if (partition.split_last.empty()) return;
+  if (partition.split_last.size() != partition.hosts.size())
+    throw InputError(fmt::format("{}: split_last: expected one fraction per stage ({}), found {}", origin,
+                                 partition.num_stages(), partition.split_last.size()));
+  for (int stage = 0; stage < partition.num_stages(); ++stage) {
+    const double split = partition.split_last[stage];
+    if (split == 0) continue;
+    if (!(split > 0 && split < 1))
+      throw InputError(fmt::format("{}: stage {}: split_last: expected 0 (none) or a fraction strictly between 0 and 1, "
+                                   "found {}",
+                                   origin, stage, split));
+    if (stage + 1 == partition.num_stages())
+      throw InputError(fmt::format("{}: stage {}: split_last: the last stage has no next stage to share a layer with", origin,
+                                   stage));
+    if (stage > 0 && partition.split_last[stage - 1] > 0 && count[stage] == 1)
+      throw InputError(fmt::format("{}: stage {}: split_last: its only layer is the part of a layer shared with stage {}; "
+                                   "a layer is split at most once",
+                                   origin, stage, stage - 1));
+  }
 }
 
 std::vector<StageCost> stage_costs(const Profile& profile, const Partition& partition) {
@@ -193,7 +212,63 @@ std::vector<StageCost> stage_costs(const Profile& profile, const Partition& part
   return stages;
 }
 
-Partition parse_partition_json(const std::string& text, const std::string& origin, const Profile& profile) {
+Profile split_layers(const Profile& profile, const std::vector<LayerSplit>& splits) {
+  const int layers = static_cast<int>(profile.layers.size());
+  for (std::size_t i = 0; i < splits.size(); ++i) {
+    const LayerSplit& split = splits[i];
+    if (split.layer < 0 || split.layer >= layers)
+      throw InputError(fmt::format("profile '{}': split {}: expected a layer in 0..{}, found {}", profile.name, i,
+                                   layers - 1, split.layer));
+    if (i > 0 && split.layer <= splits[i - 1].layer)
+      throw InputError(fmt::format("profile '{}': split {}: expected a layer after {} (splits in increasing layer order, "
+                                   "each layer once), found {}",
+                                   profile.name, i, splits[i - 1].layer, split.layer));
+    if (!(split.fraction > 0 && split.fraction < 1))
+      throw InputError(fmt::format("profile '{}': split of layer {}: expected a fraction strictly between 0 and 1, found {}",
+                                   profile.name, split.layer, split.fraction));
+  }
+  Profile result = profile;
+  result.layers.clear();
+  result.layers.reserve(profile.layers.size() + splits.size());
+  std::size_t next = 0;
+  for (int l = 0; l < layers; ++l) {
+    const Layer& layer = profile.layers[l];
+    if (next == splits.size() || splits[next].layer != l) {
+      result.layers.push_back(layer);
+      continue;
+    }
+    const double f = splits[next++].fraction, rest = 1 - f;
+    const double input = l == 0 ? profile.input_bytes : profile.layers[l - 1].output_bytes;
+    Layer first = layer, second = layer;
+    first.name = fmt::format("{}[0:{}]", layer.name, f);
+    first.forward_s = layer.forward_s * f;
+    first.backward_s = layer.backward_s * f;
+    first.parameter_bytes = layer.parameter_bytes * f;
+    first.output_bytes = input + f * layer.output_bytes;
+    second.name = fmt::format("{}[{}:1]", layer.name, f);
+    second.forward_s = layer.forward_s * rest;
+    second.backward_s = layer.backward_s * rest;
+    second.parameter_bytes = layer.parameter_bytes * rest;
+    for (auto& [device, times] : first.device_times) times = {times.forward_s * f, times.backward_s * f};
+    for (auto& [device, times] : second.device_times) times = {times.forward_s * rest, times.backward_s * rest};
+    result.layers.push_back(std::move(first));
+    result.layers.push_back(std::move(second));
+  }
+  return result;
+}
+
+namespace {
+
+/// One entry of a partition file's "stages", validated for shape and for the
+/// chain of ranges (each starts where the previous one ends, or at its
+/// shared layer).
+struct FileStage {
+  int first = 0, last = 0;  ///< inclusive, in the unsplit profile
+  double split_last = 0;    ///< 0: none
+  std::vector<std::string> hosts;
+};
+
+std::vector<FileStage> parse_file_stages(const std::string& text, const std::string& origin) {
   nlohmann::json document;
   try {
     document = nlohmann::json::parse(text);
@@ -202,41 +277,108 @@ Partition parse_partition_json(const std::string& text, const std::string& origi
   }
   if (!document.is_object() || !document.contains("stages") || !document["stages"].is_array())
     throw InputError(fmt::format("{}: expected an object with a 'stages' array", origin));
-  Partition partition;
+  std::vector<FileStage> result;
   const auto& stages = document["stages"];
+  int next_first = 0;  // where the next range must start
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const auto& stage = stages[s];
     const std::string where = fmt::format("{}: stages[{}]", origin, s);
     if (!stage.is_object()) throw InputError(fmt::format("{}: expected an object", where));
+    FileStage entry;
     const auto layers = stage.find("layers");
     if (layers == stage.end() || !layers->is_array() || layers->size() != 2 || !(*layers)[0].is_number_integer() ||
         !(*layers)[1].is_number_integer())
       throw InputError(fmt::format("{}.layers: expected [first, last] layer indices (0-based, inclusive)", where));
-    const int first = (*layers)[0], last = (*layers)[1];
-    if (first != static_cast<int>(partition.stage_of_layer.size()) || last < first)
-      throw InputError(fmt::format("{}.layers: expected a range starting at layer {}, found [{}, {}]", where,
-                                   partition.stage_of_layer.size(), first, last));
-    partition.stage_of_layer.insert(partition.stage_of_layer.end(), last - first + 1, static_cast<int>(s));
+    entry.first = (*layers)[0];
+    entry.last = (*layers)[1];
+    const bool shares_first = s > 0 && result.back().split_last > 0;
+    if (entry.first != next_first || entry.last < entry.first)
+      throw InputError(fmt::format("{}.layers: expected a range starting at layer {}, found [{}, {}]{}", where, next_first,
+                                   entry.first, entry.last,
+                                   shares_first ? fmt::format(" (stages[{}] shares layer {} with it: split_last)", s - 1,
+                                                              next_first)
+                                                : ""));
+    if (const auto split = stage.find("split_last"); split != stage.end()) {
+      if (!split->is_number() || !(split->get<double>() > 0 && split->get<double>() < 1))
+        throw InputError(fmt::format("{}.split_last: expected the fraction of layer {} this stage does, strictly "
+                                     "between 0 and 1, found {}",
+                                     where, entry.last, split->dump()));
+      if (s + 1 == stages.size())
+        throw InputError(fmt::format("{}.split_last: the last stage has no next stage to share layer {} with", where,
+                                     entry.last));
+      if (shares_first && entry.last == entry.first)
+        throw InputError(fmt::format("{}.split_last: layer {} is already shared with stages[{}]; a layer is split at "
+                                     "most once",
+                                     where, entry.last, s - 1));
+      entry.split_last = split->get<double>();
+    }
     const auto hosts = stage.find("hosts");
     if (hosts == stage.end() || !hosts->is_array() || hosts->empty())
       throw InputError(fmt::format("{}.hosts: expected a non-empty list of host names", where));
-    std::vector<std::string> names;
     for (const auto& host : *hosts) {
       if (!host.is_string()) throw InputError(fmt::format("{}.hosts: expected host names (strings), found {}", where, host.dump()));
-      names.push_back(host.get<std::string>());
+      entry.hosts.push_back(host.get<std::string>());
     }
-    partition.hosts.push_back(std::move(names));
+    next_first = entry.split_last > 0 ? entry.last : entry.last + 1;
+    result.push_back(std::move(entry));
   }
+  return result;
+}
+
+/// The partition over the profile that holds the split parts: a stage's
+/// range [first, last] covers last - first + 1 of its layers (the part of
+/// a layer shared with the previous stage counts as its first layer).
+Partition partition_over_parts(const std::vector<FileStage>& stages) {
+  Partition partition;
+  bool any_split = false;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    partition.stage_of_layer.insert(partition.stage_of_layer.end(), stages[s].last - stages[s].first + 1,
+                                    static_cast<int>(s));
+    partition.hosts.push_back(stages[s].hosts);
+    partition.split_last.push_back(stages[s].split_last);
+    any_split = any_split || stages[s].split_last > 0;
+  }
+  if (!any_split) partition.split_last.clear();
+  return partition;
+}
+
+}  // namespace
+
+PartitionFile parse_partition_file(const std::string& text, const std::string& origin, const Profile& profile) {
+  const std::vector<FileStage> stages = parse_file_stages(text, origin);
+  // The ranges against the unsplit profile first (a shared layer counted
+  // with the earlier stage), so a range that misses or overruns the chain is
+  // reported in the file's own numbering.
+  Partition unsplit;
+  std::vector<LayerSplit> splits;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const int first = s > 0 && stages[s - 1].split_last > 0 ? stages[s].first + 1 : stages[s].first;
+    if (stages[s].last >= first)
+      unsplit.stage_of_layer.insert(unsplit.stage_of_layer.end(), stages[s].last - first + 1, static_cast<int>(s));
+    unsplit.hosts.push_back(stages[s].hosts);
+    if (stages[s].split_last > 0) splits.push_back({stages[s].last, stages[s].split_last});
+  }
+  if (unsplit.stage_of_layer.size() != profile.layers.size()) check_partition(unsplit, profile, origin);
+  PartitionFile file;
+  file.profile = split_layers(profile, splits);
+  file.partition = partition_over_parts(stages);
+  check_partition(file.partition, file.profile, origin);
+  return file;
+}
+
+PartitionFile read_partition_file(const std::string& path, const Profile& profile) {
+  return parse_partition_file(read_text_file(path), path, profile);
+}
+
+Partition parse_partition_json(const std::string& text, const std::string& origin, const Profile& profile) {
+  Partition partition = partition_over_parts(parse_file_stages(text, origin));
   check_partition(partition, profile, origin);
   return partition;
 }
 
-Partition read_partition_file(const std::string& path, const Profile& profile) {
-  return parse_partition_json(read_text_file(path), path, profile);
-}
-
 std::string partition_to_json(const Partition& partition) {
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  int parts_before = 0;  // split layers whose second part lies before this stage
   for (int s = 0; s < partition.num_stages(); ++s) {
     int first = -1, last = -1;
     for (std::size_t l = 0; l < partition.stage_of_layer.size(); ++l)
@@ -244,8 +386,10 @@ std::string partition_to_json(const Partition& partition) {
         if (first < 0) first = static_cast<int>(l);
         last = static_cast<int>(l);
       }
+    if (s > 0 && partition.split_after(s - 1) > 0) ++parts_before;
     nlohmann::ordered_json stage;
-    stage["layers"] = {first, last};
+    stage["layers"] = {first - parts_before, last - parts_before};
+    if (partition.split_after(s) > 0) stage["split_last"] = partition.split_after(s);
     stage["hosts"] = partition.hosts[s];
     stages.push_back(stage);
   }

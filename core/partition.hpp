@@ -1,6 +1,7 @@
 #pragma once
 // Partition: a stage number for every layer (never decreasing along the
-// chain) and the hosts of each stage (one host per replica).
+// chain), the hosts of each stage (one host per replica), and the layers
+// that neighbouring stages share (BaPipe's intra-layer partition).
 
 #include <string>
 #include <vector>
@@ -13,8 +14,39 @@ namespace pipegrid {
 struct Partition {
   std::vector<int> stage_of_layer;               ///< size = number of layers
   std::vector<std::vector<std::string>> hosts;  ///< hosts[stage] = replica hosts
+  /// Intra-layer splits. split_last[s] in (0, 1): the last layer of stage s
+  /// and the first layer of stage s + 1 are the two parts of one layer of
+  /// the unsplit profile (split_layers() made them), stage s doing this
+  /// fraction of it. Empty, or 0 for a stage: no split. The partition refers
+  /// to the profile holding the parts (stage_of_layer counts both); this
+  /// field only says how the partition file names them against the unsplit
+  /// profile.
+  std::vector<double> split_last;
   int num_stages() const { return static_cast<int>(hosts.size()); }
+  /// split_last[stage], or 0 when the field is empty.
+  double split_after(int stage) const {
+    return stage >= 0 && static_cast<std::size_t>(stage) < split_last.size() ? split_last[stage] : 0.0;
+  }
 };
+
+/** One intra-layer split: layer `layer` of a profile, of which the earlier
+ *  stage does `fraction` (strictly between 0 and 1) and the next the rest. */
+struct LayerSplit {
+  int layer = 0;
+  double fraction = 0;
+};
+
+/** The profile with each split layer replaced by its two parts
+ *  (SEMANTICS.md, BaPipe's balanced partition, step 3). Layer l split at f
+ *  becomes "name[0:f]", with f of its forward and backward times (its
+ *  device_times too) and of its parameter bytes, whose output is what the
+ *  earlier stage sends on: the layer's input (the previous layer's
+ *  output_bytes, the profile's input_bytes for layer 0) plus f x its
+ *  output_bytes; and "name[f:1]", with the rest (times and parameters x
+ *  (1 - f)) and the layer's own output_bytes. f is written in the names as
+ *  the shortest decimal that reads back to it. Splits must be in increasing
+ *  layer order, each layer at most once: InputError otherwise. */
+Profile split_layers(const Profile& profile, const std::vector<LayerSplit>& splits);
 
 /** Per-stage costs derived from a profile and a partition, in profile units
  *  (seconds at speed factor 1, bytes). */
@@ -59,17 +91,42 @@ Partition replicated_partition(const Profile& profile, const std::vector<HostInf
                                const std::vector<int>& replicas);
 
 /** Checks the partition against the profile: one stage per layer, stages
- *  never decreasing and none empty, every stage with at least one host.
- *  `origin` names the source in errors. */
+ *  never decreasing and none empty, every stage with at least one host;
+ *  split_last empty or one entry per stage, each 0 or strictly between 0
+ *  and 1, none on the last stage, and no stage made of one layer that is a
+ *  part of two splits. `origin` names the source in errors. */
 void check_partition(const Partition& partition, const Profile& profile, const std::string& origin);
 
 std::vector<StageCost> stage_costs(const Profile& profile, const Partition& partition);
 
+/** A partition file read against a profile: the profile with the file's
+ *  split layers applied (split_layers()) and the partition over it. */
+struct PartitionFile {
+  Profile profile;
+  Partition partition;  ///< over `profile`; split_last as the file gives it
+};
+
 /** Partition file (JSON):
- *  {"stages": [{"layers": [first, last], "hosts": ["gpu0", ...]}, ...]}
- *  Layer indices are 0-based and inclusive. */
-Partition read_partition_file(const std::string& path, const Profile& profile);
+ *  {"stages": [{"layers": [first, last], "split_last": f, "hosts": ["gpu0", ...]}, ...]}
+ *  Layer indices are 0-based and inclusive, counted in the unsplit profile.
+ *  "split_last" (optional, strictly between 0 and 1) says the stage shares
+ *  its last layer with the next stage, which must start at that layer: this
+ *  stage does fraction f of it, the next the rest. A layer is split at most
+ *  once and the last stage has nothing to share with. Errors name the file,
+ *  the stage and the field, what was expected and what was found. */
+PartitionFile read_partition_file(const std::string& path, const Profile& profile);
+PartitionFile parse_partition_file(const std::string& text, const std::string& origin, const Profile& profile);
+
+/** The same JSON read against a profile that already holds the split parts
+ *  (a Plan's profile, written from the profile a PartitionFile returned):
+ *  layer ranges still count in the unsplit profile, so a stage that shares
+ *  its last layer covers one more layer of `profile` than its range says. */
 Partition parse_partition_json(const std::string& text, const std::string& origin, const Profile& profile);
+
+/** Writes the partition file form: layer ranges in the unsplit profile, with
+ *  "split_last" where the partition has a split (the output reads back with
+ *  parse_partition_file against the unsplit profile, and with
+ *  parse_partition_json against the profile holding the parts). */
 std::string partition_to_json(const Partition& partition);
 
 }  // namespace pipegrid

@@ -1,10 +1,83 @@
 #pragma once
-// BaPipe's balanced partition (SEMANTICS.md, "BaPipe's balanced partition").
+// BaPipe's balanced partition (SEMANTICS.md, "BaPipe's balanced partition";
+// BaPipe section 3.3) for a straight pipeline: one stage per host of the
+// platform, in the order the platform declares them, no replicas.
 
+#include <string>
+#include <vector>
+
+#include "core/partition.hpp"
+#include "core/platform.hpp"
+#include "core/profile.hpp"
 #include "partitioners/partitioners.hpp"
 
 namespace pipegrid {
 
+/** BaPipe's four steps, over the hosts of input.platform in order:
+ *  1. inter-layer: contiguous whole layers per host, minimising the slowest
+ *     stage's compute, then keeping every stage as close to T as that allows
+ *     (bapipe_inter_layer);
+ *  2. if some stage's transfer exceeds its compute (communication is the
+ *     bottleneck): coarse-grained partition, cutting only where the
+ *     activation crosses the link within T, then step 4, and stop;
+ *  3. otherwise intra-layer: split boundary layers between neighbours, at
+ *     most one per boundary, each by the fraction that equalises the two
+ *     stages' compute, kept only when they lower the bottleneck once their
+ *     extra communication is counted;
+ *  4. memory: when a host's demand (bapipe_memory_demand, for
+ *     input.schedule and input.micro_batches; default 1f1b-so with M = the
+ *     number of stages) exceeds its capacity (input.memory_limit_bytes, else
+ *     the host's `memory`), re-partition whole layers to the fastest plan
+ *     that fits, keeping every transfer within its stage's compute where a
+ *     fitting plan allows it, then split again where that still fits.
+ *  The output's profile holds any split layers' parts (split_layers()) and
+ *  its partition records them (Partition::split_last). Deterministic.
+ *  Throws InputError when the platform has no hosts or fewer layers than
+ *  hosts, for a schedule without a flush per mini-batch (bapipe plans gpipe,
+ *  1f1b-sno, 1f1b-so, 1f1b-as and fbp-as), for fbp-as on a synchronous host,
+ *  and when no partition into whole layers fits memory: the message names
+ *  the host of the best partition found (the smallest largest share of
+ *  capacity), what it needs and what it has. */
 PartitionerOutput bapipe_partition(const PartitionerInput& input);
+
+/** T = 1 / sum_n (1 / T_n), T_n the forward + backward time of the whole
+ *  model for one micro-batch on host n (layer_times_on). 0 when some T_n is
+ *  0. InputError when the platform has no hosts. */
+double bapipe_ideal_stage_time(const Profile& profile, const PlatformSummary& platform);
+
+/** Step 1 alone: the last layer of each stage (one stage per host, whole
+ *  layers). The rule, exactly: (a) minimise the largest stage compute
+ *  (forward + backward of its layers on its host, summed in layer order as
+ *  report_stages() sums them) over every split into non-empty contiguous
+ *  stages; (b) among the splits reaching that minimum, minimise the sum over
+ *  stages of (stage compute - T)^2, each stage as close to T as the
+ *  bottleneck allows; (c) among splits whose sums compare equal, each stage
+ *  in turn as short as possible. Exact dynamic programming, O(N L^2), no
+ *  tolerance (the sums are always taken in the same order). InputError with fewer layers than
+ *  hosts. */
+std::vector<int> bapipe_inter_layer(const Profile& profile, const PlatformSummary& platform);
+
+/** Micro-batches stage `stage` (0-based) of `stages` keeps stashed at most
+ *  under `schedule` with M = `micro_batches`: gpipe M; 1f1b-sno and 1f1b-as
+ *  min(N - stage, M); 1f1b-so min(2 (N - stage), M); fbp-as min(2 (N -
+ *  stage), M) (its stash cap). InputError for other schedules. */
+std::vector<int> bapipe_stash_bound(const std::string& schedule, int stages, int micro_batches);
+
+/** An upper bound on the peak memory the simulator reports for stage `stage`
+ *  (SEMANTICS.md, memory rules; SGD, no optimizer state, one weight
+ *  version), with k = stash_bound[stage], w its weight bytes, a its stash
+ *  per micro-batch, i its input message (0 for stage 0: the model's input is
+ *  not received), o its output message (0 for the last stage):
+ *    stage 0:  2w + k (a + o)
+ *    later:    2w + S a + p_i i + p_o o,  S = min(k, k') with k' =
+ *              stash_bound[stage - 1], and (p_i, p_o) = (k' - S + 1, S - 1)
+ *              when i >= o, else (k' - S, S).
+ *  Why it holds: a stashed micro-batch or a received activation not yet
+ *  consumed is still stashed on the previous stage (at most k' of them, and
+ *  only the one forward running is both); a gradient waiting is for a
+ *  micro-batch stashed here, not the one whose forward runs. Stage 0's bound
+ *  is reached when the next stages are fast: after its last forward they
+ *  return all k gradients while it runs the first backward. */
+double bapipe_memory_demand(const StageCost& stage, int stage_index, const std::vector<int>& stash_bound);
 
 }  // namespace pipegrid

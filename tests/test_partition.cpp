@@ -18,6 +18,8 @@
 namespace pipegrid {
 namespace {
 
+using testutil::input_error_of;
+
 Profile chain(int layers) {
   Profile profile;
   profile.name = "chain";
@@ -92,9 +94,158 @@ TEST(Partition, BadFilesNameTheField) {
   EXPECT_NE(message(R"({"stages": [{"layers": "all", "hosts": ["a"]}]})").find("stages[0].layers"), std::string::npos);
 }
 
-// ------------------------------------------------------------- --replicas
+// ------------------------------------------------------- intra-layer splits
 
-using testutil::input_error_of;
+TEST(Partition, SplitLayersMakesTwoParts) {
+  Profile profile = chain(4);  // layer l: forward 1+l, backward 2+l, output 100(l+1), parameters 10(l+1)
+  profile.layers[2].device_times["VCU129"] = {0.5, 1.5};
+  const Profile split = split_layers(profile, {{2, 0.25}});
+  ASSERT_EQ(split.layers.size(), 5u);
+  EXPECT_EQ(split.layers[1].name, "l1");
+  const Layer& first = split.layers[2];
+  const Layer& second = split.layers[3];
+  EXPECT_EQ(first.name, "l2[0:0.25]");
+  EXPECT_EQ(second.name, "l2[0.25:1]");
+  EXPECT_DOUBLE_EQ(first.forward_s, 3 * 0.25);
+  EXPECT_DOUBLE_EQ(first.backward_s, 4 * 0.25);
+  EXPECT_DOUBLE_EQ(second.forward_s, 3 * 0.75);
+  EXPECT_DOUBLE_EQ(second.backward_s, 4 * 0.75);
+  EXPECT_DOUBLE_EQ(first.parameter_bytes, 30 * 0.25);
+  EXPECT_DOUBLE_EQ(second.parameter_bytes, 30 * 0.75);
+  // The earlier stage sends the layer's input and its share of the output.
+  EXPECT_DOUBLE_EQ(first.output_bytes, 200 + 0.25 * 300);
+  EXPECT_DOUBLE_EQ(second.output_bytes, 300);
+  EXPECT_DOUBLE_EQ(first.device_times.at("VCU129").forward_s, 0.125);
+  EXPECT_DOUBLE_EQ(second.device_times.at("VCU129").backward_s, 1.125);
+  // Layer 0's input is the model's.
+  EXPECT_DOUBLE_EQ(split_layers(profile, {{0, 0.5}}).layers[0].output_bytes, 1000 + 50);
+}
+
+TEST(Partition, SplitLayersRejectsBadSplits) {
+  const Profile profile = chain(4);
+  EXPECT_CONTAINS(input_error_of([&] { split_layers(profile, {{1, 0}}); }),
+                  "split of layer 1: expected a fraction strictly between 0 and 1, found 0");
+  EXPECT_CONTAINS(input_error_of([&] { split_layers(profile, {{1, 1}}); }), "found 1");
+  EXPECT_CONTAINS(input_error_of([&] { split_layers(profile, {{4, 0.5}}); }), "split 0: expected a layer in 0..3, found 4");
+  EXPECT_CONTAINS(input_error_of([&] { split_layers(profile, {{2, 0.5}, {2, 0.5}}); }),
+                  "split 1: expected a layer after 2");
+}
+
+TEST(Partition, SplitFileAppliesTheSplitAndRoundTrips) {
+  const Profile profile = chain(5);
+  const std::string text = R"({"stages": [{"layers": [0, 2], "split_last": 0.4, "hosts": ["a"]},
+                                          {"layers": [2, 3], "hosts": ["b"]},
+                                          {"layers": [4, 4], "hosts": ["c"]}]})";
+  const PartitionFile file = parse_partition_file(text, "p.json", profile);
+  ASSERT_EQ(file.profile.layers.size(), 6u);
+  EXPECT_EQ(file.profile.layers[2].name, "l2[0:0.4]");
+  EXPECT_EQ(file.profile.layers[3].name, "l2[0.4:1]");
+  EXPECT_EQ(file.partition.stage_of_layer, (std::vector<int>{0, 0, 0, 1, 1, 2}));
+  EXPECT_EQ(file.partition.split_last, (std::vector<double>{0.4, 0, 0}));
+  // Stage costs see the parts: stage 0 sends layer 2's input and 0.4 of its output.
+  const auto stages = stage_costs(file.profile, file.partition);
+  EXPECT_DOUBLE_EQ(stages[0].forward_s, 1 + 2 + 0.4 * 3);
+  EXPECT_DOUBLE_EQ(stages[1].forward_s, 0.6 * 3 + 4);
+  EXPECT_DOUBLE_EQ(stages[0].output_bytes, 200 + 0.4 * 300);
+  EXPECT_DOUBLE_EQ(stages[1].input_bytes, 200 + 0.4 * 300);
+
+  // Written back it names the unsplit layers again, and reads back the same.
+  const std::string written = partition_to_json(file.partition);
+  EXPECT_EQ(written, R"({
+  "stages": [
+    {
+      "layers": [
+        0,
+        2
+      ],
+      "split_last": 0.4,
+      "hosts": [
+        "a"
+      ]
+    },
+    {
+      "layers": [
+        2,
+        3
+      ],
+      "hosts": [
+        "b"
+      ]
+    },
+    {
+      "layers": [
+        4,
+        4
+      ],
+      "hosts": [
+        "c"
+      ]
+    }
+  ]
+}
+)");
+  const PartitionFile again = parse_partition_file(written, "again.json", profile);
+  EXPECT_EQ(partition_to_json(again.partition), written);
+  EXPECT_EQ(profile_to_json(again.profile), profile_to_json(file.profile));
+  // A plan keeps the profile with the parts: the same text reads against it.
+  const Partition over_parts = parse_partition_json(written, "plan.json: partition", file.profile);
+  EXPECT_EQ(over_parts.stage_of_layer, file.partition.stage_of_layer);
+  EXPECT_EQ(over_parts.split_last, file.partition.split_last);
+}
+
+TEST(Partition, SplitOfTheFirstLayerAndTwoSplitsInARow) {
+  const Profile profile = chain(3);
+  // Layer 0 shared by stages 0 and 1; layer 1 shared by stages 1 and 2.
+  const std::string text = R"({"stages": [{"layers": [0, 0], "split_last": 0.5, "hosts": ["a"]},
+                                          {"layers": [0, 1], "split_last": 0.75, "hosts": ["b"]},
+                                          {"layers": [1, 2], "hosts": ["c"]}]})";
+  const PartitionFile file = parse_partition_file(text, "p.json", profile);
+  ASSERT_EQ(file.profile.layers.size(), 5u);
+  EXPECT_EQ(file.partition.stage_of_layer, (std::vector<int>{0, 1, 1, 2, 2}));
+  EXPECT_EQ(partition_to_json(parse_partition_file(partition_to_json(file.partition), "p.json", profile).partition),
+            partition_to_json(file.partition));
+}
+
+TEST(Partition, BadSplitsNameTheStageAndField) {
+  const Profile profile = chain(4);
+  const auto message = [&](const std::string& text) {
+    return input_error_of([&] { parse_partition_file(text, "p.json", profile); });
+  };
+  EXPECT_CONTAINS(message(R"({"stages": [{"layers": [0, 1], "split_last": 1, "hosts": ["a"]}, {"layers": [1, 3], "hosts": ["b"]}]})"),
+                  "p.json: stages[0].split_last: expected the fraction of layer 1 this stage does, strictly between 0 and 1, found 1");
+  EXPECT_CONTAINS(message(R"({"stages": [{"layers": [0, 1], "split_last": 0, "hosts": ["a"]}, {"layers": [1, 3], "hosts": ["b"]}]})"),
+                  "stages[0].split_last: expected the fraction of layer 1 this stage does, strictly between 0 and 1, found 0");
+  EXPECT_CONTAINS(message(R"({"stages": [{"layers": [0, 1], "split_last": "half", "hosts": ["a"]}, {"layers": [1, 3], "hosts": ["b"]}]})"),
+                  "found \"half\"");
+  EXPECT_CONTAINS(message(R"({"stages": [{"layers": [0, 1], "split_last": 0.5, "hosts": ["a"]}, {"layers": [2, 3], "hosts": ["b"]}]})"),
+                  "p.json: stages[1].layers: expected a range starting at layer 1, found [2, 3] (stages[0] shares layer 1 with it: split_last)");
+  EXPECT_CONTAINS(message(R"({"stages": [{"layers": [0, 1], "hosts": ["a"]}, {"layers": [2, 3], "split_last": 0.5, "hosts": ["b"]}]})"),
+                  "p.json: stages[1].split_last: the last stage has no next stage to share layer 3 with");
+  EXPECT_CONTAINS(message(R"({"stages": [{"layers": [0, 1], "split_last": 0.5, "hosts": ["a"]}, {"layers": [1, 1], "split_last": 0.5, "hosts": ["b"]}, {"layers": [1, 3], "hosts": ["c"]}]})"),
+                  "p.json: stages[1].split_last: layer 1 is already shared with stages[0]; a layer is split at most once");
+  EXPECT_CONTAINS(message(R"({"stages": [{"layers": [0, 1], "split_last": 0.5, "hosts": ["a"]}, {"layers": [1, 2], "hosts": ["b"]}]})"),
+                  "p.json: expected a stage for each of the 4 layers of 'chain', found 3");
+}
+
+TEST(Partition, CheckPartitionValidatesSplits) {
+  const Profile profile = split_layers(chain(3), {{1, 0.5}});
+  Partition partition;
+  partition.stage_of_layer = {0, 0, 1, 1};
+  partition.hosts = {{"a"}, {"b"}};
+  partition.split_last = {0.5};
+  EXPECT_CONTAINS(input_error_of([&] { check_partition(partition, profile, "p"); }),
+                  "p: split_last: expected one fraction per stage (2), found 1");
+  partition.split_last = {1.5, 0};
+  EXPECT_CONTAINS(input_error_of([&] { check_partition(partition, profile, "p"); }),
+                  "p: stage 0: split_last: expected 0 (none) or a fraction strictly between 0 and 1, found 1.5");
+  partition.split_last = {0.5, 0.5};
+  EXPECT_CONTAINS(input_error_of([&] { check_partition(partition, profile, "p"); }),
+                  "p: stage 1: split_last: the last stage has no next stage to share a layer with");
+  partition.split_last = {0.5, 0};
+  EXPECT_NO_THROW(check_partition(partition, profile, "p"));
+}
+
+// ------------------------------------------------------------- --replicas
 
 /// A profile whose layer l takes work[l] (forward 0.25 of it, backward the rest).
 Profile with_work(const std::vector<double>& work) {
