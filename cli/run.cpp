@@ -20,6 +20,11 @@ namespace pipegrid::cli {
 Plan make_plan(const PlanRequest& request) {
   Plan plan;
   plan.profile = read_profile(request.profile_file, request.batch_size);
+  if (request.micro_batch_size) {
+    if (*request.micro_batch_size < 1)
+      throw InputError(fmt::format("--micro-batch-size: expected an integer >= 1, found {}", *request.micro_batch_size));
+    plan.profile = profile_at_micro_batch_size(plan.profile, *request.micro_batch_size);
+  }
   plan.platform_file = request.platform_file;
   plan.platform_xml = read_text_file(request.platform_file);
   plan.schedule = request.schedule;

@@ -18,6 +18,10 @@ struct PlanRequest {
   std::string platform_file;
   std::string profile_file;
   std::optional<int> batch_size;
+  /// Run micro-batches of this many samples: the profile's times and
+  /// activation bytes are taken at this size (profile_at_micro_batch_size).
+  /// Absent: the profile's own micro_batch_size.
+  std::optional<int> micro_batch_size;
   std::string schedule;
   int micro_batches = 1;
   /// Absent: 1 for flushed schedules, enough to reach the steady state for
