@@ -165,6 +165,7 @@ int main_with_exceptions(int argc, char** argv) {
   simulate->add_option("--network", request.network, "simgrid (default: SimGrid's realistic model) or analytic (exactly latency + bytes/bandwidth)");
   simulate->add_flag("--recompute", request.recompute, "activation recomputation (flushed schedules)");
   simulate->add_option("--batch-size", request.batch_size, "micro-batch size the profile was measured at (graph.txt)");
+  simulate->add_option("--micro-batch-size", request.micro_batch_size, "run micro-batches of N samples (profile times interpolated between its measured sizes)");
   add_output_options(*simulate, outputs);
 
   auto* schedule = app.add_subcommand("schedule", "print a schedule's Program in text form");

@@ -20,10 +20,15 @@ namespace pipegrid::cli {
 Plan make_plan(const PlanRequest& request) {
   Plan plan;
   plan.profile = read_profile(request.profile_file, request.batch_size);
-  if (request.micro_batch_size) {
-    if (*request.micro_batch_size < 1)
-      throw InputError(fmt::format("--micro-batch-size: expected an integer >= 1, found {}", *request.micro_batch_size));
-    plan.profile = profile_at_micro_batch_size(plan.profile, *request.micro_batch_size);
+  if (request.micro_batch_size && *request.micro_batch_size < 1)
+    throw InputError(fmt::format("--micro-batch-size: expected an integer >= 1, found {}", *request.micro_batch_size));
+  // The plan runs one size (a multi-size profile's first when none is asked
+  // for) and embeds the profile at that size only.
+  const int micro_batch_size = request.micro_batch_size.value_or(plan.profile.micro_batch_size);
+  try {
+    plan.profile = profile_at_micro_batch_size(plan.profile, micro_batch_size);
+  } catch (const InputError& error) {
+    throw InputError(fmt::format("--micro-batch-size {}: {}: {}", micro_batch_size, request.profile_file, error.what()));
   }
   plan.platform_file = request.platform_file;
   plan.platform_xml = read_text_file(request.platform_file);
@@ -157,9 +162,11 @@ RunResult run_plan(const Plan& plan) {
   // the forward.
   for (StageCost& stage : request.stages) stage.forward_s += plan.prediction_cost_s_per_byte * stage.weight_bytes;
   request.stage_layers.resize(request.stages.size());
-  for (std::size_t l = 0; l < plan.profile.layers.size(); ++l)
+  for (std::size_t l = 0; l < plan.profile.layers.size(); ++l) {
+    const Layer& layer = plan.profile.layers[l];
     request.stage_layers[plan.partition.stage_of_layer[l]].push_back(
-        {plan.profile.layers[l].backward_s, plan.profile.layers[l].parameter_bytes});
+        {layer.backward_s, layer.parameter_bytes, layer.forward_s, layer.device_times});
+  }
   request.hosts = plan.partition.hosts;
   request.network = sim::parse_network_model(plan.network);
 

@@ -227,7 +227,10 @@ Profile split_layers(const Profile& profile, const std::vector<LayerSplit>& spli
       throw InputError(fmt::format("profile '{}': split of layer {}: expected a fraction strictly between 0 and 1, found {}",
                                    profile.name, split.layer, split.fraction));
   }
+  // The splits apply to the profile at its micro_batch_size: the result has
+  // that size only.
   Profile result = profile;
+  result.measured.clear();
   result.layers.clear();
   result.layers.reserve(profile.layers.size() + splits.size());
   std::size_t next = 0;

@@ -45,7 +45,10 @@ struct LayerSplit {
  *  output_bytes; and "name[f:1]", with the rest (times and parameters x
  *  (1 - f)) and the layer's own output_bytes. f is written in the names as
  *  the shortest decimal that reads back to it. Splits must be in increasing
- *  layer order, each layer at most once: InputError otherwise. */
+ *  layer order, each layer at most once: InputError otherwise. The result is
+ *  a single-size profile at `profile`'s micro_batch_size (a multi-size
+ *  profile's other sizes are dropped: take profile_at_micro_batch_size first
+ *  to split another size). */
 Profile split_layers(const Profile& profile, const std::vector<LayerSplit>& splits);
 
 /** Per-stage costs derived from a profile and a partition, in profile units

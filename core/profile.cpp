@@ -1,6 +1,7 @@
 // Profile queries that do not depend on a file format: per-host layer times
-// and micro-batch sizes.
+// and micro-batch sizes (interpolation between measured sizes).
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -17,13 +18,105 @@ LayerTimes layer_times_on(const Layer& layer, const HostInfo& host) {
   return {layer.forward_s / host.speed_factor, layer.backward_s / host.speed_factor};
 }
 
-std::vector<int> profile_micro_batch_sizes(const Profile& profile) { return {profile.micro_batch_size}; }
+std::vector<int> profile_micro_batch_sizes(const Profile& profile) {
+  if (profile.measured.empty()) return {profile.micro_batch_size};
+  std::vector<int> sizes;
+  for (const MeasuredSize& measured : profile.measured) sizes.push_back(measured.micro_batch_size);
+  return sizes;
+}
+
+namespace {
+
+/// The straight line through two measured sizes, evaluated at `size`.
+class SizeLine {
+ public:
+  SizeLine(const Profile& profile, std::size_t a, std::size_t b, int size)
+      : profile_(profile), a_(profile.measured[a]), b_(profile.measured[b]), size_(size),
+        t_(static_cast<double>(size - a_.micro_batch_size) /
+           static_cast<double>(b_.micro_batch_size - a_.micro_batch_size)) {}
+
+  /// v(size) from v(a) and v(b); `field` names the value in the error thrown
+  /// when extrapolation makes it negative.
+  double at(double value_a, double value_b, const std::string& field) const {
+    const double value = value_a + (value_b - value_a) * t_;
+    if (value < 0)
+      throw InputError(fmt::format(
+          "profile {}: {}: extrapolating to micro-batch size {} along the line through sizes {} ({}) and {} ({}) gives "
+          "{} (expected a non-negative value): measure the profile at a size nearer {}",
+          profile_.name, field, size_, a_.micro_batch_size, value_a, b_.micro_batch_size, value_b, value, size_));
+    return value;
+  }
+  const MeasuredSize& a() const { return a_; }
+  const MeasuredSize& b() const { return b_; }
+
+ private:
+  const Profile& profile_;
+  const MeasuredSize& a_;
+  const MeasuredSize& b_;
+  int size_;
+  double t_;
+};
+
+/// The single-size profile holding measured size `m` exactly.
+Profile profile_at_measured(const Profile& profile, const MeasuredSize& m) {
+  Profile result = profile;
+  result.measured.clear();
+  result.micro_batch_size = m.micro_batch_size;
+  result.input_bytes = m.input_bytes;
+  for (std::size_t l = 0; l < result.layers.size(); ++l) {
+    Layer& layer = result.layers[l];
+    const LayerAtSize& at = m.layers[l];
+    layer.forward_s = at.forward_s;
+    layer.backward_s = at.backward_s;
+    layer.output_bytes = at.output_bytes;
+    layer.device_times = at.device_times;
+  }
+  return result;
+}
+
+}  // namespace
 
 Profile profile_at_micro_batch_size(const Profile& profile, int size) {
-  if (size != profile.micro_batch_size)
-    throw InputError(fmt::format("profile {}: measured at micro-batch size {} only, so it has no times at size {}",
-                                 profile.name, profile.micro_batch_size, size));
-  return profile;
+  if (size < 1)
+    throw InputError(fmt::format("profile {}: micro-batch size: expected an integer >= 1, found {}", profile.name, size));
+  if (profile.measured.empty()) {
+    if (size != profile.micro_batch_size)
+      throw InputError(fmt::format(
+          "profile {}: measured at micro-batch size {} only, so it has no times at size {} (give times at several "
+          "sizes, \"micro_batch_sizes\", to interpolate)",
+          profile.name, profile.micro_batch_size, size));
+    return profile;
+  }
+  check_profile(profile, fmt::format("profile {}", profile.name));
+  const std::vector<MeasuredSize>& measured = profile.measured;
+  for (const MeasuredSize& m : measured)
+    if (m.micro_batch_size == size) return profile_at_measured(profile, m);
+  // The two measured sizes around `size`, or the two nearest outside them.
+  std::size_t b = 1;
+  while (b + 1 < measured.size() && measured[b].micro_batch_size < size) ++b;
+  const SizeLine line(profile, b - 1, b, size);
+
+  Profile result = profile;
+  result.measured.clear();
+  result.micro_batch_size = size;
+  result.input_bytes = line.at(line.a().input_bytes, line.b().input_bytes, "input_bytes");
+  for (std::size_t l = 0; l < result.layers.size(); ++l) {
+    Layer& layer = result.layers[l];
+    const LayerAtSize& at_a = line.a().layers[l];
+    const LayerAtSize& at_b = line.b().layers[l];
+    const std::string path = fmt::format("layers[{}]", l);
+    layer.forward_s = line.at(at_a.forward_s, at_b.forward_s, path + ".forward_s");
+    layer.backward_s = line.at(at_a.backward_s, at_b.backward_s, path + ".backward_s");
+    layer.output_bytes = line.at(at_a.output_bytes, at_b.output_bytes, path + ".output_bytes");
+    layer.device_times.clear();
+    for (const auto& [device, times_a] : at_a.device_times) {
+      const LayerTimes& times_b = at_b.device_times.at(device);  // same types at every size (check_profile)
+      const std::string device_path = fmt::format("{}.devices.{}", path, device);
+      layer.device_times[device] = {line.at(times_a.forward_s, times_b.forward_s, device_path + ".forward_s"),
+                                    line.at(times_a.backward_s, times_b.backward_s, device_path + ".backward_s")};
+    }
+  }
+  return result;
 }
 
 }  // namespace pipegrid

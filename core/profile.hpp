@@ -1,6 +1,7 @@
 #pragma once
 // Profile: a model as an ordered chain of layers, measured at one micro-batch
-// size on one device type. Times are seconds, sizes are bytes.
+// size (or several) on one device type, optionally with times for other
+// device types. Times are seconds, sizes are bytes.
 
 #include <map>
 #include <optional>
@@ -26,7 +27,23 @@ struct Layer {
   /// property ("VCU129", "V100"). A host whose type is listed here runs the
   /// layer in these times (its speed_factor does not apply); any other host
   /// takes forward_s / backward_s divided by its speed_factor.
-  std::map<std::string, LayerTimes> device_times;
+  std::map<std::string, LayerTimes> device_times = {};
+};
+
+/// A layer's values at one measured micro-batch size (MeasuredSize).
+struct LayerAtSize {
+  double forward_s = 0;
+  double backward_s = 0;
+  double output_bytes = 0;
+  std::map<std::string, LayerTimes> device_times = {};  ///< as Layer::device_times
+};
+
+/// A profile's values at one measured micro-batch size; parameter bytes and
+/// names do not depend on the size and stay in Profile::layers.
+struct MeasuredSize {
+  int micro_batch_size = 1;
+  double input_bytes = 0;
+  std::vector<LayerAtSize> layers;  ///< one per Profile::layers, same order
 };
 
 struct Profile {
@@ -36,6 +53,13 @@ struct Profile {
   /// receives and stashes). 0 when unknown.
   double input_bytes = 0;
   std::vector<Layer> layers;
+  /// A multi-size profile's measured sizes, strictly ascending, at least
+  /// two; empty for a single-size profile (the usual case). Everything above
+  /// is then the profile at its first size (micro_batch_size ==
+  /// measured.front().micro_batch_size, the layers' times and bytes those of
+  /// measured.front()), so code that runs one size never looks here; use
+  /// profile_at_micro_batch_size for another size. check_profile checks this.
+  std::vector<MeasuredSize> measured = {};
 };
 
 /** The layer's forward and backward time on `host` (see Layer::device_times). */
@@ -45,22 +69,32 @@ LayerTimes layer_times_on(const Layer& layer, const HostInfo& host);
  *  a single-size profile). */
 std::vector<int> profile_micro_batch_sizes(const Profile& profile);
 
-/** The profile with micro-batches of `size` samples (SEMANTICS.md, Batch
- *  size): times and activation bytes interpolated linearly between the two
- *  measured sizes around `size`, extrapolated from the two nearest outside
- *  them; parameter bytes unchanged. A single-size profile has no scaling to
- *  apply: InputError unless `size` is its micro_batch_size. */
+/** The single-size profile with micro-batches of `size` samples (SEMANTICS.md,
+ *  Batch size). At a measured size, that size's values exactly. Otherwise
+ *  every time and activation size (forward_s, backward_s, output_bytes,
+ *  device times, input_bytes) is interpolated linearly between the two
+ *  measured sizes around `size`, or extrapolated along the line through the
+ *  two nearest when `size` lies outside them:
+ *    v(size) = v(a) + (v(b) - v(a)) * (size - a) / (b - a).
+ *  Names and parameter bytes are unchanged; the result has no `measured`.
+ *  Throws InputError when `size` < 1, when a single-size profile is asked
+ *  for another size than its micro_batch_size (no scaling is invented), and
+ *  when extrapolation makes a value negative (the message names the layer,
+ *  the field and the two sizes; values are never clamped). */
 Profile profile_at_micro_batch_size(const Profile& profile, int size);
 
-/** Reads a profile JSON file ({"name", "micro_batch_size", "layers": [...]}).
- *  Throws InputError naming the file and field on any missing, mistyped or
- *  negative value. */
+/** Reads a profile JSON file ({"name", "micro_batch_size", "layers": [...]},
+ *  or a multi-size profile with "micro_batch_sizes" and per-size lists; see
+ *  docs/formats.md). Throws InputError naming the file and field on any
+ *  missing, mistyped or negative value. */
 Profile read_profile_json(const std::string& path);
 
 /** Parses profile JSON text; `origin` names the source in error messages. */
 Profile parse_profile_json(const std::string& text, const std::string& origin);
 
-/** Serialises a profile to JSON text (the format read_profile_json reads). */
+/** Serialises a profile to JSON text (the format read_profile_json reads):
+ *  a multi-size profile as its measured sizes, device times only where a
+ *  layer has them. Reading the text back gives the same profile. */
 std::string profile_to_json(const Profile& profile);
 
 /** Reads PipeDream's graph.txt (times in ms, sizes in bytes) and turns it into
@@ -78,8 +112,12 @@ Profile read_pipedream_graph(const std::string& path, std::optional<int> batch_s
  *  else a PipeDream graph.txt. */
 Profile read_profile(const std::string& path, std::optional<int> batch_size);
 
-/** Throws InputError when a layer has a negative or non-finite value or the
- *  profile has no layers. `origin` names the source. */
+/** Throws InputError when a layer has a negative or non-finite value (device
+ *  times included) or an empty device type name, the profile has no layers,
+ *  or a multi-size profile's `measured` breaks its contract (sizes not
+ *  strictly ascending, fewer than two, a layer count or device types that
+ *  differ between sizes, first size not the one the fields hold). `origin`
+ *  names the source. */
 void check_profile(const Profile& profile, const std::string& origin);
 
 }  // namespace pipegrid

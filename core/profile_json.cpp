@@ -2,16 +2,20 @@
 // and the format dispatch of read_profile.
 
 #include <cmath>
+#include <functional>
 #include <initializer_list>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 #include "core/io.hpp"
@@ -56,6 +60,72 @@ double non_negative_number(const nlohmann::json& object, const char* name, const
   return field->get<double>();
 }
 
+/// How a profile states its sizes: one (plain numbers) or several (a list
+/// per value, one entry per size).
+struct SizeShape {
+  std::size_t sizes = 1;
+  bool multi = false;
+};
+
+/// The field `name` of `object`: a non-negative number for a single-size
+/// profile, a list of `shape.sizes` of them for a multi-size one.
+std::vector<double> values_per_size(const nlohmann::json& object, const char* name, const SizeShape& shape,
+                                    const std::string& origin, const std::string& path) {
+  if (!shape.multi) return {non_negative_number(object, name, origin, path)};
+  const auto field = object.find(name);
+  if (field == object.end() || !field->is_array() || field->size() != shape.sizes)
+    throw InputError(fmt::format(
+        "{}: {}: expected a list of {} non-negative numbers (one per micro_batch_sizes entry), found {}", origin, path,
+        shape.sizes,
+        field == object.end() ? "nothing"
+        : field->is_array()   ? fmt::format("a list of {}", field->size())
+                              : shown(*field)));
+  std::vector<double> values;
+  for (std::size_t k = 0; k < field->size(); ++k) {
+    const nlohmann::json& value = (*field)[k];
+    if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0)
+      throw InputError(
+          fmt::format("{}: {}[{}]: expected a non-negative number, found {}", origin, path, k, shown(value)));
+    values.push_back(value.get<double>());
+  }
+  return values;
+}
+
+/// Whether `name` can be a host's `device` property (platform.cpp's rule).
+bool valid_device_type(const std::string& name) {
+  return !name.empty() && name.find_first_of(" \t") == std::string::npos;
+}
+
+/// A layer's "devices" object: per device type, forward and backward times
+/// per size (one entry per size of `shape`).
+std::map<std::string, std::vector<LayerTimes>> device_times_per_size(const nlohmann::json& devices,
+                                                                     const SizeShape& shape, const std::string& origin,
+                                                                     const std::string& path) {
+  if (!devices.is_object())
+    throw InputError(fmt::format(
+        "{}: {}: expected an object of per-device-type times ({{\"VCU129\": {{\"forward_s\": ..., \"backward_s\": "
+        "...}}}}), found {}",
+        origin, path, shown(devices)));
+  std::map<std::string, std::vector<LayerTimes>> result;
+  for (const auto& item : devices.items()) {
+    const std::string entry_path = fmt::format("{}.{}", path, item.key());
+    if (!valid_device_type(item.key()))
+      throw InputError(fmt::format("{}: {}: expected a device type name without spaces (a host's `device` property), "
+                                   "found '{}'",
+                                   origin, path, item.key()));
+    const nlohmann::json& entry = item.value();
+    if (!entry.is_object())
+      throw InputError(fmt::format("{}: {}: expected an object with forward_s and backward_s, found {}", origin,
+                                   entry_path, shown(entry)));
+    reject_unknown_fields(entry, fmt::format("{}: {}", origin, entry_path), {"forward_s", "backward_s"});
+    const std::vector<double> forward = values_per_size(entry, "forward_s", shape, origin, entry_path + ".forward_s");
+    const std::vector<double> backward = values_per_size(entry, "backward_s", shape, origin, entry_path + ".backward_s");
+    std::vector<LayerTimes>& times = result[item.key()];
+    for (std::size_t k = 0; k < forward.size(); ++k) times.push_back({forward[k], backward[k]});
+  }
+  return result;
+}
+
 /// A double as JSON: an integer when it is one (byte counts stay integers),
 /// otherwise nlohmann's shortest text that reads back to the same double.
 std::string number_text(double value) {
@@ -63,6 +133,52 @@ std::string number_text(double value) {
   if (std::trunc(value) == value && std::fabs(value) < kExactIntegerLimit)
     return nlohmann::ordered_json(static_cast<long long>(value)).dump();
   return nlohmann::ordered_json(value).dump();
+}
+
+/// `values` as a JSON list of numbers_text.
+std::string list_text(const std::vector<double>& values) {
+  std::string text = "[";
+  for (std::size_t k = 0; k < values.size(); ++k) text += fmt::format("{}{}", k == 0 ? "" : ", ", number_text(values[k]));
+  return text + "]";
+}
+
+/// A layer's "devices" object: per device type (sorted), its times per size
+/// as `times_text` writes them.
+std::string devices_text(const std::vector<std::string>& types,
+                         const std::function<std::pair<std::string, std::string>(const std::string&)>& times_text) {
+  std::string text = "{";
+  for (std::size_t d = 0; d < types.size(); ++d) {
+    const auto [forward, backward] = times_text(types[d]);
+    text += fmt::format("{}{}: {{\"forward_s\": {}, \"backward_s\": {}}}", d == 0 ? "" : ", ",
+                        nlohmann::ordered_json(types[d]).dump(), forward, backward);
+  }
+  return text + "}";
+}
+
+/// Throws unless `value` is finite and >= 0.
+void check_non_negative(double value, const std::string& origin, const std::string& path) {
+  if (!std::isfinite(value) || value < 0)
+    throw InputError(fmt::format("{}: {}: expected a non-negative number, found {}", origin, path, format_exact(value)));
+}
+
+/// Checks a layer's device times: type names a host can have, times >= 0.
+void check_device_times(const std::map<std::string, LayerTimes>& device_times, const std::string& origin,
+                        const std::string& path) {
+  for (const auto& [device, times] : device_times) {
+    if (!valid_device_type(device))
+      throw InputError(fmt::format("{}: {}.devices: expected a device type name without spaces, found '{}'", origin,
+                                   path, device));
+    check_non_negative(times.forward_s, origin, fmt::format("{}.devices.{}.forward_s", path, device));
+    check_non_negative(times.backward_s, origin, fmt::format("{}.devices.{}.backward_s", path, device));
+  }
+}
+
+/// The device types of a map, in order.
+template <typename Map>
+std::vector<std::string> keys_of(const Map& map) {
+  std::vector<std::string> keys;
+  for (const auto& item : map) keys.push_back(item.first);
+  return keys;
 }
 
 }  // namespace
@@ -81,7 +197,7 @@ Profile parse_profile_json(const std::string& text, const std::string& origin) {
   }
   if (!document.is_object())
     throw InputError(fmt::format("{}: expected a JSON object (a profile), found {}", origin, shown(document)));
-  reject_unknown_fields(document, origin, {"name", "micro_batch_size", "input_bytes", "layers"});
+  reject_unknown_fields(document, origin, {"name", "micro_batch_size", "micro_batch_sizes", "input_bytes", "layers"});
 
   Profile profile;
   const auto name = document.find("name");
@@ -90,57 +206,147 @@ Profile parse_profile_json(const std::string& text, const std::string& origin) {
                                  name == document.end() ? "nothing" : shown(*name)));
   profile.name = name->get<std::string>();
 
+  // One size (micro_batch_size, plain numbers) or several (micro_batch_sizes,
+  // a list per value).
   const auto batch = document.find("micro_batch_size");
-  if (batch == document.end() || !batch->is_number_integer() || batch->get<long long>() < 1 ||
-      batch->get<long long>() > std::numeric_limits<int>::max())
-    throw InputError(fmt::format("{}: micro_batch_size: expected an integer >= 1, found {}", origin,
-                                 batch == document.end() ? "nothing" : shown(*batch)));
-  profile.micro_batch_size = batch->get<int>();
+  const auto batches = document.find("micro_batch_sizes");
+  if (batch != document.end() && batches != document.end())
+    throw InputError(fmt::format("{}: micro_batch_sizes: expected either micro_batch_size (times at one size) or "
+                                 "micro_batch_sizes (times at several), found both",
+                                 origin));
+  auto is_size = [](const nlohmann::json& value) {
+    return value.is_number_integer() && value.get<long long>() >= 1 &&
+           value.get<long long>() <= std::numeric_limits<int>::max();
+  };
+  SizeShape shape;
+  std::vector<int> sizes;
+  if (batches != document.end()) {
+    if (!batches->is_array() || batches->size() < 2)
+      throw InputError(fmt::format(
+          "{}: micro_batch_sizes: expected a list of at least two micro-batch sizes in increasing order (for one size, "
+          "write micro_batch_size and plain numbers), found {}",
+          origin, shown(*batches)));
+    for (std::size_t k = 0; k < batches->size(); ++k) {
+      const nlohmann::json& value = (*batches)[k];
+      if (!is_size(value))
+        throw InputError(
+            fmt::format("{}: micro_batch_sizes[{}]: expected an integer >= 1, found {}", origin, k, shown(value)));
+      if (!sizes.empty() && value.get<int>() <= sizes.back())
+        throw InputError(fmt::format(
+            "{}: micro_batch_sizes[{}]: expected a size larger than {} (sizes in increasing order, each once), found {}",
+            origin, k, sizes.back(), shown(value)));
+      sizes.push_back(value.get<int>());
+    }
+    shape = {sizes.size(), true};
+  } else {
+    if (batch == document.end() || !is_size(*batch))
+      throw InputError(fmt::format("{}: micro_batch_size: expected an integer >= 1, found {}", origin,
+                                   batch == document.end() ? "nothing" : shown(*batch)));
+    sizes.push_back(batch->get<int>());
+  }
 
-  if (document.contains("input_bytes"))
-    profile.input_bytes = non_negative_number(document, "input_bytes", origin, "input_bytes");
+  std::vector<double> input_bytes(shape.sizes, 0.0);
+  if (document.contains("input_bytes")) input_bytes = values_per_size(document, "input_bytes", shape, origin, "input_bytes");
 
   const auto layers = document.find("layers");
   if (layers == document.end() || !layers->is_array() || layers->empty())
     throw InputError(fmt::format("{}: layers: expected a non-empty list of layers, found {}", origin,
                                  layers == document.end() ? "nothing" : shown(*layers)));
+  std::vector<MeasuredSize> measured(shape.sizes);
+  for (std::size_t k = 0; k < shape.sizes; ++k) measured[k] = {sizes[k], input_bytes[k], {}};
   for (std::size_t l = 0; l < layers->size(); ++l) {
     const nlohmann::json& entry = (*layers)[l];
     const std::string path = fmt::format("layers[{}]", l);
     if (!entry.is_object())
       throw InputError(fmt::format("{}: {}: expected a layer object, found {}", origin, path, shown(entry)));
     reject_unknown_fields(entry, fmt::format("{}: {}", origin, path),
-                          {"name", "forward_s", "backward_s", "output_bytes", "parameter_bytes"});
+                          {"name", "forward_s", "backward_s", "output_bytes", "parameter_bytes", "devices"});
     Layer layer;
     const auto layer_name = entry.find("name");
     if (layer_name == entry.end() || !layer_name->is_string())
       throw InputError(fmt::format("{}: {}.name: expected a string, found {}", origin, path,
                                    layer_name == entry.end() ? "nothing" : shown(*layer_name)));
     layer.name = layer_name->get<std::string>();
-    layer.forward_s = non_negative_number(entry, "forward_s", origin, path + ".forward_s");
-    layer.backward_s = non_negative_number(entry, "backward_s", origin, path + ".backward_s");
-    layer.output_bytes = non_negative_number(entry, "output_bytes", origin, path + ".output_bytes");
+    const std::vector<double> forward = values_per_size(entry, "forward_s", shape, origin, path + ".forward_s");
+    const std::vector<double> backward = values_per_size(entry, "backward_s", shape, origin, path + ".backward_s");
+    const std::vector<double> output = values_per_size(entry, "output_bytes", shape, origin, path + ".output_bytes");
     layer.parameter_bytes = non_negative_number(entry, "parameter_bytes", origin, path + ".parameter_bytes");
+    std::map<std::string, std::vector<LayerTimes>> devices;
+    if (const auto field = entry.find("devices"); field != entry.end())
+      devices = device_times_per_size(*field, shape, origin, path + ".devices");
+    for (std::size_t k = 0; k < shape.sizes; ++k) {
+      LayerAtSize at{forward[k], backward[k], output[k], {}};
+      for (const auto& [device, times] : devices) at.device_times[device] = times[k];
+      measured[k].layers.push_back(std::move(at));
+    }
     profile.layers.push_back(std::move(layer));
   }
+
+  // The fields hold the first size; a multi-size profile keeps them all.
+  const MeasuredSize& first = measured.front();
+  profile.micro_batch_size = first.micro_batch_size;
+  profile.input_bytes = first.input_bytes;
+  for (std::size_t l = 0; l < profile.layers.size(); ++l) {
+    profile.layers[l].forward_s = first.layers[l].forward_s;
+    profile.layers[l].backward_s = first.layers[l].backward_s;
+    profile.layers[l].output_bytes = first.layers[l].output_bytes;
+    profile.layers[l].device_times = first.layers[l].device_times;
+  }
+  if (shape.multi) profile.measured = std::move(measured);
   return profile;
 }
 
 Profile read_profile_json(const std::string& path) { return parse_profile_json(read_text_file(path), path); }
 
 std::string profile_to_json(const Profile& profile) {
-  // One layer a line, fields in a fixed order: diffable and deterministic.
+  // One layer a line, fields in a fixed order, device types sorted:
+  // diffable and deterministic.
+  const bool multi = !profile.measured.empty();
+  // Every per-size value of the multi-size form as its list.
+  auto per_size = [&](const std::function<double(const MeasuredSize&)>& value) {
+    std::vector<double> values;
+    for (const MeasuredSize& m : profile.measured) values.push_back(value(m));
+    return list_text(values);
+  };
   std::string text = "{\n";
   text += fmt::format("  \"name\": {},\n", nlohmann::ordered_json(profile.name).dump());
-  text += fmt::format("  \"micro_batch_size\": {},\n", profile.micro_batch_size);
-  text += fmt::format("  \"input_bytes\": {},\n", number_text(profile.input_bytes));
+  if (multi) {
+    std::string sizes;
+    for (const MeasuredSize& m : profile.measured) sizes += fmt::format("{}{}", sizes.empty() ? "" : ", ", m.micro_batch_size);
+    text += fmt::format("  \"micro_batch_sizes\": [{}],\n", sizes);
+    text += fmt::format("  \"input_bytes\": {},\n", per_size([](const MeasuredSize& m) { return m.input_bytes; }));
+  } else {
+    text += fmt::format("  \"micro_batch_size\": {},\n", profile.micro_batch_size);
+    text += fmt::format("  \"input_bytes\": {},\n", number_text(profile.input_bytes));
+  }
   text += "  \"layers\": [";
   for (std::size_t l = 0; l < profile.layers.size(); ++l) {
     const Layer& layer = profile.layers[l];
+    std::string forward, backward, output, devices;
+    if (multi) {
+      forward = per_size([l](const MeasuredSize& m) { return m.layers[l].forward_s; });
+      backward = per_size([l](const MeasuredSize& m) { return m.layers[l].backward_s; });
+      output = per_size([l](const MeasuredSize& m) { return m.layers[l].output_bytes; });
+      const std::vector<std::string> types = keys_of(profile.measured.front().layers[l].device_times);
+      if (!types.empty())
+        devices = devices_text(types, [&](const std::string& type) {
+          return std::pair{per_size([&](const MeasuredSize& m) { return m.layers[l].device_times.at(type).forward_s; }),
+                           per_size([&](const MeasuredSize& m) { return m.layers[l].device_times.at(type).backward_s; })};
+        });
+    } else {
+      forward = number_text(layer.forward_s);
+      backward = number_text(layer.backward_s);
+      output = number_text(layer.output_bytes);
+      if (!layer.device_times.empty())
+        devices = devices_text(keys_of(layer.device_times), [&](const std::string& type) {
+          const LayerTimes& times = layer.device_times.at(type);
+          return std::pair{number_text(times.forward_s), number_text(times.backward_s)};
+        });
+    }
     text += fmt::format(
-        "{}\n    {{\"name\": {}, \"forward_s\": {}, \"backward_s\": {}, \"output_bytes\": {}, \"parameter_bytes\": {}}}",
-        l == 0 ? "" : ",", nlohmann::ordered_json(layer.name).dump(), number_text(layer.forward_s),
-        number_text(layer.backward_s), number_text(layer.output_bytes), number_text(layer.parameter_bytes));
+        "{}\n    {{\"name\": {}, \"forward_s\": {}, \"backward_s\": {}, \"output_bytes\": {}, \"parameter_bytes\": {}{}}}",
+        l == 0 ? "" : ",", nlohmann::ordered_json(layer.name).dump(), forward, backward, output,
+        number_text(layer.parameter_bytes), devices.empty() ? "" : ", \"devices\": " + devices);
   }
   text += profile.layers.empty() ? "]\n}\n" : "\n  ]\n}\n";
   return text;
@@ -150,21 +356,63 @@ void check_profile(const Profile& profile, const std::string& origin) {
   if (profile.micro_batch_size < 1)
     throw InputError(
         fmt::format("{}: micro_batch_size: expected an integer >= 1, found {}", origin, profile.micro_batch_size));
-  if (!std::isfinite(profile.input_bytes) || profile.input_bytes < 0)
-    throw InputError(fmt::format("{}: input_bytes: expected a non-negative number, found {}", origin,
-                                 format_exact(profile.input_bytes)));
+  check_non_negative(profile.input_bytes, origin, "input_bytes");
   if (profile.layers.empty()) throw InputError(fmt::format("{}: layers: expected at least one layer, found none", origin));
   for (std::size_t l = 0; l < profile.layers.size(); ++l) {
     const Layer& layer = profile.layers[l];
+    const std::string path = fmt::format("layers[{}]", l);
     const std::pair<const char*, double> fields[] = {{"forward_s", layer.forward_s},
                                                      {"backward_s", layer.backward_s},
                                                      {"output_bytes", layer.output_bytes},
                                                      {"parameter_bytes", layer.parameter_bytes}};
-    for (const auto& [field, value] : fields)
-      if (!std::isfinite(value) || value < 0)
-        throw InputError(fmt::format("{}: layers[{}].{}: expected a non-negative number, found {}", origin, l, field,
-                                     format_exact(value)));
+    for (const auto& [field, value] : fields) check_non_negative(value, origin, fmt::format("{}.{}", path, field));
+    check_device_times(layer.device_times, origin, path);
   }
+  if (profile.measured.empty()) return;
+
+  // A multi-size profile: its sizes, and its first size held in the fields.
+  const std::vector<MeasuredSize>& measured = profile.measured;
+  if (measured.size() < 2)
+    throw InputError(fmt::format("{}: micro_batch_sizes: expected at least two sizes, found {}", origin, measured.size()));
+  for (std::size_t k = 0; k < measured.size(); ++k) {
+    const MeasuredSize& m = measured[k];
+    const std::string at = fmt::format("at micro-batch size {}", m.micro_batch_size);
+    if (m.micro_batch_size < 1 || (k > 0 && m.micro_batch_size <= measured[k - 1].micro_batch_size))
+      throw InputError(fmt::format("{}: micro_batch_sizes[{}]: expected an integer >= 1 larger than the size before it, "
+                                   "found {}",
+                                   origin, k, m.micro_batch_size));
+    check_non_negative(m.input_bytes, origin, fmt::format("input_bytes[{}] ({})", k, at));
+    if (m.layers.size() != profile.layers.size())
+      throw InputError(fmt::format("{}: layers ({}): expected {} layers, found {}", origin, at, profile.layers.size(),
+                                   m.layers.size()));
+    for (std::size_t l = 0; l < m.layers.size(); ++l) {
+      const LayerAtSize& layer = m.layers[l];
+      const std::string path = fmt::format("layers[{}]", l);
+      check_non_negative(layer.forward_s, origin, fmt::format("{}.forward_s[{}] ({})", path, k, at));
+      check_non_negative(layer.backward_s, origin, fmt::format("{}.backward_s[{}] ({})", path, k, at));
+      check_non_negative(layer.output_bytes, origin, fmt::format("{}.output_bytes[{}] ({})", path, k, at));
+      check_device_times(layer.device_times, origin, fmt::format("{} ({})", path, at));
+      if (keys_of(layer.device_times) != keys_of(measured.front().layers[l].device_times))
+        throw InputError(fmt::format("{}: {}.devices ({}): expected the device types [{}] of the first size, found [{}]",
+                                     origin, path, at, fmt::join(keys_of(measured.front().layers[l].device_times), ", "),
+                                     fmt::join(keys_of(layer.device_times), ", ")));
+    }
+  }
+  const MeasuredSize& first = measured.front();
+  bool same = profile.micro_batch_size == first.micro_batch_size && profile.input_bytes == first.input_bytes;
+  for (std::size_t l = 0; l < profile.layers.size(); ++l) {
+    const Layer& layer = profile.layers[l];
+    const LayerAtSize& at = first.layers[l];
+    same = same && layer.forward_s == at.forward_s && layer.backward_s == at.backward_s &&
+           layer.output_bytes == at.output_bytes && keys_of(layer.device_times) == keys_of(at.device_times);
+    for (const auto& [device, times] : at.device_times)
+      same = same && layer.device_times.count(device) > 0 && layer.device_times.at(device).forward_s == times.forward_s &&
+             layer.device_times.at(device).backward_s == times.backward_s;
+  }
+  if (!same)
+    throw InputError(fmt::format("{}: expected the profile's fields to hold its first measured size ({}), found other "
+                                 "values (micro_batch_size {})",
+                                 origin, first.micro_batch_size, profile.micro_batch_size));
 }
 
 Profile read_profile(const std::string& path, std::optional<int> batch_size) {
@@ -175,6 +423,11 @@ Profile read_profile(const std::string& path, std::optional<int> batch_size) {
   Profile profile = read_profile_json(path);
   // A JSON profile states its own batch size; a different one would need a
   // scaling of the times that the tool does not invent (SEMANTICS.md).
+  if (batch_size && !profile.measured.empty())
+    throw InputError(fmt::format(
+        "{}: batch size: the profile gives times at micro_batch_sizes [{}], found --batch-size {} (it only applies to "
+        "PipeDream graph.txt files; --micro-batch-size picks the size to run)",
+        path, fmt::join(profile_micro_batch_sizes(profile), ", "), *batch_size));
   if (batch_size && *batch_size != profile.micro_batch_size)
     throw InputError(fmt::format(
         "{}: batch size: the profile was measured at micro_batch_size {}, found --batch-size {} (it only applies to "

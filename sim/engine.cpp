@@ -39,6 +39,31 @@ namespace {
 // precision relative to the slowest host (kWorkPrecisionSeconds of its time).
 constexpr double kWorkPrecisionSeconds = 1e-12;
 
+// Seconds a stage's forward (profile_s = &LayerCost::forward_s, device_s =
+// &LayerTimes::forward_s) or backward takes on `host`: its layers with
+// device times for the host's type take those; the rest of the stage's time
+// is scaled by speed_factor (SimulationRequest::stages). Without device
+// times: exactly stage_s / speed_factor.
+double stage_seconds_on(double stage_s, const std::vector<LayerCost>& layers, double LayerCost::*profile_s,
+                        double LayerTimes::*device_s, const HostInfo& host) {
+  bool timed = false;
+  double attributed = 0, others = 0, on_device = 0;
+  for (const LayerCost& layer : layers) {
+    attributed += layer.*profile_s;
+    const auto it = host.device_type.empty() ? layer.device_times.end() : layer.device_times.find(host.device_type);
+    if (it == layer.device_times.end()) {
+      others += layer.*profile_s;
+    } else {
+      timed = true;
+      on_device += it->second.*device_s;
+    }
+  }
+  if (!timed) return stage_s / host.speed_factor;
+  // stage_s - attributed: time no layer accounts for (exactly 0 when stage_s
+  // is the sum of the layers in order, as stage_costs() makes it).
+  return std::max(0.0, others + (stage_s - attributed)) / host.speed_factor + on_device;
+}
+
 // Everything the engine tracks about one action of the Program.
 struct ActionState {
   Action action;
@@ -89,6 +114,7 @@ class Simulation {
  public:
   Simulation(const SimulationRequest& request, const PlatformSummary& platform) : request_(request) {
     const Program& program = request.program;
+    const std::vector<LayerCost> no_layers;
     std::map<Action, std::size_t> index;
     for (std::size_t d = 0; d < program.devices.size(); ++d) {
       const DeviceProgram& device = program.devices[d];
@@ -105,13 +131,20 @@ class Simulation {
           if (action.stage >= static_cast<int>(request.stages.size()))
             throw InputError(fmt::format("program: action {} names a stage beyond the {} stages", pipegrid::to_string(action), request.stages.size()));
           const StageCost& cost = request.stages[action.stage];
+          const std::vector<LayerCost>& layers = action.stage < static_cast<int>(request.stage_layers.size())
+                                                     ? request.stage_layers[action.stage]
+                                                     : no_layers;
+          const bool backward = action.kind == ActionKind::Backward;
           ActionState state;
           state.action = action;
           state.device = d;
           state.stream = s;
           state.host = host;
           state.async = info.execution == Execution::Async;
-          state.work = (action.kind == ActionKind::Backward ? cost.backward_s : cost.forward_s) / info.speed_factor *
+          state.work = (backward ? stage_seconds_on(cost.backward_s, layers, &LayerCost::backward_s,
+                                                    &LayerTimes::backward_s, info)
+                                 : stage_seconds_on(cost.forward_s, layers, &LayerCost::forward_s,
+                                                    &LayerTimes::forward_s, info)) *
                        host->get_speed();
           index[action] = actions_.size();
           actions_.push_back(std::move(state));
@@ -179,8 +212,12 @@ class Simulation {
           const HostInfo& info = platform.host(backward.host->get_name());
           if (!backward.segment_work.empty())
             throw InputError(fmt::format("program: {} starts two per-layer all-reduces", pipegrid::to_string(backward.action)));
-          for (std::size_t k = 0; k < layers.size(); ++k)
-            backward.segment_work.push_back(layers[layers.size() - 1 - k].backward_s / info.speed_factor * backward.host->get_speed());
+          for (std::size_t k = 0; k < layers.size(); ++k) {
+            const LayerCost& layer = layers[layers.size() - 1 - k];
+            backward.segment_work.push_back(
+                stage_seconds_on(layer.backward_s, {layer}, &LayerCost::backward_s, &LayerTimes::backward_s, info) *
+                backward.host->get_speed());
+          }
         }
       } else {
         all_reduce.jobs.push_back({-1, request.stages[spec.stage].weight_bytes, 0});

@@ -8,6 +8,7 @@
 // the real route, so they contend with pipeline traffic as SimGrid shares
 // links. The engine knows actions, never schedule names.
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,20 +26,35 @@ enum class NetworkModel {
 const char* to_string(NetworkModel model);
 NetworkModel parse_network_model(const std::string& text);
 
-/** One layer's share of a stage, for per-layer (wait-free) all-reduces. */
+/** One layer of a stage: its share of the backward and of the gradients
+ *  (per-layer, wait-free all-reduces) and its times on particular device
+ *  types (Layer::device_times). */
 struct LayerCost {
   double backward_s = 0;  ///< profile units (speed factor 1)
   double weight_bytes = 0;
+  double forward_s = 0;   ///< profile units; needed with device_times
+  /// A host whose `device` property is listed runs this layer in these times
+  /// (seconds on that host; its speed_factor does not apply).
+  std::map<std::string, LayerTimes> device_times = {};
 };
 
 struct SimulationRequest {
   std::string platform_file;
   Program program;
-  std::vector<StageCost> stages;  ///< per stage, profile units (speed factor 1)
+  /// Per stage, profile units (speed factor 1). A forward of stage s on a
+  /// host takes stages[s].forward_s / speed_factor, unless some layers of
+  /// stage_layers[s] have device_times for the host's `device`: those layers
+  /// then take their device times, and the rest of the stage's time
+  /// (stages[s].forward_s less those layers' forward_s: the other layers and
+  /// any time no layer accounts for, such as PipeOptim's weight prediction)
+  /// is divided by speed_factor. The same for backwards. Without device
+  /// times this is the plain stage time / speed_factor, bit for bit.
+  std::vector<StageCost> stages;
   /// hosts[stage][replica]: the host running each device of the Program.
   std::vector<std::vector<std::string>> hosts;
   /// stage_layers[stage]: the stage's layers in order; needed when the
-  /// Program has per-layer all-reduces (a whole-stage layer is assumed if empty).
+  /// Program has per-layer all-reduces (a whole-stage layer is assumed if
+  /// empty) and when layers have device_times.
   std::vector<std::vector<LayerCost>> stage_layers;
   NetworkModel network = NetworkModel::Analytic;
 };

@@ -216,7 +216,8 @@ TEST(ProfileJson, UnknownFieldIsAnError) {
   const std::string text = R"({"name": "x", "micro_batch_size": 1, "input_byte": 8, "layers": [)" +
                            std::string(kGoodLayer) + "]}";
   EXPECT_CONTAINS(input_error_of([&] { parse_profile_json(text, "p.json"); }), "p.json: expected only the fields name, "
-                                                                               "micro_batch_size, input_bytes, layers, "
+                                                                               "micro_batch_size, micro_batch_sizes, "
+                                                                               "input_bytes, layers, "
                                                                                "found 'input_byte'");
   EXPECT_CONTAINS(input_error_of([] {
                     parse_profile_json(tiny_with_layers(
@@ -224,7 +225,7 @@ TEST(ProfileJson, UnknownFieldIsAnError) {
                                        "p.json");
                   }),
                   "p.json: layers[0]: expected only the fields name, forward_s, backward_s, output_bytes, "
-                  "parameter_bytes, found 'forward'");
+                  "parameter_bytes, devices, found 'forward'");
 }
 
 TEST(ProfileJson, MalformedJsonReportsLineAndColumn) {
