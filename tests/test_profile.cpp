@@ -1,5 +1,7 @@
-// Profile JSON (parse, errors, exact round trip) and PipeDream graph.txt
-// (order, cut bytes, Input nodes, batch size, errors, the shipped profiles).
+// Profile JSON (parse, errors, exact round trip; per-device times; several
+// micro-batch sizes and the interpolation between them) and PipeDream
+// graph.txt (order, cut bytes, Input nodes, batch size, errors, the shipped
+// profiles).
 
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 
 #include "core/error.hpp"
 #include "expect_input_error.hpp"
+#include "core/partition.hpp"
 #include "core/profile.hpp"
 
 namespace pipegrid {
@@ -283,6 +286,407 @@ TEST(ProfileJson, ReadProfileReadsJsonFilesAndNamesThemInErrors) {
   EXPECT_CONTAINS(input_error_of([&] { read_profile(bad, std::nullopt); }), bad + ": layers:");
   EXPECT_CONTAINS(input_error_of([&] { read_profile(folder.write("x", "") + "/missing.json", std::nullopt); }),
                   "missing.json");
+}
+
+// ---------------------------------------------------------------- per-device times
+
+/// A layer with per-device times (single-size).
+const char* const kDeviceLayer =
+    R"({"name": "conv", "forward_s": 1, "backward_s": 2, "output_bytes": 3, "parameter_bytes": 4, )"
+    R"("devices": {"VCU129": {"forward_s": 0.25, "backward_s": 0.5}, "V100": {"forward_s": 0.125, "backward_s": 0}}})";
+
+TEST(ProfileDevices, ParsesPerDeviceTimes) {
+  const Profile profile = parse_profile_json(tiny_with_layers(std::string(kDeviceLayer) + ", " + kGoodLayer), "p.json");
+  ASSERT_EQ(profile.layers.size(), 2u);
+  const Layer& conv = profile.layers[0];
+  ASSERT_EQ(conv.device_times.size(), 2u);
+  EXPECT_EQ(conv.device_times.at("VCU129").forward_s, 0.25);
+  EXPECT_EQ(conv.device_times.at("VCU129").backward_s, 0.5);
+  EXPECT_EQ(conv.device_times.at("V100").forward_s, 0.125);
+  EXPECT_EQ(conv.device_times.at("V100").backward_s, 0);
+  EXPECT_TRUE(profile.layers[1].device_times.empty());
+  EXPECT_TRUE(profile.measured.empty());
+  EXPECT_NO_THROW(check_profile(profile, "p.json"));
+
+  // The times apply on a host of that type, speed_factor or not; others scale.
+  HostInfo vcu129;
+  vcu129.device_type = "VCU129";
+  vcu129.speed_factor = 3;
+  HostInfo other;
+  other.device_type = "VCU118";
+  other.speed_factor = 2;
+  EXPECT_EQ(layer_times_on(conv, vcu129).forward_s, 0.25);
+  EXPECT_EQ(layer_times_on(conv, vcu129).backward_s, 0.5);
+  EXPECT_EQ(layer_times_on(conv, other).forward_s, 0.5);
+  EXPECT_EQ(layer_times_on(conv, other).backward_s, 1);
+}
+
+TEST(ProfileDevices, WritesDevicesSortedOnlyWhereGivenAndReadsBackTheSame) {
+  const Profile profile = parse_profile_json(tiny_with_layers(std::string(kDeviceLayer) + ", " + kGoodLayer), "p.json");
+  const std::string text = profile_to_json(profile);
+  EXPECT_EQ(text,
+            "{\n"
+            "  \"name\": \"tiny\",\n"
+            "  \"micro_batch_size\": 4,\n"
+            "  \"input_bytes\": 0,\n"
+            "  \"layers\": [\n"
+            "    {\"name\": \"conv\", \"forward_s\": 1, \"backward_s\": 2, \"output_bytes\": 3, \"parameter_bytes\": 4, "
+            "\"devices\": {\"V100\": {\"forward_s\": 0.125, \"backward_s\": 0}, \"VCU129\": {\"forward_s\": 0.25, "
+            "\"backward_s\": 0.5}}},\n"
+            "    {\"name\": \"a\", \"forward_s\": 1, \"backward_s\": 2, \"output_bytes\": 3, \"parameter_bytes\": 4}\n"
+            "  ]\n"
+            "}\n");
+  const Profile back = parse_profile_json(text, "round-trip");
+  ASSERT_EQ(back.layers.size(), 2u);
+  EXPECT_EQ(back.layers[0].device_times.size(), 2u);
+  EXPECT_EQ(back.layers[0].device_times.at("VCU129").backward_s, 0.5);
+  EXPECT_EQ(profile_to_json(back), text);
+}
+
+TEST(ProfileDevices, BadDeviceEntriesNameFileLayerAndField) {
+  auto error_for = [](const std::string& devices) {
+    return input_error_of([&] {
+      parse_profile_json(tiny_with_layers(std::string(kGoodLayer) +
+                                          R"(, {"name": "b", "forward_s": 1, "backward_s": 2, "output_bytes": 3, )"
+                                          R"("parameter_bytes": 4, "devices": )" +
+                                          devices + "}"),
+                         "p.json");
+    });
+  };
+  EXPECT_CONTAINS(error_for("[1, 2]"), "p.json: layers[1].devices: expected an object of per-device-type times");
+  EXPECT_CONTAINS(error_for(R"({"VCU129": 0.5})"),
+                  "p.json: layers[1].devices.VCU129: expected an object with forward_s and backward_s, found 0.5");
+  EXPECT_CONTAINS(error_for(R"({"VCU129": [0.5, 1]})"),
+                  "p.json: layers[1].devices.VCU129: expected an object with forward_s and backward_s, found [0.5,1]");
+  EXPECT_CONTAINS(error_for(R"({"VCU129": {"forward_s": 1, "backward": 2}})"),
+                  "p.json: layers[1].devices.VCU129: expected only the fields forward_s, backward_s, found 'backward'");
+  EXPECT_CONTAINS(error_for(R"({"VCU129": {"forward_s": 1}})"),
+                  "p.json: layers[1].devices.VCU129.backward_s: expected a non-negative number, found nothing");
+  EXPECT_CONTAINS(error_for(R"({"VCU129": {"forward_s": -1, "backward_s": 1}})"),
+                  "p.json: layers[1].devices.VCU129.forward_s: expected a non-negative number, found -1");
+  EXPECT_CONTAINS(error_for(R"({"VCU129": {"forward_s": 1, "backward_s": "slow"}})"),
+                  "p.json: layers[1].devices.VCU129.backward_s: expected a non-negative number, found \"slow\"");
+  EXPECT_CONTAINS(error_for(R"({"VCU129": {"forward_s": [1, 2], "backward_s": 1}})"),
+                  "p.json: layers[1].devices.VCU129.forward_s: expected a non-negative number, found [1,2]");
+  EXPECT_CONTAINS(error_for(R"({"": {"forward_s": 1, "backward_s": 1}})"),
+                  "p.json: layers[1].devices: expected a device type name without spaces (a host's `device` "
+                  "property), found ''");
+  EXPECT_CONTAINS(error_for(R"({"VCU 129": {"forward_s": 1, "backward_s": 1}})"),
+                  "p.json: layers[1].devices: expected a device type name without spaces (a host's `device` "
+                  "property), found 'VCU 129'");
+}
+
+TEST(ProfileDevices, CheckProfileChecksDeviceTimes) {
+  Profile profile = parse_profile_json(tiny_with_layers(kDeviceLayer), "p.json");
+  profile.layers[0].device_times["VCU129"].backward_s = -1;
+  EXPECT_CONTAINS(input_error_of([&] { check_profile(profile, "p.json"); }),
+                  "p.json: layers[0].devices.VCU129.backward_s: expected a non-negative number, found -1");
+  profile.layers[0].device_times["VCU129"].backward_s = 1;
+  profile.layers[0].device_times["has space"] = {1, 1};
+  EXPECT_CONTAINS(input_error_of([&] { check_profile(profile, "p.json"); }),
+                  "p.json: layers[0].devices: expected a device type name without spaces, found 'has space'");
+}
+
+// ---------------------------------------------------------------- several micro-batch sizes
+
+/// Three layers at sizes 4, 8 and 16; conv2 has VCU129 times. conv1's
+/// forward bends at 8 (slope 1/16, then 3/32).
+const char* const kSizesText = R"({
+  "name": "sizes",
+  "micro_batch_sizes": [4, 8, 16],
+  "input_bytes": [40, 80, 160],
+  "layers": [
+    {"name": "conv1", "forward_s": [0.5, 0.75, 1.5], "backward_s": [1, 1.5, 2.5], "output_bytes": [25, 50, 100], "parameter_bytes": 100},
+    {"name": "conv2", "forward_s": [0.25, 0.5, 1], "backward_s": [0.5, 1, 2], "output_bytes": [10, 20, 40], "parameter_bytes": 60,
+     "devices": {"VCU129": {"forward_s": [0.125, 0.2, 0.3], "backward_s": [0.25, 0.4, 0.7]}}},
+    {"name": "fc", "forward_s": [0.25, 0.375, 0.625], "backward_s": [0.75, 1, 1.5], "output_bytes": [0, 0, 0], "parameter_bytes": 50}
+  ]
+})";
+
+/// A multi-size profile text with `top` as its fields before "layers" and
+/// one layer `layer`.
+std::string sizes_profile(const std::string& top, const std::string& layer) {
+  return R"({"name": "s", )" + top + R"(, "layers": [)" + layer + "]}";
+}
+
+const char* const kTwoSizes = R"("micro_batch_sizes": [4, 8])";
+
+TEST(ProfileSizes, ParsesEverySizeAndHoldsTheFirstInTheFields) {
+  const Profile profile = parse_profile_json(kSizesText, "sizes.json");
+  EXPECT_EQ(profile_micro_batch_sizes(profile), (std::vector<int>{4, 8, 16}));
+  ASSERT_EQ(profile.measured.size(), 3u);
+  EXPECT_EQ(profile.measured[2].micro_batch_size, 16);
+  EXPECT_EQ(profile.measured[2].input_bytes, 160);
+  ASSERT_EQ(profile.measured[2].layers.size(), 3u);
+  EXPECT_EQ(profile.measured[2].layers[0].forward_s, 1.5);
+  EXPECT_EQ(profile.measured[1].layers[1].device_times.at("VCU129").backward_s, 0.4);
+  // The fields: the profile at its first size, what single-size code runs.
+  EXPECT_EQ(profile.micro_batch_size, 4);
+  EXPECT_EQ(profile.input_bytes, 40);
+  EXPECT_EQ(profile.layers[0].forward_s, 0.5);
+  EXPECT_EQ(profile.layers[0].parameter_bytes, 100);
+  EXPECT_EQ(profile.layers[1].output_bytes, 10);
+  EXPECT_EQ(profile.layers[1].device_times.at("VCU129").forward_s, 0.125);
+  EXPECT_NO_THROW(check_profile(profile, "sizes.json"));
+}
+
+TEST(ProfileSizes, WritesListsAndReadsBackTheSame) {
+  const Profile profile = parse_profile_json(kSizesText, "sizes.json");
+  const std::string text = profile_to_json(profile);
+  EXPECT_EQ(text,
+            "{\n"
+            "  \"name\": \"sizes\",\n"
+            "  \"micro_batch_sizes\": [4, 8, 16],\n"
+            "  \"input_bytes\": [40, 80, 160],\n"
+            "  \"layers\": [\n"
+            "    {\"name\": \"conv1\", \"forward_s\": [0.5, 0.75, 1.5], \"backward_s\": [1, 1.5, 2.5], \"output_bytes\": "
+            "[25, 50, 100], \"parameter_bytes\": 100},\n"
+            "    {\"name\": \"conv2\", \"forward_s\": [0.25, 0.5, 1], \"backward_s\": [0.5, 1, 2], \"output_bytes\": [10, "
+            "20, 40], \"parameter_bytes\": 60, \"devices\": {\"VCU129\": {\"forward_s\": [0.125, 0.2, 0.3], "
+            "\"backward_s\": [0.25, 0.4, 0.7]}}},\n"
+            "    {\"name\": \"fc\", \"forward_s\": [0.25, 0.375, 0.625], \"backward_s\": [0.75, 1, 1.5], "
+            "\"output_bytes\": [0, 0, 0], \"parameter_bytes\": 50}\n"
+            "  ]\n"
+            "}\n");
+  const Profile back = parse_profile_json(text, "round-trip");
+  EXPECT_EQ(profile_to_json(back), text);
+  EXPECT_EQ(profile_micro_batch_sizes(back), (std::vector<int>{4, 8, 16}));
+}
+
+TEST(ProfileSizes, InputBytesDefaultToZeroAtEverySize) {
+  const Profile profile = parse_profile_json(
+      sizes_profile(kTwoSizes, R"({"name": "a", "forward_s": [1, 2], "backward_s": [1, 2], "output_bytes": [0, 0], )"
+                               R"("parameter_bytes": 1})"),
+      "s.json");
+  ASSERT_EQ(profile.measured.size(), 2u);
+  EXPECT_EQ(profile.measured[1].input_bytes, 0);
+}
+
+TEST(ProfileSizes, BadSizesAreErrors) {
+  const std::string layer =
+      R"({"name": "a", "forward_s": [1, 2], "backward_s": [1, 2], "output_bytes": [0, 0], "parameter_bytes": 1})";
+  auto error_for = [&](const std::string& top) {
+    return input_error_of([&] { parse_profile_json(sizes_profile(top, layer), "s.json"); });
+  };
+  EXPECT_CONTAINS(error_for(R"("micro_batch_size": 4, "micro_batch_sizes": [4, 8])"),
+                  "s.json: micro_batch_sizes: expected either micro_batch_size (times at one size) or "
+                  "micro_batch_sizes (times at several), found both");
+  EXPECT_CONTAINS(error_for(R"("micro_batch_sizes": [8, 4])"),
+                  "s.json: micro_batch_sizes[1]: expected a size larger than 8 (sizes in increasing order, each "
+                  "once), found 4");
+  EXPECT_CONTAINS(error_for(R"("micro_batch_sizes": [8, 8])"),
+                  "s.json: micro_batch_sizes[1]: expected a size larger than 8 (sizes in increasing order, each "
+                  "once), found 8");
+  EXPECT_CONTAINS(error_for(R"("micro_batch_sizes": [4, 8.5])"),
+                  "s.json: micro_batch_sizes[1]: expected an integer >= 1, found 8.5");
+  EXPECT_CONTAINS(error_for(R"("micro_batch_sizes": [0, 8])"),
+                  "s.json: micro_batch_sizes[0]: expected an integer >= 1, found 0");
+  EXPECT_CONTAINS(error_for(R"("micro_batch_sizes": [8])"),
+                  "s.json: micro_batch_sizes: expected a list of at least two micro-batch sizes in increasing order "
+                  "(for one size, write micro_batch_size and plain numbers), found [8]");
+  EXPECT_CONTAINS(error_for(R"("micro_batch_sizes": 8)"), "s.json: micro_batch_sizes: expected a list of at least two");
+}
+
+TEST(ProfileSizes, ListsMustHaveOneNonNegativeNumberPerSize) {
+  auto error_for = [](const std::string& top, const std::string& layer) {
+    return input_error_of([&] { parse_profile_json(sizes_profile(top, layer), "s.json"); });
+  };
+  EXPECT_CONTAINS(
+      error_for(kTwoSizes, R"({"name": "a", "forward_s": [1, 2, 3], "backward_s": [1, 2], "output_bytes": [0, 0], )"
+                           R"("parameter_bytes": 1})"),
+      "s.json: layers[0].forward_s: expected a list of 2 non-negative numbers (one per micro_batch_sizes entry), "
+      "found a list of 3");
+  EXPECT_CONTAINS(
+      error_for(kTwoSizes, R"({"name": "a", "forward_s": [1, 2], "backward_s": 0.5, "output_bytes": [0, 0], )"
+                           R"("parameter_bytes": 1})"),
+      "s.json: layers[0].backward_s: expected a list of 2 non-negative numbers (one per micro_batch_sizes entry), "
+      "found 0.5");
+  EXPECT_CONTAINS(
+      error_for(kTwoSizes, R"({"name": "a", "forward_s": [1, 2], "backward_s": [1, 2], "output_bytes": [0, -8], )"
+                           R"("parameter_bytes": 1})"),
+      "s.json: layers[0].output_bytes[1]: expected a non-negative number, found -8");
+  EXPECT_CONTAINS(
+      error_for(kTwoSizes, R"({"name": "a", "forward_s": [1, 2], "backward_s": [1, 2], "output_bytes": [0, 0], )"
+                           R"("parameter_bytes": [1, 1]})"),
+      "s.json: layers[0].parameter_bytes: expected a non-negative number, found [1,1]");
+  EXPECT_CONTAINS(
+      error_for(kTwoSizes, R"({"name": "a", "forward_s": [1, 2], "backward_s": [1, 2], "output_bytes": [0, 0], )"
+                           R"("parameter_bytes": 1, "devices": {"VCU129": {"forward_s": [1], "backward_s": [1, 2]}}})"),
+      "s.json: layers[0].devices.VCU129.forward_s: expected a list of 2 non-negative numbers (one per "
+      "micro_batch_sizes entry), found a list of 1");
+  EXPECT_CONTAINS(
+      error_for(kTwoSizes, R"({"name": "a", "forward_s": [1, 2], "backward_s": [1, 2], "output_bytes": [0, 0], )"
+                           R"("parameter_bytes": 1, "devices": {"VCU129": {"forward_s": 1, "backward_s": 1}}})"),
+      "s.json: layers[0].devices.VCU129.forward_s: expected a list of 2 non-negative numbers");
+  EXPECT_CONTAINS(error_for(std::string(kTwoSizes) + R"(, "input_bytes": 40)",
+                            R"({"name": "a", "forward_s": [1, 2], "backward_s": [1, 2], "output_bytes": [0, 0], )"
+                            R"("parameter_bytes": 1})"),
+                  "s.json: input_bytes: expected a list of 2 non-negative numbers (one per micro_batch_sizes entry), "
+                  "found 40");
+  // Lists in a single-size profile are just as wrong.
+  EXPECT_CONTAINS(input_error_of([] {
+                    parse_profile_json(tiny_with_layers(R"({"name": "a", "forward_s": [1, 2], "backward_s": 1, )"
+                                                        R"("output_bytes": 0, "parameter_bytes": 1})"),
+                                       "p.json");
+                  }),
+                  "p.json: layers[0].forward_s: expected a non-negative number, found [1,2]");
+}
+
+TEST(ProfileSizes, AtAMeasuredSizeTheValuesAreExactlyThatSizes) {
+  const Profile profile = parse_profile_json(kSizesText, "sizes.json");
+  const Profile at8 = profile_at_micro_batch_size(profile, 8);
+  EXPECT_TRUE(at8.measured.empty());
+  EXPECT_EQ(profile_micro_batch_sizes(at8), std::vector<int>{8});
+  EXPECT_EQ(at8.micro_batch_size, 8);
+  EXPECT_EQ(at8.input_bytes, 80);
+  EXPECT_EQ(at8.layers[0].forward_s, 0.75);
+  EXPECT_EQ(at8.layers[2].backward_s, 1);
+  EXPECT_EQ(at8.layers[1].output_bytes, 20);
+  EXPECT_EQ(at8.layers[1].device_times.at("VCU129").forward_s, 0.2);
+  EXPECT_EQ(at8.layers[1].parameter_bytes, 60);
+  EXPECT_EQ(at8.layers[1].name, "conv2");
+  // The first size is the profile's fields, without the other sizes.
+  const Profile at4 = profile_at_micro_batch_size(profile, 4);
+  EXPECT_TRUE(at4.measured.empty());
+  EXPECT_EQ(at4.layers[0].forward_s, profile.layers[0].forward_s);
+  EXPECT_NO_THROW(check_profile(at4, "at4"));
+}
+
+/// The profile's values at one size, to compare with hand-computed ones.
+struct Expected {
+  double input;
+  double conv1_forward, conv1_backward, conv1_output;
+  double conv2_forward, conv2_device_forward, conv2_device_backward;
+  double fc_forward;
+};
+
+void expect_at(const Profile& profile, int size, const Expected& e) {
+  SCOPED_TRACE("micro-batch size " + std::to_string(size));
+  const Profile p = profile_at_micro_batch_size(profile, size);
+  constexpr double kTolerance = 1e-9;
+  EXPECT_EQ(p.micro_batch_size, size);
+  EXPECT_TRUE(p.measured.empty());
+  EXPECT_NEAR(p.input_bytes, e.input, kTolerance);
+  EXPECT_NEAR(p.layers[0].forward_s, e.conv1_forward, kTolerance);
+  EXPECT_NEAR(p.layers[0].backward_s, e.conv1_backward, kTolerance);
+  EXPECT_NEAR(p.layers[0].output_bytes, e.conv1_output, kTolerance);
+  EXPECT_NEAR(p.layers[1].forward_s, e.conv2_forward, kTolerance);
+  EXPECT_NEAR(p.layers[1].device_times.at("VCU129").forward_s, e.conv2_device_forward, kTolerance);
+  EXPECT_NEAR(p.layers[1].device_times.at("VCU129").backward_s, e.conv2_device_backward, kTolerance);
+  EXPECT_NEAR(p.layers[2].forward_s, e.fc_forward, kTolerance);
+  EXPECT_EQ(p.layers[2].output_bytes, 0);
+  // Parameters do not depend on the micro-batch size.
+  EXPECT_EQ(p.layers[0].parameter_bytes, 100);
+  EXPECT_EQ(p.layers[1].parameter_bytes, 60);
+  EXPECT_EQ(p.layers[2].parameter_bytes, 50);
+  EXPECT_NO_THROW(check_profile(p, "interpolated"));
+}
+
+TEST(ProfileSizes, InterpolatesLinearlyBetweenTheTwoSizesAround) {
+  const Profile profile = parse_profile_json(kSizesText, "sizes.json");
+  // 6: halfway between 4 and 8.
+  expect_at(profile, 6, {60, 0.625, 1.25, 37.5, 0.375, 0.1625, 0.325, 0.3125});
+  // 12: halfway between 8 and 16 (conv1's forward on its second slope).
+  expect_at(profile, 12, {120, 1.125, 2, 75, 0.75, 0.25, 0.55, 0.5});
+  // 10: a quarter of the way from 8 to 16.
+  expect_at(profile, 10, {100, 0.9375, 1.75, 62.5, 0.625, 0.225, 0.475, 0.4375});
+}
+
+TEST(ProfileSizes, ExtrapolatesFromTheTwoNearestSizes) {
+  const Profile profile = parse_profile_json(kSizesText, "sizes.json");
+  // Below 4: the line through 4 and 8.
+  expect_at(profile, 2, {20, 0.375, 0.75, 12.5, 0.125, 0.0875, 0.175, 0.1875});
+  expect_at(profile, 1, {10, 0.3125, 0.625, 6.25, 0.0625, 0.06875, 0.1375, 0.15625});
+  // Above 16: the line through 8 and 16.
+  expect_at(profile, 32, {320, 3, 4.5, 200, 2, 0.5, 1.3, 1.125});
+}
+
+TEST(ProfileSizes, NegativeExtrapolationIsAnErrorAndZeroIsNot) {
+  const Profile rising = parse_profile_json(
+      sizes_profile(kTwoSizes, R"({"name": "a", "forward_s": [0.25, 0.75], "backward_s": [1, 2], )"
+                               R"("output_bytes": [0, 0], "parameter_bytes": 1})"),
+      "s.json");
+  EXPECT_CONTAINS(input_error_of([&] { profile_at_micro_batch_size(rising, 1); }),
+                  "profile s: layers[0].forward_s: extrapolating to micro-batch size 1 along the line through sizes 4 "
+                  "(0.25) and 8 (0.75) gives -0.125 (expected a non-negative value): measure the profile at a size "
+                  "nearer 1");
+  EXPECT_NEAR(profile_at_micro_batch_size(rising, 2).layers[0].forward_s, 0, 0);  // exactly 0 is fine
+  const Profile device = parse_profile_json(
+      sizes_profile(kTwoSizes, R"({"name": "a", "forward_s": [1, 2], "backward_s": [1, 2], "output_bytes": [0, 0], )"
+                               R"("parameter_bytes": 1, "devices": {"V100": {"forward_s": [1, 1], )"
+                               R"("backward_s": [0.5, 2]}}})"),
+      "s.json");
+  EXPECT_CONTAINS(input_error_of([&] { profile_at_micro_batch_size(device, 2); }),
+                  "profile s: layers[0].devices.V100.backward_s: extrapolating to micro-batch size 2");
+  const Profile shrinking_input = parse_profile_json(
+      sizes_profile(std::string(kTwoSizes) + R"(, "input_bytes": [10, 90])",
+                    R"({"name": "a", "forward_s": [1, 2], "backward_s": [1, 2], "output_bytes": [0, 0], )"
+                    R"("parameter_bytes": 1})"),
+      "s.json");
+  EXPECT_CONTAINS(input_error_of([&] { profile_at_micro_batch_size(shrinking_input, 3); }),
+                  "profile s: input_bytes: extrapolating to micro-batch size 3");
+}
+
+TEST(ProfileSizes, SingleSizeProfilesDoNotScale) {
+  const Profile tiny = parse_profile_json(kTinyText, "tiny.json");
+  EXPECT_EQ(profile_micro_batch_sizes(tiny), std::vector<int>{4});
+  EXPECT_EQ(profile_to_json(profile_at_micro_batch_size(tiny, 4)), profile_to_json(tiny));
+  EXPECT_CONTAINS(input_error_of([&] { profile_at_micro_batch_size(tiny, 8); }),
+                  "profile tiny: measured at micro-batch size 4 only, so it has no times at size 8");
+  EXPECT_CONTAINS(input_error_of([&] { profile_at_micro_batch_size(tiny, 0); }),
+                  "profile tiny: micro-batch size: expected an integer >= 1, found 0");
+  const Profile sizes = parse_profile_json(kSizesText, "sizes.json");
+  EXPECT_CONTAINS(input_error_of([&] { profile_at_micro_batch_size(sizes, -4); }),
+                  "profile sizes: micro-batch size: expected an integer >= 1, found -4");
+}
+
+TEST(ProfileSizes, CheckProfileChecksTheMeasuredSizes) {
+  const Profile good = parse_profile_json(kSizesText, "sizes.json");
+  auto error_after = [&](const std::function<void(Profile&)>& change) {
+    Profile profile = good;
+    change(profile);
+    return input_error_of([&] { check_profile(profile, "sizes.json"); });
+  };
+  EXPECT_CONTAINS(error_after([](Profile& p) { p.measured[2].micro_batch_size = 8; }),
+                  "sizes.json: micro_batch_sizes[2]: expected an integer >= 1 larger than the size before it, found 8");
+  EXPECT_CONTAINS(error_after([](Profile& p) { p.measured.pop_back(), p.measured.pop_back(); }),
+                  "sizes.json: micro_batch_sizes: expected at least two sizes, found 1");
+  EXPECT_CONTAINS(error_after([](Profile& p) { p.measured[1].layers.pop_back(); }),
+                  "sizes.json: layers (at micro-batch size 8): expected 3 layers, found 2");
+  EXPECT_CONTAINS(error_after([](Profile& p) { p.measured[1].layers[0].backward_s = -1; }),
+                  "sizes.json: layers[0].backward_s[1] (at micro-batch size 8): expected a non-negative number, "
+                  "found -1");
+  EXPECT_CONTAINS(error_after([](Profile& p) { p.measured[2].layers[1].device_times.clear(); }),
+                  "sizes.json: layers[1].devices (at micro-batch size 16): expected the device types [VCU129] of the "
+                  "first size, found []");
+  EXPECT_CONTAINS(error_after([](Profile& p) { p.layers[2].forward_s = 7; }),
+                  "sizes.json: expected the profile's fields to hold its first measured size (4)");
+  EXPECT_CONTAINS(error_after([](Profile& p) { p.micro_batch_size = 8; }),
+                  "sizes.json: expected the profile's fields to hold its first measured size (4), found other values "
+                  "(micro_batch_size 8)");
+}
+
+TEST(ProfileSizes, ReadProfileRejectsBatchSizeForAMultiSizeProfile) {
+  TemporaryFolder folder;
+  const std::string path = folder.write("sizes.json", kSizesText);
+  EXPECT_EQ(read_profile(path, std::nullopt).measured.size(), 3u);
+  EXPECT_CONTAINS(input_error_of([&] { read_profile(path, 4); }),
+                  "sizes.json: batch size: the profile gives times at micro_batch_sizes [4, 8, 16], found "
+                  "--batch-size 4");
+}
+
+TEST(ProfileSizes, SplittingALayerKeepsOnlyTheCurrentSize) {
+  const Profile profile = parse_profile_json(kSizesText, "sizes.json");
+  const Profile split = split_layers(profile, {{1, 0.5}});
+  EXPECT_TRUE(split.measured.empty());
+  ASSERT_EQ(split.layers.size(), 4u);
+  EXPECT_EQ(split.micro_batch_size, 4);
+  EXPECT_EQ(split.layers[1].device_times.at("VCU129").forward_s, 0.0625);
+  EXPECT_NO_THROW(check_profile(split, "split"));
+  // To split another size, take it first.
+  const Profile split8 = split_layers(profile_at_micro_batch_size(profile, 8), {{1, 0.5}});
+  EXPECT_EQ(split8.micro_batch_size, 8);
+  EXPECT_EQ(split8.layers[2].forward_s, 0.25);
 }
 
 // ---------------------------------------------------------------- graph.txt
