@@ -27,6 +27,15 @@ struct Layer {
   /// layer in these times (its speed_factor does not apply); any other host
   /// takes forward_s / backward_s divided by its speed_factor.
   std::map<std::string, LayerTimes> device_times;
+  /// Bytes of this layer's own output, what its forward leaves stashed for
+  /// the backward. Absent: output_bytes (a chain, where the cut after a
+  /// layer carries exactly its output). A branching model linearised into a
+  /// chain differs: the cut also carries tensors that skip over the layer
+  /// (a residual connection's input), which are stashed once, by the layer
+  /// that made them.
+  std::optional<double> activation_bytes;
+
+  double stashed_bytes() const { return activation_bytes.value_or(output_bytes); }
 };
 
 struct Profile {

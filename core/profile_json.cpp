@@ -110,7 +110,7 @@ Profile parse_profile_json(const std::string& text, const std::string& origin) {
     if (!entry.is_object())
       throw InputError(fmt::format("{}: {}: expected a layer object, found {}", origin, path, shown(entry)));
     reject_unknown_fields(entry, fmt::format("{}: {}", origin, path),
-                          {"name", "forward_s", "backward_s", "output_bytes", "parameter_bytes"});
+                          {"name", "forward_s", "backward_s", "output_bytes", "activation_bytes", "parameter_bytes"});
     Layer layer;
     const auto layer_name = entry.find("name");
     if (layer_name == entry.end() || !layer_name->is_string())
@@ -120,6 +120,8 @@ Profile parse_profile_json(const std::string& text, const std::string& origin) {
     layer.forward_s = non_negative_number(entry, "forward_s", origin, path + ".forward_s");
     layer.backward_s = non_negative_number(entry, "backward_s", origin, path + ".backward_s");
     layer.output_bytes = non_negative_number(entry, "output_bytes", origin, path + ".output_bytes");
+    if (entry.contains("activation_bytes"))
+      layer.activation_bytes = non_negative_number(entry, "activation_bytes", origin, path + ".activation_bytes");
     layer.parameter_bytes = non_negative_number(entry, "parameter_bytes", origin, path + ".parameter_bytes");
     profile.layers.push_back(std::move(layer));
   }
@@ -137,10 +139,12 @@ std::string profile_to_json(const Profile& profile) {
   text += "  \"layers\": [";
   for (std::size_t l = 0; l < profile.layers.size(); ++l) {
     const Layer& layer = profile.layers[l];
+    const std::string activation =
+        layer.activation_bytes ? fmt::format(", \"activation_bytes\": {}", number_text(*layer.activation_bytes)) : "";
     text += fmt::format(
-        "{}\n    {{\"name\": {}, \"forward_s\": {}, \"backward_s\": {}, \"output_bytes\": {}, \"parameter_bytes\": {}}}",
+        "{}\n    {{\"name\": {}, \"forward_s\": {}, \"backward_s\": {}, \"output_bytes\": {}{}, \"parameter_bytes\": {}}}",
         l == 0 ? "" : ",", nlohmann::ordered_json(layer.name).dump(), number_text(layer.forward_s),
-        number_text(layer.backward_s), number_text(layer.output_bytes), number_text(layer.parameter_bytes));
+        number_text(layer.backward_s), number_text(layer.output_bytes), activation, number_text(layer.parameter_bytes));
   }
   text += profile.layers.empty() ? "]\n}\n" : "\n  ]\n}\n";
   return text;
@@ -159,6 +163,7 @@ void check_profile(const Profile& profile, const std::string& origin) {
     const std::pair<const char*, double> fields[] = {{"forward_s", layer.forward_s},
                                                      {"backward_s", layer.backward_s},
                                                      {"output_bytes", layer.output_bytes},
+                                                     {"activation_bytes", layer.activation_bytes.value_or(0.0)},
                                                      {"parameter_bytes", layer.parameter_bytes}};
     for (const auto& [field, value] : fields)
       if (!std::isfinite(value) || value < 0)

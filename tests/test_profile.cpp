@@ -18,6 +18,7 @@
 
 #include "core/error.hpp"
 #include "expect_input_error.hpp"
+#include "core/partition.hpp"
 #include "core/profile.hpp"
 
 namespace pipegrid {
@@ -119,10 +120,10 @@ TEST(ProfileJson, RoundTripIsExactAndDeterministic) {
   profile.name = "odd \"name\" \\ with unicode \xC3\xA9";
   profile.micro_batch_size = 7;
   profile.input_bytes = 77070336;
-  profile.layers.push_back({"a", 0.1, 1.0 / 3.0, 1644167168, 0, {}});
-  profile.layers.push_back({"b", 6.949e-3, 0.0069489999999999994, 1e-300, 123456789.123456789, {}});
-  profile.layers.push_back({"c", std::nextafter(1.0, 2.0), 5e-324, 9007199254740993.0, 1e300, {}});
-  profile.layers.push_back({"d", 0, 2.5, std::numeric_limits<double>::max(), 4, {}});
+  profile.layers.push_back({"a", 0.1, 1.0 / 3.0, 1644167168, 0, {}, {}});
+  profile.layers.push_back({"b", 6.949e-3, 0.0069489999999999994, 1e-300, 123456789.123456789, {}, {}});
+  profile.layers.push_back({"c", std::nextafter(1.0, 2.0), 5e-324, 9007199254740993.0, 1e300, {}, {}});
+  profile.layers.push_back({"d", 0, 2.5, std::numeric_limits<double>::max(), 4, {}, {}});
 
   const std::string text = profile_to_json(profile);
   const Profile back = parse_profile_json(text, "round-trip");
@@ -224,7 +225,7 @@ TEST(ProfileJson, UnknownFieldIsAnError) {
                                        "p.json");
                   }),
                   "p.json: layers[0]: expected only the fields name, forward_s, backward_s, output_bytes, "
-                  "parameter_bytes, found 'forward'");
+                  "activation_bytes, parameter_bytes, found 'forward'");
 }
 
 TEST(ProfileJson, MalformedJsonReportsLineAndColumn) {
@@ -316,6 +317,30 @@ TEST(PipeDreamGraph, BranchCutsCountEachProducerOnceAndInputNodesNever) {
   double forward = 0;
   for (const Layer& layer : profile.layers) forward += layer.forward_s;
   EXPECT_DOUBLE_EQ(forward, (1 + 3 + 5 + 7) / 1000.0);  // the Input's 5 ms are not counted
+  // Each layer's own output is what it stashes; where the cut after it
+  // carries more (A skipping over B and C), it is kept apart.
+  EXPECT_FALSE(profile.layers[0].activation_bytes.has_value());  // the cut carries exactly A
+  EXPECT_EQ(profile.layers[1].activation_bytes, 20.0);
+  EXPECT_EQ(profile.layers[2].activation_bytes, 30.0);
+  EXPECT_FALSE(profile.layers[3].activation_bytes.has_value());  // the last layer's output crosses no cut
+  EXPECT_EQ(profile.layers[1].stashed_bytes(), 20);
+  // One stage holding every layer stashes its input and each tensor once.
+  Partition whole;
+  whole.stage_of_layer = {0, 0, 0, 0};
+  whole.hosts = {{"h"}};
+  EXPECT_EQ(stage_costs(profile, whole)[0].stash_bytes, 600 + 100 + 20 + 30);
+  // Two stages (A, B | C, D): the second receives and stashes the cut after
+  // B (A and B, for C and D), then C.
+  Partition two;
+  two.stage_of_layer = {0, 0, 1, 1};
+  two.hosts = {{"h0"}, {"h1"}};
+  const std::vector<StageCost> costs = stage_costs(profile, two);
+  EXPECT_EQ(costs[0].stash_bytes, 600 + 100 + 20);
+  EXPECT_EQ(costs[1].stash_bytes, (100 + 20) + 30);
+  // The field survives the profile JSON (plans embed their profile).
+  const Profile again = parse_profile_json(profile_to_json(profile), "export");
+  EXPECT_EQ(again.layers[1].activation_bytes, 20.0);
+  EXPECT_FALSE(again.layers[0].activation_bytes.has_value());
 }
 
 TEST(PipeDreamGraph, ReadyNodesAreTakenInFileOrder) {
@@ -465,6 +490,26 @@ FileSums sums_of(const std::string& path) {
   return sums;
 }
 
+/// The activation_size graph.txt lists for the node a layer was read from
+/// (its name starts with the node id), read with a regular expression.
+double own_activation_bytes(const std::string& path, const std::string& layer_name) {
+  const std::string id = layer_name.substr(0, layer_name.find(':'));
+  std::ifstream in(path);
+  // activation_size is a number or a list of numbers (summed).
+  const std::regex line_pattern(R"(^(\S+) -- .* activation_size=(.*), parameter_size=[0-9.]+$)");
+  const std::regex number(R"([0-9]+(\.[0-9]*)?)");
+  std::string line;
+  double total = 0;
+  while (std::getline(in, line)) {
+    std::smatch match;
+    if (!std::regex_match(line, match, line_pattern) || match[1].str() != id) continue;
+    const std::string sizes = match[2].str();
+    for (auto it = std::sregex_iterator(sizes.begin(), sizes.end(), number); it != std::sregex_iterator(); ++it)
+      total += std::stod(it->str());
+  }
+  return total;
+}
+
 TEST(ShippedPipeDreamProfiles, Vgg16) {
   const Profile profile = read_profile(shipped("vgg16"), std::nullopt);
   const FileSums sums = sums_of(shipped("vgg16"));
@@ -508,6 +553,15 @@ TEST(ShippedPipeDreamProfiles, AllFourParse) {
     EXPECT_EQ(profile.micro_batch_size, expected.micro_batch_size);
     EXPECT_EQ(profile.input_bytes, sums_of(shipped(expected.model)).input_activation_bytes);
     EXPECT_NO_THROW(check_profile(profile, expected.model));
+    // A stage holding the whole model stashes the input and every node's
+    // output once (not the linearised cuts, which repeat skip tensors), the
+    // last layer's excepted.
+    Partition whole;
+    whole.stage_of_layer.assign(profile.layers.size(), 0);
+    whole.hosts = {{"h"}};
+    double once = profile.input_bytes;
+    for (std::size_t l = 0; l + 1 < profile.layers.size(); ++l) once += own_activation_bytes(shipped(expected.model), profile.layers[l].name);
+    EXPECT_DOUBLE_EQ(stage_costs(profile, whole)[0].stash_bytes, once);
     // Exported and read back, the profile is the same.
     EXPECT_EQ(profile_to_json(parse_profile_json(profile_to_json(profile), "export")), profile_to_json(profile));
   }
