@@ -280,8 +280,8 @@ CandidateOutcome run_candidate(const Exploration& exploration, const Candidate& 
         outcome.peak_memory_bytes = device.peak_memory_bytes;
         outcome.peak_memory_host = device.host;
       }
-      std::optional<double> capacity = device.memory_capacity_bytes;
-      if (exploration.memory_limit_bytes) capacity = capacity ? std::min(*capacity, *exploration.memory_limit_bytes) : *exploration.memory_limit_bytes;
+      const std::optional<double> capacity =
+          exploration.memory_limit_bytes ? exploration.memory_limit_bytes : device.memory_capacity_bytes;
       if (capacity && device.peak_memory_bytes > *capacity) outcome.overflows.push_back({device.host, device.peak_memory_bytes, *capacity});
     }
   } catch (const InputError& error) {
@@ -449,23 +449,30 @@ std::vector<CandidateOutcome> run_candidates(const Exploration& exploration, int
   return outcomes;
 }
 
-std::string memory_text(const CandidateOutcome& outcome) {
-  if (outcome.error) return "-";
-  return human_bytes(outcome.peak_memory_bytes);
-}
+std::string throughput_text(double samples_per_s) { return fmt::format("{:.4g}", samples_per_s); }
 
 std::string table(const std::vector<CandidateOutcome>& outcomes, const std::vector<RankedCandidate>& ranking) {
-  std::string text = fmt::format("{:>4}  {:<13} {:>4} {:>6}  {:<26} {:<9} {:>12} {:>11} {:>6} {:>11}  {}\n", "rank", "schedule", "M",
-                                 "micro", "partition", "replicas", "samples/s", "mini-batch", "bubble", "peak mem", "verdict");
+  // Partition labels ("uniform=bapipe") and replicas vary in length: the
+  // columns take the widest.
+  std::size_t partition_width = 9, replicas_width = 8;
+  for (const RankedCandidate& entry : ranking) {
+    partition_width = std::max(partition_width, outcomes[entry.index].partitioner.size());
+    replicas_width = std::max(replicas_width, outcomes[entry.index].replicas.size());
+  }
+  const auto row = [&](const std::string& rank, const std::string& schedule, const std::string& m, const std::string& micro,
+                       const std::string& partition, const std::string& replicas, const std::string& throughput,
+                       const std::string& time, const std::string& bubble, const std::string& memory, const std::string& verdict) {
+    return fmt::format("{:>4}  {:<13} {:>4} {:>6}  {:<{}}  {:<{}} {:>10} {:>11} {:>6} {:>11}  {}\n", rank, schedule, m, micro, partition,
+                       partition_width, replicas, replicas_width, throughput, time, bubble, memory, verdict);
+  };
+  std::string text = row("rank", "schedule", "M", "micro", "partition", "replicas", "samples/s", "mini-batch", "bubble", "peak mem", "verdict");
   for (const RankedCandidate& entry : ranking) {
     const CandidateOutcome& o = outcomes[entry.index];
     const bool ran = !o.error;
-    text += fmt::format("{:>4}  {:<13} {:>4} {:>6}  {:<26} {:<9} {:>12} {:>11} {:>6} {:>11}  {}\n",
-                        entry.rank > 0 ? std::to_string(entry.rank) : "-", o.schedule, o.micro_batches, o.micro_batch_size,
-                        o.partitioner, o.replicas.empty() ? "-" : o.replicas,
-                        ran ? fmt::format("{:.1f}", o.throughput_samples_per_s) : "-",
-                        ran ? human_seconds(o.minibatch_time_s) : "-", ran ? fmt::format("{:.3f}", o.bubble_fraction) : "-",
-                        memory_text(o), entry.verdict);
+    text += row(entry.rank > 0 ? std::to_string(entry.rank) : "-", o.schedule, std::to_string(o.micro_batches),
+                std::to_string(o.micro_batch_size), o.partitioner, o.replicas.empty() ? "-" : o.replicas,
+                ran ? throughput_text(o.throughput_samples_per_s) : "-", ran ? human_seconds(o.minibatch_time_s) : "-",
+                ran ? fmt::format("{:.3f}", o.bubble_fraction) : "-", ran ? human_bytes(o.peak_memory_bytes) : "-", entry.verdict);
   }
   return text;
 }
@@ -480,9 +487,11 @@ std::string best_per_schedule(const std::vector<CandidateOutcome>& outcomes, con
     const CandidateOutcome& o = outcomes[entry.index];
     if (entry.rank == 0 || !seen.insert(o.schedule).second) continue;
     if (!best) best = o.throughput_samples_per_s;
-    text += fmt::format("  {:<13} {:>10.1f} samples/s  {:>7}  with M={}, micro-batch {}, {} partition ({}), peak {} on {}\n",
-                        o.schedule, o.throughput_samples_per_s,
-                        seen.size() == 1 ? "best" : fmt::format("-{:.1f}%", 100.0 * (1.0 - o.throughput_samples_per_s / *best)),
+    text += fmt::format("  {:<13} {:>10} samples/s  {:>7}  with M={}, micro-batch {}, {} partition ({}), peak {} on {}\n",
+                        o.schedule, throughput_text(o.throughput_samples_per_s),
+                        seen.size() == 1                                              ? "best"
+                        : std::fabs(o.throughput_samples_per_s - *best) <= 1e-9 * *best ? "same"
+                                                                                        : fmt::format("-{:.1f}%", 100.0 * (1.0 - o.throughput_samples_per_s / *best)),
                         o.micro_batches, o.micro_batch_size, o.partitioner, o.replicas, human_bytes(o.peak_memory_bytes),
                         o.peak_memory_host);
   }
@@ -545,7 +554,7 @@ CLI::App* add_explore_command(CLI::App& app) {
   command->add_option("--profile", options.profile, "profile JSON, or PipeDream graph.txt")->required();
   command->add_option("--mini-batch-size", options.mini_batch_size, "samples per mini-batch (split into M micro-batches)")->required();
   command->add_option("--memory", options.memory,
-                      "memory per device (bytes or 16GiB); the lower of this and a host's own `memory` applies");
+                      "memory per device (bytes or 16GiB), in place of the hosts' own `memory`");
   command->add_option("--schedules", options.schedules, "only these schedules (default: every one valid on the hosts)")->delimiter(',');
   command->add_option("--partitioners", options.partitioners, "only these partitioners (default: uniform,pipedream,bapipe)")->delimiter(',');
   command->add_option("--micro-batches", options.micro_batches, "only these micro-batch counts M (default: every divisor)")->delimiter(',');
@@ -571,6 +580,9 @@ int run_explore_command() {
   Exploration exploration;
   exploration.graph = read_model_graph(options.profile, options.batch_size);
   exploration.platform = sim::read_platform(options.platform);
+  // Partitioners name the platform in their messages: its file name, so
+  // that verdicts read the same wherever the file lies.
+  exploration.platform.file = options.platform.substr(options.platform.find_last_of('/') + 1);
   if (!options.memory.empty()) exploration.memory_limit_bytes = parse_bytes(options.memory, "--memory");
   exploration.schedules = exploration_schedules(exploration.platform.hosts, options.schedules);
   exploration.choices = micro_batch_choices(options.mini_batch_size, profile_micro_batch_sizes(exploration.graph.profile),
@@ -594,7 +606,7 @@ int run_explore_command() {
   const Profile& profile = exploration.graph.profile;
   std::string memory_rule = "each host's own `memory`";
   if (exploration.memory_limit_bytes)
-    memory_rule = fmt::format("{} per device (or a host's own `memory` when lower)", human_bytes(*exploration.memory_limit_bytes));
+    memory_rule = fmt::format("{} per device (--memory, in place of the hosts' own)", human_bytes(*exploration.memory_limit_bytes));
   if (options.json) {
     nlohmann::ordered_json document;
     document["platform"] = platform_name;
@@ -625,9 +637,10 @@ int run_explore_command() {
   std::cout << "\n";
   if (has_winner) {
     const CandidateOutcome& w = outcomes[ranking.front().index];
-    std::cout << fmt::format("winner: {} with M={} micro-batches of {}, {} partition (replicas {}): {:.1f} samples/s, mini-batch {}, "
+    std::cout << fmt::format("winner: {} with M={} micro-batches of {}, {} partition (replicas {}): {} samples/s, mini-batch {}, "
                              "peak memory {} on {}\n",
-                             w.schedule, w.micro_batches, w.micro_batch_size, w.partitioner, w.replicas, w.throughput_samples_per_s,
+                             w.schedule, w.micro_batches, w.micro_batch_size, w.partitioner, w.replicas,
+                             throughput_text(w.throughput_samples_per_s),
                              human_seconds(w.minibatch_time_s), human_bytes(w.peak_memory_bytes), w.peak_memory_host);
   } else {
     std::cout << "no candidate fits: every one is out of memory or failed (see the verdicts)\n";
