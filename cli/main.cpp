@@ -1,5 +1,5 @@
 // pipegrid: predict, draw and check pipeline-parallel DNN training.
-// Subcommands: simulate, schedule, demo. Flag spellings are stable: users
+// Subcommands: simulate, schedule, partition, explore, demo. Flag spellings are stable: users
 // script against them.
 
 #include <sys/stat.h>
@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "cli/explore_command.hpp"
 #include "cli/partition_command.hpp"
 #include "cli/run.hpp"
 #include "core/error.hpp"
@@ -187,6 +188,7 @@ int main_with_exceptions(int argc, char** argv) {
   schedule->add_option("--check", program_to_check, "parse and validate a Program text file, then print it");
 
   CLI::App* partition = add_partition_command(app);
+  CLI::App* explore = add_explore_command(app);
 
   auto* demo = app.add_subcommand("demo", "compare GPipe, 1F1B-SNO and 1F1B-SO for VGG-16 on 4 V100s");
   std::string demo_dir = "pipegrid-demo";
@@ -247,6 +249,7 @@ int main_with_exceptions(int argc, char** argv) {
     return 0;
   }
   if (*partition) return run_partition_command();
+  if (*explore) return run_explore_command();
   if (*demo) return run_demo(demo_dir, demo_micro_batches);
   return 0;
 }

@@ -204,23 +204,6 @@ RunResult run_plan(const Plan& plan) {
   return result;
 }
 
-std::string human_seconds(double seconds) {
-  const double magnitude = std::fabs(seconds);
-  if (magnitude >= 1 || magnitude == 0) return fmt::format("{:.4g} s", seconds);
-  if (magnitude >= 1e-3) return fmt::format("{:.4g} ms", seconds * 1e3);
-  return fmt::format("{:.4g} us", seconds * 1e6);
-}
-
-std::string human_bytes(double bytes) {
-  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int unit = 0;
-  while (std::fabs(bytes) >= 1024 && unit < 4) {
-    bytes /= 1024;
-    ++unit;
-  }
-  return fmt::format("{:.4g} {}", bytes, units[unit]);
-}
-
 std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   const Metrics& m = result.metrics;
   nlohmann::ordered_json document;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/io.hpp"
 #include "core/metrics.hpp"
 #include "core/plan.hpp"
 #include "core/platform.hpp"
@@ -55,9 +56,5 @@ RunResult run_plan(const Plan& plan);
 
 std::string metrics_to_json(const Plan& plan, const RunResult& result);
 std::string metrics_to_table(const Plan& plan, const RunResult& result);
-
-/** Formats seconds and bytes for people: "1.234 s", "12.5 GiB". */
-std::string human_seconds(double seconds);
-std::string human_bytes(double bytes);
 
 }  // namespace pipegrid::cli

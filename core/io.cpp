@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -43,5 +44,22 @@ void write_file_atomically(const std::string& path, const std::string& content) 
 }
 
 std::string format_exact(double value) { return fmt::format("{:.17g}", value); }
+
+std::string human_seconds(double seconds) {
+  const double magnitude = std::fabs(seconds);
+  if (magnitude >= 1 || magnitude == 0) return fmt::format("{:.4g} s", seconds);
+  if (magnitude >= 1e-3) return fmt::format("{:.4g} ms", seconds * 1e3);
+  return fmt::format("{:.4g} us", seconds * 1e6);
+}
+
+std::string human_bytes(double bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (std::fabs(bytes) >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return fmt::format("{:.4g} {}", bytes, units[unit]);
+}
 
 }  // namespace pipegrid

@@ -16,4 +16,8 @@ void write_file_atomically(const std::string& path, const std::string& content);
 /** Formats a double with 17 significant digits (exact round trip). */
 std::string format_exact(double value);
 
+/** Formats seconds and bytes for people: "1.234 s", "12.5 GiB". */
+std::string human_seconds(double seconds);
+std::string human_bytes(double bytes);
+
 }  // namespace pipegrid

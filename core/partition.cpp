@@ -201,7 +201,7 @@ std::vector<StageCost> stage_costs(const Profile& profile, const Partition& part
     stage.forward_s += layer.forward_s;
     stage.backward_s += layer.backward_s;
     stage.weight_bytes += layer.parameter_bytes;
-    stage.stash_bytes += layer.output_bytes;
+    stage.stash_bytes += layer.stashed_bytes();
   }
   for (std::size_t s = 0; s < stages.size(); ++s) {
     StageCost& stage = stages[s];
@@ -248,6 +248,7 @@ Profile split_layers(const Profile& profile, const std::vector<LayerSplit>& spli
     first.backward_s = layer.backward_s * f;
     first.parameter_bytes = layer.parameter_bytes * f;
     first.output_bytes = input + f * layer.output_bytes;
+    if (layer.activation_bytes) first.activation_bytes = input + f * *layer.activation_bytes;
     second.name = fmt::format("{}[{}:1]", layer.name, f);
     second.forward_s = layer.forward_s * rest;
     second.backward_s = layer.backward_s * rest;

@@ -356,6 +356,13 @@ ModelGraph read_pipedream_model_graph(const std::string& path, std::optional<int
       if (layer_of[node] >= 0 && layer_of[node] <= static_cast<int>(cut) &&
           last_consumer_layer[node] > static_cast<int>(cut))
         profile.layers[cut].output_bytes += graph.nodes[node].activation_bytes;
+  // A layer's own output, where the cut after it carries more (tensors that
+  // skip over it). The last layer's output crosses no cut and, as in
+  // PipeDream's optimizer, is not counted.
+  for (int node = 0; node < count; ++node)
+    if (const int layer = layer_of[node]; layer >= 0 && layer + 1 < static_cast<int>(profile.layers.size()) &&
+                                          graph.nodes[node].activation_bytes != profile.layers[layer].output_bytes)
+      profile.layers[layer].activation_bytes = graph.nodes[node].activation_bytes;
 
   profile.micro_batch_size = batch_size ? *batch_size : batch_size_from_input(profile.input_bytes, has_input_node, path);
   check_profile(profile, path);
@@ -373,7 +380,7 @@ ModelGraph chain_graph(const Profile& profile) {
   model.consumers.resize(count);
   for (std::size_t l = 0; l + 1 < count; ++l) model.consumers[l] = {static_cast<int>(l + 1)};
   for (const Layer& layer : profile.layers) {
-    model.activation_bytes.push_back(layer.output_bytes);
+    model.activation_bytes.push_back(layer.stashed_bytes());
     model.descriptions.push_back(layer.name);
   }
   return model;
@@ -402,9 +409,11 @@ Profile reorder_layers(const ModelGraph& graph, const std::vector<int>& order) {
                                      graph.profile.layers[layer].name));
   Profile profile = graph.profile;
   profile.layers.clear();
+  profile.measured.clear();  // the reordered chain is at the graph's micro-batch size only
   for (const int layer : order) {
     profile.layers.push_back(graph.profile.layers[layer]);
     profile.layers.back().output_bytes = 0;
+    profile.layers.back().activation_bytes.reset();
   }
   // A producer's bytes cross every cut from its own position up to (not
   // including) its last consumer's.
@@ -413,6 +422,9 @@ Profile reorder_layers(const ModelGraph& graph, const std::vector<int>& order) {
     for (const int consumer : graph.consumers[layer]) last = std::max(last, position[consumer]);
     for (int cut = position[layer]; cut < last; ++cut) profile.layers[cut].output_bytes += graph.activation_bytes[layer];
   }
+  for (int layer = 0; layer < count; ++layer)
+    if (Layer& moved = profile.layers[position[layer]]; position[layer] + 1 < count && graph.activation_bytes[layer] != moved.output_bytes)
+      moved.activation_bytes = graph.activation_bytes[layer];
   return profile;
 }
 

@@ -69,6 +69,7 @@ Profile profile_at_measured(const Profile& profile, const MeasuredSize& m) {
     layer.forward_s = at.forward_s;
     layer.backward_s = at.backward_s;
     layer.output_bytes = at.output_bytes;
+    layer.activation_bytes = at.activation_bytes;
     layer.device_times = at.device_times;
   }
   return result;
@@ -108,6 +109,10 @@ Profile profile_at_micro_batch_size(const Profile& profile, int size) {
     layer.forward_s = line.at(at_a.forward_s, at_b.forward_s, path + ".forward_s");
     layer.backward_s = line.at(at_a.backward_s, at_b.backward_s, path + ".backward_s");
     layer.output_bytes = line.at(at_a.output_bytes, at_b.output_bytes, path + ".output_bytes");
+    layer.activation_bytes.reset();
+    if (at_a.activation_bytes && at_b.activation_bytes)  // at every size or none (check_profile)
+      layer.activation_bytes =
+          line.at(*at_a.activation_bytes, *at_b.activation_bytes, path + ".activation_bytes");
     layer.device_times.clear();
     for (const auto& [device, times_a] : at_a.device_times) {
       const LayerTimes& times_b = at_b.device_times.at(device);  // same types at every size (check_profile)

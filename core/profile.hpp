@@ -28,6 +28,15 @@ struct Layer {
   /// layer in these times (its speed_factor does not apply); any other host
   /// takes forward_s / backward_s divided by its speed_factor.
   std::map<std::string, LayerTimes> device_times = {};
+  /// Bytes of this layer's own output, what its forward leaves stashed for
+  /// the backward. Absent: output_bytes (a chain, where the cut after a
+  /// layer carries exactly its output). A branching model linearised into a
+  /// chain differs: the cut also carries tensors that skip over the layer
+  /// (a residual connection's input), which are stashed once, by the layer
+  /// that made them.
+  std::optional<double> activation_bytes = {};
+
+  double stashed_bytes() const { return activation_bytes.value_or(output_bytes); }
 };
 
 /// A layer's values at one measured micro-batch size (MeasuredSize).
@@ -35,6 +44,7 @@ struct LayerAtSize {
   double forward_s = 0;
   double backward_s = 0;
   double output_bytes = 0;
+  std::optional<double> activation_bytes = {};          ///< as Layer::activation_bytes
   std::map<std::string, LayerTimes> device_times = {};  ///< as Layer::device_times
 };
 
@@ -72,7 +82,7 @@ std::vector<int> profile_micro_batch_sizes(const Profile& profile);
 /** The single-size profile with micro-batches of `size` samples (SEMANTICS.md,
  *  Batch size). At a measured size, that size's values exactly. Otherwise
  *  every time and activation size (forward_s, backward_s, output_bytes,
- *  device times, input_bytes) is interpolated linearly between the two
+ *  activation_bytes, device times, input_bytes) is interpolated linearly between the two
  *  measured sizes around `size`, or extrapolated along the line through the
  *  two nearest when `size` lies outside them:
  *    v(size) = v(a) + (v(b) - v(a)) * (size - a) / (b - a).

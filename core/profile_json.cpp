@@ -260,7 +260,8 @@ Profile parse_profile_json(const std::string& text, const std::string& origin) {
     if (!entry.is_object())
       throw InputError(fmt::format("{}: {}: expected a layer object, found {}", origin, path, shown(entry)));
     reject_unknown_fields(entry, fmt::format("{}: {}", origin, path),
-                          {"name", "forward_s", "backward_s", "output_bytes", "parameter_bytes", "devices"});
+                          {"name", "forward_s", "backward_s", "output_bytes", "activation_bytes", "parameter_bytes",
+                           "devices"});
     Layer layer;
     const auto layer_name = entry.find("name");
     if (layer_name == entry.end() || !layer_name->is_string())
@@ -270,12 +271,16 @@ Profile parse_profile_json(const std::string& text, const std::string& origin) {
     const std::vector<double> forward = values_per_size(entry, "forward_s", shape, origin, path + ".forward_s");
     const std::vector<double> backward = values_per_size(entry, "backward_s", shape, origin, path + ".backward_s");
     const std::vector<double> output = values_per_size(entry, "output_bytes", shape, origin, path + ".output_bytes");
+    std::optional<std::vector<double>> activation;
+    if (entry.contains("activation_bytes"))
+      activation = values_per_size(entry, "activation_bytes", shape, origin, path + ".activation_bytes");
     layer.parameter_bytes = non_negative_number(entry, "parameter_bytes", origin, path + ".parameter_bytes");
     std::map<std::string, std::vector<LayerTimes>> devices;
     if (const auto field = entry.find("devices"); field != entry.end())
       devices = device_times_per_size(*field, shape, origin, path + ".devices");
     for (std::size_t k = 0; k < shape.sizes; ++k) {
-      LayerAtSize at{forward[k], backward[k], output[k], {}};
+      LayerAtSize at{forward[k], backward[k], output[k], {}, {}};
+      if (activation) at.activation_bytes = (*activation)[k];
       for (const auto& [device, times] : devices) at.device_times[device] = times[k];
       measured[k].layers.push_back(std::move(at));
     }
@@ -290,6 +295,7 @@ Profile parse_profile_json(const std::string& text, const std::string& origin) {
     profile.layers[l].forward_s = first.layers[l].forward_s;
     profile.layers[l].backward_s = first.layers[l].backward_s;
     profile.layers[l].output_bytes = first.layers[l].output_bytes;
+    profile.layers[l].activation_bytes = first.layers[l].activation_bytes;
     profile.layers[l].device_times = first.layers[l].device_times;
   }
   if (shape.multi) profile.measured = std::move(measured);
@@ -322,11 +328,13 @@ std::string profile_to_json(const Profile& profile) {
   text += "  \"layers\": [";
   for (std::size_t l = 0; l < profile.layers.size(); ++l) {
     const Layer& layer = profile.layers[l];
-    std::string forward, backward, output, devices;
+    std::string forward, backward, output, activation, devices;
     if (multi) {
       forward = per_size([l](const MeasuredSize& m) { return m.layers[l].forward_s; });
       backward = per_size([l](const MeasuredSize& m) { return m.layers[l].backward_s; });
       output = per_size([l](const MeasuredSize& m) { return m.layers[l].output_bytes; });
+      if (profile.measured.front().layers[l].activation_bytes)
+        activation = per_size([l](const MeasuredSize& m) { return m.layers[l].activation_bytes.value_or(0.0); });
       const std::vector<std::string> types = keys_of(profile.measured.front().layers[l].device_times);
       if (!types.empty())
         devices = devices_text(types, [&](const std::string& type) {
@@ -337,6 +345,7 @@ std::string profile_to_json(const Profile& profile) {
       forward = number_text(layer.forward_s);
       backward = number_text(layer.backward_s);
       output = number_text(layer.output_bytes);
+      if (layer.activation_bytes) activation = number_text(*layer.activation_bytes);
       if (!layer.device_times.empty())
         devices = devices_text(keys_of(layer.device_times), [&](const std::string& type) {
           const LayerTimes& times = layer.device_times.at(type);
@@ -344,9 +353,10 @@ std::string profile_to_json(const Profile& profile) {
         });
     }
     text += fmt::format(
-        "{}\n    {{\"name\": {}, \"forward_s\": {}, \"backward_s\": {}, \"output_bytes\": {}, \"parameter_bytes\": {}{}}}",
+        "{}\n    {{\"name\": {}, \"forward_s\": {}, \"backward_s\": {}, \"output_bytes\": {}{}, \"parameter_bytes\": {}{}}}",
         l == 0 ? "" : ",", nlohmann::ordered_json(layer.name).dump(), forward, backward, output,
-        number_text(layer.parameter_bytes), devices.empty() ? "" : ", \"devices\": " + devices);
+        activation.empty() ? "" : ", \"activation_bytes\": " + activation, number_text(layer.parameter_bytes),
+        devices.empty() ? "" : ", \"devices\": " + devices);
   }
   text += profile.layers.empty() ? "]\n}\n" : "\n  ]\n}\n";
   return text;
@@ -364,6 +374,7 @@ void check_profile(const Profile& profile, const std::string& origin) {
     const std::pair<const char*, double> fields[] = {{"forward_s", layer.forward_s},
                                                      {"backward_s", layer.backward_s},
                                                      {"output_bytes", layer.output_bytes},
+                                                     {"activation_bytes", layer.activation_bytes.value_or(0.0)},
                                                      {"parameter_bytes", layer.parameter_bytes}};
     for (const auto& [field, value] : fields) check_non_negative(value, origin, fmt::format("{}.{}", path, field));
     check_device_times(layer.device_times, origin, path);
@@ -391,6 +402,10 @@ void check_profile(const Profile& profile, const std::string& origin) {
       check_non_negative(layer.forward_s, origin, fmt::format("{}.forward_s[{}] ({})", path, k, at));
       check_non_negative(layer.backward_s, origin, fmt::format("{}.backward_s[{}] ({})", path, k, at));
       check_non_negative(layer.output_bytes, origin, fmt::format("{}.output_bytes[{}] ({})", path, k, at));
+      if (layer.activation_bytes.has_value() != measured.front().layers[l].activation_bytes.has_value())
+        throw InputError(fmt::format("{}: {}.activation_bytes ({}): expected it at every size or at none", origin, path, at));
+      check_non_negative(layer.activation_bytes.value_or(0.0), origin,
+                         fmt::format("{}.activation_bytes[{}] ({})", path, k, at));
       check_device_times(layer.device_times, origin, fmt::format("{} ({})", path, at));
       if (keys_of(layer.device_times) != keys_of(measured.front().layers[l].device_times))
         throw InputError(fmt::format("{}: {}.devices ({}): expected the device types [{}] of the first size, found [{}]",
@@ -404,7 +419,8 @@ void check_profile(const Profile& profile, const std::string& origin) {
     const Layer& layer = profile.layers[l];
     const LayerAtSize& at = first.layers[l];
     same = same && layer.forward_s == at.forward_s && layer.backward_s == at.backward_s &&
-           layer.output_bytes == at.output_bytes && keys_of(layer.device_times) == keys_of(at.device_times);
+           layer.output_bytes == at.output_bytes && layer.activation_bytes == at.activation_bytes &&
+           keys_of(layer.device_times) == keys_of(at.device_times);
     for (const auto& [device, times] : at.device_times)
       same = same && layer.device_times.count(device) > 0 && layer.device_times.at(device).forward_s == times.forward_s &&
              layer.device_times.at(device).backward_s == times.backward_s;

@@ -107,7 +107,7 @@ class Chain {
   void extend(RangeSums& sums, int s, int l) const {
     sums.compute += time_[s][l];
     sums.weight += profile_.layers[l].parameter_bytes;
-    sums.outputs += profile_.layers[l].output_bytes;
+    sums.outputs += profile_.layers[l].stashed_bytes();
   }
 
   /// Figures of stage s holding whole layers a..b, whose sums are `sums`.

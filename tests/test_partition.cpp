@@ -25,7 +25,7 @@ Profile chain(int layers) {
   profile.name = "chain";
   profile.input_bytes = 1000;
   for (int l = 0; l < layers; ++l)
-    profile.layers.push_back({"l" + std::to_string(l), 1.0 + l, 2.0 + l, 100.0 * (l + 1), 10.0 * (l + 1), {}});
+    profile.layers.push_back({"l" + std::to_string(l), 1.0 + l, 2.0 + l, 100.0 * (l + 1), 10.0 * (l + 1), {}, {}});
   return profile;
 }
 
@@ -252,7 +252,7 @@ Profile with_work(const std::vector<double>& work) {
   Profile profile;
   profile.name = "work";
   for (std::size_t l = 0; l < work.size(); ++l)
-    profile.layers.push_back({"l" + std::to_string(l), work[l] / 4, work[l] - work[l] / 4, 100, 10, {}});
+    profile.layers.push_back({"l" + std::to_string(l), work[l] / 4, work[l] - work[l] / 4, 100, 10, {}, {}});
   return profile;
 }
 

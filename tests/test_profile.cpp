@@ -122,10 +122,10 @@ TEST(ProfileJson, RoundTripIsExactAndDeterministic) {
   profile.name = "odd \"name\" \\ with unicode \xC3\xA9";
   profile.micro_batch_size = 7;
   profile.input_bytes = 77070336;
-  profile.layers.push_back({"a", 0.1, 1.0 / 3.0, 1644167168, 0, {}});
-  profile.layers.push_back({"b", 6.949e-3, 0.0069489999999999994, 1e-300, 123456789.123456789, {}});
-  profile.layers.push_back({"c", std::nextafter(1.0, 2.0), 5e-324, 9007199254740993.0, 1e300, {}});
-  profile.layers.push_back({"d", 0, 2.5, std::numeric_limits<double>::max(), 4, {}});
+  profile.layers.push_back({"a", 0.1, 1.0 / 3.0, 1644167168, 0, {}, {}});
+  profile.layers.push_back({"b", 6.949e-3, 0.0069489999999999994, 1e-300, 123456789.123456789, {}, {}});
+  profile.layers.push_back({"c", std::nextafter(1.0, 2.0), 5e-324, 9007199254740993.0, 1e300, {}, {}});
+  profile.layers.push_back({"d", 0, 2.5, std::numeric_limits<double>::max(), 4, {}, {}});
 
   const std::string text = profile_to_json(profile);
   const Profile back = parse_profile_json(text, "round-trip");
@@ -228,7 +228,7 @@ TEST(ProfileJson, UnknownFieldIsAnError) {
                                        "p.json");
                   }),
                   "p.json: layers[0]: expected only the fields name, forward_s, backward_s, output_bytes, "
-                  "parameter_bytes, devices, found 'forward'");
+                  "activation_bytes, parameter_bytes, devices, found 'forward'");
 }
 
 TEST(ProfileJson, MalformedJsonReportsLineAndColumn) {
@@ -666,6 +666,37 @@ TEST(ProfileSizes, CheckProfileChecksTheMeasuredSizes) {
                   "(micro_batch_size 8)");
 }
 
+TEST(ProfileSizes, ActivationBytesArePerSizeToo) {
+  const std::string layers =
+      R"({"name": "a", "forward_s": [1, 2], "backward_s": [1, 2], "output_bytes": [24, 48], "activation_bytes": [8, 16], )"
+      R"("parameter_bytes": 1}, )"
+      R"({"name": "b", "forward_s": [1, 2], "backward_s": [1, 2], "output_bytes": [0, 0], "parameter_bytes": 1})";
+  const Profile profile = parse_profile_json(sizes_profile(kTwoSizes, layers), "s.json");
+  EXPECT_EQ(profile.layers[0].activation_bytes, 8);
+  EXPECT_FALSE(profile.layers[1].activation_bytes);
+  EXPECT_EQ(profile.measured[1].layers[0].activation_bytes, 16);
+  const Profile at6 = profile_at_micro_batch_size(profile, 6);
+  EXPECT_EQ(at6.layers[0].activation_bytes, 12);
+  EXPECT_EQ(at6.layers[0].output_bytes, 36);
+  EXPECT_FALSE(at6.layers[1].activation_bytes);
+  EXPECT_EQ(profile_at_micro_batch_size(profile, 2).layers[0].activation_bytes, 4);
+  const std::string text = profile_to_json(profile);
+  EXPECT_CONTAINS(text, R"("output_bytes": [24, 48], "activation_bytes": [8, 16], "parameter_bytes": 1})");
+  EXPECT_EQ(profile_to_json(parse_profile_json(text, "round-trip")), text);
+  EXPECT_CONTAINS(input_error_of([] {
+                    parse_profile_json(sizes_profile(kTwoSizes, R"({"name": "a", "forward_s": [1, 2], "backward_s": [1, 2], )"
+                                                                R"("output_bytes": [0, 0], "activation_bytes": 8, )"
+                                                                R"("parameter_bytes": 1})"),
+                                       "s.json");
+                  }),
+                  "s.json: layers[0].activation_bytes: expected a list of 2 non-negative numbers (one per "
+                  "micro_batch_sizes entry), found 8");
+  Profile broken = profile;
+  broken.measured[1].layers[0].activation_bytes.reset();
+  EXPECT_CONTAINS(input_error_of([&] { check_profile(broken, "s.json"); }),
+                  "s.json: layers[0].activation_bytes (at micro-batch size 8): expected it at every size or at none");
+}
+
 TEST(ProfileSizes, ReadProfileRejectsBatchSizeForAMultiSizeProfile) {
   TemporaryFolder folder;
   const std::string path = folder.write("sizes.json", kSizesText);
@@ -721,6 +752,30 @@ TEST(PipeDreamGraph, BranchCutsCountEachProducerOnceAndInputNodesNever) {
   double forward = 0;
   for (const Layer& layer : profile.layers) forward += layer.forward_s;
   EXPECT_DOUBLE_EQ(forward, (1 + 3 + 5 + 7) / 1000.0);  // the Input's 5 ms are not counted
+  // Each layer's own output is what it stashes; where the cut after it
+  // carries more (A skipping over B and C), it is kept apart.
+  EXPECT_FALSE(profile.layers[0].activation_bytes.has_value());  // the cut carries exactly A
+  EXPECT_EQ(profile.layers[1].activation_bytes, 20.0);
+  EXPECT_EQ(profile.layers[2].activation_bytes, 30.0);
+  EXPECT_FALSE(profile.layers[3].activation_bytes.has_value());  // the last layer's output crosses no cut
+  EXPECT_EQ(profile.layers[1].stashed_bytes(), 20);
+  // One stage holding every layer stashes its input and each tensor once.
+  Partition whole;
+  whole.stage_of_layer = {0, 0, 0, 0};
+  whole.hosts = {{"h"}};
+  EXPECT_EQ(stage_costs(profile, whole)[0].stash_bytes, 600 + 100 + 20 + 30);
+  // Two stages (A, B | C, D): the second receives and stashes the cut after
+  // B (A and B, for C and D), then C.
+  Partition two;
+  two.stage_of_layer = {0, 0, 1, 1};
+  two.hosts = {{"h0"}, {"h1"}};
+  const std::vector<StageCost> costs = stage_costs(profile, two);
+  EXPECT_EQ(costs[0].stash_bytes, 600 + 100 + 20);
+  EXPECT_EQ(costs[1].stash_bytes, (100 + 20) + 30);
+  // The field survives the profile JSON (plans embed their profile).
+  const Profile again = parse_profile_json(profile_to_json(profile), "export");
+  EXPECT_EQ(again.layers[1].activation_bytes, 20.0);
+  EXPECT_FALSE(again.layers[0].activation_bytes.has_value());
 }
 
 TEST(PipeDreamGraph, ReadyNodesAreTakenInFileOrder) {
@@ -870,6 +925,26 @@ FileSums sums_of(const std::string& path) {
   return sums;
 }
 
+/// The activation_size graph.txt lists for the node a layer was read from
+/// (its name starts with the node id), read with a regular expression.
+double own_activation_bytes(const std::string& path, const std::string& layer_name) {
+  const std::string id = layer_name.substr(0, layer_name.find(':'));
+  std::ifstream in(path);
+  // activation_size is a number or a list of numbers (summed).
+  const std::regex line_pattern(R"(^(\S+) -- .* activation_size=(.*), parameter_size=[0-9.]+$)");
+  const std::regex number(R"([0-9]+(\.[0-9]*)?)");
+  std::string line;
+  double total = 0;
+  while (std::getline(in, line)) {
+    std::smatch match;
+    if (!std::regex_match(line, match, line_pattern) || match[1].str() != id) continue;
+    const std::string sizes = match[2].str();
+    for (auto it = std::sregex_iterator(sizes.begin(), sizes.end(), number); it != std::sregex_iterator(); ++it)
+      total += std::stod(it->str());
+  }
+  return total;
+}
+
 TEST(ShippedPipeDreamProfiles, Vgg16) {
   const Profile profile = read_profile(shipped("vgg16"), std::nullopt);
   const FileSums sums = sums_of(shipped("vgg16"));
@@ -913,6 +988,15 @@ TEST(ShippedPipeDreamProfiles, AllFourParse) {
     EXPECT_EQ(profile.micro_batch_size, expected.micro_batch_size);
     EXPECT_EQ(profile.input_bytes, sums_of(shipped(expected.model)).input_activation_bytes);
     EXPECT_NO_THROW(check_profile(profile, expected.model));
+    // A stage holding the whole model stashes the input and every node's
+    // output once (not the linearised cuts, which repeat skip tensors), the
+    // last layer's excepted.
+    Partition whole;
+    whole.stage_of_layer.assign(profile.layers.size(), 0);
+    whole.hosts = {{"h"}};
+    double once = profile.input_bytes;
+    for (std::size_t l = 0; l + 1 < profile.layers.size(); ++l) once += own_activation_bytes(shipped(expected.model), profile.layers[l].name);
+    EXPECT_DOUBLE_EQ(stage_costs(profile, whole)[0].stash_bytes, once);
     // Exported and read back, the profile is the same.
     EXPECT_EQ(profile_to_json(parse_profile_json(profile_to_json(profile), "export")), profile_to_json(profile));
   }

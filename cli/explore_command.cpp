@@ -1,0 +1,664 @@
+#include "cli/explore_command.hpp"
+
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/run.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "core/model_graph.hpp"
+#include "partitioners/explorer.hpp"
+#include "partitioners/partitioners.hpp"
+#include "schedules/schedules.hpp"
+#include "sim/engine.hpp"
+
+namespace pipegrid::cli {
+namespace {
+
+struct ExploreOptions {
+  std::string platform;
+  std::string profile;
+  std::optional<int> batch_size;
+  int mini_batch_size = 0;
+  std::string memory;
+  std::vector<std::string> schedules;
+  std::vector<std::string> partitioners;
+  std::vector<int> micro_batches;
+  std::string semantics = "exact";
+  int jobs = 0;
+  std::string network = "simgrid";
+  std::string optimizer = "sgd";
+  bool json = false;
+  std::string save_plan;
+};
+
+ExploreOptions options;
+
+/// One partition a candidate runs on: the profile it refers to (a split
+/// layer makes its own) and who chose it.
+struct PartitionChoice {
+  std::string label;  ///< "uniform", "pipedream", "uniform=bapipe", ...
+  Profile profile;
+  Partition partition;
+};
+
+struct Candidate {
+  std::string schedule;
+  bool stale_weights = false;
+  MicroBatchShape shape;
+  std::optional<std::size_t> partition;  ///< into the choices; absent: see error
+  std::optional<std::string> error;      ///< no partition could be made
+};
+
+std::string replicas_text(const Partition& partition) {
+  std::string text;
+  for (const auto& hosts : partition.hosts) text += (text.empty() ? "" : "-") + std::to_string(hosts.size());
+  return text;
+}
+
+std::vector<std::vector<int>> stage_layer_ranges(const Partition& partition) {
+  std::vector<std::vector<int>> ranges(partition.num_stages(), std::vector<int>{-1, -1});
+  for (std::size_t l = 0; l < partition.stage_of_layer.size(); ++l) {
+    auto& range = ranges[partition.stage_of_layer[l]];
+    if (range[0] < 0) range[0] = static_cast<int>(l);
+    range[1] = static_cast<int>(l);
+  }
+  return ranges;
+}
+
+bool same_partition(const PartitionChoice& a, const PartitionChoice& b) {
+  if (a.profile.layers.size() != b.profile.layers.size()) return false;
+  for (std::size_t l = 0; l < a.profile.layers.size(); ++l)
+    if (a.profile.layers[l].name != b.profile.layers[l].name) return false;
+  return a.partition.stage_of_layer == b.partition.stage_of_layer && a.partition.hosts == b.partition.hosts &&
+         a.partition.split_last == b.partition.split_last;
+}
+
+/// Everything the candidates are made from, read once.
+struct Exploration {
+  ModelGraph graph;
+  PlatformSummary platform;
+  std::optional<double> memory_limit_bytes;
+  std::vector<ExploredSchedule> schedules;
+  MicroBatchChoices choices;
+  std::map<int, Plan> base_plan_at_size;  ///< platform, profile at the size, run options
+  std::vector<PartitionChoice> partitions;
+  std::vector<Candidate> candidates;
+  std::vector<std::string> notes;
+};
+
+Plan candidate_plan(const Exploration& exploration, const Candidate& candidate) {
+  Plan plan = exploration.base_plan_at_size.at(candidate.shape.micro_batch_size);
+  const PartitionChoice& choice = exploration.partitions.at(*candidate.partition);
+  plan.schedule = candidate.schedule;
+  plan.profile = choice.profile;
+  plan.partition = choice.partition;
+  const ScheduleInfo& info = schedule_info(candidate.schedule);
+  plan.micro_batches = info.flushed ? candidate.shape.micro_batches : 1;
+  int devices = 0;
+  for (const auto& hosts : plan.partition.hosts) devices += static_cast<int>(hosts.size());
+  plan.mini_batches = info.flushed ? 1 : std::max(32, 4 * devices);
+  return plan;
+}
+
+void build_candidates(Exploration& exploration) {
+  const PlatformSummary& platform = exploration.platform;
+  std::vector<std::string> host_names;
+  for (const HostInfo& host : platform.hosts) host_names.push_back(host.name);
+  const std::vector<std::string> partitioners = options.partitioners.empty() ? partitioner_names() : options.partitioners;
+  for (const std::string& name : partitioners)
+    if (std::find(partitioner_names().begin(), partitioner_names().end(), name) == partitioner_names().end())
+      throw InputError(fmt::format("--partitioners: expected uniform, pipedream or bapipe, found '{}'", name));
+
+  // The micro-batch sizes in play, with a model graph at each.
+  std::set<int> sizes;
+  for (const MicroBatchShape& shape : exploration.choices.shapes) sizes.insert(shape.micro_batch_size);
+  std::map<int, ModelGraph> graph_at_size;
+  for (const int size : sizes) {
+    PlanRequest request;
+    request.platform_file = options.platform;
+    request.profile_file = options.profile;
+    request.batch_size = options.batch_size;
+    request.micro_batch_size = size;
+    request.schedule = "dp";
+    request.network = options.network;
+    request.optimizer = options.optimizer;
+    Plan base = make_plan(request);
+    graph_at_size[size] = size == exploration.graph.profile.micro_batch_size ? exploration.graph : chain_graph(base.profile);
+    exploration.base_plan_at_size.emplace(size, std::move(base));
+  }
+
+  // Partitions that do not depend on the schedule, per size: uniform and
+  // PipeDream's (with replication, and straight).
+  struct Fixed {
+    std::optional<PartitionChoice> choice;
+    std::string error;
+  };
+  std::map<std::pair<int, std::string>, Fixed> fixed;
+  const auto partitioner_input = [&](int size) {
+    PartitionerInput input;
+    input.graph = graph_at_size.at(size);
+    input.profile = input.graph->profile;
+    input.platform = platform;
+    return input;
+  };
+  for (const int size : sizes) {
+    for (const std::string& name : partitioners) {
+      if (name == "bapipe") continue;
+      for (const bool straight : name == "pipedream" ? std::vector<bool>{false, true} : std::vector<bool>{true}) {
+        const std::string label = name == "pipedream" && straight ? "pipedream-straight" : name;
+        Fixed entry;
+        try {
+          if (name == "uniform") {
+            const Profile& profile = graph_at_size.at(size).profile;
+            if (host_names.size() > profile.layers.size())
+              throw InputError(fmt::format("uniform: {} hosts, one stage each, but only {} layers", host_names.size(),
+                                           profile.layers.size()));
+            entry.choice = PartitionChoice{label, profile, uniform_partition(profile, host_names, static_cast<int>(host_names.size()))};
+          } else {
+            PartitionerInput input = partitioner_input(size);
+            input.straight = straight;
+            PartitionerOutput output = run_partitioner(name, input);
+            entry.choice = PartitionChoice{label, std::move(output.profile), std::move(output.partition)};
+          }
+        } catch (const InputError& error) {
+          entry.error = fmt::format("no {} partition: {}", label, error.what());
+        }
+        fixed[{size, label}] = std::move(entry);
+      }
+    }
+  }
+
+  const auto add_candidates = [&](const ExploredSchedule& schedule, const MicroBatchShape& shape) {
+    Candidate candidate;
+    candidate.schedule = schedule.name;
+    candidate.stale_weights = schedule.stale_weights;
+    candidate.shape = shape;
+    if (schedule_info(schedule.name).single_stage) {
+      PartitionChoice whole{"whole model", graph_at_size.at(shape.micro_batch_size).profile, {}};
+      whole.partition.stage_of_layer.assign(whole.profile.layers.size(), 0);
+      whole.partition.hosts = {host_names};
+      exploration.partitions.push_back(std::move(whole));
+      candidate.partition = exploration.partitions.size() - 1;
+      exploration.candidates.push_back(candidate);
+      return;
+    }
+    // Each partitioner's choice (or why it has none); a partition chosen
+    // twice runs once, labelled with both names.
+    std::vector<PartitionChoice> chosen;
+    std::vector<std::string> failures;
+    for (const std::string& name : partitioners) {
+      for (const std::string& label : name == "pipedream" ? std::vector<std::string>{"pipedream", "pipedream-straight"}
+                                                          : std::vector<std::string>{name}) {
+        std::optional<PartitionChoice> choice;
+        if (name == "bapipe") {
+          // BaPipe plans flushed pipelines; the PipeDream family has its own.
+          if (!schedule_info(schedule.name).flushed) continue;
+          try {
+            PartitionerInput input = partitioner_input(shape.micro_batch_size);
+            input.schedule = schedule.name;
+            input.micro_batches = schedule_info(schedule.name).flushed ? shape.micro_batches : 1;
+            input.memory_limit_bytes = exploration.memory_limit_bytes;
+            PartitionerOutput output = run_partitioner("bapipe", input);
+            choice = PartitionChoice{label, std::move(output.profile), std::move(output.partition)};
+          } catch (const InputError& error) {
+            failures.push_back(error.what());
+          }
+        } else {
+          const Fixed& entry = fixed.at({shape.micro_batch_size, label});
+          if (entry.choice) choice = entry.choice;
+          else failures.push_back(entry.error);
+        }
+        if (!choice) continue;
+        const auto same = std::find_if(chosen.begin(), chosen.end(), [&](const PartitionChoice& c) { return same_partition(c, *choice); });
+        if (same != chosen.end()) same->label += "=" + label;
+        else chosen.push_back(std::move(*choice));
+      }
+    }
+    for (PartitionChoice& choice : chosen) {
+      exploration.partitions.push_back(std::move(choice));
+      Candidate one = candidate;
+      one.partition = exploration.partitions.size() - 1;
+      exploration.candidates.push_back(one);
+    }
+    for (const std::string& failure : failures) {
+      Candidate one = candidate;
+      one.error = failure;
+      exploration.candidates.push_back(one);
+    }
+  };
+
+  for (const ExploredSchedule& schedule : exploration.schedules) {
+    if (schedule.stale_weights) {
+      // One micro-batch per mini-batch (PipeDream's model): each size once.
+      for (const int size : sizes) add_candidates(schedule, {1, size});
+    } else {
+      for (const MicroBatchShape& shape : exploration.choices.shapes) add_candidates(schedule, shape);
+    }
+  }
+}
+
+/// Runs one candidate (in a worker process) and condenses the result.
+CandidateOutcome run_candidate(const Exploration& exploration, const Candidate& candidate) {
+  CandidateOutcome outcome;
+  outcome.schedule = candidate.schedule;
+  outcome.stale_weights = candidate.stale_weights;
+  outcome.micro_batches = schedule_info(candidate.schedule).flushed ? candidate.shape.micro_batches : 1;
+  outcome.micro_batch_size = candidate.shape.micro_batch_size;
+  if (!candidate.partition) {
+    outcome.partitioner = "-";
+    outcome.error = candidate.error;
+    return outcome;
+  }
+  const PartitionChoice& choice = exploration.partitions[*candidate.partition];
+  outcome.partitioner = choice.label;
+  outcome.replicas = schedule_info(candidate.schedule).single_stage ? fmt::format("{}x", choice.partition.hosts[0].size())
+                                                                    : replicas_text(choice.partition);
+  try {
+    const Plan plan = candidate_plan(exploration, candidate);
+    const RunResult result = run_plan(plan);
+    outcome.throughput_samples_per_s = result.metrics.throughput_samples_per_s;
+    outcome.minibatch_time_s = result.metrics.minibatch_time_s;
+    outcome.bubble_fraction = result.metrics.bubble_fraction;
+    for (const DeviceMetrics& device : result.metrics.devices) {
+      if (device.peak_memory_bytes > outcome.peak_memory_bytes) {
+        outcome.peak_memory_bytes = device.peak_memory_bytes;
+        outcome.peak_memory_host = device.host;
+      }
+      const std::optional<double> capacity =
+          exploration.memory_limit_bytes ? exploration.memory_limit_bytes : device.memory_capacity_bytes;
+      if (capacity && device.peak_memory_bytes > *capacity) outcome.overflows.push_back({device.host, device.peak_memory_bytes, *capacity});
+    }
+  } catch (const InputError& error) {
+    outcome.error = error.what();
+  } catch (const ProgramError& error) {
+    outcome.error = error.what();
+  }
+  return outcome;
+}
+
+nlohmann::json outcome_to_json(const CandidateOutcome& outcome) {
+  nlohmann::json document;
+  document["schedule"] = outcome.schedule;
+  document["micro_batches"] = outcome.micro_batches;
+  document["micro_batch_size"] = outcome.micro_batch_size;
+  document["partitioner"] = outcome.partitioner;
+  document["replicas"] = outcome.replicas;
+  document["stale_weights"] = outcome.stale_weights;
+  if (outcome.error) document["error"] = *outcome.error;
+  document["throughput"] = outcome.throughput_samples_per_s;
+  document["minibatch_time"] = outcome.minibatch_time_s;
+  document["bubble"] = outcome.bubble_fraction;
+  document["peak_memory"] = outcome.peak_memory_bytes;
+  document["peak_memory_host"] = outcome.peak_memory_host;
+  document["overflows"] = nlohmann::json::array();
+  for (const MemoryOverflow& overflow : outcome.overflows)
+    document["overflows"].push_back({overflow.host, overflow.peak_bytes, overflow.capacity_bytes});
+  return document;
+}
+
+CandidateOutcome outcome_from_json(const nlohmann::json& document) {
+  CandidateOutcome outcome;
+  outcome.schedule = document.at("schedule");
+  outcome.micro_batches = document.at("micro_batches");
+  outcome.micro_batch_size = document.at("micro_batch_size");
+  outcome.partitioner = document.at("partitioner");
+  outcome.replicas = document.at("replicas");
+  outcome.stale_weights = document.at("stale_weights");
+  if (document.contains("error")) outcome.error = document.at("error").get<std::string>();
+  outcome.throughput_samples_per_s = document.at("throughput");
+  outcome.minibatch_time_s = document.at("minibatch_time");
+  outcome.bubble_fraction = document.at("bubble");
+  outcome.peak_memory_bytes = document.at("peak_memory");
+  outcome.peak_memory_host = document.at("peak_memory_host");
+  for (const auto& overflow : document.at("overflows")) outcome.overflows.push_back({overflow[0], overflow[1], overflow[2]});
+  return outcome;
+}
+
+/// Draws "[#####-----] 23/77" on stderr when it is a terminal.
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::size_t total) : total_(total), enabled_(isatty(STDERR_FILENO) == 1) {}
+  void update(std::size_t done) const {
+    if (!enabled_ || total_ == 0) return;
+    const int width = 40;
+    const int filled = static_cast<int>(width * done / total_);
+    std::cerr << fmt::format("\rexplore: [{}{}] {}/{} candidates simulated", std::string(filled, '#'),
+                             std::string(width - filled, '-'), done, total_)
+              << std::flush;
+  }
+  void finish() const {
+    if (enabled_) std::cerr << "\r" << std::string(80, ' ') << "\r" << std::flush;
+  }
+
+ private:
+  std::size_t total_;
+  bool enabled_;
+};
+
+/// Simulates every candidate, `jobs` worker processes at a time (SimGrid
+/// allows one engine per process, and processes use every core). Outcomes
+/// come back in candidate order whatever the order they finish in.
+std::vector<CandidateOutcome> run_candidates(const Exploration& exploration, int jobs) {
+  const std::size_t total = exploration.candidates.size();
+  std::vector<CandidateOutcome> outcomes(total);
+  struct Worker {
+    pid_t pid;
+    int fd;
+    std::size_t index;
+    std::string output;
+  };
+  std::vector<Worker> running;
+  std::size_t next = 0, done = 0;
+  ProgressBar progress(total);
+  progress.update(0);
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  while (done < total) {
+    while (next < total && static_cast<int>(running.size()) < jobs) {
+      int fds[2];
+      if (pipe(fds) != 0) throw std::runtime_error("explore: pipe failed");
+      const pid_t pid = fork();
+      if (pid < 0) throw std::runtime_error("explore: fork failed");
+      if (pid == 0) {
+        close(fds[0]);
+        std::string text;
+        try {
+          text = outcome_to_json(run_candidate(exploration, exploration.candidates[next])).dump();
+        } catch (const std::exception& error) {
+          CandidateOutcome failed;
+          failed.schedule = exploration.candidates[next].schedule;
+          failed.partitioner = "-";
+          failed.error = fmt::format("internal error: {}", error.what());
+          text = outcome_to_json(failed).dump();
+        }
+        std::size_t written = 0;
+        while (written < text.size()) {
+          const ssize_t n = write(fds[1], text.data() + written, text.size() - written);
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) _exit(1);
+          written += static_cast<std::size_t>(n);
+        }
+        _exit(0);
+      }
+      close(fds[1]);
+      running.push_back({pid, fds[0], next, ""});
+      ++next;
+    }
+    std::vector<pollfd> polled;
+    for (const Worker& worker : running) polled.push_back({worker.fd, POLLIN, 0});
+    if (poll(polled.data(), polled.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error("explore: poll failed");
+    }
+    for (std::size_t w = 0; w < running.size();) {
+      Worker& worker = running[w];
+      if (polled[w].revents == 0) {
+        ++w;
+        continue;
+      }
+      char buffer[65536];
+      const ssize_t n = read(worker.fd, buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) {
+        ++w;
+        continue;
+      }
+      if (n > 0) {
+        worker.output.append(buffer, static_cast<std::size_t>(n));
+        ++w;
+        continue;
+      }
+      // End of its output: collect the worker.
+      close(worker.fd);
+      int status = 0;
+      while (waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      const Candidate& candidate = exploration.candidates[worker.index];
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && !worker.output.empty()) {
+        outcomes[worker.index] = outcome_from_json(nlohmann::json::parse(worker.output));
+      } else {
+        CandidateOutcome& failed = outcomes[worker.index];
+        failed.schedule = candidate.schedule;
+        failed.partitioner = "-";
+        failed.error = WIFSIGNALED(status) ? fmt::format("the simulation died of signal {}", WTERMSIG(status))
+                                           : "the simulation's process failed";
+      }
+      ++done;
+      progress.update(done);
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(w));
+      polled.erase(polled.begin() + static_cast<std::ptrdiff_t>(w));
+    }
+  }
+  progress.finish();
+  return outcomes;
+}
+
+std::string throughput_text(double samples_per_s) { return fmt::format("{:.4g}", samples_per_s); }
+
+std::string table(const std::vector<CandidateOutcome>& outcomes, const std::vector<RankedCandidate>& ranking) {
+  // Partition labels ("uniform=bapipe") and replicas vary in length: the
+  // columns take the widest.
+  std::size_t partition_width = 9, replicas_width = 8;
+  for (const RankedCandidate& entry : ranking) {
+    partition_width = std::max(partition_width, outcomes[entry.index].partitioner.size());
+    replicas_width = std::max(replicas_width, outcomes[entry.index].replicas.size());
+  }
+  const auto row = [&](const std::string& rank, const std::string& schedule, const std::string& m, const std::string& micro,
+                       const std::string& partition, const std::string& replicas, const std::string& throughput,
+                       const std::string& time, const std::string& bubble, const std::string& memory, const std::string& verdict) {
+    return fmt::format("{:>4}  {:<13} {:>4} {:>6}  {:<{}}  {:<{}} {:>10} {:>11} {:>6} {:>11}  {}\n", rank, schedule, m, micro, partition,
+                       partition_width, replicas, replicas_width, throughput, time, bubble, memory, verdict);
+  };
+  std::string text = row("rank", "schedule", "M", "micro", "partition", "replicas", "samples/s", "mini-batch", "bubble", "peak mem", "verdict");
+  for (const RankedCandidate& entry : ranking) {
+    const CandidateOutcome& o = outcomes[entry.index];
+    const bool ran = !o.error;
+    text += row(entry.rank > 0 ? std::to_string(entry.rank) : "-", o.schedule, std::to_string(o.micro_batches),
+                std::to_string(o.micro_batch_size), o.partitioner, o.replicas.empty() ? "-" : o.replicas,
+                ran ? throughput_text(o.throughput_samples_per_s) : "-", ran ? human_seconds(o.minibatch_time_s) : "-",
+                ran ? fmt::format("{:.3f}", o.bubble_fraction) : "-", ran ? human_bytes(o.peak_memory_bytes) : "-", entry.verdict);
+  }
+  return text;
+}
+
+/// The best fitting candidate of each schedule, in ranking order: the
+/// summary that says why the winner's schedule won.
+std::string best_per_schedule(const std::vector<CandidateOutcome>& outcomes, const std::vector<RankedCandidate>& ranking) {
+  std::string text;
+  std::set<std::string> seen;
+  std::optional<double> best;
+  for (const RankedCandidate& entry : ranking) {
+    const CandidateOutcome& o = outcomes[entry.index];
+    if (entry.rank == 0 || !seen.insert(o.schedule).second) continue;
+    if (!best) best = o.throughput_samples_per_s;
+    text += fmt::format("  {:<13} {:>10} samples/s  {:>7}  with M={}, micro-batch {}, {} partition ({}), peak {} on {}\n",
+                        o.schedule, throughput_text(o.throughput_samples_per_s),
+                        seen.size() == 1                                              ? "best"
+                        : std::fabs(o.throughput_samples_per_s - *best) <= 1e-9 * *best ? "same"
+                                                                                        : fmt::format("-{:.1f}%", 100.0 * (1.0 - o.throughput_samples_per_s / *best)),
+                        o.micro_batches, o.micro_batch_size, o.partitioner, o.replicas, human_bytes(o.peak_memory_bytes),
+                        o.peak_memory_host);
+  }
+  for (const RankedCandidate& entry : ranking) {
+    const CandidateOutcome& o = outcomes[entry.index];
+    if (!seen.insert(o.schedule).second) continue;
+    // Every candidate of this schedule is out of memory or failed; the first
+    // listed is the closest to fitting.
+    text += fmt::format("  {:<13} {:>10} {:>17}  nothing fits: {}\n", o.schedule, "-", "", entry.verdict);
+  }
+  return text;
+}
+
+nlohmann::ordered_json ranked_json(const std::vector<CandidateOutcome>& outcomes, const std::vector<RankedCandidate>& ranking,
+                                   const Exploration& exploration, const std::vector<std::size_t>& candidate_of_outcome) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const RankedCandidate& entry : ranking) {
+    const CandidateOutcome& o = outcomes[entry.index];
+    nlohmann::ordered_json item;
+    item["rank"] = entry.rank;
+    item["verdict"] = entry.verdict;
+    item["fits"] = o.fits();
+    item["schedule"] = o.schedule;
+    item["stale_weights"] = o.stale_weights;
+    item["micro_batches"] = o.micro_batches;
+    item["micro_batch_size"] = o.micro_batch_size;
+    item["partitioner"] = o.partitioner;
+    const Candidate& candidate = exploration.candidates[candidate_of_outcome[entry.index]];
+    if (candidate.partition) {
+      const Partition& partition = exploration.partitions[*candidate.partition].partition;
+      nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+      const auto ranges = stage_layer_ranges(partition);
+      for (int s = 0; s < partition.num_stages(); ++s)
+        stages.push_back({{"layers", ranges[s]}, {"replicas", partition.hosts[s].size()}, {"hosts", partition.hosts[s]}});
+      item["stages"] = stages;
+    }
+    if (o.error) {
+      item["error"] = *o.error;
+    } else {
+      item["throughput_samples_per_s"] = o.throughput_samples_per_s;
+      item["minibatch_time_s"] = o.minibatch_time_s;
+      item["bubble_fraction"] = o.bubble_fraction;
+      item["peak_memory_bytes"] = o.peak_memory_bytes;
+      item["peak_memory_host"] = o.peak_memory_host;
+      nlohmann::ordered_json overflows = nlohmann::ordered_json::array();
+      for (const MemoryOverflow& overflow : o.overflows)
+        overflows.push_back({{"host", overflow.host}, {"peak_memory_bytes", overflow.peak_bytes}, {"capacity_bytes", overflow.capacity_bytes}});
+      item["out_of_memory"] = overflows;
+    }
+    list.push_back(item);
+  }
+  return list;
+}
+
+}  // namespace
+
+CLI::App* add_explore_command(CLI::App& app) {
+  auto* command = app.add_subcommand("explore", "find the fastest schedule x micro-batches x partition that fits in memory");
+  command->add_option("--platform", options.platform, "SimGrid platform XML (hosts, routes, memory)")->required();
+  command->add_option("--profile", options.profile, "profile JSON, or PipeDream graph.txt")->required();
+  command->add_option("--mini-batch-size", options.mini_batch_size, "samples per mini-batch (split into M micro-batches)")->required();
+  command->add_option("--memory", options.memory,
+                      "memory per device (bytes or 16GiB), in place of the hosts' own `memory`");
+  command->add_option("--schedules", options.schedules, "only these schedules (default: every one valid on the hosts)")->delimiter(',');
+  command->add_option("--partitioners", options.partitioners, "only these partitioners (default: uniform,pipedream,bapipe)")->delimiter(',');
+  command->add_option("--micro-batches", options.micro_batches, "only these micro-batch counts M (default: every divisor)")->delimiter(',');
+  command->add_option("--semantics", options.semantics,
+                      "exact (default: stale-weight schedules ranked apart) or all (one ranking for every schedule)");
+  command->add_option("--jobs", options.jobs, "simulations at once (default: the number of cores)");
+  command->add_option("--network", options.network, "simgrid (default) or analytic");
+  command->add_option("--optimizer", options.optimizer, "sgd (default), momentum or adam: optimizer state in memory");
+  command->add_option("--batch-size", options.batch_size, "micro-batch size the profile was measured at (graph.txt)");
+  command->add_option("--save-plan", options.save_plan, "write the winner's plan (pipegrid simulate --plan FILE re-runs it)");
+  command->add_flag("--json", options.json, "print one JSON object on stdout");
+  return command;
+}
+
+int run_explore_command() {
+  if (options.semantics != "exact" && options.semantics != "all")
+    throw InputError(fmt::format("--semantics: expected exact or all, found '{}'", options.semantics));
+  if (options.jobs < 0) throw InputError(fmt::format("--jobs: expected an integer >= 1, found {}", options.jobs));
+  const int jobs = options.jobs > 0 ? options.jobs : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  sim::parse_network_model(options.network);
+  optimizer_copies(options.optimizer);
+
+  Exploration exploration;
+  exploration.graph = read_model_graph(options.profile, options.batch_size);
+  exploration.platform = sim::read_platform(options.platform);
+  // Partitioners name the platform in their messages: its file name, so
+  // that verdicts read the same wherever the file lies.
+  exploration.platform.file = options.platform.substr(options.platform.find_last_of('/') + 1);
+  if (!options.memory.empty()) exploration.memory_limit_bytes = parse_bytes(options.memory, "--memory");
+  exploration.schedules = exploration_schedules(exploration.platform.hosts, options.schedules);
+  exploration.choices = micro_batch_choices(options.mini_batch_size, profile_micro_batch_sizes(exploration.graph.profile),
+                                            options.micro_batches);
+  build_candidates(exploration);
+  std::vector<CandidateOutcome> outcomes = run_candidates(exploration, jobs);
+  std::vector<std::size_t> candidate_of_outcome(outcomes.size());
+  for (std::size_t i = 0; i < outcomes.size(); ++i) candidate_of_outcome[i] = i;
+
+  std::vector<std::size_t> main_group, stale_group;
+  for (std::size_t i = 0; i < outcomes.size(); ++i)
+    (options.semantics == "exact" && outcomes[i].stale_weights ? stale_group : main_group).push_back(i);
+  const std::vector<RankedCandidate> ranking = rank_candidates(outcomes, main_group);
+  const std::vector<RankedCandidate> stale_ranking = rank_candidates(outcomes, stale_group);
+  const bool has_winner = !ranking.empty() && ranking.front().rank == 1;
+
+  if (has_winner && !options.save_plan.empty())
+    write_file_atomically(options.save_plan, plan_to_json(candidate_plan(exploration, exploration.candidates[ranking.front().index])));
+
+  const std::string platform_name = options.platform.substr(options.platform.find_last_of('/') + 1);
+  const Profile& profile = exploration.graph.profile;
+  std::string memory_rule = "each host's own `memory`";
+  if (exploration.memory_limit_bytes)
+    memory_rule = fmt::format("{} per device (--memory, in place of the hosts' own)", human_bytes(*exploration.memory_limit_bytes));
+  if (options.json) {
+    nlohmann::ordered_json document;
+    document["platform"] = platform_name;
+    document["profile"] = profile.name;
+    document["mini_batch_size"] = options.mini_batch_size;
+    if (exploration.memory_limit_bytes) document["memory_limit_bytes"] = *exploration.memory_limit_bytes;
+    document["semantics"] = options.semantics;
+    document["micro_batch_note"] = exploration.choices.note;
+    document["candidates_simulated"] = outcomes.size();
+    if (has_winner) document["winner"] = ranked_json(outcomes, {ranking.front()}, exploration, candidate_of_outcome)[0];
+    else document["winner"] = nullptr;
+    document["ranking"] = ranked_json(outcomes, ranking, exploration, candidate_of_outcome);
+    if (options.semantics == "exact") document["stale_weight_ranking"] = ranked_json(outcomes, stale_ranking, exploration, candidate_of_outcome);
+    std::cout << document.dump(2) << "\n";
+    return has_winner ? 0 : 1;
+  }
+
+  std::string kinds;
+  std::map<std::string, int> kind_counts;
+  for (const HostInfo& host : exploration.platform.hosts)
+    ++kind_counts[host.device_type.empty() ? to_string(host.kind) : host.device_type];
+  for (const auto& [kind, count] : kind_counts) kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", count, kind);
+  std::cout << fmt::format("pipegrid explore: {} ({} layers) on {} ({} hosts: {}), mini-batch {} samples\n", profile.name,
+                           profile.layers.size(), platform_name, exploration.platform.hosts.size(), kinds, options.mini_batch_size);
+  std::cout << fmt::format("micro-batches: {}\n", exploration.choices.note);
+  std::cout << fmt::format("memory: {}; {} network model; {} candidates simulated, {} at a time\n", memory_rule, options.network,
+                           outcomes.size(), jobs);
+  std::cout << "\n";
+  if (has_winner) {
+    const CandidateOutcome& w = outcomes[ranking.front().index];
+    std::cout << fmt::format("winner: {} with M={} micro-batches of {}, {} partition (replicas {}): {} samples/s, mini-batch {}, "
+                             "peak memory {} on {}\n",
+                             w.schedule, w.micro_batches, w.micro_batch_size, w.partitioner, w.replicas,
+                             throughput_text(w.throughput_samples_per_s),
+                             human_seconds(w.minibatch_time_s), human_bytes(w.peak_memory_bytes), w.peak_memory_host);
+  } else {
+    std::cout << "no candidate fits: every one is out of memory or failed (see the verdicts)\n";
+  }
+  std::cout << "\nbest of each schedule:\n" << best_per_schedule(outcomes, ranking);
+  std::cout << "\nall candidates" << (options.semantics == "exact" ? " (weight-exact schedules)" : "") << ":\n"
+            << table(outcomes, ranking);
+  if (!stale_ranking.empty()) {
+    std::cout << "\nstale-weight schedules, ranked apart (they trade statistical efficiency for throughput; --semantics all "
+                 "ranks them with the others):\n"
+              << table(outcomes, stale_ranking);
+  }
+  std::cout << "\nM: micro-batches per mini-batch; micro: samples per micro-batch; replicas: per stage (dp: hosts running the "
+               "whole model);\nsamples/s: throughput (flushed schedules: one mini-batch; the others: the steady state); a "
+               "partition named a=b was chosen alike by both.\n";
+  if (has_winner && !options.save_plan.empty())
+    std::cout << fmt::format("winner's plan: {} (pipegrid simulate --plan {} --svg winner.svg)\n", options.save_plan, options.save_plan);
+  return has_winner ? 0 : 1;
+}
+
+}  // namespace pipegrid::cli
