@@ -657,7 +657,11 @@ int run_explore_command() {
                "whole model);\nsamples/s: throughput (flushed schedules: one mini-batch; the others: the steady state); a "
                "partition named a=b was chosen alike by both.\n";
   if (has_winner && !options.save_plan.empty())
-    std::cout << fmt::format("winner's plan: {} (pipegrid simulate --plan {} --svg winner.svg)\n", options.save_plan, options.save_plan);
+    std::cout << fmt::format("winner's plan: {} (pipegrid simulate --plan {} --svg winner.svg){}\n", options.save_plan,
+                             options.save_plan,
+                             exploration.memory_limit_bytes ? "; the plan checks memory against the platform's own `memory`, "
+                                                              "not --memory"
+                                                            : "");
   return has_winner ? 0 : 1;
 }
 
