@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/model_graph.hpp"
 #include "schedules/schedules.hpp"
 #include "sim/engine.hpp"
 
@@ -84,7 +85,20 @@ Plan make_plan(const PlanRequest& request) {
   } else {
     // A file may split layers between stages: the plan runs the profile
     // holding the parts.
-    PartitionFile file = read_partition_file(request.partition, plan.profile);
+    // A partitioner may have re-listed a branching model's layers (PipeDream
+    // on GNMT): the ranges then count in that order.
+    const std::string text = read_text_file(request.partition);
+    if (const std::vector<int> order = parse_partition_layer_order(text, request.partition); !order.empty()) {
+      const bool json_profile = request.profile_file.size() >= 5 &&
+                                request.profile_file.compare(request.profile_file.size() - 5, 5, ".json") == 0;
+      const ModelGraph graph = json_profile ? chain_graph(plan.profile) : read_model_graph(request.profile_file, request.batch_size);
+      try {
+        plan.profile = reorder_layers(graph, order);
+      } catch (const InputError& error) {
+        throw InputError(fmt::format("{}: layer_order does not fit {}: {}", request.partition, request.profile_file, error.what()));
+      }
+    }
+    PartitionFile file = parse_partition_file(text, request.partition, plan.profile);
     plan.profile = std::move(file.profile);
     plan.partition = std::move(file.partition);
     for (int stage = 0; stage < plan.partition.num_stages(); ++stage)

@@ -370,6 +370,25 @@ PartitionFile parse_partition_file(const std::string& text, const std::string& o
   return file;
 }
 
+std::vector<int> parse_partition_layer_order(const std::string& text, const std::string& origin) {
+  nlohmann::json document;
+  try {
+    document = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& error) {
+    throw InputError(fmt::format("{}: malformed JSON: {}", origin, error.what()));
+  }
+  std::vector<int> order;
+  if (!document.is_object() || !document.contains("layer_order")) return order;
+  const nlohmann::json& list = document["layer_order"];
+  if (!list.is_array()) throw InputError(fmt::format("{}: layer_order: expected a list of layer indices, found {}", origin, list.dump()));
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].is_number_integer())
+      throw InputError(fmt::format("{}: layer_order[{}]: expected a layer index, found {}", origin, i, list[i].dump()));
+    order.push_back(list[i].get<int>());
+  }
+  return order;
+}
+
 PartitionFile read_partition_file(const std::string& path, const Profile& profile) {
   return parse_partition_file(read_text_file(path), path, profile);
 }

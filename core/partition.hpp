@@ -120,6 +120,14 @@ struct PartitionFile {
 PartitionFile read_partition_file(const std::string& path, const Profile& profile);
 PartitionFile parse_partition_file(const std::string& text, const std::string& origin, const Profile& profile);
 
+/** The file's optional "layer_order": when a partitioner re-listed a
+ *  branching model's layers so that its stages are contiguous, the stage
+ *  ranges count in that order, profile layer i being the file's
+ *  layer_order[i] (apply it with reorder_layers() before reading the
+ *  stages). Empty when absent; InputError naming the file when it is not a
+ *  list of layer indices. */
+std::vector<int> parse_partition_layer_order(const std::string& text, const std::string& origin);
+
 /** The same JSON read against a profile that already holds the split parts
  *  (a Plan's profile, written from the profile a PartitionFile returned):
  *  layer ranges still count in the unsplit profile, so a stage that shares

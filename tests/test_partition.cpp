@@ -449,3 +449,18 @@ TEST(ReplicatedPartition, Vgg16FifteenToOne) {
 
 }  // namespace
 }  // namespace pipegrid
+
+namespace pipegrid {
+namespace {
+
+TEST(PartitionFile, LayerOrderIsReadWhenPresentAndCheckedForIndices) {
+  EXPECT_TRUE(parse_partition_layer_order(R"({"stages": []})", "p.json").empty());
+  EXPECT_EQ(parse_partition_layer_order(R"({"stages": [], "layer_order": [0, 2, 1]})", "p.json"), (std::vector<int>{0, 2, 1}));
+  EXPECT_CONTAINS(testutil::input_error_of([] { parse_partition_layer_order(R"({"layer_order": {"a": 1}})", "p.json"); }),
+                  "p.json: layer_order: expected a list of layer indices");
+  EXPECT_CONTAINS(testutil::input_error_of([] { parse_partition_layer_order(R"({"layer_order": [0, 1.5]})", "p.json"); }),
+                  "p.json: layer_order[1]: expected a layer index, found 1.5");
+}
+
+}  // namespace
+}  // namespace pipegrid
