@@ -543,7 +543,11 @@ PartitionerOutput bapipe_partition(const PartitionerInput& input) {
   const int N = static_cast<int>(platform.hosts.size());
   const double T = bapipe_ideal_stage_time(profile, platform);
   check_one_stage_per_host(profile, platform);
-  const std::string schedule = input.schedule.empty() ? "1f1b-so" : input.schedule;
+  // BaPipe's default for the devices at hand: 1F1B-SO on GPUs, 1F1B-AS when
+  // every host computes asynchronously (FPGAs).
+  const bool all_async = std::all_of(platform.hosts.begin(), platform.hosts.end(),
+                                     [](const HostInfo& host) { return host.execution == Execution::Async; });
+  const std::string schedule = !input.schedule.empty() ? input.schedule : all_async ? "1f1b-as" : "1f1b-so";
   if (input.micro_batches < 0)
     throw InputError(fmt::format("partitioner bapipe: micro-batches: expected an integer >= 1, found {}", input.micro_batches));
   const int M = input.micro_batches > 0 ? input.micro_batches : N;

@@ -19,7 +19,7 @@ struct PartitionerInput {
   Profile profile;
   PlatformSummary platform;
   /// The schedule and M the partition is for; partitioners that check memory
-  /// (bapipe's fine-tuning) use them. Empty schedule: 1f1b-so, M = stages.
+  /// (bapipe's fine-tuning) use them. Empty schedule: 1f1b-so (1f1b-as when every host is asynchronous), M = stages.
   std::string schedule;
   int micro_batches = 0;
   bool straight = false;                    ///< no replicated stages
