@@ -1,0 +1,218 @@
+// Real execution on cpu:N (validate/): numerics against a single-device
+// reference, the executor's timeline against its Program, the model zoo's
+// stage splits. Small models so that the suite runs in seconds on 2 cores.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/program.hpp"
+#include "schedules/schedules.hpp"
+#include "tests/expect_input_error.hpp"
+#include "validate/detail/model.hpp"
+#include "validate/executor.hpp"
+#include "validate/model_zoo.hpp"
+
+namespace pipegrid::validate {
+namespace {
+
+using testutil::input_error_of;
+
+ModelConfig small_model(const std::string& name) {
+  if (name == "mlp") return {"mlp", {{"width", 32}, {"depth", 6}, {"classes", 5}}};
+  if (name == "transformer") return {"transformer", {{"vocab", 50}, {"width", 32}, {"heads", 2}, {"layers", 3}, {"seq", 8}}};
+  if (name == "gnmt") return {"gnmt", {{"vocab", 40}, {"hidden", 16}, {"layers", 3}, {"seq", 6}}};
+  return {"vgg16", {{"width", 4}, {"image", 32}, {"hidden", 16}, {"classes", 5}}};
+}
+
+ExecutionRequest make_request(const ModelConfig& model, const std::string& schedule, int stages, int micro_batches,
+                              int mini_batches, bool recompute = false) {
+  ExecutionRequest request;
+  request.model = model;
+  request.stages = uniform_ranges(num_layers(model), stages);
+  ScheduleOptions options;
+  options.num_stages = stages;
+  options.micro_batches = micro_batches;
+  options.mini_batches = mini_batches;
+  options.recompute = recompute;
+  request.program = generate_schedule(schedule, options);
+  request.micro_batch_size = 3;
+  request.learning_rate = 0.05;
+  request.seed = 7;
+  request.keep_state = true;
+  return request;
+}
+
+/// ||a - b|| / ||b|| over every value of the lists.
+double relative_error(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double difference = 0, norm = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    EXPECT_EQ(a[i].size(), b[i].size()) << "parameter " << i;
+    for (std::size_t j = 0; j < std::min(a[i].size(), b[i].size()); ++j) {
+      difference += std::pow(double(a[i][j]) - b[i][j], 2);
+      norm += std::pow(double(b[i][j]), 2);
+    }
+  }
+  return std::sqrt(difference / norm);
+}
+
+struct NumericsCase {
+  std::string model, schedule;
+  int stages, micro_batches;
+  bool recompute = false;
+};
+
+std::string case_name(const testing::TestParamInfo<NumericsCase>& info) {
+  std::string name = info.param.model + "_" + info.param.schedule + "_N" + std::to_string(info.param.stages) + "_M" +
+                     std::to_string(info.param.micro_batches) + (info.param.recompute ? "_recompute" : "");
+  for (char& c : name)
+    if (c == '-') c = '_';
+  return name;
+}
+
+class Numerics : public testing::TestWithParam<NumericsCase> {};
+
+// Pipelined with gradient accumulation == one step on the whole mini-batch,
+// for the gradients of the last mini-batch and the weights after two updates.
+TEST_P(Numerics, MatchesSingleDeviceReference) {
+  const NumericsCase& c = GetParam();
+  const ModelConfig model = small_model(c.model);
+  const ExecutionRequest request = make_request(model, c.schedule, c.stages, c.micro_batches, 2, c.recompute);
+  const ExecutionResult result = execute(request);
+  const ModelState reference = run_reference(model, c.micro_batches, 2, request.micro_batch_size, request.learning_rate, request.seed);
+  ModelState pipelined;
+  ASSERT_EQ(result.stages.size(), static_cast<std::size_t>(c.stages));
+  for (const ModelState& stage : result.stages) {
+    pipelined.weights.insert(pipelined.weights.end(), stage.weights.begin(), stage.weights.end());
+    pipelined.gradients.insert(pipelined.gradients.end(), stage.gradients.begin(), stage.gradients.end());
+  }
+  EXPECT_LT(relative_error(pipelined.gradients, reference.gradients), 1e-5);
+  EXPECT_LT(relative_error(pipelined.weights, reference.weights), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Executor, Numerics,
+                         testing::Values(NumericsCase{"mlp", "gpipe", 2, 4}, NumericsCase{"mlp", "1f1b-sno", 3, 4},
+                                         NumericsCase{"mlp", "1f1b-so", 4, 5}, NumericsCase{"mlp", "gpipe", 4, 3},
+                                         NumericsCase{"mlp", "1f1b-sno", 2, 3, true},
+                                         NumericsCase{"transformer", "gpipe", 2, 4}, NumericsCase{"transformer", "1f1b-sno", 4, 4},
+                                         NumericsCase{"transformer", "1f1b-so", 3, 5},
+                                         NumericsCase{"transformer", "gpipe", 3, 2, true},
+                                         NumericsCase{"gnmt", "1f1b-sno", 3, 3}, NumericsCase{"vgg16", "gpipe", 2, 2}),
+                         case_name);
+
+// The updates are real: after two mini-batches the weights moved.
+TEST(Executor, WeightsChange) {
+  const ModelConfig model = small_model("mlp");
+  const ModelState before = run_reference(model, 2, 0, 3, 0.05, 7);
+  const ModelState after = run_reference(model, 2, 2, 3, 0.05, 7);
+  EXPECT_GT(relative_error(after.weights, before.weights), 1e-4);
+}
+
+// Every action of the measured mini-batches appears once, in program order
+// per device, with start < end; sends carry bytes to the next stage's device.
+TEST(Executor, TimelineHoldsEveryActionOnceInProgramOrder) {
+  for (const std::string schedule : {"gpipe", "1f1b-sno", "1f1b-so"}) {
+    ExecutionRequest request = make_request(small_model("mlp"), schedule, 3, 4, 3, schedule == "gpipe");
+    request.warmup_mini_batches = 1;
+    request.keep_state = false;
+    const ExecutionResult result = execute(request);
+    EXPECT_EQ(result.measured_mini_batches, 2);
+    EXPECT_GT(result.minibatch_time_s, 0);
+    ASSERT_EQ(result.timeline.hosts, (std::vector<std::string>{"cpu0", "cpu1", "cpu2"}));
+    std::map<std::string, std::vector<Action>> seen;
+    int sends = 0;
+    for (const TimelineRecord& record : result.timeline.records) {
+      EXPECT_LT(record.start_s, record.end_s) << record.action;
+      EXPECT_GE(record.start_s, 0);
+      if (record.kind() == RecordKind::Transfer) {
+        ++sends;
+        EXPECT_GT(record.bytes, 0);
+        EXPECT_EQ(record.peer, "cpu" + std::to_string(record.action == "SEND_F" ? record.stage + 1 : record.stage - 1));
+        continue;
+      }
+      const Action action = parse_action(std::to_string(record.stage) + record.action + std::to_string(record.micro_batch) + "@" +
+                                         std::to_string(record.mini_batch + 1));
+      seen[record.host].push_back(action);
+    }
+    EXPECT_EQ(sends, 2 * 2 * 4 * 2);  // 2 cuts, 2 directions, M = 4, 2 mini-batches
+    for (const DeviceProgram& device : request.program.devices) {
+      std::vector<Action> expected;
+      for (const Action& action : device.streams[0].actions)
+        if (action.mini_batch >= 1) expected.push_back(action);
+      EXPECT_EQ(seen["cpu" + std::to_string(device.stage)], expected) << schedule << " stage " << device.stage;
+    }
+    for (const DeviceSummary& device : result.devices) EXPECT_GT(device.busy_s, 0);
+  }
+}
+
+// Any contiguous split of a zoo model into stages composes to the model.
+TEST(ModelZoo, StageSplitsComposeToTheWholeModel) {
+  at::set_num_threads(1);
+  std::mt19937 random(11);
+  for (const std::string& name : model_names()) {
+    const ModelConfig model = resolve_model(small_model(name));
+    const detail::LayerList layers = detail::build_layers(model, 3);
+    const int count = num_layers(model);
+    ASSERT_EQ(static_cast<int>(layers.size()), count) << name;
+    const detail::Batch batch = detail::make_batch(model, 3, 0, 0, 2);
+    torch::NoGradGuard no_grad;
+    const torch::Tensor whole = detail::run_layers(layers, 0, count, batch.input);
+    for (int trial = 0; trial < 5; ++trial) {
+      const int stages = std::uniform_int_distribution<int>(1, count)(random);
+      std::vector<int> cuts(count - 1);
+      for (int i = 0; i < count - 1; ++i) cuts[i] = i + 1;
+      std::shuffle(cuts.begin(), cuts.end(), random);
+      cuts.resize(stages - 1);
+      std::sort(cuts.begin(), cuts.end());
+      cuts.insert(cuts.begin(), 0);
+      cuts.push_back(count);
+      torch::Tensor x = batch.input;
+      for (int s = 0; s < stages; ++s) x = detail::run_layers(layers, cuts[s], cuts[s + 1], x);
+      EXPECT_TRUE(torch::equal(x, whole)) << name << " split " << trial << " (seed 11)";
+    }
+  }
+}
+
+TEST(ModelZoo, SameSeedSameWeights) {
+  const ModelConfig model = small_model("transformer");
+  const auto a = detail::parameters_of(detail::build_layers(model, 5), 0, num_layers(model));
+  const auto b = detail::parameters_of(detail::build_layers(model, 5), 0, num_layers(model));
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));
+}
+
+TEST(ModelZoo, LayerCounts) {
+  EXPECT_EQ(num_layers({"vgg16", {}}), 21);
+  EXPECT_EQ(num_layers({"mlp", {{"depth", 5}}}), 5);
+  EXPECT_EQ(num_layers({"gnmt", {{"layers", 8}}}), 10);
+  EXPECT_EQ(num_layers({"transformer", {{"layers", 12}}}), 14);
+}
+
+TEST(BadInput, ModelsDevicesAndRanges) {
+  EXPECT_CONTAINS(input_error_of([] { resolve_model({"resnet", {}}); }), "unknown model 'resnet'");
+  EXPECT_CONTAINS(input_error_of([] { resolve_model({"mlp", {{"heads", 2}}}); }), "mlp has no option 'heads'");
+  EXPECT_CONTAINS(input_error_of([] { resolve_model({"vgg16", {{"image", 40}}}); }), "multiple of 32");
+  EXPECT_CONTAINS(input_error_of([] { resolve_model({"transformer", {{"width", 30}, {"heads", 4}}}); }), "multiple of heads");
+  ModelConfig config{"mlp", {}};
+  EXPECT_CONTAINS(input_error_of([&] { add_model_option(config, "width"); }), "expected key=value");
+  EXPECT_CONTAINS(input_error_of([&] { add_model_option(config, "width=-3"); }), "positive integer");
+  EXPECT_CONTAINS(input_error_of([] { parse_device_spec("gpu:2"); }), "expected cpu or cpu:N");
+  EXPECT_CONTAINS(input_error_of([] { parse_device_spec("cpu:0"); }), "expected cpu or cpu:N");
+  EXPECT_EQ(parse_device_spec("cpu:3").count, 3);
+  EXPECT_CONTAINS(input_error_of([] { uniform_ranges(3, 4); }), "only 3 layers");
+  EXPECT_CONTAINS(input_error_of([] { ranges_from_counts({2, 2}, 6); }), "add up to 4");
+  ExecutionRequest request = make_request(small_model("mlp"), "gpipe", 2, 2, 1);
+  request.device = parse_device_spec("cpu:3");
+  EXPECT_CONTAINS(input_error_of([&] { execute(request); }), "expected cpu:2");
+  request.device = {};
+  request.warmup_mini_batches = 1;
+  EXPECT_CONTAINS(input_error_of([&] { execute(request); }), "--warmup 1");
+}
+
+}  // namespace
+}  // namespace pipegrid::validate

@@ -1,0 +1,87 @@
+#pragma once
+// The real executor: runs a Program's per-device action lists with LibTorch,
+// one worker thread per device, and records what happened as a Timeline in
+// the simulator's schema (hosts cpu0, cpu1, ...; F/B/R compute records,
+// SEND_F/SEND_B transfer records with bytes). LibTorch-free header.
+//
+// Semantics (flushed schedules: gpipe, 1f1b-sno, 1f1b-so, with or without
+// recomputation): each micro-batch's loss is scaled by 1/M, gradients
+// accumulate over the mini-batch's backwards on a device, and after its last
+// backward of a mini-batch the device takes one SGD step on its stage and
+// clears the gradients. This equals one SGD step on the whole mini-batch.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/program.hpp"
+#include "core/timeline.hpp"
+#include "validate/model_zoo.hpp"
+
+namespace pipegrid::validate {
+
+/** Where the devices are. `cpu:N`: N worker threads, one intra-op thread
+ *  each; `cpu`: one worker per device of the Program. */
+struct DeviceSpec {
+  std::string kind = "cpu";
+  int count = 0;  ///< 0: one per Program device
+};
+
+/** Parses `cpu` or `cpu:N` (N >= 1); InputError otherwise. */
+DeviceSpec parse_device_spec(const std::string& text);
+
+struct ExecutionRequest {
+  ModelConfig model;
+  LayerRanges stages;   ///< layer range of each stage (one per Program stage)
+  Program program;      ///< one device per stage, one stream each, no all-reduces
+  int micro_batch_size = 8;
+  /// The Program's first mini-batches that are run but left out of the
+  /// timeline and the times (warm-up: allocator, caches, thread start).
+  int warmup_mini_batches = 0;
+  double learning_rate = 0.01;
+  std::uint64_t seed = 1;  ///< weights and data
+  DeviceSpec device;
+  /// Record each stage's final weights and last mini-batch's gradients.
+  bool keep_state = false;
+};
+
+/** Parameters of a stage (or of the whole model), each flattened, in layer
+ *  order (the order of LibTorch's Module::parameters()). */
+struct ModelState {
+  std::vector<std::vector<float>> weights;    ///< after the last update
+  std::vector<std::vector<float>> gradients;  ///< accumulated over the last mini-batch, before its update
+};
+
+struct DeviceSummary {
+  std::string host;
+  int stage = 0;
+  double busy_s = 0;  ///< F, B and R time over the measured mini-batches
+  double step_s = 0;  ///< optimizer steps over the measured mini-batches
+};
+
+struct ExecutionResult {
+  /// Measured mini-batches only, renumbered from 0, times in seconds from the
+  /// start of the first measured action.
+  Timeline timeline;
+  int measured_mini_batches = 0;
+  /// Span of the measured part divided by the measured mini-batches.
+  double minibatch_time_s = 0;
+  std::vector<DeviceSummary> devices;
+  std::vector<ModelState> stages;  ///< with keep_state, one per stage
+};
+
+/** Runs the request. Throws InputError for a request it cannot run (unknown
+ *  device, device count or stage ranges that do not match the Program,
+ *  several streams per device, replicated stages) and ProgramError for an
+ *  invalid Program; std::runtime_error when LibTorch fails in a worker. */
+ExecutionResult execute(const ExecutionRequest& request);
+
+/** The single-device reference: the whole model on the calling thread; for
+ *  each of `mini_batches` mini-batches, the M micro-batches (the same data as
+ *  execute() uses) concatenated into one batch, one backward of the mean
+ *  loss and one SGD step. Returns the whole model's state (keep_state's
+ *  layout: the stages' lists concatenated). */
+ModelState run_reference(const ModelConfig& model, int micro_batches, int mini_batches, int micro_batch_size,
+                         double learning_rate, std::uint64_t seed);
+
+}  // namespace pipegrid::validate

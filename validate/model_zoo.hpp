@@ -1,0 +1,67 @@
+#pragma once
+// Model zoo: real models for the executor, defined layer by layer so that
+// any contiguous range of layers is a stage module. This header is
+// LibTorch-free; the modules themselves are in validate/detail/model.hpp.
+//
+// Models and their options (integers, `--model-option key=value`):
+//   mlp:         width (256), depth (8), classes (10). Layers: depth-1 x
+//                (Linear width->width, ReLU), then Linear width->classes.
+//   vgg16:       width (64: channels of the first block; VGG-16's 64 scales
+//                every block), image (224: square input side, a multiple of
+//                32), hidden (4096 x width/64: classifier width), classes
+//                (1000). Layers: 13 x (3x3 conv, ReLU), 5 x max-pool, 3
+//                classifier layers (no dropout): 21 layers.
+//   gnmt:        vocab (1024), hidden (256), layers (4), seq (16). Layers:
+//                embedding, `layers` single-layer LSTMs, projection to vocab.
+//   transformer: vocab (1024), width (256: model dimension), heads (4),
+//                layers (4), seq (32). GPT style: token + learned position
+//                embedding, `layers` pre-norm causal decoder blocks, head
+//                (LayerNorm, Linear to vocab).
+// No batch normalisation and no dropout: runs are deterministic, so
+// numerics can be compared with a single-device reference. Parameters are
+// initialised from a seed (same seed, same weights).
+//
+// Data: micro-batch (mini-batch k, micro-batch m) of B samples is a function
+// of (seed, k, m) only; the loss is the mean cross-entropy over the samples
+// (and positions), so the micro-batches' gradients, each scaled by 1/M, sum
+// to the gradient of the whole mini-batch.
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pipegrid::validate {
+
+struct ModelConfig {
+  std::string name;                   ///< mlp, vgg16, gnmt, transformer
+  std::map<std::string, int> options; ///< absent options take their defaults
+};
+
+/** The zoo's model names, in a stable order. */
+const std::vector<std::string>& model_names();
+
+/** Checks the name and options (known keys, positive values, model-specific
+ *  rules) and fills in the defaults. Throws InputError naming the option. */
+ModelConfig resolve_model(const ModelConfig& config);
+
+/** Parses `key=value` (value a positive integer) into `config.options`;
+ *  InputError quoting `text` otherwise. */
+void add_model_option(ModelConfig& config, const std::string& text);
+
+/** Number of layers of the (resolved) model. */
+int num_layers(const ModelConfig& config);
+
+/** Contiguous layer ranges [first, last) of each stage. */
+using LayerRanges = std::vector<std::pair<int, int>>;
+
+/** `num_stages` ranges with layer counts as equal as possible (the earlier
+ *  stages take the extra layers). InputError when there are fewer layers than
+ *  stages. */
+LayerRanges uniform_ranges(int layers, int num_stages);
+
+/** Ranges from layer counts per stage ("3,5": stage 0 takes layers 0-2, stage
+ *  1 layers 3-7); the counts must add up to `layers`. */
+LayerRanges ranges_from_counts(const std::vector<int>& counts, int layers);
+
+}  // namespace pipegrid::validate
