@@ -13,6 +13,9 @@
 #include <fmt/format.h>
 
 #include "cli/explore_command.hpp"
+#ifdef PIPEGRID_WITH_TORCH
+#include "cli/execute_command.hpp"
+#endif
 #include "cli/partition_command.hpp"
 #include "cli/run.hpp"
 #include "core/error.hpp"
@@ -189,6 +192,9 @@ int main_with_exceptions(int argc, char** argv) {
 
   CLI::App* partition = add_partition_command(app);
   CLI::App* explore = add_explore_command(app);
+#ifdef PIPEGRID_WITH_TORCH
+  CLI::App* execute = add_execute_command(app);
+#endif
 
   auto* demo = app.add_subcommand("demo", "compare GPipe, 1F1B-SNO and 1F1B-SO for VGG-16 on 4 V100s");
   std::string demo_dir = "pipegrid-demo";
@@ -250,6 +256,9 @@ int main_with_exceptions(int argc, char** argv) {
   }
   if (*partition) return run_partition_command();
   if (*explore) return run_explore_command();
+#ifdef PIPEGRID_WITH_TORCH
+  if (*execute) return run_execute_command();
+#endif
   if (*demo) return run_demo(demo_dir, demo_micro_batches);
   return 0;
 }

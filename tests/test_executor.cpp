@@ -67,6 +67,10 @@ struct NumericsCase {
   bool recompute = false;
 };
 
+void PrintTo(const NumericsCase& c, std::ostream* out) {
+  *out << c.model << " " << c.schedule << " N=" << c.stages << " M=" << c.micro_batches << (c.recompute ? " recompute" : "");
+}
+
 std::string case_name(const testing::TestParamInfo<NumericsCase>& info) {
   std::string name = info.param.model + "_" + info.param.schedule + "_N" + std::to_string(info.param.stages) + "_M" +
                      std::to_string(info.param.micro_batches) + (info.param.recompute ? "_recompute" : "");

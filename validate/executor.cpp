@@ -96,6 +96,8 @@ struct WorkerContext {
   std::vector<int> device_of_stage;
   detail::LayerList* layers = nullptr;
   Transport* transport = nullptr;
+  /// Every micro-batch's data, made before the clock starts: key (micro-batch, mini-batch).
+  const std::map<std::pair<int, int>, detail::Batch>* data = nullptr;
   Clock::time_point epoch;
 };
 
@@ -146,8 +148,7 @@ WorkerOutput run_worker(const WorkerContext& context) {
   const auto stage_forward = [&](const torch::Tensor& input, const Action& a) {
     torch::Tensor out = detail::run_layers(*context.layers, first_layer, last_layer, input);
     if (stage == last_stage) {
-      const detail::Batch batch = detail::make_batch(request.model, request.seed, a.mini_batch, a.micro_batch, request.micro_batch_size);
-      out = detail::loss_of(request.model, out, batch.target) * scale;
+      out = detail::loss_of(request.model, out, context.data->at({a.micro_batch, a.mini_batch}).target) * scale;
     }
     return out;
   };
@@ -158,7 +159,7 @@ WorkerOutput run_worker(const WorkerContext& context) {
     if (a.kind == ActionKind::Forward) {
       torch::Tensor input;
       if (stage == 0) {
-        input = detail::make_batch(request.model, request.seed, a.mini_batch, a.micro_batch, request.micro_batch_size).input;
+        input = context.data->at(id).input;
       } else {
         input = context.transport->receive(context.device, {MessageKey::Kind::Activation, stage, a.micro_batch, a.mini_batch});
         if (input.is_floating_point()) input.requires_grad_(true);
@@ -276,11 +277,15 @@ ExecutionResult execute(const ExecutionRequest& request) {
 
   std::vector<WorkerOutput> outputs(devices);
   std::vector<std::exception_ptr> errors(devices);
+  std::map<std::pair<int, int>, detail::Batch> data;
+  for (int k = 0; k < program.mini_batches; ++k)
+    for (int m = 0; m < program.micro_batches; ++m)
+      data[{m, k}] = detail::make_batch(request.model, request.seed, k, m, request.micro_batch_size);
   const Clock::time_point epoch = Clock::now();
   {
     std::vector<std::thread> workers;
     for (int d = 0; d < devices; ++d) {
-      WorkerContext context{&request, d, &program.devices[d], device_of_stage, &layers, transport.get(), epoch};
+      WorkerContext context{&request, d, &program.devices[d], device_of_stage, &layers, transport.get(), &data, epoch};
       workers.emplace_back([context, d, &outputs, &errors, &transport] {
         try {
           outputs[d] = run_worker(context);

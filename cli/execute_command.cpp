@@ -1,0 +1,157 @@
+#include "cli/execute_command.hpp"
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "core/timeline.hpp"
+#include "schedules/schedules.hpp"
+#include "validate/executor.hpp"
+#include "validate/model_zoo.hpp"
+
+namespace pipegrid::cli {
+namespace {
+
+struct ExecuteOptions {
+  std::string model;
+  std::vector<std::string> model_options;
+  std::string schedule;
+  int stages = 1;
+  std::vector<int> layers_per_stage;
+  int micro_batches = 1;
+  int micro_batch_size = 8;
+  int mini_batches = 3;
+  int warmup = 1;
+  std::string device = "cpu";
+  double learning_rate = 0.01;
+  std::uint64_t seed = 1;
+  bool recompute = false;
+  std::string csv, svg, trace;
+  bool json = false;
+};
+
+ExecuteOptions options;
+CLI::App* command = nullptr;
+
+}  // namespace
+
+CLI::App* add_execute_command(CLI::App& app) {
+  command = app.add_subcommand("execute", "run a schedule for real with LibTorch (cpu:N worker threads) and record its timeline");
+  command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or transformer")->required();
+  command->add_option("--model-option", options.model_options,
+                      "model size, key=value (repeat): mlp width depth classes; vgg16 width image hidden classes; "
+                      "gnmt vocab hidden layers seq; transformer vocab width heads layers seq");
+  command->add_option("--schedule", options.schedule, "flushed schedule: gpipe, 1f1b-sno or 1f1b-so")->required();
+  command->add_option("--stages", options.stages, "number of stages, one device each (default 1)");
+  command->add_option("--layers-per-stage", options.layers_per_stage,
+                      "layers of each stage, e.g. 3,5 (default: as equal as possible)")->delimiter(',');
+  command->add_option("--micro-batches", options.micro_batches, "micro-batches per mini-batch (M, default 1)");
+  command->add_option("--micro-batch-size", options.micro_batch_size, "samples per micro-batch (default 8)");
+  command->add_option("--mini-batches", options.mini_batches, "measured mini-batches (default 3)");
+  command->add_option("--warmup", options.warmup, "mini-batches run before the measured ones, left out of the timeline (default 1)");
+  command->add_option("--device", options.device, "cpu (one worker thread per stage) or cpu:N (N = stages)");
+  command->add_option("--learning-rate", options.learning_rate, "SGD learning rate (default 0.01)");
+  command->add_option("--seed", options.seed, "seed of the weights and the data (default 1)");
+  command->add_flag("--recompute", options.recompute, "activation recomputation: forwards keep only the stage input");
+  command->add_option("--csv", options.csv, "write the measured timeline as CSV");
+  command->add_option("--svg", options.svg, "write the measured timeline as an SVG Gantt chart");
+  command->add_option("--trace", options.trace, "write a Chrome trace (Perfetto) JSON file");
+  command->add_flag("--json", options.json, "print one JSON object with the measured times on stdout");
+  return command;
+}
+
+int run_execute_command() {
+  validate::ModelConfig model{options.model, {}};
+  for (const std::string& option : options.model_options) validate::add_model_option(model, option);
+  model = validate::resolve_model(model);
+  if (!schedule_info(options.schedule).flushed)
+    throw InputError(fmt::format("--schedule {}: the executor runs flushed schedules (gpipe, 1f1b-sno, 1f1b-so); "
+                                 "weight stashing for the PipeDream family is not implemented yet",
+                                 options.schedule));
+  if (options.mini_batches < 1) throw InputError(fmt::format("--mini-batches: expected at least 1, found {}", options.mini_batches));
+  if (options.warmup < 0) throw InputError(fmt::format("--warmup: expected 0 or more, found {}", options.warmup));
+
+  validate::ExecutionRequest request;
+  request.model = model;
+  const int layers = validate::num_layers(model);
+  if (!options.layers_per_stage.empty()) {
+    if (command->count("--stages") && options.stages != static_cast<int>(options.layers_per_stage.size()))
+      throw InputError(fmt::format("--layers-per-stage gives {} stages, --stages says {}", options.layers_per_stage.size(), options.stages));
+    options.stages = static_cast<int>(options.layers_per_stage.size());
+    request.stages = validate::ranges_from_counts(options.layers_per_stage, layers);
+  } else {
+    request.stages = validate::uniform_ranges(layers, options.stages);
+  }
+  ScheduleOptions schedule;
+  schedule.num_stages = options.stages;
+  schedule.micro_batches = options.micro_batches;
+  schedule.mini_batches = options.warmup + options.mini_batches;
+  schedule.recompute = options.recompute;
+  request.program = generate_schedule(options.schedule, schedule);
+  request.micro_batch_size = options.micro_batch_size;
+  request.warmup_mini_batches = options.warmup;
+  request.learning_rate = options.learning_rate;
+  request.seed = options.seed;
+  request.device = validate::parse_device_spec(options.device);
+
+  const validate::ExecutionResult result = validate::execute(request);
+
+  if (!options.csv.empty()) write_file_atomically(options.csv, timeline_to_csv(result.timeline));
+  if (!options.trace.empty()) write_file_atomically(options.trace, timeline_to_chrome_trace(result.timeline));
+  if (!options.svg.empty()) {
+    SvgOptions svg;
+    svg.title = fmt::format("measured: {} on {} ({}, M={}, {} stages, micro-batch {})", options.schedule, options.model,
+                            options.device, options.micro_batches, options.stages, options.micro_batch_size);
+    write_file_atomically(options.svg, timeline_to_svg(result.timeline, svg));
+  }
+
+  const int samples = options.micro_batches * options.micro_batch_size;
+  if (options.json) {
+    nlohmann::json json;
+    json["model"] = model.name;
+    json["model_options"] = model.options;
+    json["schedule"] = options.schedule;
+    json["device"] = options.device;
+    json["stages"] = options.stages;
+    json["micro_batches"] = options.micro_batches;
+    json["micro_batch_size"] = options.micro_batch_size;
+    json["measured_mini_batches"] = result.measured_mini_batches;
+    json["measured_minibatch_time_s"] = result.minibatch_time_s;
+    json["throughput_samples_per_s"] = samples / result.minibatch_time_s;
+    json["devices"] = nlohmann::json::array();
+    for (std::size_t d = 0; d < result.devices.size(); ++d) {
+      const validate::DeviceSummary& device = result.devices[d];
+      const double span = result.minibatch_time_s * result.measured_mini_batches;
+      json["devices"].push_back({{"host", device.host},
+                                 {"stage", device.stage},
+                                 {"layers", {request.stages[device.stage].first, request.stages[device.stage].second}},
+                                 {"busy_s", device.busy_s},
+                                 {"optimizer_step_s", device.step_s},
+                                 {"bubble_fraction", 1 - device.busy_s / span}});
+    }
+    std::cout << json.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("{} on {}: {} layers in {} stages, {} with M={} micro-batches of {} samples\n", model.name,
+                           options.device, layers, options.stages, options.schedule, options.micro_batches, options.micro_batch_size);
+  std::cout << fmt::format("measured mini-batch time: {} (mean of {} after {} warm-up), {:.1f} samples/s\n",
+                           human_seconds(result.minibatch_time_s), result.measured_mini_batches, options.warmup,
+                           samples / result.minibatch_time_s);
+  std::cout << fmt::format("{:<8} {:>5} {:>9} {:>12} {:>8} {:>14}\n", "device", "stage", "layers", "busy", "bubble", "optimizer step");
+  for (const validate::DeviceSummary& device : result.devices) {
+    const double span = result.minibatch_time_s * result.measured_mini_batches;
+    const auto [first, last] = request.stages[device.stage];
+    std::cout << fmt::format("{:<8} {:>5} {:>9} {:>12} {:>8.3f} {:>14}\n", device.host, device.stage, fmt::format("{}-{}", first, last - 1),
+                             human_seconds(device.busy_s / result.measured_mini_batches), 1 - device.busy_s / span,
+                             human_seconds(device.step_s / result.measured_mini_batches));
+  }
+  std::cout << "busy and optimizer step: per mini-batch; bubble: 1 - busy / span of the measured mini-batches\n";
+  return 0;
+}
+
+}  // namespace pipegrid::cli
