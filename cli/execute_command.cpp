@@ -46,7 +46,7 @@ CLI::App* add_execute_command(CLI::App& app) {
   command->add_option("--model-option", options.model_options,
                       "model size, key=value (repeat): mlp width depth classes; vgg16 width image hidden classes; "
                       "gnmt vocab hidden layers seq; transformer vocab width heads layers seq");
-  command->add_option("--schedule", options.schedule, "flushed schedule: gpipe, 1f1b-sno or 1f1b-so")->required();
+  command->add_option("--schedule", options.schedule, "gpipe, 1f1b-sno, 1f1b-so, or pipedream (weight stashing, one micro-batch per mini-batch)")->required();
   command->add_option("--stages", options.stages, "number of stages, one device each (default 1)");
   command->add_option("--layers-per-stage", options.layers_per_stage,
                       "layers of each stage, e.g. 3,5 (default: as equal as possible)")->delimiter(',');
@@ -69,10 +69,11 @@ int run_execute_command() {
   validate::ModelConfig model{options.model, {}};
   for (const std::string& option : options.model_options) validate::add_model_option(model, option);
   model = validate::resolve_model(model);
-  if (!schedule_info(options.schedule).flushed)
-    throw InputError(fmt::format("--schedule {}: the executor runs flushed schedules (gpipe, 1f1b-sno, 1f1b-so); "
-                                 "weight stashing for the PipeDream family is not implemented yet",
-                                 options.schedule));
+  const bool stashing = options.schedule == "pipedream";
+  if (!schedule_info(options.schedule).flushed && !stashing)
+    throw InputError(fmt::format("--schedule {}: the executor runs gpipe, 1f1b-sno, 1f1b-so and pipedream (weight "
+                                 "stashing); {} is not implemented yet",
+                                 options.schedule, options.schedule));
   if (options.mini_batches < 1) throw InputError(fmt::format("--mini-batches: expected at least 1, found {}", options.mini_batches));
   if (options.warmup < 0) throw InputError(fmt::format("--warmup: expected 0 or more, found {}", options.warmup));
 
@@ -98,6 +99,7 @@ int run_execute_command() {
   request.learning_rate = options.learning_rate;
   request.seed = options.seed;
   request.device = validate::parse_device_spec(options.device);
+  request.weight_stashing = stashing;
 
   const validate::ExecutionResult result = validate::execute(request);
 

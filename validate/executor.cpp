@@ -131,6 +131,23 @@ WorkerOutput run_worker(const WorkerContext& context) {
     if (actions[i].kind == ActionKind::Recompute) recomputed.insert({actions[i].micro_batch, actions[i].mini_batch});
   }
 
+  // Weight stashing: the version each in-flight mini-batch's forward used,
+  // and a copy of every version still referenced. The weights are changed
+  // through Tensor::data() so that autograd's version counters stay put: the
+  // graphs of the mini-batches in flight see the stashed values swapped in.
+  int version = 0;
+  std::map<std::pair<int, int>, int> version_of;
+  std::map<int, std::vector<torch::Tensor>> versions;
+  const auto copy_weights = [&](const std::vector<torch::Tensor>& from) {
+    torch::NoGradGuard no_grad;
+    for (std::size_t p = 0; p < parameters.size(); ++p) parameters[p].data().copy_(from[p]);
+  };
+  const auto clone_weights = [&] {
+    std::vector<torch::Tensor> copy;
+    for (const torch::Tensor& parameter : parameters) copy.push_back(parameter.detach().clone());
+    return copy;
+  };
+
   WorkerOutput output;
   const std::string host = host_name(context.device);
   std::map<std::pair<int, int>, Stash> stashes;
@@ -165,6 +182,10 @@ WorkerOutput run_worker(const WorkerContext& context) {
         if (input.is_floating_point()) input.requires_grad_(true);
       }
       const double start = seconds_since(context.epoch);
+      if (request.weight_stashing) {
+        if (versions.count(version) == 0) versions[version] = clone_weights();
+        version_of[id] = version;
+      }
       torch::Tensor out;
       if (recomputed.count(id)) {
         torch::NoGradGuard no_grad;
@@ -188,13 +209,41 @@ WorkerOutput run_worker(const WorkerContext& context) {
       const double start = seconds_since(context.epoch);
       Stash stash = std::move(stashes.at(id));
       stashes.erase(id);
+      std::vector<torch::Tensor> latest;
+      if (request.weight_stashing && version_of.at(id) != version) {
+        latest = clone_weights();
+        copy_weights(versions.at(version_of.at(id)));
+      }
       if (stage == last_stage)
         stash.output.backward();
       else
         stash.output.backward(gradient);
+      if (!latest.empty()) copy_weights(latest);
+      if (request.weight_stashing) {
+        const int used = version_of.at(id);
+        version_of.erase(id);
+        bool referenced = false;
+        for (const auto& [other, v] : version_of) referenced = referenced || v == used;
+        if (!referenced) versions.erase(used);
+      }
       record("B", a, start, seconds_since(context.epoch), 0, "");
       if (stage != 0) send(MessageKey::Kind::Gradient, stage - 1, a, stash.input.grad());
-      if (last_backward.at(a.mini_batch) == i) {
+      if (request.weight_stashing) {
+        if (request.keep_state && a.mini_batch == request.program.mini_batches - 1) {
+          output.state.gradients.clear();
+          for (const torch::Tensor& parameter : parameters) output.state.gradients.push_back(to_floats(parameter.grad()));
+        }
+        const double step_start = seconds_since(context.epoch);
+        {
+          torch::NoGradGuard no_grad;
+          for (torch::Tensor& parameter : parameters) {
+            parameter.data().add_(parameter.grad(), -request.learning_rate);
+            parameter.mutable_grad().zero_();
+          }
+        }
+        ++version;
+        output.steps.emplace_back(a.mini_batch, seconds_since(context.epoch) - step_start);
+      } else if (last_backward.at(a.mini_batch) == i) {
         if (request.keep_state && a.mini_batch == request.program.mini_batches - 1) {
           output.state.gradients.clear();
           for (const torch::Tensor& parameter : parameters)
@@ -237,6 +286,8 @@ void check_request(const ExecutionRequest& request, int devices) {
     if (device.streams.size() != 1)
       throw InputError(fmt::format("executor: device of stage {} has {} streams; a device runs one stream (fbp-as is not supported)",
                                    device.stage, device.streams.size()));
+  if (request.weight_stashing && program.micro_batches != 1)
+    throw InputError(fmt::format("executor: weight stashing runs one micro-batch per mini-batch; the Program has {}", program.micro_batches));
   if (request.micro_batch_size < 1)
     throw InputError(fmt::format("--micro-batch-size: expected at least 1, found {}", request.micro_batch_size));
   if (request.warmup_mini_batches < 0 || request.warmup_mini_batches >= program.mini_batches)

@@ -9,6 +9,13 @@
 // accumulate over the mini-batch's backwards on a device, and after its last
 // backward of a mini-batch the device takes one SGD step on its stage and
 // clears the gradients. This equals one SGD step on the whole mini-batch.
+//
+// Weight stashing (pipedream: one micro-batch per mini-batch, several
+// mini-batches in flight): a forward uses the stage's latest weights and
+// stashes a copy of them; its backward computes the gradients at that
+// stashed version, and every backward is followed by an SGD step on the
+// latest weights. This is PipeDream's delayed-weights update (section 3.3):
+// w(t+1) = w(t) - lr * grad f(w_1(t-n+1), ..., w_n(t)) on a straight pipeline.
 
 #include <cstdint>
 #include <string>
@@ -43,6 +50,9 @@ struct ExecutionRequest {
   DeviceSpec device;
   /// Record each stage's final weights and last mini-batch's gradients.
   bool keep_state = false;
+  /// Weight stashing (see above), for Programs without a flush (pipedream);
+  /// the Program must have one micro-batch per mini-batch.
+  bool weight_stashing = false;
 };
 
 /** Parameters of a stage (or of the whole model), each flattened, in layer
