@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/program.hpp"
@@ -16,6 +17,7 @@
 #include "validate/detail/model.hpp"
 #include "validate/executor.hpp"
 #include "validate/model_zoo.hpp"
+#include "validate/transport.hpp"
 
 namespace pipegrid::validate {
 namespace {
@@ -240,6 +242,30 @@ TEST(Executor, TimelineHoldsEveryActionOnceInProgramOrder) {
     }
     for (const DeviceSummary& device : result.devices) EXPECT_GT(device.busy_s, 0);
   }
+}
+
+// Messages are matched by key, whatever order they are sent in; a receiver
+// gets a copy; abort() wakes a waiting receiver with the reason.
+TEST(Transport, MatchesByKeyCopiesAndAborts) {
+  auto transport = make_in_process_transport(2);
+  using Kind = MessageKey::Kind;
+  torch::Tensor a = torch::full({2}, 1.0f), b = torch::full({2}, 2.0f);
+  transport->send(1, {Kind::Activation, 1, 1, 0}, b);
+  transport->send(1, {Kind::Activation, 1, 0, 0}, a);
+  a.fill_(9.0f);
+  EXPECT_TRUE(torch::equal(transport->receive(1, {Kind::Activation, 1, 0, 0}), torch::full({2}, 1.0f)));
+  EXPECT_TRUE(torch::equal(transport->receive(1, {Kind::Activation, 1, 1, 0}), b));
+  std::string error;
+  std::thread waiter([&] {
+    try {
+      transport->receive(0, {Kind::Gradient, 0, 0, 0});
+    } catch (const std::runtime_error& e) {
+      error = e.what();
+    }
+  });
+  transport->abort("cpu1 failed");
+  waiter.join();
+  EXPECT_EQ(error, "cpu1 failed");
 }
 
 // Any contiguous split of a zoo model into stages composes to the model.
