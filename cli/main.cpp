@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "cli/compare_command.hpp"
 #include "cli/explore_command.hpp"
 #include "cli/partition_command.hpp"
 #include "cli/run.hpp"
@@ -189,6 +190,7 @@ int main_with_exceptions(int argc, char** argv) {
 
   CLI::App* partition = add_partition_command(app);
   CLI::App* explore = add_explore_command(app);
+  CLI::App* compare = add_compare_command(app);
 
   auto* demo = app.add_subcommand("demo", "compare GPipe, 1F1B-SNO and 1F1B-SO for VGG-16 on 4 V100s");
   std::string demo_dir = "pipegrid-demo";
@@ -250,6 +252,7 @@ int main_with_exceptions(int argc, char** argv) {
   }
   if (*partition) return run_partition_command();
   if (*explore) return run_explore_command();
+  if (*compare) return run_compare_command();
   if (*demo) return run_demo(demo_dir, demo_micro_batches);
   return 0;
 }
