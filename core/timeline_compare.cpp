@@ -207,7 +207,7 @@ TimelineComparison compare_timelines(const Timeline& simulated, const std::strin
   }
   if (matched.empty())
     throw InputError(fmt::format(
-        "{} and {} have no action in common (actions are matched by stage, action, micro-batch and mini-batch; "
+        "{} and {} have no action in common (actions are matched by stage, action, micro-batch, mini-batch and replica; "
         "simulated: {}; measured: {}){}",
         simulated_origin, measured_origin, listed(result.only_simulated), listed(result.only_measured),
         options.align_first ? "" : "; if the measured run left out warm-up mini-batches, try --align first"));
@@ -262,10 +262,10 @@ std::string comparison_to_table(const std::vector<TimelineComparison>& runs, con
   for (const auto& [label, summary] : {std::pair{"start", c.start_error}, {"end", c.end_error}, {"action (worse end)", c.action_error}})
     text += fmt::format("{:<18} {:>10} {:>10} {:>10}\n", label, percent(summary.median), percent(summary.p95), percent(summary.max));
   if (!c.worst.empty()) {
-    text += fmt::format("\nworst actions:\n{:<14} {:>12} {:>12} {:>12} {:>12} {:>9}\n", "action", "sim start", "sim end",
+    text += fmt::format("\nworst actions:\n{:<18} {:>12} {:>12} {:>12} {:>12} {:>9}\n", "action", "sim start", "sim end",
                         "real start", "real end", "error");
     for (const MatchedAction& action : c.worst)
-      text += fmt::format("{:<14} {:>12} {:>12} {:>12} {:>12} {:>9}\n", action.name, human_seconds(action.simulated_start_s),
+      text += fmt::format("{:<18} {:>12} {:>12} {:>12} {:>12} {:>9}\n", action.name, human_seconds(action.simulated_start_s),
                           human_seconds(action.simulated_end_s), human_seconds(action.measured_start_s),
                           human_seconds(action.measured_end_s), percent(action.error()));
   }
