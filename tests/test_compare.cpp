@@ -227,6 +227,20 @@ TEST(CompareTimelines, ReplicasMatchByRankNotByHostName) {
   EXPECT_EQ(d.worst.front().name, "0F0");         // tied with 0F0[r1], first by name
 }
 
+TEST(CompareTimelines, RepeatedActionsPairInStartOrder) {
+  // The same action twice on one device (a timeline that repeats an action):
+  // first with first, second with second, the second named "#1".
+  Timeline sim, real;
+  sim.records = {compute("g", 0, "F", 0, 2, 3), compute("g", 0, "F", 0, 0, 1)};
+  real.records = {compute("c", 0, "F", 0, 0, 1), compute("c", 0, "F", 0, 2, 4)};
+  const TimelineComparison c = compare_timelines(sim, "sim", real, "real", {});
+  EXPECT_EQ(c.matched, 2u);
+  ASSERT_EQ(c.worst.size(), 2u);
+  EXPECT_EQ(c.worst[0].name, "0F0#1");
+  EXPECT_DOUBLE_EQ(c.worst[0].end_error, 1.0 / 4);
+  EXPECT_EQ(c.worst[1].error(), 0);
+}
+
 TEST(CompareTimelines, BadTimelinesAreInputErrors) {
   const Timeline good = two_stages("gpu0", "gpu1");
   EXPECT_CONTAINS(input_error_of([&] { compare_timelines(good, "sim.csv", Timeline{}, "real.csv", {}); }),
