@@ -29,9 +29,7 @@ CompareCommandOptions options;
 
 CLI::App* add_compare_command(CLI::App& app) {
   auto* command = app.add_subcommand("compare", "compare a simulated timeline with measured ones (CSV timelines)");
-  command->add_option("timelines", options.timelines, "SIM_TIMELINE REAL_TIMELINE [REAL_TIMELINE...] (CSV)")
-      ->required()
-      ->expected(2, -1);
+  command->add_option("timelines", options.timelines, "SIM_TIMELINE REAL_TIMELINE [REAL_TIMELINE...] (CSV)");
   command->add_option("--align", options.align,
                       "none (default): mini-batch numbers as recorded; first: number each timeline's mini-batches from 0 "
                       "(a real run that left out warm-up mini-batches)");
@@ -45,6 +43,9 @@ CLI::App* add_compare_command(CLI::App& app) {
 }
 
 int run_compare_command() {
+  if (options.timelines.size() < 2)
+    throw InputError(fmt::format("compare: expected SIM_TIMELINE REAL_TIMELINE [REAL_TIMELINE...], found {} file{}",
+                                 options.timelines.size(), options.timelines.size() == 1 ? "" : "s"));
   if (options.align != "none" && options.align != "first")
     throw InputError(fmt::format("--align: expected none or first, found '{}'", options.align));
   if (options.worst < 0) throw InputError(fmt::format("--worst: expected a count >= 0, found {}", options.worst));
