@@ -1,5 +1,5 @@
 // pipegrid: predict, draw and check pipeline-parallel DNN training.
-// Subcommands: simulate, schedule, partition, explore, demo. Flag spellings are stable: users
+// Subcommands: simulate, schedule, partition, explore, compare, demo. Flag spellings are stable: users
 // script against them.
 
 #include <sys/stat.h>
