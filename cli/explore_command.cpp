@@ -157,11 +157,20 @@ void build_candidates(Exploration& exploration) {
     input.platform = platform;
     return input;
   };
+  // PipeDream's memory constraint (its stash formula) describes its own
+  // pipeline: the stale-weight schedules also get the partition it chooses
+  // under the memory in force, when every device's memory is known.
+  std::optional<double> capacity = exploration.memory_limit_bytes;
+  if (!capacity && std::all_of(platform.hosts.begin(), platform.hosts.end(), [](const HostInfo& h) { return h.memory_bytes.has_value(); }))
+    for (const HostInfo& host : platform.hosts) capacity = capacity ? std::min(*capacity, *host.memory_bytes) : *host.memory_bytes;
   for (const int size : sizes) {
     for (const std::string& name : partitioners) {
       if (name == "bapipe") continue;
-      for (const bool straight : name == "pipedream" ? std::vector<bool>{false, true} : std::vector<bool>{true}) {
-        const std::string label = name == "pipedream" && straight ? "pipedream-straight" : name;
+      std::vector<std::string> labels = {name};
+      if (name == "pipedream") labels = capacity ? std::vector<std::string>{"pipedream", "pipedream-straight", "pipedream-memory"}
+                                                 : std::vector<std::string>{"pipedream", "pipedream-straight"};
+      for (const std::string& label : labels) {
+        const bool straight = label == "pipedream-straight";
         Fixed entry;
         try {
           if (name == "uniform") {
@@ -173,6 +182,7 @@ void build_candidates(Exploration& exploration) {
           } else {
             PartitionerInput input = partitioner_input(size);
             input.straight = straight;
+            if (label == "pipedream-memory") input.memory_limit_bytes = capacity;
             PartitionerOutput output = run_partitioner(name, input);
             entry.choice = PartitionChoice{label, std::move(output.profile), std::move(output.partition)};
           }
@@ -203,8 +213,12 @@ void build_candidates(Exploration& exploration) {
     std::vector<PartitionChoice> chosen;
     std::vector<std::string> failures;
     for (const std::string& name : partitioners) {
-      for (const std::string& label : name == "pipedream" ? std::vector<std::string>{"pipedream", "pipedream-straight"}
-                                                          : std::vector<std::string>{name}) {
+      std::vector<std::string> labels = {name};
+      if (name == "pipedream") {
+        labels = {"pipedream", "pipedream-straight"};
+        if (schedule.stale_weights && fixed.count({shape.micro_batch_size, "pipedream-memory"})) labels.push_back("pipedream-memory");
+      }
+      for (const std::string& label : labels) {
         std::optional<PartitionChoice> choice;
         if (name == "bapipe") {
           // BaPipe plans flushed pipelines; the PipeDream family has its own.

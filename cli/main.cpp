@@ -1,6 +1,6 @@
 // pipegrid: predict, draw and check pipeline-parallel DNN training.
-// Subcommands: simulate, schedule, partition, explore, demo, execute (LibTorch builds). Flag spellings are stable: users
-// script against them.
+// Subcommands: simulate, schedule, partition, explore, compare, demo, execute (LibTorch builds).
+// Flag spellings are stable: users script against them.
 
 #include <sys/stat.h>
 
@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "cli/compare_command.hpp"
 #include "cli/explore_command.hpp"
 #ifdef PIPEGRID_WITH_TORCH
 #include "cli/execute_command.hpp"
@@ -192,6 +193,7 @@ int main_with_exceptions(int argc, char** argv) {
 
   CLI::App* partition = add_partition_command(app);
   CLI::App* explore = add_explore_command(app);
+  CLI::App* compare = add_compare_command(app);
 #ifdef PIPEGRID_WITH_TORCH
   CLI::App* execute = add_execute_command(app);
 #endif
@@ -256,6 +258,7 @@ int main_with_exceptions(int argc, char** argv) {
   }
   if (*partition) return run_partition_command();
   if (*explore) return run_explore_command();
+  if (*compare) return run_compare_command();
 #ifdef PIPEGRID_WITH_TORCH
   if (*execute) return run_execute_command();
 #endif

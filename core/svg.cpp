@@ -80,6 +80,7 @@ constexpr double kMinPlotWidth = 960;
 constexpr double kMaxPlotWidth = 2400;
 constexpr double kPixelsPerBox = 30;       // plot width grows with the busiest sub-row
 constexpr double kAxisHeight = 44;
+constexpr double kHeadingHeight = 22;      // a band with a heading above a row (stacked charts)
 constexpr double kTickSpacing = 90;        // wanted px between ticks
 constexpr std::size_t kMaxHostLabelChars = 32;
 constexpr std::size_t kTooltipRecordLimit = 20000;  // tooltips make big files bigger
@@ -106,6 +107,7 @@ constexpr const char* kText = "#111111";
 constexpr const char* kMutedText = "#555555";
 constexpr const char* kGrid = "#e4e4e4";
 constexpr const char* kSeparator = "#c8c8c8";
+constexpr const char* kHeadingBand = "#f0f0f0";
 constexpr const char* kFont = "Helvetica, Arial, sans-serif";
 
 /// Fixed-format coordinate: two decimals, never "-0.00".
@@ -205,6 +207,9 @@ struct HostRow {
   int lanes = 0;
   double peak = 0;                          ///< largest memory_bytes (when memory is not empty)
   double peak_time = 0;                     ///< first end time at the peak
+  std::string label;                        ///< shown in the label column (options.host_labels, else the name)
+  std::string heading;                      ///< options.row_headings: a band above the row
+  double heading_top = 0;                   ///< y of the band's top edge
   double top = 0;                           ///< y of the row's top edge
   double height = 0;
   int sub_row(int stream) const {
@@ -334,6 +339,10 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
     row_of[host] = rows.size();
     rows.emplace_back();
     rows.back().name = host;
+    const auto label = options.host_labels.find(host);
+    rows.back().label = label == options.host_labels.end() ? host : label->second;
+    if (const auto heading = options.row_headings.find(host); heading != options.row_headings.end())
+      rows.back().heading = heading->second;
   };
   for (const std::string& host : timeline.hosts) add_host(host);
 
@@ -421,7 +430,7 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   bool multi_stream = false;
   double label_width = 40;
   for (const HostRow& row : rows) {
-    label_width = std::max(label_width, text_width(shorten(row.name, kMaxHostLabelChars), kLabelFont));
+    label_width = std::max(label_width, text_width(shorten(row.label, kMaxHostLabelChars), kLabelFont));
     label_width = std::max(label_width, text_width(stage_label(row.stages), kSmallFont));
     if (draw_memory && !row.memory_samples.empty()) label_width = std::max(label_width, text_width(peak_label(row), kSmallFont));
     if (row.streams.size() > 1) multi_stream = true;
@@ -489,6 +498,8 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   y += 16 + 12 + (legend_lines - 1) * kLegendLine;
   const double plot_top = y;
   for (HostRow& row : rows) {
+    row.heading_top = y;
+    if (!row.heading.empty()) y += kHeadingHeight;
     row.top = y;
     row.height = static_cast<double>(row.streams.size()) * kSubRowHeight;
     if (draw_transfers) row.height += kLanePadding * 2 + row.lanes * kLaneHeight;
@@ -595,7 +606,7 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
     const double label_x = plot_left - 8 - stream_tag_width;
     const double name_y = stages.empty() ? center + kLabelFont * 0.35 : center - 1;
     svg.line(fmt::format("<text class=\"host\" x=\"{}\" y=\"{}\" font-size=\"{}\" text-anchor=\"end\">{}</text>",
-                         num(label_x), num(name_y), num(kLabelFont), escape_xml(shorten(row.name, kMaxHostLabelChars))));
+                         num(label_x), num(name_y), num(kLabelFont), escape_xml(shorten(row.label, kMaxHostLabelChars))));
     if (!stages.empty())
       svg.line(fmt::format(
           "<text class=\"stage\" x=\"{}\" y=\"{}\" font-size=\"{}\" text-anchor=\"end\" fill=\"{}\">{}</text>",
@@ -618,7 +629,14 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
           num(plot_left), num(row.top + row.height - kMemoryStripHeight), num(plot_right), kSeparator));
     if (r > 0)
       svg.line(fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"1\"/>",
-                           num(kMargin), num(row.top), num(plot_right), kSeparator));
+                           num(kMargin), num(row.heading_top), num(plot_right), kSeparator));
+    if (!row.heading.empty()) {
+      svg.line(fmt::format("<rect class=\"heading\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>",
+                           num(kMargin), num(row.heading_top), num(plot_right - kMargin), num(kHeadingHeight), kHeadingBand));
+      svg.line(fmt::format("<text class=\"heading\" x=\"{}\" y=\"{}\" font-size=\"{}\" font-weight=\"bold\">{}</text>",
+                           num(kMargin + 4), num(row.heading_top + kHeadingHeight / 2 + kLabelFont * 0.35), num(kLabelFont),
+                           escape_xml(row.heading)));
+    }
   }
   svg.line("</g>");
 

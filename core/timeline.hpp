@@ -68,6 +68,12 @@ struct SvgOptions {
   /// dashed line at the capacity unless the capacity exceeds twice the
   /// largest peak (the strips would flatten). Empty: no capacities shown.
   std::map<std::string, double> memory_capacity_bytes = {};
+  /// Text shown for a host instead of its name (stacked charts, whose rows
+  /// come from two timelines that may use the same host names).
+  std::map<std::string, std::string> host_labels = {};
+  /// Headings, each drawn in a band above the row of the host it is keyed
+  /// by ("simulated" above the first simulated device).
+  std::map<std::string, std::string> row_headings = {};
 };
 
 /** SVG Gantt chart drawn like the papers' figures: a row per device, boxes

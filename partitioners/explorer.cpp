@@ -53,16 +53,17 @@ MicroBatchChoices micro_batch_choices(int mini_batch_size, const std::vector<int
     const int size = measured_sizes.front();
     if (mini_batch_size % size != 0)
       throw InputError(fmt::format(
-          "--mini-batch-size {}: the profile has times for micro-batches of {} samples only, so the mini-batch must be a "
+          "--mini-batch-size {}: the profile has times for micro-batches of {} {} only, so the mini-batch must be a "
           "multiple of {}",
-          mini_batch_size, size, size));
+          mini_batch_size, size, size == 1 ? "sample" : "samples", size));
     const int most = mini_batch_size / size;
     for (int count = 1; count <= most; ++count)
       if (most % count == 0 && wanted(count)) choices.shapes.push_back({count, size});
+    const char* samples = size == 1 ? "sample" : "samples";
     choices.note = fmt::format(
-        "the profile has times for micro-batches of {} samples only: the micro-batch size stays {} (no invented "
-        "scaling) and M runs over the divisors of {} / {} = {}, each mini-batch M x {} samples",
-        size, size, mini_batch_size, size, most, size);
+        "the profile has times for micro-batches of {} {} only: the micro-batch size stays {} (no invented "
+        "scaling) and M runs over the divisors of {} / {} = {}, each mini-batch M x {} {}",
+        size, samples, size, mini_batch_size, size, most, size, samples);
   } else {
     const int smallest = measured_sizes.front(), largest = measured_sizes.back();
     std::vector<int> outside;

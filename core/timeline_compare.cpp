@@ -1,0 +1,354 @@
+// Simulated vs measured timelines: matching by action identity, error
+// metrics, and the table / JSON reports. Definitions: timeline_compare.hpp
+// and docs/validation.md.
+
+#include "core/timeline_compare.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/io.hpp"
+
+namespace pipegrid {
+
+namespace {
+
+/// What identifies a record in both timelines.
+using ActionKey = std::tuple<std::string, int, int, int, int>;  // action, stage, micro-batch, mini-batch, replica
+
+constexpr std::size_t kListedNames = 8;  // names shown in messages about unmatched actions
+
+/// A timeline ready for matching: times shifted to start at 0, mini-batches
+/// renumbered if asked, records grouped by key in start-time order.
+struct Prepared {
+  std::vector<TimelineRecord> records;  ///< shifted, renumbered
+  std::vector<int> replica;             ///< per record
+  std::map<ActionKey, std::vector<std::size_t>> groups;
+  double span_s = 0;
+  int minibatches = 0;
+  double bubble_fraction = 0;
+};
+
+Prepared prepare(const Timeline& timeline, const std::string& origin, const CompareOptions& options) {
+  if (timeline.records.empty()) throw InputError(fmt::format("{}: the timeline has no records", origin));
+  Prepared prepared;
+  prepared.records = timeline.records;
+  double first = prepared.records.front().start_s, last = prepared.records.front().end_s;
+  int first_minibatch = prepared.records.front().mini_batch;
+  for (const TimelineRecord& record : prepared.records) {
+    if (!std::isfinite(record.start_s) || !std::isfinite(record.end_s))
+      throw InputError(fmt::format("{}: {}: expected finite start_s and end_s, found {} and {}", origin,
+                                   action_name(record, 0), record.start_s, record.end_s));
+    first = std::min(first, record.start_s);
+    last = std::max(last, record.end_s);
+    first_minibatch = std::min(first_minibatch, record.mini_batch);
+  }
+  prepared.span_s = last - first;
+  for (TimelineRecord& record : prepared.records) {
+    record.start_s -= first;
+    record.end_s -= first;
+    if (options.align_first) record.mini_batch -= first_minibatch;
+  }
+
+  // Host order: the timeline's list, then hosts seen only in records.
+  std::map<std::string, std::size_t> host_order;
+  for (const std::string& host : timeline.hosts) host_order.emplace(host, host_order.size());
+  for (const TimelineRecord& record : prepared.records) host_order.emplace(record.host, host_order.size());
+  // Replica rank of a host within a stage: its rank among the stage's hosts in that order.
+  std::map<int, std::set<std::pair<std::size_t, std::string>>> stage_hosts;
+  for (const TimelineRecord& record : prepared.records)
+    stage_hosts[record.stage].insert({host_order.at(record.host), record.host});
+  std::map<std::pair<int, std::string>, int> rank;
+  for (const auto& [stage, hosts] : stage_hosts) {
+    int r = 0;
+    for (const auto& entry : hosts) rank[{stage, entry.second}] = r++;
+  }
+
+  std::set<int> minibatches, all_minibatches;
+  std::map<std::string, std::vector<std::pair<double, double>>> busy;
+  prepared.replica.resize(prepared.records.size());
+  for (std::size_t i = 0; i < prepared.records.size(); ++i) {
+    const TimelineRecord& record = prepared.records[i];
+    prepared.replica[i] = rank.at({record.stage, record.host});
+    all_minibatches.insert(record.mini_batch);
+    if (record.kind() == RecordKind::Compute) {
+      minibatches.insert(record.mini_batch);
+      busy[record.host].push_back({record.start_s, record.end_s});
+    }
+    if (options.compute_only && record.kind() != RecordKind::Compute) continue;
+    prepared.groups[{record.action, record.stage, record.micro_batch, record.mini_batch, prepared.replica[i]}].push_back(i);
+  }
+  prepared.minibatches = static_cast<int>(minibatches.empty() ? all_minibatches.size() : minibatches.size());
+  for (auto& [key, indices] : prepared.groups)
+    std::stable_sort(indices.begin(), indices.end(), [&](std::size_t a, std::size_t b) {
+      return prepared.records[a].start_s < prepared.records[b].start_s;
+    });
+
+  double bubble_sum = 0;
+  for (auto& [host, intervals] : busy) {
+    std::sort(intervals.begin(), intervals.end());
+    double busy_s = 0, covered_until = 0;
+    for (const auto& [start, end] : intervals) {
+      const double from = std::max(start, covered_until);
+      if (end > from) busy_s += end - from;
+      covered_until = std::max(covered_until, end);
+    }
+    bubble_sum += prepared.span_s > 0 ? std::clamp(1 - busy_s / prepared.span_s, 0.0, 1.0) : 0.0;
+  }
+  prepared.bubble_fraction = busy.empty() ? 0 : bubble_sum / static_cast<double>(busy.size());
+  return prepared;
+}
+
+/// Names of the records of `side` whose key (and occurrence) `other` lacks,
+/// in `side`'s time order.
+std::vector<std::string> unmatched(const Prepared& side, const Prepared& other) {
+  std::vector<std::size_t> indices;
+  for (const auto& [key, group] : side.groups) {
+    const auto found = other.groups.find(key);
+    const std::size_t common = found == other.groups.end() ? 0 : found->second.size();
+    for (std::size_t k = common; k < group.size(); ++k) indices.push_back(group[k]);
+  }
+  std::stable_sort(indices.begin(), indices.end(), [&](std::size_t a, std::size_t b) {
+    return std::tie(side.records[a].start_s, a) < std::tie(side.records[b].start_s, b);
+  });
+  std::vector<std::string> names;
+  for (std::size_t index : indices) names.push_back(action_name(side.records[index], side.replica[index]));
+  return names;
+}
+
+std::string listed(const std::vector<std::string>& names) {
+  std::string text;
+  for (std::size_t k = 0; k < names.size() && k < kListedNames; ++k) text += (k ? ", " : "") + names[k];
+  if (names.size() > kListedNames) text += fmt::format(", ... ({} more)", names.size() - kListedNames);
+  return text;
+}
+
+ErrorSummary summarise(const std::vector<double>& values) {
+  ErrorSummary summary;
+  summary.median = nearest_rank_percentile(values, 50);
+  summary.p95 = nearest_rank_percentile(values, 95);
+  summary.max = values.empty() ? 0 : *std::max_element(values.begin(), values.end());
+  return summary;
+}
+
+std::string percent(double fraction) { return fmt::format("{:.2f}%", 100 * fraction); }
+
+std::string minibatches(int count) { return fmt::format("{} mini-batch{}", count, count == 1 ? "" : "es"); }
+
+std::string file_name(const std::string& path) { return path.substr(path.find_last_of('/') + 1); }
+
+}  // namespace
+
+double nearest_rank_percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const double n = static_cast<double>(values.size());
+  const auto rank = static_cast<std::size_t>(std::ceil(p / 100 * n - 1e-9));
+  return values[std::clamp<std::size_t>(rank, 1, values.size()) - 1];
+}
+
+std::string action_name(const TimelineRecord& record, int replica) {
+  std::string text = fmt::format("{}{}", record.stage, record.action);
+  if (record.action != "ALLREDUCE" || record.micro_batch >= 0) text += fmt::format("{}", record.micro_batch);
+  if (record.mini_batch != 0) text += fmt::format("@{}", record.mini_batch);
+  if (replica > 0) text += fmt::format("[r{}]", replica);
+  return text;
+}
+
+TimelineComparison compare_timelines(const Timeline& simulated, const std::string& simulated_origin,
+                                     const Timeline& measured, const std::string& measured_origin,
+                                     const CompareOptions& options) {
+  const Prepared sim = prepare(simulated, simulated_origin, options);
+  const Prepared real = prepare(measured, measured_origin, options);
+  TimelineComparison result;
+  result.measured_origin = measured_origin;
+  result.simulated_minibatches = sim.minibatches;
+  result.measured_minibatches = real.minibatches;
+  result.simulated_span_s = sim.span_s;
+  result.measured_span_s = real.span_s;
+  result.simulated_minibatch_time_s = sim.span_s / sim.minibatches;
+  result.measured_minibatch_time_s = real.span_s / real.minibatches;
+  if (!(result.measured_minibatch_time_s > 0))
+    throw InputError(fmt::format("{}: the measured mini-batch time is 0 (every record starts and ends at {}): "
+                                 "errors are normalised by it",
+                                 measured_origin, format_exact(measured.records.front().start_s)));
+  result.relative_error =
+      (result.simulated_minibatch_time_s - result.measured_minibatch_time_s) / result.measured_minibatch_time_s;
+  result.simulated_bubble_fraction = sim.bubble_fraction;
+  result.measured_bubble_fraction = real.bubble_fraction;
+  result.only_simulated = unmatched(sim, real);
+  result.only_measured = unmatched(real, sim);
+
+  std::vector<MatchedAction> matched;
+  for (const auto& [key, sim_group] : sim.groups) {
+    const auto found = real.groups.find(key);
+    if (found == real.groups.end()) continue;
+    for (std::size_t k = 0; k < sim_group.size() && k < found->second.size(); ++k) {
+      const TimelineRecord& s = sim.records[sim_group[k]];
+      const TimelineRecord& m = real.records[found->second[k]];
+      MatchedAction action;
+      action.name = action_name(s, sim.replica[sim_group[k]]);
+      if (k > 0) action.name += fmt::format("#{}", k);
+      action.simulated_start_s = s.start_s;
+      action.simulated_end_s = s.end_s;
+      action.measured_start_s = m.start_s;
+      action.measured_end_s = m.end_s;
+      action.start_error = std::fabs(s.start_s - m.start_s) / result.measured_minibatch_time_s;
+      action.end_error = std::fabs(s.end_s - m.end_s) / result.measured_minibatch_time_s;
+      matched.push_back(std::move(action));
+    }
+  }
+  if (matched.empty())
+    throw InputError(fmt::format(
+        "{} and {} have no action in common (actions are matched by stage, action, micro-batch, mini-batch and replica; "
+        "simulated: {}; measured: {}){}",
+        simulated_origin, measured_origin, listed(result.only_simulated), listed(result.only_measured),
+        options.align_first ? "" : "; if the measured run left out warm-up mini-batches, try --align first"));
+  if (!options.allow_missing && (!result.only_simulated.empty() || !result.only_measured.empty())) {
+    std::string message = fmt::format("{} and {} do not hold the same actions:", simulated_origin, measured_origin);
+    if (!result.only_simulated.empty())
+      message += fmt::format(" {} only in {}: {};", result.only_simulated.size(), simulated_origin, listed(result.only_simulated));
+    if (!result.only_measured.empty())
+      message += fmt::format(" {} only in {}: {};", result.only_measured.size(), measured_origin, listed(result.only_measured));
+    message += " use --allow-missing to compare the common ones";
+    if (!options.align_first) message += ", --align first to number both runs' mini-batches from 0";
+    if (!options.compute_only) message += ", --compute-only to ignore transfers";
+    throw InputError(message);
+  }
+
+  result.matched = matched.size();
+  std::vector<double> starts, ends, errors;
+  for (const MatchedAction& action : matched) {
+    starts.push_back(action.start_error);
+    ends.push_back(action.end_error);
+    errors.push_back(action.error());
+  }
+  result.start_error = summarise(starts);
+  result.end_error = summarise(ends);
+  result.action_error = summarise(errors);
+  std::stable_sort(matched.begin(), matched.end(), [](const MatchedAction& a, const MatchedAction& b) {
+    if (a.error() != b.error()) return a.error() > b.error();
+    return a.name < b.name;
+  });
+  const std::size_t worst = static_cast<std::size_t>(std::max(0, options.worst));
+  if (matched.size() > worst) matched.resize(worst);
+  result.worst = std::move(matched);
+  return result;
+}
+
+std::string comparison_to_table(const std::vector<TimelineComparison>& runs, const std::string& simulated_origin) {
+  if (runs.empty()) return {};
+  const TimelineComparison& c = runs.front();
+  std::string text;
+  text += fmt::format("simulated: {} ({} in {})\n", simulated_origin, minibatches(c.simulated_minibatches),
+                      human_seconds(c.simulated_span_s));
+  text += fmt::format("measured:  {} ({} in {}){}\n", c.measured_origin, minibatches(c.measured_minibatches),
+                      human_seconds(c.measured_span_s), runs.size() > 1 ? ", the first of the measured runs" : "");
+  text += fmt::format("\n{:<18} {:>12} {:>12} {:>10}\n", "", "simulated", "measured", "error");
+  text += fmt::format("{:<18} {:>12} {:>12} {:>10}\n", "mini-batch time", human_seconds(c.simulated_minibatch_time_s),
+                      human_seconds(c.measured_minibatch_time_s), fmt::format("{:+.2f}%", 100 * c.relative_error));
+  text += fmt::format("{:<18} {:>12.4f} {:>12.4f} {:>+10.4f}\n", "bubble fraction", c.simulated_bubble_fraction,
+                      c.measured_bubble_fraction, c.simulated_bubble_fraction - c.measured_bubble_fraction);
+  text += fmt::format("\n{} actions matched; error = |simulated - measured| / measured mini-batch time, both timelines from 0\n",
+                      c.matched);
+  text += fmt::format("{:<18} {:>10} {:>10} {:>10}\n", "", "median", "p95", "max");
+  for (const auto& [label, summary] : {std::pair{"start", c.start_error}, {"end", c.end_error}, {"action (worse end)", c.action_error}})
+    text += fmt::format("{:<18} {:>10} {:>10} {:>10}\n", label, percent(summary.median), percent(summary.p95), percent(summary.max));
+  if (!c.worst.empty()) {
+    text += fmt::format("\nworst actions:\n{:<18} {:>12} {:>12} {:>12} {:>12} {:>9}\n", "action", "sim start", "sim end",
+                        "real start", "real end", "error");
+    for (const MatchedAction& action : c.worst)
+      text += fmt::format("{:<18} {:>12} {:>12} {:>12} {:>12} {:>9}\n", action.name, human_seconds(action.simulated_start_s),
+                          human_seconds(action.simulated_end_s), human_seconds(action.measured_start_s),
+                          human_seconds(action.measured_end_s), percent(action.error()));
+  }
+  if (!c.only_simulated.empty())
+    text += fmt::format("\nonly in the simulated timeline ({} actions, not compared): {}\n", c.only_simulated.size(), listed(c.only_simulated));
+  if (!c.only_measured.empty())
+    text += fmt::format("\nonly in the measured timeline ({} actions, not compared): {}\n", c.only_measured.size(), listed(c.only_measured));
+  if (runs.size() > 1) {
+    text += fmt::format("\nspread over {} measured runs:\n{:<4} {:<24} {:>15} {:>10} {:>10} {:>10}\n", runs.size(), "run",
+                        "file", "mini-batch time", "error", "median", "p95");
+    std::vector<double> times, errors;
+    for (std::size_t r = 0; r < runs.size(); ++r) {
+      const TimelineComparison& run = runs[r];
+      text += fmt::format("{:<4} {:<24} {:>15} {:>10} {:>10} {:>10}\n", r + 1, file_name(run.measured_origin),
+                          human_seconds(run.measured_minibatch_time_s), fmt::format("{:+.2f}%", 100 * run.relative_error),
+                          percent(run.action_error.median), percent(run.action_error.p95));
+      times.push_back(run.measured_minibatch_time_s);
+      errors.push_back(run.relative_error);
+    }
+    text += fmt::format("measured mini-batch time: min {}, median {}, max {}\n",
+                        human_seconds(nearest_rank_percentile(times, 0)), human_seconds(nearest_rank_percentile(times, 50)),
+                        human_seconds(nearest_rank_percentile(times, 100)));
+  }
+  return text;
+}
+
+std::string comparison_to_json(const std::vector<TimelineComparison>& runs, const std::string& simulated_origin) {
+  nlohmann::ordered_json document;
+  if (runs.empty()) return "{}\n";
+  const TimelineComparison& c = runs.front();
+  document["simulated"] = simulated_origin;
+  document["measured"] = c.measured_origin;
+  document["simulated_minibatches"] = c.simulated_minibatches;
+  document["measured_minibatches"] = c.measured_minibatches;
+  document["simulated_span_s"] = c.simulated_span_s;
+  document["measured_span_s"] = c.measured_span_s;
+  document["simulated_minibatch_time_s"] = c.simulated_minibatch_time_s;
+  document["measured_minibatch_time_s"] = c.measured_minibatch_time_s;
+  document["relative_error"] = c.relative_error;
+  document["matched_actions"] = c.matched;
+  for (const auto& [prefix, summary] : {std::pair{"action_error", c.action_error}, {"start_error", c.start_error}, {"end_error", c.end_error}}) {
+    document[fmt::format("{}_median", prefix)] = summary.median;
+    document[fmt::format("{}_p95", prefix)] = summary.p95;
+    document[fmt::format("{}_max", prefix)] = summary.max;
+  }
+  document["simulated_bubble_fraction"] = c.simulated_bubble_fraction;
+  document["measured_bubble_fraction"] = c.measured_bubble_fraction;
+  document["bubble_fraction_error"] = c.simulated_bubble_fraction - c.measured_bubble_fraction;
+  nlohmann::ordered_json worst = nlohmann::ordered_json::array();
+  for (const MatchedAction& action : c.worst)
+    worst.push_back({{"action", action.name},
+                     {"simulated_start_s", action.simulated_start_s},
+                     {"simulated_end_s", action.simulated_end_s},
+                     {"measured_start_s", action.measured_start_s},
+                     {"measured_end_s", action.measured_end_s},
+                     {"start_error", action.start_error},
+                     {"end_error", action.end_error},
+                     {"error", action.error()}});
+  document["worst_actions"] = worst;
+  document["only_simulated"] = c.only_simulated;
+  document["only_measured"] = c.only_measured;
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  std::map<std::string, std::vector<double>> columns;
+  for (const TimelineComparison& run : runs) {
+    list.push_back({{"measured", run.measured_origin},
+                    {"measured_minibatch_time_s", run.measured_minibatch_time_s},
+                    {"relative_error", run.relative_error},
+                    {"action_error_median", run.action_error.median},
+                    {"action_error_p95", run.action_error.p95},
+                    {"action_error_max", run.action_error.max},
+                    {"measured_bubble_fraction", run.measured_bubble_fraction}});
+    columns["measured_minibatch_time_s"].push_back(run.measured_minibatch_time_s);
+    columns["relative_error"].push_back(run.relative_error);
+    columns["action_error_p95"].push_back(run.action_error.p95);
+  }
+  document["runs"] = list;
+  nlohmann::ordered_json spread;
+  for (const char* name : {"measured_minibatch_time_s", "relative_error", "action_error_p95"})
+    spread[name] = {{"min", nearest_rank_percentile(columns[name], 0)},
+                    {"median", nearest_rank_percentile(columns[name], 50)},
+                    {"max", nearest_rank_percentile(columns[name], 100)}};
+  document["spread"] = spread;
+  return document.dump(2) + "\n";
+}
+
+}  // namespace pipegrid

@@ -1,0 +1,102 @@
+#pragma once
+// Comparison of a simulated timeline with measured ones (the same schema,
+// core/timeline.hpp): mini-batch time, per-action start and end error,
+// bubble fraction, and the spread over repeated measured runs. Pure logic: no
+// engine. The metric definitions are in docs/validation.md and below.
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "core/timeline.hpp"
+
+namespace pipegrid {
+
+struct CompareOptions {
+  /// Renumber each timeline's mini-batches so that its smallest is 0 (a real
+  /// run that left out its warm-up mini-batches 0..k-1 starts at k).
+  bool align_first = false;
+  /// Compare the actions present in both timelines and list the others,
+  /// instead of failing when an action is present in one timeline only.
+  bool allow_missing = false;
+  /// Match compute records only (F, B, R, ...); transfers are ignored.
+  bool compute_only = false;
+  /// How many of the worst actions to keep (by action error).
+  int worst = 5;
+};
+
+/** p-th percentile (0 <= p <= 100) by nearest rank: the value of rank
+ *  max(1, ceil(p/100 x n)) (1-based) among the n values sorted ascending.
+ *  It is always one of the values (p = 0: the smallest, 100: the largest); the median is the 50th percentile, so the lower
+ *  of the two middle values when n is even. 0 for no values. */
+double nearest_rank_percentile(std::vector<double> values, double p);
+
+/** An action's short name: "<stage><action><micro-batch>[@<mini-batch>]" as
+ *  in the Program text form ("2F5", "1B3@1", "0SEND_F1"); an all-reduce
+ *  of a whole stage is "1ALLREDUCE" (+"@round"), of a layer "1ALLREDUCE7".
+ *  `replica` > 0 appends "[r<replica>]". */
+std::string action_name(const TimelineRecord& record, int replica);
+
+struct MatchedAction {
+  std::string name;
+  double simulated_start_s = 0, simulated_end_s = 0;  ///< shifted so the simulated timeline starts at 0
+  double measured_start_s = 0, measured_end_s = 0;    ///< shifted so the measured timeline starts at 0
+  double start_error = 0;  ///< |simulated start - measured start| / measured mini-batch time
+  double end_error = 0;    ///< |simulated end - measured end| / measured mini-batch time
+  double error() const { return start_error > end_error ? start_error : end_error; }
+};
+
+struct ErrorSummary {
+  double median = 0, p95 = 0, max = 0;  ///< nearest-rank percentiles
+};
+
+/** One simulated timeline against one measured one. */
+struct TimelineComparison {
+  std::string measured_origin;
+  int simulated_minibatches = 0, measured_minibatches = 0;  ///< distinct mini-batch numbers of compute records
+  double simulated_span_s = 0, measured_span_s = 0;         ///< last end - first start
+  double simulated_minibatch_time_s = 0, measured_minibatch_time_s = 0;  ///< span / mini-batches
+  double relative_error = 0;  ///< (simulated - measured) / measured mini-batch time, signed
+  std::size_t matched = 0;    ///< actions present in both
+  ErrorSummary action_error;  ///< over max(start error, end error) of each matched action
+  ErrorSummary start_error, end_error;
+  double simulated_bubble_fraction = 0, measured_bubble_fraction = 0;
+  std::vector<MatchedAction> worst;  ///< largest action error first (ties: name order)
+  std::vector<std::string> only_simulated, only_measured;  ///< names, in each timeline's time order
+};
+
+/** Compares `simulated` with `measured` (origins name the files in
+ *  messages). Records are matched by identity, never by host name, since the
+ *  two runs may name their devices differently: compute and transfer records
+ *  by (action, stage, micro-batch, mini-batch, replica), where the replica
+ *  is the rank of the record's host among the hosts holding records of that
+ *  stage, in the timeline's host order; records that still share all of
+ *  these are matched in order of start time. Both timelines are shifted so
+ *  their first record starts at 0. Bubble fraction of a timeline: the mean
+ *  over its devices with compute records of 1 - busy/span, busy being the
+ *  length of the union of the device's compute intervals.
+ *  InputError: a timeline without records, a non-finite time, a measured
+ *  mini-batch time of 0, no action in common, or (without allow_missing)
+ *  actions present in one timeline only. */
+TimelineComparison compare_timelines(const Timeline& simulated, const std::string& simulated_origin,
+                                     const Timeline& measured, const std::string& measured_origin,
+                                     const CompareOptions& options);
+
+/** Readable report of one or more comparisons with the same simulated
+ *  timeline (repeated measured runs): the first run in detail, the spread
+ *  over all runs when there are several. */
+std::string comparison_to_table(const std::vector<TimelineComparison>& runs, const std::string& simulated_origin);
+
+/** One JSON object: the first run's metrics at top level
+ *  (simulated_minibatch_time_s, measured_minibatch_time_s, relative_error,
+ *  action_error_median, action_error_p95, action_error_max, ...), then
+ *  `runs` (every run's main metrics) and `spread` (min, median, max over
+ *  runs). */
+std::string comparison_to_json(const std::vector<TimelineComparison>& runs, const std::string& simulated_origin);
+
+/** The two timelines stacked on one time axis (each shifted to start at 0):
+ *  the simulated devices under a "simulated" heading on top, the measured
+ *  ones under "measured" below, drawn by timeline_to_svg. */
+std::string comparison_to_svg(const Timeline& simulated, const Timeline& measured, const std::string& title);
+
+}  // namespace pipegrid

@@ -1,0 +1,301 @@
+// Comparison of simulated and measured timelines (core/timeline_compare.hpp):
+// hand-built timelines whose errors are known exactly.
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/timeline_compare.hpp"
+#include "expect_input_error.hpp"
+
+namespace pipegrid {
+namespace {
+
+using testutil::input_error_of;
+
+TimelineRecord compute(const std::string& host, int stage, const std::string& action, int micro_batch, double start,
+                       double end, int mini_batch = 0) {
+  TimelineRecord record;
+  record.host = host;
+  record.stage = stage;
+  record.action = action;
+  record.micro_batch = micro_batch;
+  record.mini_batch = mini_batch;
+  record.start_s = start;
+  record.end_s = end;
+  return record;
+}
+
+/// Two stages, two micro-batches, unit-time actions; span 6 s, one mini-batch.
+/// Each device computes 4 s of the 6: bubble fraction 1/3.
+Timeline two_stages(const std::string& host0, const std::string& host1) {
+  Timeline timeline;
+  timeline.hosts = {host0, host1};
+  timeline.records = {
+      compute(host0, 0, "F", 0, 0, 1), compute(host0, 0, "F", 1, 1, 2), compute(host1, 1, "F", 0, 1, 2),
+      compute(host1, 1, "F", 1, 2, 3), compute(host1, 1, "B", 1, 3, 4), compute(host1, 1, "B", 0, 4, 5),
+      compute(host0, 0, "B", 1, 4, 5), compute(host0, 0, "B", 0, 5, 6),
+  };
+  TimelineRecord send = compute(host0, 0, "SEND_F", 0, 1, 1.5);
+  send.peer = host1;
+  send.bytes = 100;
+  timeline.records.push_back(send);
+  return timeline;
+}
+
+/// `timeline` with every time t replaced by scale * t + shift.
+Timeline rescaled(Timeline timeline, double scale, double shift) {
+  for (TimelineRecord& record : timeline.records) {
+    record.start_s = scale * record.start_s + shift;
+    record.end_s = scale * record.end_s + shift;
+  }
+  return timeline;
+}
+
+TEST(NearestRankPercentile, IsAValueOfRankCeilPN) {
+  const std::vector<double> ten = {10, 9, 8, 7, 6, 5, 4, 3, 2, 1};
+  EXPECT_EQ(nearest_rank_percentile(ten, 50), 5);   // rank ceil(5) = 5
+  EXPECT_EQ(nearest_rank_percentile(ten, 90), 9);   // rank 9
+  EXPECT_EQ(nearest_rank_percentile(ten, 95), 10);  // rank ceil(9.5) = 10
+  EXPECT_EQ(nearest_rank_percentile(ten, 0), 1);
+  EXPECT_EQ(nearest_rank_percentile(ten, 100), 10);
+  std::vector<double> twenty;
+  for (int k = 1; k <= 20; ++k) twenty.push_back(k);
+  EXPECT_EQ(nearest_rank_percentile(twenty, 95), 19);  // 0.95 x 20 = 19 exactly, not 20
+  EXPECT_EQ(nearest_rank_percentile({3, 1, 2}, 50), 2);
+  EXPECT_EQ(nearest_rank_percentile({4, 1}, 50), 1);  // the lower middle value
+  EXPECT_EQ(nearest_rank_percentile({}, 50), 0);
+}
+
+TEST(ActionName, FollowsTheProgramTextForm) {
+  EXPECT_EQ(action_name(compute("g", 2, "F", 5, 0, 1), 0), "2F5");
+  EXPECT_EQ(action_name(compute("g", 1, "B", 3, 0, 1, 1), 0), "1B3@1");
+  EXPECT_EQ(action_name(compute("g", 0, "SEND_F", 1, 0, 1), 2), "0SEND_F1[r2]");
+  EXPECT_EQ(action_name(compute("g", 1, "ALLREDUCE", -1, 0, 1, 3), 0), "1ALLREDUCE@3");
+  EXPECT_EQ(action_name(compute("g", 1, "ALLREDUCE", 7, 0, 1), 1), "1ALLREDUCE7[r1]");
+}
+
+TEST(CompareTimelines, IdenticalTimelinesHaveNoError) {
+  const Timeline timeline = two_stages("gpu0", "gpu1");
+  const TimelineComparison c = compare_timelines(timeline, "sim", timeline, "real", {});
+  EXPECT_EQ(c.matched, 9u);
+  EXPECT_EQ(c.simulated_minibatches, 1);
+  EXPECT_EQ(c.simulated_minibatch_time_s, 6);
+  EXPECT_EQ(c.measured_minibatch_time_s, 6);
+  EXPECT_EQ(c.relative_error, 0);
+  EXPECT_EQ(c.action_error.median, 0);
+  EXPECT_EQ(c.action_error.p95, 0);
+  EXPECT_EQ(c.action_error.max, 0);
+  EXPECT_DOUBLE_EQ(c.simulated_bubble_fraction, 1.0 / 3);
+  EXPECT_EQ(c.simulated_bubble_fraction, c.measured_bubble_fraction);
+  EXPECT_TRUE(c.only_simulated.empty());
+  EXPECT_TRUE(c.only_measured.empty());
+}
+
+TEST(CompareTimelines, AShiftAloneIsNoError) {
+  const Timeline sim = two_stages("gpu0", "gpu1");
+  const TimelineComparison c = compare_timelines(sim, "sim", rescaled(two_stages("cpu0", "cpu1"), 1, 123.5), "real", {});
+  EXPECT_EQ(c.relative_error, 0);
+  EXPECT_EQ(c.action_error.max, 0);
+}
+
+TEST(CompareTimelines, ATwiceSlowerRunGivesKnownErrors) {
+  // Measured: every time doubled, then shifted by 10 s, on devices named
+  // differently. Shifted to 0, a measured time is twice the simulated one,
+  // so an action's start error is s / 12 and its end error e / 12 (the
+  // measured mini-batch time is 12 s).
+  const Timeline sim = two_stages("gpu0", "gpu1");
+  CompareOptions options;
+  options.compute_only = true;  // the 8 compute actions
+  options.worst = 3;
+  const TimelineComparison c =
+      compare_timelines(sim, "sim", rescaled(two_stages("cpu0", "cpu1"), 2, 10), "real", options);
+  EXPECT_EQ(c.matched, 8u);
+  EXPECT_EQ(c.simulated_minibatch_time_s, 6);
+  EXPECT_EQ(c.measured_minibatch_time_s, 12);
+  EXPECT_EQ(c.relative_error, -0.5);
+  // Ends 1 2 2 3 4 5 5 6: nearest-rank median rank 4 -> 3, p95 rank 8 -> 6.
+  EXPECT_DOUBLE_EQ(c.end_error.median, 3.0 / 12);
+  EXPECT_DOUBLE_EQ(c.end_error.p95, 6.0 / 12);
+  EXPECT_DOUBLE_EQ(c.end_error.max, 6.0 / 12);
+  // Starts 0 1 1 2 3 4 4 5.
+  EXPECT_DOUBLE_EQ(c.start_error.median, 2.0 / 12);
+  EXPECT_DOUBLE_EQ(c.start_error.p95, 5.0 / 12);
+  // The action error is the worse end: here always the end.
+  EXPECT_DOUBLE_EQ(c.action_error.median, 3.0 / 12);
+  EXPECT_DOUBLE_EQ(c.action_error.p95, 0.5);
+  ASSERT_EQ(c.worst.size(), 3u);
+  EXPECT_EQ(c.worst[0].name, "0B0");
+  EXPECT_EQ(c.worst[1].name, "0B1");  // ties (5/12) in name order
+  EXPECT_EQ(c.worst[2].name, "1B0");
+  EXPECT_EQ(c.worst[0].measured_start_s, 10);
+  EXPECT_EQ(c.worst[0].measured_end_s, 12);
+  EXPECT_DOUBLE_EQ(c.measured_bubble_fraction, 1.0 / 3);
+}
+
+TEST(CompareTimelines, MiniBatchTimeIsTheSpanOverMiniBatches) {
+  Timeline sim;
+  sim.records = {compute("g", 0, "F", 0, 0, 1, 0), compute("g", 0, "F", 0, 1, 3, 1), compute("g", 0, "F", 0, 3, 4, 2)};
+  const TimelineComparison c = compare_timelines(sim, "sim", sim, "real", {});
+  EXPECT_EQ(c.simulated_minibatches, 3);
+  EXPECT_DOUBLE_EQ(c.simulated_minibatch_time_s, 4.0 / 3);
+  EXPECT_EQ(c.simulated_bubble_fraction, 0);
+}
+
+TEST(CompareTimelines, BusyTimeIsTheUnionOfComputeIntervals) {
+  // Two overlapping streams on one device, busy from 0 to 3 of a 4 s span.
+  Timeline sim;
+  sim.records = {compute("g", 0, "F", 0, 0, 2), compute("g", 0, "B", 1, 1, 3), compute("h", 1, "F", 0, 3, 4)};
+  sim.records[1].stream = 1;
+  const TimelineComparison c = compare_timelines(sim, "sim", sim, "real", {});
+  EXPECT_DOUBLE_EQ(c.simulated_bubble_fraction, (0.25 + 0.75) / 2);
+}
+
+TEST(CompareTimelines, ActionsInOneTimelineOnlyAreAnError) {
+  const Timeline sim = two_stages("gpu0", "gpu1");
+  Timeline real = two_stages("cpu0", "cpu1");
+  real.records.erase(real.records.begin() + 5);  // 1B0
+  real.records.push_back(compute("cpu1", 1, "R", 0, 3.5, 4));
+  const std::string message = input_error_of([&] { compare_timelines(sim, "sim.csv", real, "real.csv", {}); });
+  EXPECT_CONTAINS(message, "1 only in sim.csv: 1B0");
+  EXPECT_CONTAINS(message, "1 only in real.csv: 1R0");
+  EXPECT_CONTAINS(message, "--allow-missing");
+
+  CompareOptions options;
+  options.allow_missing = true;
+  const TimelineComparison c = compare_timelines(sim, "sim.csv", real, "real.csv", options);
+  EXPECT_EQ(c.matched, 8u);
+  EXPECT_EQ(c.only_simulated, std::vector<std::string>{"1B0"});
+  EXPECT_EQ(c.only_measured, std::vector<std::string>{"1R0"});
+}
+
+TEST(CompareTimelines, TransfersAreIgnoredWithComputeOnly) {
+  const Timeline sim = two_stages("gpu0", "gpu1");
+  Timeline real = two_stages("cpu0", "cpu1");
+  real.records.pop_back();  // the send
+  EXPECT_CONTAINS(input_error_of([&] { compare_timelines(sim, "sim", real, "real", {}); }), "0SEND_F0");
+  CompareOptions options;
+  options.compute_only = true;
+  EXPECT_EQ(compare_timelines(sim, "sim", real, "real", options).matched, 8u);
+}
+
+TEST(CompareTimelines, NoCommonActionIsAnError) {
+  Timeline sim, real;
+  sim.records = {compute("g", 0, "F", 0, 0, 1)};
+  real.records = {compute("c", 0, "F", 0, 0, 1, 2)};
+  const std::string message = input_error_of([&] { compare_timelines(sim, "sim.csv", real, "real.csv", {}); });
+  EXPECT_CONTAINS(message, "no action in common");
+  EXPECT_CONTAINS(message, "--align first");
+}
+
+TEST(CompareTimelines, AlignFirstNumbersMiniBatchesFromZero) {
+  // The measured run left out warm-up mini-batches 0 and 1.
+  Timeline sim, real;
+  sim.records = {compute("g", 0, "F", 0, 0, 1, 0), compute("g", 0, "F", 0, 1, 2, 1)};
+  real.records = {compute("c", 0, "F", 0, 5, 6, 2), compute("c", 0, "F", 0, 6, 7, 3)};
+  CompareOptions options;
+  options.align_first = true;
+  const TimelineComparison c = compare_timelines(sim, "sim", real, "real", options);
+  EXPECT_EQ(c.matched, 2u);
+  EXPECT_EQ(c.action_error.max, 0);
+}
+
+TEST(CompareTimelines, ReplicasMatchByRankNotByHostName) {
+  // Stage 0 replicated on two devices (data parallel: the same micro-batch
+  // number on each, and an all-reduce part on each). The measured run lists
+  // its devices in the same order under other names; the second replica is
+  // slower in both runs, so matching by replica rank gives no error, while
+  // matching by start time alone would pair the wrong records.
+  auto build = [](const std::string& a, const std::string& b, double shift) {
+    Timeline timeline;
+    timeline.hosts = {a, b};
+    timeline.records = {compute(b, 0, "F", 0, 0 + shift, 2 + shift), compute(a, 0, "F", 0, 0.5 + shift, 1 + shift),
+                        compute(a, 0, "ALLREDUCE", -1, 2 + shift, 3 + shift),
+                        compute(b, 0, "ALLREDUCE", -1, 2 + shift, 3.5 + shift)};
+    return timeline;
+  };
+  const TimelineComparison c =
+      compare_timelines(build("gpu0", "gpu1", 0), "sim", build("cuda:0", "cuda:1", 7), "real", {});
+  EXPECT_EQ(c.matched, 4u);
+  EXPECT_EQ(c.action_error.max, 0);
+  // Swapping the measured device order swaps the replicas: now they differ.
+  Timeline swapped = build("cuda:0", "cuda:1", 0);
+  swapped.hosts = {"cuda:1", "cuda:0"};
+  const TimelineComparison d = compare_timelines(build("gpu0", "gpu1", 0), "sim", swapped, "real", {});
+  EXPECT_GT(d.action_error.max, 0);
+  EXPECT_DOUBLE_EQ(d.action_error.max, 1 / 3.5);  // each forward paired with the other replica's
+  EXPECT_EQ(d.worst.front().name, "0F0");         // tied with 0F0[r1], first by name
+}
+
+TEST(CompareTimelines, RepeatedActionsPairInStartOrder) {
+  // The same action twice on one device (a timeline that repeats an action):
+  // first with first, second with second, the second named "#1".
+  Timeline sim, real;
+  sim.records = {compute("g", 0, "F", 0, 2, 3), compute("g", 0, "F", 0, 0, 1)};
+  real.records = {compute("c", 0, "F", 0, 0, 1), compute("c", 0, "F", 0, 2, 4)};
+  const TimelineComparison c = compare_timelines(sim, "sim", real, "real", {});
+  EXPECT_EQ(c.matched, 2u);
+  ASSERT_EQ(c.worst.size(), 2u);
+  EXPECT_EQ(c.worst[0].name, "0F0#1");
+  EXPECT_DOUBLE_EQ(c.worst[0].end_error, 1.0 / 4);
+  EXPECT_EQ(c.worst[1].error(), 0);
+}
+
+TEST(CompareTimelines, BadTimelinesAreInputErrors) {
+  const Timeline good = two_stages("gpu0", "gpu1");
+  EXPECT_CONTAINS(input_error_of([&] { compare_timelines(good, "sim.csv", Timeline{}, "real.csv", {}); }),
+                  "real.csv: the timeline has no records");
+  Timeline instant;
+  instant.records = {compute("c", 0, "F", 0, 2, 2)};
+  EXPECT_CONTAINS(input_error_of([&] { compare_timelines(instant, "sim.csv", instant, "real.csv", {}); }),
+                  "real.csv: the measured mini-batch time is 0");
+  Timeline infinite = good;
+  infinite.records[2].end_s = std::numeric_limits<double>::infinity();
+  EXPECT_CONTAINS(input_error_of([&] { compare_timelines(infinite, "sim.csv", good, "real.csv", {}); }),
+                  "sim.csv: 1F0: expected finite start_s and end_s");
+}
+
+TEST(CompareReports, JsonHasTheStableKeysAndTheSpread) {
+  const Timeline sim = two_stages("gpu0", "gpu1");
+  CompareOptions options;
+  options.compute_only = true;
+  const std::vector<TimelineComparison> runs = {
+      compare_timelines(sim, "sim.csv", rescaled(sim, 2, 0), "a.csv", options),
+      compare_timelines(sim, "sim.csv", rescaled(sim, 1, 0), "b.csv", options),
+      compare_timelines(sim, "sim.csv", rescaled(sim, 3, 0), "c.csv", options)};
+  const nlohmann::json json = nlohmann::json::parse(comparison_to_json(runs, "sim.csv"));
+  EXPECT_EQ(json["simulated_minibatch_time_s"], 6.0);
+  EXPECT_EQ(json["measured_minibatch_time_s"], 12.0);  // the first run
+  EXPECT_EQ(json["relative_error"], -0.5);
+  EXPECT_DOUBLE_EQ(json["action_error_median"].get<double>(), 0.25);
+  EXPECT_DOUBLE_EQ(json["action_error_p95"].get<double>(), 0.5);
+  EXPECT_TRUE(json.contains("action_error_max"));
+  EXPECT_TRUE(json.contains("simulated_bubble_fraction"));
+  EXPECT_TRUE(json.contains("measured_bubble_fraction"));
+  EXPECT_EQ(json["worst_actions"][0]["action"], "0B0");
+  EXPECT_EQ(json["runs"].size(), 3u);
+  EXPECT_EQ(json["spread"]["measured_minibatch_time_s"]["min"], 6.0);
+  EXPECT_EQ(json["spread"]["measured_minibatch_time_s"]["median"], 12.0);
+  EXPECT_EQ(json["spread"]["measured_minibatch_time_s"]["max"], 18.0);
+  const std::string table = comparison_to_table(runs, "sim.csv");
+  EXPECT_CONTAINS(table, "spread over 3 measured runs");
+  EXPECT_CONTAINS(table, "-50.00%");
+}
+
+TEST(CompareReports, SvgStacksBothTimelinesUnderHeadings) {
+  const std::string svg = comparison_to_svg(two_stages("gpu0", "gpu0b"), rescaled(two_stages("gpu0", "cpu1"), 2, 4), "t");
+  const auto simulated = svg.find(">simulated</text>");
+  const auto measured = svg.find(">measured</text>");
+  ASSERT_NE(simulated, std::string::npos);
+  ASSERT_NE(measured, std::string::npos);
+  EXPECT_LT(simulated, measured);
+  // The same host name in both runs gives two rows, both labelled gpu0.
+  std::size_t rows = 0;
+  for (auto at = svg.find(">gpu0</text>"); at != std::string::npos; at = svg.find(">gpu0</text>", at + 1)) ++rows;
+  EXPECT_EQ(rows, 2u);
+  // One time axis.
+  EXPECT_EQ(svg.find("axis-title"), svg.rfind("axis-title"));
+}
+
+}  // namespace
+}  // namespace pipegrid
