@@ -1,5 +1,5 @@
 // pipegrid: predict, draw and check pipeline-parallel DNN training.
-// Subcommands: simulate, schedule, partition, explore, compare, demo, execute (LibTorch builds).
+// Subcommands: simulate, schedule, partition, explore, compare, demo, execute, calibrate, validate (the last three in LibTorch builds).
 // Flag spellings are stable: users script against them.
 
 #include <sys/stat.h>
@@ -15,7 +15,9 @@
 #include "cli/compare_command.hpp"
 #include "cli/explore_command.hpp"
 #ifdef PIPEGRID_WITH_TORCH
+#include "cli/calibrate_command.hpp"
 #include "cli/execute_command.hpp"
+#include "cli/validate_command.hpp"
 #endif
 #include "cli/partition_command.hpp"
 #include "cli/run.hpp"
@@ -196,6 +198,8 @@ int main_with_exceptions(int argc, char** argv) {
   CLI::App* compare = add_compare_command(app);
 #ifdef PIPEGRID_WITH_TORCH
   CLI::App* execute = add_execute_command(app);
+  CLI::App* calibrate = add_calibrate_command(app);
+  CLI::App* validate_plan = add_validate_command(app);
 #endif
 
   auto* demo = app.add_subcommand("demo", "compare GPipe, 1F1B-SNO and 1F1B-SO for VGG-16 on 4 V100s");
@@ -261,6 +265,8 @@ int main_with_exceptions(int argc, char** argv) {
   if (*compare) return run_compare_command();
 #ifdef PIPEGRID_WITH_TORCH
   if (*execute) return run_execute_command();
+  if (*calibrate) return run_calibrate_command();
+  if (*validate_plan) return run_validate_command();
 #endif
   if (*demo) return run_demo(demo_dir, demo_micro_batches);
   return 0;

@@ -1,0 +1,86 @@
+#include "cli/calibrate_command.hpp"
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "core/profile.hpp"
+#include "validate/model_zoo.hpp"
+
+namespace pipegrid::cli {
+namespace {
+
+struct CalibrateOptions {
+  std::string model;
+  std::vector<std::string> model_options;
+  int micro_batch_size = 8;
+  std::string device = "cpu:2";
+  int repeats = 5;
+  int warmup = 2;
+  std::uint64_t seed = 1;
+  std::string profile, platform;
+};
+
+CalibrateOptions options;
+
+}  // namespace
+
+validate::Calibration calibrate_for_device(validate::CalibrationRequest request, const validate::DeviceSpec& device) {
+  if (device.kind != "cpu" || device.count < 1)
+    throw InputError("--device: calibrate needs cpu:N (N worker threads, N >= 1)");
+  request.devices = device.count;
+  return validate::calibrate(request);
+}
+
+CLI::App* add_calibrate_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand(
+      "calibrate", "measure a zoo model's layers and the cpu:N copies with LibTorch; write a profile and a platform");
+  command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or transformer")->required();
+  command->add_option("--model-option", options.model_options, "model size, key=value (repeat; as for execute)");
+  command->add_option("--micro-batch-size", options.micro_batch_size, "samples per micro-batch (default 8)");
+  command->add_option("--device", options.device, "cpu:N: N worker threads, the platform's hosts cpu0..cpuN-1 (default cpu:2)");
+  command->add_option("--repeats", options.repeats, "timed runs per measurement, the median is kept (default 5)");
+  command->add_option("--warmup", options.warmup, "untimed runs before them (default 2)");
+  command->add_option("--seed", options.seed, "seed of the weights and the data (default 1)");
+  command->add_option("--output-profile", options.profile, "profile JSON to write")->required();
+  command->add_option("--output-platform", options.platform, "SimGrid platform XML to write")->required();
+  return command;
+}
+
+int run_calibrate_command() {
+  validate::ModelConfig model{options.model, {}};
+  for (const std::string& option : options.model_options) validate::add_model_option(model, option);
+  validate::CalibrationRequest request;
+  request.model = validate::resolve_model(model);
+  request.micro_batch_size = options.micro_batch_size;
+  request.repeats = options.repeats;
+  request.warmup = options.warmup;
+  request.seed = options.seed;
+  const validate::DeviceSpec device = validate::parse_device_spec(options.device);
+  const validate::Calibration calibration = calibrate_for_device(request, device);
+  const std::string description = fmt::format("model {}, micro-batch size {}, device {}, median of {} runs", model.name,
+                                              options.micro_batch_size, options.device, options.repeats);
+  write_file_atomically(options.profile, profile_to_json(calibration.profile));
+  write_file_atomically(options.platform, validate::calibration_platform_xml(calibration, device.count, description));
+
+  double forward = 0, backward = 0, parameters = 0;
+  for (const Layer& layer : calibration.profile.layers) {
+    forward += layer.forward_s;
+    backward += layer.backward_s;
+    parameters += layer.parameter_bytes;
+  }
+  std::cout << fmt::format("{}: {} layers, {} parameter bytes; forward {} + backward {} per micro-batch of {}\n", model.name,
+                           calibration.profile.layers.size(), parameters, human_seconds(forward), human_seconds(backward),
+                           options.micro_batch_size);
+  std::cout << fmt::format("copy: latency {} + bytes / {:.3g} GB/s ({} sizes); SGD step {:.3g} ns per parameter byte\n",
+                           human_seconds(calibration.latency_s), calibration.bandwidth_bytes_per_s / 1e9,
+                           calibration.copies.size(), calibration.optimizer_s_per_byte * 1e9);
+  std::cout << fmt::format("wrote {} and {}\n", options.profile, options.platform);
+  return 0;
+}
+
+}  // namespace pipegrid::cli

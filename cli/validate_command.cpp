@@ -1,0 +1,195 @@
+#include "cli/validate_command.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/calibrate_command.hpp"
+#include "cli/run.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "core/timeline_compare.hpp"
+#include "schedules/schedules.hpp"
+#include "validate/executor.hpp"
+#include "validate/model_zoo.hpp"
+
+namespace pipegrid::cli {
+namespace {
+
+struct ValidateOptions {
+  std::string model;
+  std::vector<std::string> model_options;
+  std::string schedule;
+  int stages = 2;
+  int micro_batches = 1;
+  int micro_batch_size = 8;
+  std::string device = "cpu";
+  int repeats = 3;
+  int mini_batches = 3;
+  int warmup = 1;
+  int calibration_repeats = 5;
+  std::uint64_t seed = 1;
+  std::string profile, platform;
+  std::string svg;
+  bool json = false;
+};
+
+ValidateOptions options;
+CLI::App* command = nullptr;
+
+/// A file under /tmp holding `text`, removed on scope exit.
+class TemporaryFile {
+ public:
+  TemporaryFile(const std::string& suffix, const std::string& text) {
+    std::string name = "/tmp/pipegrid-validate-XXXXXX" + suffix;
+    const int fd = mkstemps(name.data(), static_cast<int>(suffix.size()));
+    if (fd < 0) throw InputError("validate: cannot create a temporary file under /tmp");
+    close(fd);
+    path_ = name;
+    write_file_atomically(path_, text);
+  }
+  ~TemporaryFile() { std::remove(path_.c_str()); }
+  TemporaryFile(const TemporaryFile&) = delete;
+  TemporaryFile& operator=(const TemporaryFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+CLI::App* add_validate_command(CLI::App& app) {
+  command = app.add_subcommand(
+      "validate", "calibrate, simulate a plan, run it for real on cpu:N R times, and compare the timelines");
+  command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or transformer")->required();
+  command->add_option("--model-option", options.model_options, "model size, key=value (repeat; as for execute)");
+  command->add_option("--schedule", options.schedule, "gpipe, 1f1b-sno or 1f1b-so")->required();
+  command->add_option("--stages", options.stages, "number of stages, one device each, layers split as execute does (default 2)");
+  command->add_option("--micro-batches", options.micro_batches, "micro-batches per mini-batch (M, default 1)");
+  command->add_option("--micro-batch-size", options.micro_batch_size, "samples per micro-batch (default 8)");
+  command->add_option("--device", options.device, "cpu or cpu:N (N = stages)");
+  command->add_option("--repeats", options.repeats, "real runs compared with the simulation (default 3)");
+  command->add_option("--mini-batches", options.mini_batches, "measured (and simulated) mini-batches per run (default 3)");
+  command->add_option("--warmup", options.warmup, "mini-batches run before the measured ones (default 1)");
+  command->add_option("--calibration-repeats", options.calibration_repeats, "timed runs per calibration measurement (default 5)");
+  command->add_option("--seed", options.seed, "seed of the weights and the data (default 1)");
+  command->add_option("--profile", options.profile, "profile JSON to simulate with instead of calibrating (with --platform)");
+  command->add_option("--platform", options.platform, "platform XML to simulate with instead of calibrating (with --profile)");
+  command->add_option("--svg", options.svg, "write the simulated and the first measured timeline stacked on one time axis");
+  command->add_flag("--json", options.json, "print one JSON object (compare's) on stdout");
+  return command;
+}
+
+int run_validate_command() {
+  validate::ModelConfig model{options.model, {}};
+  for (const std::string& option : options.model_options) validate::add_model_option(model, option);
+  model = validate::resolve_model(model);
+  if (!schedule_info(options.schedule).flushed)
+    throw InputError(fmt::format("--schedule {}: validate runs the flushed schedules gpipe, 1f1b-sno and 1f1b-so", options.schedule));
+  if (options.repeats < 1) throw InputError(fmt::format("--repeats: expected at least 1, found {}", options.repeats));
+  if (options.mini_batches < 1) throw InputError(fmt::format("--mini-batches: expected at least 1, found {}", options.mini_batches));
+  if (options.warmup < 0) throw InputError(fmt::format("--warmup: expected 0 or more, found {}", options.warmup));
+  if (options.profile.empty() != options.platform.empty())
+    throw InputError("--profile and --platform go together: give both, or neither to calibrate");
+  validate::DeviceSpec device = validate::parse_device_spec(options.device);
+  if (device.count == 0) device.count = options.stages;
+  if (device.count != options.stages)
+    throw InputError(fmt::format("--device {}: expected one device per stage ({})", options.device, options.stages));
+
+  // The real run's layer split (execute's default), used by the simulation too.
+  const int layers = validate::num_layers(model);
+  const validate::LayerRanges ranges = validate::uniform_ranges(layers, options.stages);
+
+  std::string profile_text, platform_text;
+  if (options.profile.empty()) {
+    validate::CalibrationRequest request;
+    request.model = model;
+    request.micro_batch_size = options.micro_batch_size;
+    request.repeats = options.calibration_repeats;
+    request.seed = options.seed;
+    const validate::Calibration calibration = calibrate_for_device(request, device);
+    profile_text = profile_to_json(calibration.profile);
+    platform_text = validate::calibration_platform_xml(
+        calibration, device.count,
+        fmt::format("model {}, micro-batch size {}, device {}", model.name, options.micro_batch_size, options.device));
+  } else {
+    profile_text = read_text_file(options.profile);
+    platform_text = read_text_file(options.platform);
+  }
+  const TemporaryFile profile_file(".json", profile_text);
+  const TemporaryFile platform_file(".xml", platform_text);
+
+  PlanRequest plan_request;
+  plan_request.profile_file = profile_file.path();
+  plan_request.platform_file = platform_file.path();
+  plan_request.micro_batch_size = options.micro_batch_size;
+  plan_request.schedule = options.schedule;
+  plan_request.micro_batches = options.micro_batches;
+  plan_request.mini_batches = options.mini_batches;
+  Plan plan = make_plan(plan_request);
+  const std::string origin = options.profile.empty() ? "calibrated profile" : options.profile;
+  if (static_cast<int>(plan.profile.layers.size()) != layers)
+    throw InputError(fmt::format("{}: {} layers, model {} has {}", origin, plan.profile.layers.size(), model.name, layers));
+  if (plan.partition.num_stages() != options.stages)
+    throw InputError(fmt::format("{}: the platform has {} hosts, expected one per stage ({})",
+                                 options.platform.empty() ? "calibrated platform" : options.platform,
+                                 plan.partition.num_stages(), options.stages));
+  for (int s = 0; s < options.stages; ++s)
+    for (int l = ranges[s].first; l < ranges[s].second; ++l) plan.partition.stage_of_layer[l] = s;
+  const RunResult simulated = run_plan(plan);
+
+  validate::ExecutionRequest request;
+  request.model = model;
+  request.stages = ranges;
+  ScheduleOptions schedule;
+  schedule.num_stages = options.stages;
+  schedule.micro_batches = options.micro_batches;
+  schedule.mini_batches = options.warmup + options.mini_batches;
+  request.program = generate_schedule(options.schedule, schedule);
+  request.micro_batch_size = options.micro_batch_size;
+  request.warmup_mini_batches = options.warmup;
+  request.seed = options.seed;
+  request.device = device;
+
+  CompareOptions compare;
+  compare.align_first = true;
+  const std::string simulated_origin = "simulated";
+  std::vector<TimelineComparison> runs;
+  Timeline first_measured;
+  for (int r = 0; r < options.repeats; ++r) {
+    const validate::ExecutionResult measured = validate::execute(request);
+    runs.push_back(compare_timelines(simulated.timeline, simulated_origin, measured.timeline, fmt::format("run {}", r), compare));
+    if (r == 0) first_measured = measured.timeline;
+  }
+  if (!options.svg.empty())
+    write_file_atomically(options.svg,
+                          comparison_to_svg(simulated.timeline, first_measured,
+                                            fmt::format("{} on {} ({}, M={}, {} stages): simulated vs measured", options.schedule,
+                                                        model.name, options.device, options.micro_batches, options.stages)));
+  if (options.json) {
+    nlohmann::json json = nlohmann::json::parse(comparison_to_json(runs, simulated_origin));
+    json["model"] = model.name;
+    json["schedule"] = options.schedule;
+    json["stages"] = options.stages;
+    json["micro_batches"] = options.micro_batches;
+    json["micro_batch_size"] = options.micro_batch_size;
+    json["device"] = options.device;
+    json["calibrated"] = options.profile.empty();
+    std::cout << json.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("{} on {}: {} layers in {} stages ({}), {} with M={} micro-batches of {} samples, {} real runs\n",
+                           model.name, options.device, layers, options.stages, origin, options.schedule,
+                           options.micro_batches, options.micro_batch_size, options.repeats);
+  std::cout << comparison_to_table(runs, simulated_origin);
+  return 0;
+}
+
+}  // namespace pipegrid::cli

@@ -1,0 +1,146 @@
+#include "validate/calibrate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <limits>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "core/error.hpp"
+#include "validate/detail/model.hpp"
+#include "validate/transport.hpp"
+
+namespace pipegrid::validate {
+namespace {
+
+double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+/// Runs `body` warmup times untimed, then `repeats` times timed; the median.
+double median_seconds(int warmup, int repeats, const std::function<double()>& body) {
+  for (int i = 0; i < warmup; ++i) body();
+  std::vector<double> times;
+  for (int i = 0; i < repeats; ++i) times.push_back(body());
+  return median_of(times);
+}
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double tensor_bytes(const torch::Tensor& tensor) { return static_cast<double>(tensor.numel() * tensor.element_size()); }
+
+/// Restores the intra-op thread count on scope exit.
+class OneThread {
+ public:
+  OneThread() : previous_(at::get_num_threads()) { at::set_num_threads(1); }
+  ~OneThread() { at::set_num_threads(previous_); }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int previous_;
+};
+
+}  // namespace
+
+std::pair<double, double> fit_latency_bandwidth(const std::vector<CopySample>& samples) {
+  const double n = static_cast<double>(samples.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const CopySample& s : samples) {
+    sx += s.bytes;
+    sy += s.seconds;
+    sxx += s.bytes * s.bytes;
+    sxy += s.bytes * s.seconds;
+  }
+  const double denominator = n * sxx - sx * sx;
+  if (samples.size() < 2 || denominator <= 0) throw InputError("copy fit: expected samples at two or more distinct sizes");
+  const double slope = (n * sxy - sx * sy) / denominator;
+  const double intercept = (sy - slope * sx) / n;
+  return {std::max(intercept, 0.0), slope > 0 ? 1 / slope : std::numeric_limits<double>::infinity()};
+}
+
+Calibration calibrate(const CalibrationRequest& request) {
+  if (request.repeats < 1) throw InputError(fmt::format("--repeats: expected at least 1, found {}", request.repeats));
+  if (request.warmup < 0) throw InputError(fmt::format("--warmup: expected 0 or more, found {}", request.warmup));
+  if (request.micro_batch_size < 1)
+    throw InputError(fmt::format("--micro-batch-size: expected at least 1, found {}", request.micro_batch_size));
+  if (request.devices < 1) throw InputError(fmt::format("--device: expected at least 1 device, found {}", request.devices));
+  const OneThread one_thread;
+  torch::manual_seed(static_cast<std::uint64_t>(request.seed));
+  const ModelConfig& model = request.model;
+  const detail::LayerList layers = detail::build_layers(model, request.seed);
+  const detail::Batch batch = detail::make_batch(model, request.seed, 0, 0, request.micro_batch_size);
+
+  Calibration result;
+  result.profile.name = model.name;
+  result.profile.micro_batch_size = request.micro_batch_size;
+  result.profile.input_bytes = tensor_bytes(batch.input);
+
+  // Each layer on the output of the previous one (the real input it sees in a run).
+  torch::Tensor input = batch.input;
+  double parameter_bytes_total = 0;
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const int index = static_cast<int>(l);
+    torch::Tensor layer_input = input.detach();
+    if (layer_input.is_floating_point()) layer_input.requires_grad_(true);
+    const double forward_s = median_seconds(request.warmup, request.repeats, [&] {
+      const auto start = Clock::now();
+      torch::Tensor out = detail::run_layers(layers, index, index + 1, layer_input);
+      return seconds_since(start);
+    });
+    const torch::Tensor output = detail::run_layers(layers, index, index + 1, layer_input);
+    const torch::Tensor gradient = torch::ones_like(output);
+    const double backward_s = !output.requires_grad() ? 0.0 : median_seconds(request.warmup, request.repeats, [&] {
+      torch::Tensor out = detail::run_layers(layers, index, index + 1, layer_input);
+      const auto start = Clock::now();
+      out.backward(gradient);
+      return seconds_since(start);
+    });
+    Layer layer;
+    layer.name = fmt::format("layer{}", l);
+    layer.forward_s = forward_s;
+    layer.backward_s = backward_s;
+    layer.output_bytes = tensor_bytes(output);
+    for (const torch::Tensor& parameter : detail::parameters_of(layers, index, index + 1))
+      layer.parameter_bytes += tensor_bytes(parameter);
+    parameter_bytes_total += layer.parameter_bytes;
+    result.profile.layers.push_back(layer);
+    input = output.detach();
+  }
+
+  // The transport's copy between two devices, at sizes from 1 KiB to 4 MiB.
+  std::unique_ptr<Transport> transport = make_in_process_transport(2);
+  int message = 0;
+  for (std::int64_t floats = 256; floats <= (std::int64_t{1} << 20); floats *= 4) {
+    const torch::Tensor tensor = torch::rand({floats});
+    const double seconds = median_seconds(request.warmup, request.repeats, [&] {
+      const MessageKey key{MessageKey::Kind::Activation, 1, message++, 0};
+      const auto start = Clock::now();
+      transport->send(1, key, tensor);
+      const torch::Tensor received = transport->receive(1, key);
+      return seconds_since(start);
+    });
+    result.copies.push_back({tensor_bytes(tensor), seconds});
+  }
+  std::tie(result.latency_s, result.bandwidth_bytes_per_s) = fit_latency_bandwidth(result.copies);
+
+  // One SGD step over the whole model (gradients from the last backward).
+  if (parameter_bytes_total > 0) {
+    torch::optim::SGD optimizer(detail::parameters_of(layers, 0, static_cast<int>(layers.size())), torch::optim::SGDOptions(0.01));
+    const double step_s = median_seconds(request.warmup, request.repeats, [&] {
+      const auto start = Clock::now();
+      optimizer.step();
+      return seconds_since(start);
+    });
+    result.optimizer_s_per_byte = step_s / parameter_bytes_total;
+  }
+  return result;
+}
+
+}  // namespace pipegrid::validate
