@@ -36,6 +36,7 @@ struct ValidateOptions {
   int calibration_repeats = 5;
   std::uint64_t seed = 1;
   std::string profile, platform;
+  std::string network = "analytic";
   std::string svg;
   bool json = false;
 };
@@ -82,6 +83,8 @@ CLI::App* add_validate_command(CLI::App& app) {
   command->add_option("--seed", options.seed, "seed of the weights and the data (default 1)");
   command->add_option("--profile", options.profile, "profile JSON to simulate with instead of calibrating (with --platform)");
   command->add_option("--platform", options.platform, "platform XML to simulate with instead of calibrating (with --profile)");
+  command->add_option("--network", options.network,
+                      "analytic (default: a copy takes exactly the fitted latency + bytes/bandwidth) or simgrid");
   command->add_option("--svg", options.svg, "write the simulated and the first measured timeline stacked on one time axis");
   command->add_flag("--json", options.json, "print one JSON object (compare's) on stdout");
   return command;
@@ -133,6 +136,7 @@ int run_validate_command() {
   plan_request.schedule = options.schedule;
   plan_request.micro_batches = options.micro_batches;
   plan_request.mini_batches = options.mini_batches;
+  plan_request.network = options.network;
   Plan plan = make_plan(plan_request);
   const std::string origin = options.profile.empty() ? "calibrated profile" : options.profile;
   if (static_cast<int>(plan.profile.layers.size()) != layers)
