@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <limits>
 
@@ -50,16 +51,19 @@ class OneThread {
 }  // namespace
 
 std::pair<double, double> fit_latency_bandwidth(const std::vector<CopySample>& samples) {
-  const double n = static_cast<double>(samples.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  // Weighted by 1 / seconds^2: relative residuals, so that the small messages
+  // (which set the latency) count as much as the large ones.
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const CopySample& s : samples) {
-    sx += s.bytes;
-    sy += s.seconds;
-    sxx += s.bytes * s.bytes;
-    sxy += s.bytes * s.seconds;
+    const double w = 1 / std::pow(std::max(s.seconds, 1e-12), 2);
+    n += w;
+    sx += w * s.bytes;
+    sy += w * s.seconds;
+    sxx += w * s.bytes * s.bytes;
+    sxy += w * s.bytes * s.seconds;
   }
   const double denominator = n * sxx - sx * sx;
-  if (samples.size() < 2 || denominator <= 0) throw InputError("copy fit: expected samples at two or more distinct sizes");
+  if (samples.size() < 2 || denominator <= 1e-12 * n * sxx) throw InputError("copy fit: expected samples at two or more distinct sizes");
   const double slope = (n * sxy - sx * sy) / denominator;
   const double intercept = (sy - slope * sx) / n;
   return {std::max(intercept, 0.0), slope > 0 ? 1 / slope : std::numeric_limits<double>::infinity()};

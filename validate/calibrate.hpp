@@ -34,7 +34,7 @@ struct Calibration {
   /// layer) and parameter bytes.
   Profile profile;
   /// Transport copies (send + receive of one float tensor) and the
-  /// least-squares fit seconds = latency + bytes / bandwidth (latency
+  /// weighted least-squares fit seconds = latency + bytes / bandwidth (latency
   /// clamped at 0, bandwidth from the fitted slope).
   std::vector<CopySample> copies;
   double latency_s = 0;
@@ -49,7 +49,8 @@ struct Calibration {
 Calibration calibrate(const CalibrationRequest& request);
 
 /** Least-squares line seconds = a + b x bytes through the samples (at least
- *  two distinct sizes): returns {max(a, 0), 1 / b}; bandwidth is infinite
+ *  two distinct sizes; InputError otherwise), weighted by 1 / seconds^2 (relative
+ *  residuals): returns {max(a, 0), 1 / b}; bandwidth is infinite
  *  (std::numeric_limits<double>::infinity()) when b <= 0. */
 std::pair<double, double> fit_latency_bandwidth(const std::vector<CopySample>& samples);
 
