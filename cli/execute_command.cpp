@@ -28,6 +28,7 @@ struct ExecuteOptions {
   int mini_batches = 3;
   int warmup = 1;
   std::string device = "cpu";
+  std::string copy_through = "device";
   double learning_rate = 0.01;
   std::uint64_t seed = 1;
   bool recompute = false;
@@ -41,7 +42,7 @@ CLI::App* command = nullptr;
 }  // namespace
 
 CLI::App* add_execute_command(CLI::App& app) {
-  command = app.add_subcommand("execute", "run a schedule for real with LibTorch (cpu:N worker threads) and record its timeline");
+  command = app.add_subcommand("execute", "run a schedule for real with LibTorch (CPU threads or CUDA GPUs) and record its timeline");
   command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or transformer")->required();
   command->add_option("--model-option", options.model_options,
                       "model size, key=value (repeat): mlp width depth classes; vgg16 width image hidden classes; "
@@ -54,7 +55,11 @@ CLI::App* add_execute_command(CLI::App& app) {
   command->add_option("--micro-batch-size", options.micro_batch_size, "samples per micro-batch (default 8)");
   command->add_option("--mini-batches", options.mini_batches, "measured mini-batches (default 3)");
   command->add_option("--warmup", options.warmup, "mini-batches run before the measured ones, left out of the timeline (default 1)");
-  command->add_option("--device", options.device, "cpu (one worker thread per stage) or cpu:N (N = stages)");
+  command->add_option("--device", options.device,
+                      "cpu or cpu:N (worker threads), cuda or cuda:N (one GPU per stage), cuda-partitioned:N (GPU 0 split "
+                      "into N SM partitions); N = stages");
+  command->add_option("--copy-through", options.copy_through,
+                      "GPUs: device (default: device-to-device copies) or host (staged through pinned host memory, as over PCIe)");
   command->add_option("--learning-rate", options.learning_rate, "SGD learning rate (default 0.01)");
   command->add_option("--seed", options.seed, "seed of the weights and the data (default 1)");
   command->add_flag("--recompute", options.recompute, "activation recomputation: forwards keep only the stage input");
@@ -100,6 +105,9 @@ int run_execute_command() {
   request.seed = options.seed;
   request.device = validate::parse_device_spec(options.device);
   request.weight_stashing = stashing;
+  if (options.copy_through != "device" && options.copy_through != "host")
+    throw InputError(fmt::format("--copy-through '{}': expected device or host", options.copy_through));
+  request.copy_through_host = options.copy_through == "host";
 
   const validate::ExecutionResult result = validate::execute(request);
 
@@ -134,7 +142,9 @@ int run_execute_command() {
                                  {"layers", {request.stages[device.stage].first, request.stages[device.stage].second}},
                                  {"busy_s", device.busy_s},
                                  {"optimizer_step_s", device.step_s},
-                                 {"bubble_fraction", 1 - device.busy_s / span}});
+                                 {"bubble_fraction", 1 - device.busy_s / span},
+                                 {"peak_memory_bytes", device.peak_memory_bytes < 0 ? nlohmann::json(nullptr)
+                                                                                    : nlohmann::json(device.peak_memory_bytes)}});
     }
     std::cout << json.dump(2) << "\n";
     return 0;
@@ -152,6 +162,9 @@ int run_execute_command() {
                              human_seconds(device.busy_s / result.measured_mini_batches), 1 - device.busy_s / span,
                              human_seconds(device.step_s / result.measured_mini_batches));
   }
+  for (const validate::DeviceSummary& device : result.devices)
+    if (device.peak_memory_bytes >= 0)
+      std::cout << fmt::format("{:<8} peak memory allocated {}\n", device.host, human_bytes(static_cast<double>(device.peak_memory_bytes)));
   std::cout << "busy and optimizer step: per mini-batch; bubble: 1 - busy / span of the measured mini-batches\n";
   return 0;
 }

@@ -13,21 +13,28 @@
 #include <fmt/format.h>
 
 #include "cli/compare_command.hpp"
-#include "cli/explore_command.hpp"
 #ifdef PIPEGRID_WITH_TORCH
 #include "cli/calibrate_command.hpp"
 #include "cli/execute_command.hpp"
-#include "cli/validate_command.hpp"
 #endif
+#ifdef PIPEGRID_WITH_SIMGRID
+#include "cli/explore_command.hpp"
 #include "cli/partition_command.hpp"
 #include "cli/run.hpp"
+#ifdef PIPEGRID_WITH_TORCH
+#include "cli/validate_command.hpp"
+#endif
+#endif
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/partition.hpp"
+#include "core/program.hpp"
 #include "schedules/schedules.hpp"
 
 namespace pipegrid::cli {
 namespace {
 
+#ifdef PIPEGRID_WITH_SIMGRID
 struct OutputFiles {
   std::string trace, csv, svg, save_plan;
   bool json = false;
@@ -140,12 +147,14 @@ int run_demo(const std::string& output_dir, int micro_batches) {
       output_dir, output_dir);
   return 0;
 }
+#endif
 
 int main_with_exceptions(int argc, char** argv) {
   CLI::App app{"pipegrid: predict, draw and check pipeline-parallel DNN training on SimGrid platforms"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "pipegrid 0.1.0");
 
+#ifdef PIPEGRID_WITH_SIMGRID
   auto* simulate = app.add_subcommand("simulate", "simulate a schedule on a platform and report its metrics");
   PlanRequest request;
   std::string plan_file;
@@ -174,6 +183,7 @@ int main_with_exceptions(int argc, char** argv) {
   simulate->add_option("--batch-size", request.batch_size, "micro-batch size the profile was measured at (graph.txt)");
   simulate->add_option("--micro-batch-size", request.micro_batch_size, "run micro-batches of N samples (profile times interpolated between its measured sizes)");
   add_output_options(*simulate, outputs);
+#endif
 
   auto* schedule = app.add_subcommand("schedule", "print a schedule's Program in text form");
   ScheduleOptions schedule_options;
@@ -193,12 +203,15 @@ int main_with_exceptions(int argc, char** argv) {
   std::string program_to_check;
   schedule->add_option("--check", program_to_check, "parse and validate a Program text file, then print it");
 
-  CLI::App* partition = add_partition_command(app);
-  CLI::App* explore = add_explore_command(app);
   CLI::App* compare = add_compare_command(app);
 #ifdef PIPEGRID_WITH_TORCH
   CLI::App* execute = add_execute_command(app);
   CLI::App* calibrate = add_calibrate_command(app);
+#endif
+#ifdef PIPEGRID_WITH_SIMGRID
+  CLI::App* partition = add_partition_command(app);
+  CLI::App* explore = add_explore_command(app);
+#ifdef PIPEGRID_WITH_TORCH
   CLI::App* validate_plan = add_validate_command(app);
 #endif
 
@@ -207,6 +220,7 @@ int main_with_exceptions(int argc, char** argv) {
   int demo_micro_batches = 8;
   demo->add_option("--output", demo_dir, "folder for the demo's pictures and traces (default pipegrid-demo)");
   demo->add_option("--micro-batches", demo_micro_batches, "micro-batches per mini-batch (default 8)");
+#endif
 
   try {
     app.parse(argc, argv);
@@ -214,6 +228,7 @@ int main_with_exceptions(int argc, char** argv) {
     return app.exit(error);
   }
 
+#ifdef PIPEGRID_WITH_SIMGRID
   if (*simulate) {
     Plan plan;
     if (!plan_file.empty()) {
@@ -232,6 +247,7 @@ int main_with_exceptions(int argc, char** argv) {
     std::cout << (outputs.json ? metrics_to_json(plan, result) : metrics_to_table(plan, result));
     return 0;
   }
+#endif
   if (*schedule) {
     if (list) {
       for (const ScheduleInfo& info : schedule_catalog()) std::cout << fmt::format("{:<10} {}\n", info.name, info.summary);
@@ -260,15 +276,19 @@ int main_with_exceptions(int argc, char** argv) {
     std::cout << program_to_text(program);
     return 0;
   }
-  if (*partition) return run_partition_command();
-  if (*explore) return run_explore_command();
   if (*compare) return run_compare_command();
 #ifdef PIPEGRID_WITH_TORCH
   if (*execute) return run_execute_command();
   if (*calibrate) return run_calibrate_command();
+#endif
+#ifdef PIPEGRID_WITH_SIMGRID
+  if (*partition) return run_partition_command();
+  if (*explore) return run_explore_command();
+#ifdef PIPEGRID_WITH_TORCH
   if (*validate_plan) return run_validate_command();
 #endif
   if (*demo) return run_demo(demo_dir, demo_micro_batches);
+#endif
   return 0;
 }
 

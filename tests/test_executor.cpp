@@ -319,15 +319,29 @@ TEST(BadInput, ModelsDevicesAndRanges) {
   ModelConfig config{"mlp", {}};
   EXPECT_CONTAINS(input_error_of([&] { add_model_option(config, "width"); }), "expected key=value");
   EXPECT_CONTAINS(input_error_of([&] { add_model_option(config, "width=-3"); }), "positive integer");
-  EXPECT_CONTAINS(input_error_of([] { parse_device_spec("gpu:2"); }), "expected cpu or cpu:N");
-  EXPECT_CONTAINS(input_error_of([] { parse_device_spec("cpu:0"); }), "expected cpu or cpu:N");
+  EXPECT_CONTAINS(input_error_of([] { parse_device_spec("gpu:2"); }), "expected cpu, cpu:N");
+  EXPECT_CONTAINS(input_error_of([] { parse_device_spec("cpu:0"); }), "expected cpu, cpu:N");
+  EXPECT_CONTAINS(input_error_of([] { parse_device_spec("cuda-partitioned"); }), "cuda-partitioned:N");
+  EXPECT_CONTAINS(input_error_of([] { parse_device_spec("cuda:x"); }), "expected cpu, cpu:N");
   EXPECT_EQ(parse_device_spec("cpu:3").count, 3);
+  EXPECT_EQ(parse_device_spec("cuda").kind, "cuda");
+  EXPECT_EQ(parse_device_spec("cuda:2").count, 2);
+  const DeviceSpec partitioned = parse_device_spec("cuda-partitioned:4");
+  EXPECT_EQ(partitioned.kind, "cuda-partitioned");
+  EXPECT_EQ(partitioned.count, 4);
   EXPECT_CONTAINS(input_error_of([] { uniform_ranges(3, 4); }), "only 3 layers");
   EXPECT_CONTAINS(input_error_of([] { ranges_from_counts({2, 2}, 6); }), "add up to 4");
   ExecutionRequest request = make_request(small_model("mlp"), "gpipe", 2, 2, 1);
   request.device = parse_device_spec("cpu:3");
   EXPECT_CONTAINS(input_error_of([&] { execute(request); }), "expected cpu:2");
+  if (!cuda_devices_built()) {
+    request.device = parse_device_spec("cuda-partitioned:2");
+    EXPECT_CONTAINS(input_error_of([&] { execute(request); }), "this build has no CUDA LibTorch");
+  }
   request.device = {};
+  request.copy_through_host = true;
+  EXPECT_CONTAINS(input_error_of([&] { execute(request); }), "only for cuda devices");
+  request.copy_through_host = false;
   request.warmup_mini_batches = 1;
   EXPECT_CONTAINS(input_error_of([&] { execute(request); }), "--warmup 1");
 }

@@ -17,11 +17,17 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "validate/detail/backend.hpp"
 #include "validate/detail/model.hpp"
 #include "validate/transport.hpp"
 
 namespace pipegrid::validate {
 namespace {
+
+/** std::chrono::steady_clock's time since its epoch, in seconds (a CPU Stamp). */
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 class InProcessTransport : public Transport {
  public:
@@ -29,14 +35,18 @@ class InProcessTransport : public Transport {
     for (int d = 0; d < devices; ++d) mailboxes_.push_back(std::make_unique<Mailbox>());
   }
 
-  void send(int to, const MessageKey& key, const at::Tensor& tensor) override {
+  CopyInterval send(int to, const MessageKey& key, const at::Tensor& tensor) override {
     Mailbox& box = *mailboxes_.at(to);
+    CopyInterval interval;
+    interval.start.seconds = steady_seconds();
     torch::Tensor copy = tensor.detach().clone();
+    interval.end.seconds = steady_seconds();
     {
       std::lock_guard lock(box.mutex);
       box.messages[key] = std::move(copy);
     }
     box.arrived.notify_all();
+    return interval;
   }
 
   at::Tensor receive(int device, const MessageKey& key) override {
@@ -72,11 +82,25 @@ class InProcessTransport : public Transport {
   std::vector<std::unique_ptr<Mailbox>> mailboxes_;
 };
 
-using Clock = std::chrono::steady_clock;
+/** CPU worker threads: device d is thread d with one intra-op thread; time
+ *  is the steady clock. */
+class CpuBackend : public detail::Backend {
+ public:
+  explicit CpuBackend(int devices) : devices_(devices) {}
+  std::string host_name(int device) const override { return fmt::format("cpu{}", device); }
+  torch::Device torch_device(int) const override { return torch::Device(torch::kCPU); }
+  void enter_worker(int) override { at::set_num_threads(1); }
+  void start_clock() override { epoch_ = steady_seconds(); }
+  Stamp stamp(int) override { return {steady_seconds(), nullptr}; }
+  void synchronize() override {}
+  double seconds(const Stamp& stamp) const override { return stamp.seconds - epoch_; }
+  std::unique_ptr<Transport> make_transport() override { return make_in_process_transport(devices_); }
+  std::optional<std::int64_t> peak_memory_bytes(int) const override { return std::nullopt; }
 
-double seconds_since(Clock::time_point epoch) {
-  return std::chrono::duration<double>(Clock::now() - epoch).count();
-}
+ private:
+  int devices_;
+  double epoch_ = 0;
+};
 
 std::vector<float> to_floats(const torch::Tensor& tensor) {
   const torch::Tensor values = tensor.detach().to(torch::kCPU, torch::kFloat32).contiguous().reshape({-1});
@@ -96,21 +120,34 @@ struct WorkerContext {
   std::vector<int> device_of_stage;
   detail::LayerList* layers = nullptr;
   Transport* transport = nullptr;
-  /// Every micro-batch's data, made before the clock starts: key (micro-batch, mini-batch).
+  detail::Backend* backend = nullptr;
+  /// Every micro-batch's data, on the devices that use it, made before the
+  /// clock starts: key (micro-batch, mini-batch).
   const std::map<std::pair<int, int>, detail::Batch>* data = nullptr;
-  Clock::time_point epoch;
+};
+
+/** A timeline record whose times are still stamps (GPU events are read
+ *  after the run). */
+struct StampedRecord {
+  TimelineRecord record;
+  Stamp start, end;
+};
+
+struct StampedStep {
+  int mini_batch = 0;
+  Stamp start, end;
 };
 
 struct WorkerOutput {
-  std::vector<TimelineRecord> records;
-  std::vector<std::pair<int, double>> steps;  ///< (mini-batch, seconds)
+  std::vector<StampedRecord> records;
+  std::vector<StampedStep> steps;
   ModelState state;
 };
 
-std::string host_name(int device) { return fmt::format("cpu{}", device); }
-
 WorkerOutput run_worker(const WorkerContext& context) {
-  at::set_num_threads(1);
+  detail::Backend& backend = *context.backend;
+  backend.enter_worker(context.device);
+  const auto now = [&] { return backend.stamp(context.device); };
   const ExecutionRequest& request = *context.request;
   const int stage = context.program->stage;
   const int last_stage = request.program.num_stages - 1;
@@ -149,18 +186,17 @@ WorkerOutput run_worker(const WorkerContext& context) {
   };
 
   WorkerOutput output;
-  const std::string host = host_name(context.device);
+  const std::string host = backend.host_name(context.device);
   std::map<std::pair<int, int>, Stash> stashes;
-  const auto record = [&](const std::string& action, const Action& a, double start, double end, double bytes,
+  const auto record = [&](const std::string& action, const Action& a, const Stamp& start, const Stamp& end, double bytes,
                           const std::string& peer) {
-    output.records.push_back({host, 0, stage, action, a.micro_batch, a.mini_batch, start, end, bytes, peer, 0});
+    output.records.push_back({{host, 0, stage, action, a.micro_batch, a.mini_batch, 0, 0, bytes, peer, 0}, start, end});
   };
   const auto send = [&](MessageKey::Kind kind, int to_stage, const Action& a, const torch::Tensor& tensor) {
     const int to = context.device_of_stage.at(to_stage);
-    const double start = seconds_since(context.epoch);
-    context.transport->send(to, {kind, to_stage, a.micro_batch, a.mini_batch}, tensor);
-    record(kind == MessageKey::Kind::Activation ? "SEND_F" : "SEND_B", a, start, seconds_since(context.epoch),
-           static_cast<double>(tensor.numel() * tensor.element_size()), host_name(to));
+    const CopyInterval copy = context.transport->send(to, {kind, to_stage, a.micro_batch, a.mini_batch}, tensor);
+    record(kind == MessageKey::Kind::Activation ? "SEND_F" : "SEND_B", a, copy.start, copy.end,
+           static_cast<double>(tensor.numel() * tensor.element_size()), backend.host_name(to));
   };
   const auto stage_forward = [&](const torch::Tensor& input, const Action& a) {
     torch::Tensor out = detail::run_layers(*context.layers, first_layer, last_layer, input);
@@ -181,7 +217,7 @@ WorkerOutput run_worker(const WorkerContext& context) {
         input = context.transport->receive(context.device, {MessageKey::Kind::Activation, stage, a.micro_batch, a.mini_batch});
         if (input.is_floating_point()) input.requires_grad_(true);
       }
-      const double start = seconds_since(context.epoch);
+      const Stamp start = now();
       if (request.weight_stashing) {
         if (versions.count(version) == 0) versions[version] = clone_weights();
         version_of[id] = version;
@@ -195,18 +231,18 @@ WorkerOutput run_worker(const WorkerContext& context) {
         out = stage_forward(input, a);
         stashes[id] = {input, out};
       }
-      record("F", a, start, seconds_since(context.epoch), 0, "");
+      record("F", a, start, now(), 0, "");
       if (stage != last_stage) send(MessageKey::Kind::Activation, stage + 1, a, out);
     } else if (a.kind == ActionKind::Recompute) {
       Stash& stash = stashes.at(id);
-      const double start = seconds_since(context.epoch);
+      const Stamp start = now();
       stash.output = stage_forward(stash.input, a);
-      record("R", a, start, seconds_since(context.epoch), 0, "");
+      record("R", a, start, now(), 0, "");
     } else {
       torch::Tensor gradient;
       if (stage != last_stage)
         gradient = context.transport->receive(context.device, {MessageKey::Kind::Gradient, stage, a.micro_batch, a.mini_batch});
-      const double start = seconds_since(context.epoch);
+      const Stamp start = now();
       Stash stash = std::move(stashes.at(id));
       stashes.erase(id);
       std::vector<torch::Tensor> latest;
@@ -226,14 +262,14 @@ WorkerOutput run_worker(const WorkerContext& context) {
         for (const auto& [other, v] : version_of) referenced = referenced || v == used;
         if (!referenced) versions.erase(used);
       }
-      record("B", a, start, seconds_since(context.epoch), 0, "");
+      record("B", a, start, now(), 0, "");
       if (stage != 0) send(MessageKey::Kind::Gradient, stage - 1, a, stash.input.grad());
       if (request.weight_stashing) {
         if (request.keep_state && a.mini_batch == request.program.mini_batches - 1) {
           output.state.gradients.clear();
           for (const torch::Tensor& parameter : parameters) output.state.gradients.push_back(to_floats(parameter.grad()));
         }
-        const double step_start = seconds_since(context.epoch);
+        const Stamp step_start = now();
         {
           torch::NoGradGuard no_grad;
           for (torch::Tensor& parameter : parameters) {
@@ -242,7 +278,7 @@ WorkerOutput run_worker(const WorkerContext& context) {
           }
         }
         ++version;
-        output.steps.emplace_back(a.mini_batch, seconds_since(context.epoch) - step_start);
+        output.steps.push_back({a.mini_batch, step_start, now()});
       } else if (last_backward.at(a.mini_batch) == i) {
         if (request.keep_state && a.mini_batch == request.program.mini_batches - 1) {
           output.state.gradients.clear();
@@ -250,10 +286,10 @@ WorkerOutput run_worker(const WorkerContext& context) {
             output.state.gradients.push_back(parameter.grad().defined() ? to_floats(parameter.grad())
                                                                         : std::vector<float>(parameter.numel(), 0.0f));
         }
-        const double step_start = seconds_since(context.epoch);
+        const Stamp step_start = now();
         optimizer.step();
         optimizer.zero_grad();
-        output.steps.emplace_back(a.mini_batch, seconds_since(context.epoch) - step_start);
+        output.steps.push_back({a.mini_batch, step_start, now()});
       }
     }
   }
@@ -275,11 +311,15 @@ void check_request(const ExecutionRequest& request, int devices) {
     next = last;
   }
   if (next != layers) throw InputError(fmt::format("executor: the stages cover {} of the model's {} layers", next, layers));
-  if (request.device.kind != "cpu")
-    throw InputError(fmt::format("--device {}: this build runs on cpu only", request.device.kind));
+  if (request.device.kind != "cpu" && !detail::cuda_backend_built())
+    throw InputError(fmt::format("--device {}: this build has no CUDA LibTorch; it runs on cpu or cpu:N only (build on a "
+                                 "machine with a CUDA LibTorch: docs/validation.md)",
+                                 request.device.kind));
   if (request.device.count != 0 && request.device.count != devices)
-    throw InputError(fmt::format("--device cpu:{}: the Program has {} devices (one per stage); expected cpu:{}",
-                                 request.device.count, devices, devices));
+    throw InputError(fmt::format("--device {}:{}: the Program has {} devices (one per stage); expected {}:{}", request.device.kind,
+                                 request.device.count, devices, request.device.kind, devices));
+  if (request.copy_through_host && request.device.kind == "cpu")
+    throw InputError("--copy-through host: only for cuda devices (CPU workers share one memory)");
   if (!program.all_reduces.empty() || devices != program.num_stages)
     throw InputError("executor: replicated stages (all-reduces) are not supported yet; expected one device per stage");
   for (const DeviceProgram& device : program.devices)
@@ -304,50 +344,82 @@ DeviceSpec parse_device_spec(const std::string& text) {
   DeviceSpec spec;
   const auto colon = text.find(':');
   spec.kind = text.substr(0, colon);
-  bool ok = spec.kind == "cpu";
+  bool ok = spec.kind == "cpu" || spec.kind == "cuda" || spec.kind == "cuda-partitioned";
   if (ok && colon != std::string::npos) {
     const std::string count = text.substr(colon + 1);
     ok = !count.empty() && count.size() < 6 && std::all_of(count.begin(), count.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (ok) spec.count = std::stoi(count);
     ok = ok && spec.count >= 1;
   }
+  if (ok && spec.kind == "cuda-partitioned" && colon == std::string::npos) ok = false;
   if (!ok)
-    throw InputError(fmt::format("--device '{}': expected cpu or cpu:N (N worker threads, N >= 1); cuda devices need a CUDA build of LibTorch", text));
+    throw InputError(fmt::format("--device '{}': expected cpu, cpu:N (N worker threads), cuda, cuda:N (one GPU per stage) or "
+                                 "cuda-partitioned:N (GPU 0 split into N SM partitions), N >= 1",
+                                 text));
   return spec;
 }
+
+bool cuda_devices_built() { return detail::cuda_backend_built(); }
+
+namespace detail {
+std::unique_ptr<Backend> make_cpu_backend(int devices) { return std::make_unique<CpuBackend>(devices); }
+
+#ifndef PIPEGRID_CUDA_BACKEND
+// A build against a CPU-only LibTorch (Debian's): the cuda kinds are refused.
+bool cuda_backend_built() { return false; }
+
+std::unique_ptr<Backend> make_cuda_backend(const DeviceSpec& spec, int, bool) {
+  throw InputError(fmt::format("--device {}: this build has no CUDA LibTorch", spec.kind));
+}
+#endif
+}  // namespace detail
 
 ExecutionResult execute(const ExecutionRequest& request) {
   const Program& program = request.program;
   const int devices = static_cast<int>(program.devices.size());
   check_request(request, devices);
 
+  std::unique_ptr<detail::Backend> backend = request.device.kind == "cpu"
+                                                  ? detail::make_cpu_backend(devices)
+                                                  : detail::make_cuda_backend(request.device, devices, request.copy_through_host);
   detail::LayerList layers = detail::build_layers(request.model, request.seed);
-  std::unique_ptr<Transport> transport = make_in_process_transport(devices);
+  std::unique_ptr<Transport> transport = backend->make_transport();
   std::vector<int> device_of_stage(program.num_stages, 0);
   for (int d = 0; d < devices; ++d) device_of_stage[program.devices[d].stage] = d;
+  // Each stage's layers on its device; the inputs where stage 0 runs, the
+  // targets where the last stage runs.
+  for (int d = 0; d < devices; ++d) {
+    const auto [first, last] = request.stages[program.devices[d].stage];
+    for (int layer = first; layer < last; ++layer) layers[layer]->to(backend->torch_device(d));
+  }
+  const torch::Device input_device = backend->torch_device(device_of_stage.front());
+  const torch::Device target_device = backend->torch_device(device_of_stage.back());
 
   std::vector<WorkerOutput> outputs(devices);
   std::vector<std::exception_ptr> errors(devices);
   std::map<std::pair<int, int>, detail::Batch> data;
   for (int k = 0; k < program.mini_batches; ++k)
-    for (int m = 0; m < program.micro_batches; ++m)
-      data[{m, k}] = detail::make_batch(request.model, request.seed, k, m, request.micro_batch_size);
-  const Clock::time_point epoch = Clock::now();
+    for (int m = 0; m < program.micro_batches; ++m) {
+      detail::Batch batch = detail::make_batch(request.model, request.seed, k, m, request.micro_batch_size);
+      data[{m, k}] = {batch.input.to(input_device), batch.target.to(target_device)};
+    }
+  backend->start_clock();
   {
     std::vector<std::thread> workers;
     for (int d = 0; d < devices; ++d) {
-      WorkerContext context{&request, d, &program.devices[d], device_of_stage, &layers, transport.get(), &data, epoch};
-      workers.emplace_back([context, d, &outputs, &errors, &transport] {
+      WorkerContext context{&request, d, &program.devices[d], device_of_stage, &layers, transport.get(), backend.get(), &data};
+      workers.emplace_back([context, d, &outputs, &errors, &transport, &backend] {
         try {
           outputs[d] = run_worker(context);
         } catch (const std::exception& error) {
-          errors[d] = std::make_exception_ptr(std::runtime_error(fmt::format("{}: {}", host_name(d), error.what())));
-          transport->abort(fmt::format("{} failed", host_name(d)));
+          errors[d] = std::make_exception_ptr(std::runtime_error(fmt::format("{}: {}", backend->host_name(d), error.what())));
+          transport->abort(fmt::format("{} failed", backend->host_name(d)));
         }
       });
     }
     for (std::thread& worker : workers) worker.join();
   }
+  backend->synchronize();
   // Report the first failure that is not just another worker being woken.
   for (int d = 0; d < devices; ++d)
     if (errors[d]) {
@@ -365,17 +437,20 @@ ExecutionResult execute(const ExecutionRequest& request) {
   result.measured_mini_batches = program.mini_batches - warmup;
   double t0 = std::numeric_limits<double>::infinity(), t1 = 0;
   for (int d = 0; d < devices; ++d) {
-    result.timeline.hosts.push_back(host_name(d));
-    DeviceSummary summary{host_name(d), program.devices[d].stage, 0, 0};
-    for (const TimelineRecord& record : outputs[d].records) {
-      if (record.mini_batch < warmup) continue;
+    result.timeline.hosts.push_back(backend->host_name(d));
+    DeviceSummary summary{backend->host_name(d), program.devices[d].stage, 0, 0, backend->peak_memory_bytes(d).value_or(-1)};
+    for (const StampedRecord& stamped : outputs[d].records) {
+      if (stamped.record.mini_batch < warmup) continue;
+      TimelineRecord record = stamped.record;
+      record.start_s = backend->seconds(stamped.start);
+      record.end_s = std::max(record.start_s, backend->seconds(stamped.end));
       result.timeline.records.push_back(record);
       if (record.kind() == RecordKind::Compute) summary.busy_s += record.end_s - record.start_s;
       t0 = std::min(t0, record.start_s);
       t1 = std::max(t1, record.end_s);
     }
-    for (const auto& [mini_batch, seconds] : outputs[d].steps)
-      if (mini_batch >= warmup) summary.step_s += seconds;
+    for (const StampedStep& step : outputs[d].steps)
+      if (step.mini_batch >= warmup) summary.step_s += backend->seconds(step.end) - backend->seconds(step.start);
     result.devices.push_back(summary);
     if (request.keep_state) result.stages.push_back(std::move(outputs[d].state));
   }

@@ -1,8 +1,14 @@
 #pragma once
 // The real executor: runs a Program's per-device action lists with LibTorch,
 // one worker thread per device, and records what happened as a Timeline in
-// the simulator's schema (hosts cpu0, cpu1, ...; F/B/R compute records,
-// SEND_F/SEND_B transfer records with bytes). LibTorch-free header.
+// the simulator's schema (hosts cpu0, cpu1, ... or gpu0, gpu1, ... or gpu0p0,
+// gpu0p1, ...; F/B/R compute records, SEND_F/SEND_B transfer records with
+// bytes). LibTorch-free header.
+//
+// Time: on CPUs the steady clock around each action on its worker thread; on
+// GPUs CUDA events recorded on the worker's compute stream around each
+// action and on the sender's copy stream around each copy, read once the run
+// is over, so the timeline is the GPU's, not the launching thread's.
 //
 // Semantics (flushed schedules: gpipe, 1f1b-sno, 1f1b-so, with or without
 // recomputation): each micro-batch's loss is scaled by 1/M, gradients
@@ -28,14 +34,23 @@
 namespace pipegrid::validate {
 
 /** Where the devices are. `cpu:N`: N worker threads, one intra-op thread
- *  each; `cpu`: one worker per device of the Program. */
+ *  each; `cpu`: one worker per device of the Program. `cuda`: one GPU per
+ *  device (cuda:0, cuda:1, ...); `cuda:N`: the same, checked to be N.
+ *  `cuda-partitioned:N`: GPU 0 split into N SM partitions with CUDA green
+ *  contexts, each partition one device with its own compute stream. The
+ *  cuda kinds run only in a build against a CUDA LibTorch. */
 struct DeviceSpec {
-  std::string kind = "cpu";
-  int count = 0;  ///< 0: one per Program device
+  std::string kind = "cpu";  ///< cpu, cuda or cuda-partitioned
+  int count = 0;             ///< 0: one per Program device
 };
 
-/** Parses `cpu` or `cpu:N` (N >= 1); InputError otherwise. */
+/** Parses `cpu`, `cpu:N`, `cuda`, `cuda:N` or `cuda-partitioned:N` (N >= 1);
+ *  InputError otherwise. */
 DeviceSpec parse_device_spec(const std::string& text);
+
+/** True when this build can run the cuda kinds (built against a CUDA
+ *  LibTorch); whether a GPU is present is found out when one is asked for. */
+bool cuda_devices_built();
 
 struct ExecutionRequest {
   ModelConfig model;
@@ -53,6 +68,10 @@ struct ExecutionRequest {
   /// Weight stashing (see above), for Programs without a flush (pipedream);
   /// the Program must have one micro-batch per mini-batch.
   bool weight_stashing = false;
+  /// GPUs: stage every copy through pinned host memory (device to host,
+  /// then host to device, on the sender's copy stream), as over PCIe
+  /// without peer access; default: one device-to-device copy.
+  bool copy_through_host = false;
 };
 
 /** Parameters of a stage (or of the whole model), each flattened, in layer
@@ -67,6 +86,10 @@ struct DeviceSummary {
   int stage = 0;
   double busy_s = 0;  ///< F, B and R time over the measured mini-batches
   double step_s = 0;  ///< optimizer steps over the measured mini-batches
+  /// Peak bytes allocated on the device over the whole run (warm-up
+  /// included), where measured (GPUs; partitions of one GPU each report the
+  /// whole GPU's); -1 when not measured (CPU).
+  std::int64_t peak_memory_bytes = -1;
 };
 
 struct ExecutionResult {
@@ -81,7 +104,7 @@ struct ExecutionResult {
 };
 
 /** Runs the request. Throws InputError for a request it cannot run (unknown
- *  device, device count or stage ranges that do not match the Program,
+ *  device or one this build or machine lacks, device count or stage ranges that do not match the Program,
  *  several streams per device, replicated stages) and ProgramError for an
  *  invalid Program; std::runtime_error when LibTorch fails in a worker. */
 ExecutionResult execute(const ExecutionRequest& request);

@@ -33,23 +33,46 @@ struct MessageKey {
   friend auto operator<=>(const MessageKey&, const MessageKey&) = default;
 };
 
+/** A moment on a device's timeline, resolved by the backend that made it
+ *  once the devices are idle (validate/detail/backend.hpp): on a CPU the
+ *  steady clock read at once (`seconds`: std::chrono::steady_clock's time
+ *  since its own epoch, in seconds); on a GPU
+ *  an event recorded on a stream (`event`, opaque here), whose time is known
+ *  only after the stream reached it. */
+struct Stamp {
+  double seconds = 0;
+  std::shared_ptr<void> event;
+};
+
+/** When a copy ran: on a CPU the send call itself; on a GPU the copy on the
+ *  sender's copy stream, from the moment it could start (the producing
+ *  compute done) to its end. */
+struct CopyInterval {
+  Stamp start;
+  Stamp end;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
-  /** Delivers a copy of `tensor` to device `to` under `key`. Returns once the
-   *  data is copied (the caller may then free or modify its tensor); never
-   *  waits for the receiver (eager). */
-  virtual void send(int to, const MessageKey& key, const at::Tensor& tensor) = 0;
+  /** Delivers a copy of `tensor` to device `to` under `key`, called on the
+   *  sending worker's thread. Returns once the copy is made or, on a GPU,
+   *  enqueued behind the work that produced `tensor` (the caller may then
+   *  free or reuse its tensor); never waits for the receiver (eager). */
+  virtual CopyInterval send(int to, const MessageKey& key, const at::Tensor& tensor) = 0;
   /** Waits until the message `key` addressed to `device` has arrived, and
    *  returns it (removed from the transport; a plain tensor without autograd
-   *  history). Throws std::runtime_error once abort() was called. */
+   *  history, on the receiving device, safe to use on the receiving worker's
+   *  current stream). Throws std::runtime_error once abort() was called. */
   virtual at::Tensor receive(int device, const MessageKey& key) = 0;
   /** Wakes every waiting receiver with an error saying `reason` (a worker
    *  failed), so that no thread waits forever. */
   virtual void abort(const std::string& reason) = 0;
 };
 
-/** Queues between threads of one process, one mailbox per device. */
+/** Queues between threads of one process, one mailbox per device, for CPU
+ *  devices: send clones the tensor; its CopyInterval is the clone's start
+ *  and end on the steady clock. */
 std::unique_ptr<Transport> make_in_process_transport(int devices);
 
 }  // namespace pipegrid::validate
