@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The GPU half of issue 5's validation matrix, run ON a CUDA machine (the
+# device tool's H100/H200) from the repository root:
+#
+#   scripts/gpu-matrix.sh OUTDIR
+#
+# 1. builds pipegrid against the machine's CUDA LibTorch (PyTorch's, found
+#    through torch.utils.cmake_prefix_path) without SimGrid, with the Debian
+#    header packages from .gpu-deps/ (made here by scripts/gpu-deps.sh and
+#    carried along), into build-gpu/ (kept when already there);
+# 2. for each model and partition count, calibrates on the device that runs
+#    the plans (`calibrate --device cuda-partitioned:N`: per-layer times on one
+#    SM partition, copies between partitions, overheads), writing a profile
+#    and a platform;
+# 3. runs every plan of the matrix (schedules x models x partition counts x
+#    M) REPEATS times with `execute`, writing the measured timelines;
+# 4. packs everything into OUTDIR/gpu-matrix.tar.gz (the device tool returns
+#    at most 8 files) next to the logs.
+#
+# On a machine with SimGrid, scripts/gpu-report.sh then simulates each plan
+# with the calibrated files and compares (docs/validation.md, "GPU matrix").
+# Environment: REPEATS (default 3), BUDGET_S (seconds after which no new plan
+# starts, default 420), PLANS (a grep -E filter on plan names, default all),
+# MODELS (default "mlp transformer").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: scripts/gpu-matrix.sh OUTDIR}
+mkdir -p "$out"
+work=$(mktemp -d /tmp/gpu-matrix.XXXXXX)
+repeats=${REPEATS:-3}
+budget=${BUDGET_S:-420}
+filter=${PLANS:-.}
+models=${MODELS:-"mlp transformer"}
+start=$(date +%s)
+log="$out/gpu-matrix.log"
+: >"$log"
+say() { echo "$*" | tee -a "$log"; }
+
+# --- build ---------------------------------------------------------------
+prefix=/tmp/pipegrid-deps
+mkdir -p "$prefix"
+for deb in .gpu-deps/*.deb; do dpkg -x "$deb" "$prefix"; done
+export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [ ! -x build-gpu/pipegrid ]; then
+  torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  say "configure: torch at $torch_prefix"
+  if ! cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DPIPEGRID_WITH_SIMGRID=OFF \
+      -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" >"$out/configure.log" 2>&1; then
+    say "configure failed: see configure.log"; tail -30 "$out/configure.log"; exit 1
+  fi
+  if ! cmake --build build-gpu -j"$(nproc)" --target pipegrid >"$out/build.log" 2>&1; then
+    say "build failed: see build.log"; grep -E "error" "$out/build.log" | head -30; exit 1
+  fi
+fi
+pipegrid=build-gpu/pipegrid
+say "built in $(( $(date +%s) - start )) s"
+nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' >>"$log" 2>&1 || true
+
+# --- the matrix ----------------------------------------------------------
+# Model sizes: large enough that one action takes a millisecond or more on
+# a quarter of an H100, small enough for 24 plans x REPEATS in minutes.
+model_options() {
+  case $1 in
+    mlp) echo "--model-option width=4096 --model-option depth=8 --micro-batch-size 256" ;;
+    transformer) echo "--model-option width=1024 --model-option heads=16 --model-option layers=8 --model-option seq=256 --micro-batch-size 8" ;;
+  esac
+}
+mkdir -p "$work/matrix"
+: >"$work/matrix/plans.txt"
+for model in $models; do
+  for n in 2 4; do
+    calibrated="$work/matrix/$model-p$n"
+    if ! $pipegrid calibrate --model "$model" $(model_options "$model") --device "cuda-partitioned:$n" \
+        --output-profile "$calibrated.json" --output-platform "$calibrated.xml" >"$calibrated.calibrate.txt" 2>&1; then
+      say "calibrate $model on cuda-partitioned:$n failed:"; tail -5 "$calibrated.calibrate.txt" | tee -a "$log"; continue
+    fi
+    for schedule in gpipe 1f1b-sno 1f1b-so; do
+      for m in 4 8; do
+        plan="$model-p$n-$schedule-m$m"
+        echo "$plan" | grep -qE "$filter" || continue
+        if [ $(( $(date +%s) - start )) -gt "$budget" ]; then say "budget of $budget s spent: $plan and later not run"; continue; fi
+        ok=1
+        for r in $(seq 1 "$repeats"); do
+          if ! $pipegrid execute --model "$model" $(model_options "$model") --schedule "$schedule" --stages "$n" \
+              --micro-batches "$m" --device "cuda-partitioned:$n" --mini-batches 5 --warmup 2 \
+              --csv "$work/matrix/$plan-r$r.csv" --json >"$work/matrix/$plan-r$r.json" 2>"$work/matrix/$plan-r$r.err"; then
+            say "$plan run $r failed:"; tail -3 "$work/matrix/$plan-r$r.err" | tee -a "$log"; ok=0; break
+          fi
+        done
+        [ $ok = 1 ] && echo "$plan $model $n $schedule $m $repeats" >>"$work/matrix/plans.txt"
+        say "$plan: $(python3 -c "import json,sys; print(' '.join('%.3f ms' % (1e3*json.load(open(f))['measured_minibatch_time_s']) for f in sys.argv[1:]))" "$work"/matrix/"$plan"-r*.json 2>/dev/null)"
+      done
+    done
+  done
+done
+# One stage on the whole GPU (cuda): the baseline without partitions.
+for model in $models; do
+  $pipegrid execute --model "$model" $(model_options "$model") --schedule gpipe --stages 1 --micro-batches 4 \
+    --device cuda --mini-batches 5 --warmup 2 --json >"$work/matrix/$model-whole-gpu.json" 2>&1 || say "$model on the whole GPU failed"
+done
+tar -C "$work" -czf "$out/gpu-matrix.tar.gz" matrix
+say "plans run: $(wc -l <"$work/matrix/plans.txt"); total $(( $(date +%s) - start )) s; results in $out/gpu-matrix.tar.gz"

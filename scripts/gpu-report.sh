@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The SimGrid half of issue 5's GPU matrix: reads scripts/gpu-matrix.sh's
+# archive, simulates every plan with the profile and platform calibrated on
+# the GPU, compares with the measured runs (`pipegrid validate --measured`)
+# and prints the error table in Markdown (docs/validation.md, "GPU matrix").
+#
+#   scripts/gpu-report.sh gpu-matrix.tar.gz [REPORT_DIR]
+#
+# REPORT_DIR (default gpu-report/) receives one JSON report and one SVG (the
+# simulated timeline over the first measured one) per plan.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+archive=${1:?usage: scripts/gpu-report.sh gpu-matrix.tar.gz [REPORT_DIR]}
+report=${2:-gpu-report}
+pipegrid=${PIPEGRID:-$here/build/pipegrid}
+work=$(mktemp -d /tmp/gpu-report.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+tar -C "$work" -xzf "$archive"
+matrix="$work/matrix"
+mkdir -p "$report"
+
+model_options() {
+  case $1 in
+    mlp) echo "--model-option width=4096 --model-option depth=8 --micro-batch-size 256" ;;
+    transformer) echo "--model-option width=1024 --model-option heads=16 --model-option layers=8 --model-option seq=256 --micro-batch-size 8" ;;
+  esac
+}
+
+echo "| plan | simulated | measured (median of runs) | relative error | run spread | action error median / p95 |"
+echo "| --- | --- | --- | --- | --- | --- |"
+while read -r plan model n schedule m repeats; do
+  measured=$(ls "$matrix/$plan"-r*.csv | sort | paste -sd, -)
+  "$pipegrid" validate --model "$model" $(model_options "$model") --schedule "$schedule" --stages "$n" \
+    --micro-batches "$m" --device "cuda-partitioned:$n" --mini-batches 5 \
+    --profile "$matrix/$model-p$n.json" --platform "$matrix/$model-p$n.xml" --measured "$measured" \
+    --svg "$report/$plan.svg" --json >"$report/$plan.json"
+  python3 - "$report/$plan.json" "$plan" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+simulated = r["simulated_minibatch_time_s"]
+times = r.get("spread", {}).get("measured_minibatch_time_s") or {"min": r["measured_minibatch_time_s"],
+                                                                  "median": r["measured_minibatch_time_s"],
+                                                                  "max": r["measured_minibatch_time_s"]}
+print("| {} | {:.3f} ms | {:.3f} ms | {:+.1%} | {:.1%} | {:.1%} / {:.1%} |".format(
+    sys.argv[2], 1e3 * simulated, 1e3 * times["median"], simulated / times["median"] - 1,
+    (times["max"] - times["min"]) / times["median"], r["action_error_median"], r["action_error_p95"]))
+EOF
+done <"$matrix/plans.txt"
+python3 - "$report" <<'EOF'
+import glob, json, statistics, sys
+def error_of_median(r):
+    times = r.get("spread", {}).get("measured_minibatch_time_s")
+    return r["simulated_minibatch_time_s"] / times["median"] - 1 if times else r["relative_error"]
+errors = [abs(error_of_median(json.load(open(f)))) for f in sorted(glob.glob(sys.argv[1] + "/*.json"))]
+if errors:
+    print("\n{} plans: median |error| {:.1%}, max {:.1%}; within 10%: {}".format(
+        len(errors), statistics.median(errors), max(errors), sum(e <= 0.10 for e in errors)))
+EOF
