@@ -17,7 +17,9 @@
 // Time: every stamp is an event with timing, recorded on the stream the work
 // runs on, read after the run relative to an epoch event recorded on the
 // same GPU once all devices were idle. GPUs of a multi-GPU machine each have
-// their own epoch, recorded back to back; their offsets are not measured.
+// their own epoch, recorded back to back; their offsets are not measured (a
+// copy between two GPUs starts on the sender's clock and ends on the
+// receiver's).
 
 #include <condition_variable>
 #include <map>
@@ -65,6 +67,10 @@ struct DeviceStreams {
   std::string host;                ///< timeline host name
   c10::cuda::CUDAStream compute;   ///< made current on the worker thread
   c10::cuda::CUDAStream copy;      ///< the device's outgoing copies
+  /// The destination side of copies from other GPUs (the barrier LibTorch
+  /// makes on the destination's current stream, and the host-to-device half
+  /// of a staged copy); unused between partitions of one GPU.
+  c10::cuda::CUDAStream incoming;
 };
 
 class CudaTransport : public Transport {
@@ -76,20 +82,34 @@ class CudaTransport : public Transport {
   CopyInterval send(int to, const MessageKey& key, const at::Tensor& tensor) override {
     if (current_worker < 0) throw std::logic_error("CudaTransport::send called outside a worker thread");
     const DeviceStreams& from = devices_.at(current_worker);
-    const c10::Device destination(c10::kCUDA, static_cast<c10::DeviceIndex>(devices_.at(to).gpu));
+    const DeviceStreams& into = devices_.at(to);
+    const bool same_gpu = from.gpu == into.gpu;
+    const c10::Device destination(c10::kCUDA, static_cast<c10::DeviceIndex>(into.gpu));
     const at::Tensor source = tensor.detach();
 
     at::cuda::CUDAEvent produced;
-    produced.record(c10::cuda::getCurrentCUDAStream(from.gpu));
+    produced.record(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(from.gpu)));
     produced.block(from.copy);
     CopyInterval interval;
     interval.start = record_on(from.copy);
+    // LibTorch copies on the current stream of the source GPU (device to
+    // device and device to host) and of the destination GPU (host to
+    // device): make those the copy streams.
+    const c10::cuda::CUDAStream& last = same_gpu ? from.copy : into.incoming;
     Message message;
     {
-      c10::cuda::CUDAStreamGuard on_copy_stream(from.copy);
+      c10::cuda::CUDAGuard on_source_gpu(static_cast<c10::DeviceIndex>(from.gpu));
+      std::vector<c10::cuda::CUDAStream> streams{from.copy};
+      if (!same_gpu) streams.push_back(into.incoming);
+      c10::cuda::CUDAMultiStreamGuard on_copy_streams(streams);
       if (through_host_) {
         at::Tensor staged = at::empty(source.sizes(), source.options().device(c10::kCPU).pinned_memory(true));
         staged.copy_(source, /*non_blocking=*/true);
+        if (!same_gpu) {
+          at::cuda::CUDAEvent staged_ready;
+          staged_ready.record(from.copy);
+          staged_ready.block(into.incoming);
+        }
         message.tensor = at::empty(source.sizes(), source.options().device(destination));
         message.tensor.copy_(staged, /*non_blocking=*/true);
       } else {
@@ -97,7 +117,7 @@ class CudaTransport : public Transport {
       }
       source.record_stream(from.copy);
     }
-    interval.end = record_on(from.copy);
+    interval.end = record_on(last);
     message.ready = std::static_pointer_cast<EventStamp>(interval.end.event);
 
     Mailbox& box = *mailboxes_.at(to);
@@ -120,7 +140,7 @@ class CudaTransport : public Transport {
       message = std::move(found->second);
       box.messages.erase(found);
     }
-    const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(devices_.at(device).gpu);
+    const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(devices_.at(device).gpu));
     message.ready->event.block(compute);
     message.tensor.record_stream(compute);
     return message.tensor;
@@ -167,7 +187,7 @@ class CudaBackend : public Backend {
       for (int d = 0; d < devices; ++d) {
         const auto index = static_cast<c10::DeviceIndex>(d);
         devices_.push_back({d, fmt::format("gpu{}", d), c10::cuda::getStreamFromPool(false, index),
-                            c10::cuda::getStreamFromPool(false, index)});
+                            c10::cuda::getStreamFromPool(false, index), c10::cuda::getStreamFromPool(false, index)});
       }
     } else if (spec.kind == "cuda-partitioned") {
       try {
@@ -178,7 +198,7 @@ class CudaBackend : public Backend {
       for (const cuda::SmPartition& partition : partitions_->partitions()) {
         devices_.push_back({0, fmt::format("gpu0p{}", partition.index),
                             c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(partition.stream), 0),
-                            c10::cuda::getStreamFromPool(false, 0)});
+                            c10::cuda::getStreamFromPool(false, 0), c10::cuda::getStreamFromPool(false, 0)});
       }
     } else {
       throw InputError(fmt::format("--device {}: not a CUDA device kind", spec.kind));
@@ -215,6 +235,7 @@ class CudaBackend : public Backend {
     for (const DeviceStreams& device : devices_) {
       device.compute.synchronize();
       device.copy.synchronize();
+      device.incoming.synchronize();
     }
   }
 

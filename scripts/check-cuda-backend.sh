@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Compiles validate/cuda/cuda_backend.cpp alone against Debian's LibTorch
+# headers (1.13) and the CUDA toolkit's (/usr/local/cuda), without a CUDA
+# LibTorch: the only check of that file a machine without a GPU can make.
+# Debian's CPU build lacks c10/cuda/impl/cuda_cmake_macros.h; a one-line
+# stand-in in a temporary folder takes its place.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cuda=${CUDA_HOME:-/usr/local/cuda}
+stub=$(mktemp -d)
+trap 'rm -rf "$stub"' EXIT
+mkdir -p "$stub/c10/cuda/impl"
+echo '#pragma once' >"$stub/c10/cuda/impl/cuda_cmake_macros.h"
+g++ -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -DPIPEGRID_CUDA_BACKEND -I"$stub" -I. \
+  -isystem /usr/include/torch/csrc/api/include -isystem "$cuda/include" validate/cuda/cuda_backend.cpp
+echo "validate/cuda/cuda_backend.cpp compiles against LibTorch $(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null || echo '?') and $cuda"
