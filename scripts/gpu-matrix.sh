@@ -21,7 +21,9 @@
 # with the calibrated files and compares (docs/validation.md, "GPU matrix").
 # Environment: REPEATS (default 3), BUDGET_S (seconds after which no new plan
 # starts, default 420), PLANS (a grep -E filter on plan names, default all),
-# MODELS (default "mlp transformer").
+# MODELS (default "mlp transformer"). A dry run of the whole workflow on a
+# CPU machine: DEVICE=cpu SIZES=small PIPEGRID=build/pipegrid (no build;
+# cpu:N instead of cuda-partitioned:N; tiny models).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu-matrix.sh OUTDIR}
@@ -31,12 +33,17 @@ repeats=${REPEATS:-3}
 budget=${BUDGET_S:-420}
 filter=${PLANS:-.}
 models=${MODELS:-"mlp transformer"}
+device=${DEVICE:-cuda-partitioned}
+sizes=${SIZES:-gpu}
 start=$(date +%s)
 log="$out/gpu-matrix.log"
 : >"$log"
 say() { echo "$*" | tee -a "$log"; }
 
 # --- build ---------------------------------------------------------------
+if [ -n "${PIPEGRID:-}" ]; then
+  pipegrid=$PIPEGRID
+else
 prefix=/tmp/pipegrid-deps
 mkdir -p "$prefix"
 for deb in .gpu-deps/*.deb; do dpkg -x "$deb" "$prefix"; done
@@ -58,22 +65,18 @@ pipegrid=build-gpu/pipegrid
 say "built in $(( $(date +%s) - start )) s"
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' >>"$log" 2>&1 || true
+fi
 
 # --- the matrix ----------------------------------------------------------
 # Model sizes: large enough that one action takes a millisecond or more on
 # a quarter of an H100, small enough for 24 plans x REPEATS in minutes.
-model_options() {
-  case $1 in
-    mlp) echo "--model-option width=4096 --model-option depth=8 --micro-batch-size 256" ;;
-    transformer) echo "--model-option width=1024 --model-option heads=16 --model-option layers=8 --model-option seq=256 --micro-batch-size 8" ;;
-  esac
-}
+model_options() { scripts/gpu-model-options.sh "$sizes" "$1"; }
 mkdir -p "$work/matrix"
 : >"$work/matrix/plans.txt"
 for model in $models; do
   for n in 2 4; do
     calibrated="$work/matrix/$model-p$n"
-    if ! $pipegrid calibrate --model "$model" $(model_options "$model") --device "cuda-partitioned:$n" \
+    if ! $pipegrid calibrate --model "$model" $(model_options "$model") --device "$device:$n" \
         --output-profile "$calibrated.json" --output-platform "$calibrated.xml" >"$calibrated.calibrate.txt" 2>&1; then
       say "calibrate $model on cuda-partitioned:$n failed:"; tail -5 "$calibrated.calibrate.txt" | tee -a "$log"; continue
     fi
@@ -85,7 +88,7 @@ for model in $models; do
         ok=1
         for r in $(seq 1 "$repeats"); do
           if ! $pipegrid execute --model "$model" $(model_options "$model") --schedule "$schedule" --stages "$n" \
-              --micro-batches "$m" --device "cuda-partitioned:$n" --mini-batches 5 --warmup 2 \
+              --micro-batches "$m" --device "$device:$n" --mini-batches 5 --warmup 2 \
               --csv "$work/matrix/$plan-r$r.csv" --json >"$work/matrix/$plan-r$r.json" 2>"$work/matrix/$plan-r$r.err"; then
             say "$plan run $r failed:"; tail -3 "$work/matrix/$plan-r$r.err" | tee -a "$log"; ok=0; break
           fi
@@ -99,7 +102,9 @@ done
 # One stage on the whole GPU (cuda): the baseline without partitions.
 for model in $models; do
   $pipegrid execute --model "$model" $(model_options "$model") --schedule gpipe --stages 1 --micro-batches 4 \
-    --device cuda --mini-batches 5 --warmup 2 --json >"$work/matrix/$model-whole-gpu.json" 2>&1 || say "$model on the whole GPU failed"
+    --device "${device%-partitioned}" --mini-batches 5 --warmup 2 --json >"$work/matrix/$model-whole-device.json" 2>&1 ||
+    say "$model on one whole device failed"
 done
+echo "$device $sizes" >"$work/matrix/device.txt"
 tar -C "$work" -czf "$out/gpu-matrix.tar.gz" matrix
 say "plans run: $(wc -l <"$work/matrix/plans.txt"); total $(( $(date +%s) - start )) s; results in $out/gpu-matrix.tar.gz"

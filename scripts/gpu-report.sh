@@ -19,19 +19,15 @@ tar -C "$work" -xzf "$archive"
 matrix="$work/matrix"
 mkdir -p "$report"
 
-model_options() {
-  case $1 in
-    mlp) echo "--model-option width=4096 --model-option depth=8 --micro-batch-size 256" ;;
-    transformer) echo "--model-option width=1024 --model-option heads=16 --model-option layers=8 --model-option seq=256 --micro-batch-size 8" ;;
-  esac
-}
+read -r device sizes <"$matrix/device.txt"
+model_options() { "$here/scripts/gpu-model-options.sh" "$sizes" "$1"; }
 
 echo "| plan | simulated | measured (median of runs) | relative error | run spread | action error median / p95 |"
 echo "| --- | --- | --- | --- | --- | --- |"
 while read -r plan model n schedule m repeats; do
   measured=$(ls "$matrix/$plan"-r*.csv | sort | paste -sd, -)
   "$pipegrid" validate --model "$model" $(model_options "$model") --schedule "$schedule" --stages "$n" \
-    --micro-batches "$m" --device "cuda-partitioned:$n" --mini-batches 5 \
+    --micro-batches "$m" --device "$device:$n" --mini-batches 5 \
     --profile "$matrix/$model-p$n.json" --platform "$matrix/$model-p$n.xml" --measured "$measured" \
     --svg "$report/$plan.svg" --json >"$report/$plan.json"
   python3 - "$report/$plan.json" "$plan" <<'EOF'
