@@ -32,6 +32,10 @@ struct ExecuteOptions {
   double learning_rate = 0.01;
   std::uint64_t seed = 1;
   bool recompute = false;
+  std::vector<int> replicas;
+  bool vertical_sync = false;
+  int update_interval = 0;
+  bool wait_free = false;
   std::string csv, svg, trace;
   bool json = false;
 };
@@ -47,7 +51,15 @@ CLI::App* add_execute_command(CLI::App& app) {
   command->add_option("--model-option", options.model_options,
                       "model size, key=value (repeat): mlp width depth classes; vgg16 width image hidden classes; "
                       "gnmt vocab hidden layers seq; transformer vocab width heads layers seq");
-  command->add_option("--schedule", options.schedule, "gpipe, 1f1b-sno, 1f1b-so, or pipedream (weight stashing, one micro-batch per mini-batch)")->required();
+  command->add_option("--schedule", options.schedule,
+                      "gpipe, 1f1b-sno, 1f1b-so, 1f1b-as, fbp-as (cpu only), dp, or pipedream, pipedream-2bw, pipeoptim (one "
+                      "micro-batch per mini-batch)")->required();
+  command->add_option("--replicas", options.replicas,
+                      "replicas per stage, e.g. 2,1 (sets the stages; devices = their sum); dp: --replicas N")->delimiter(',');
+  command->add_flag("--vertical-sync", options.vertical_sync, "pipedream: every stage uses the input stage's weight version");
+  command->add_option("--update-interval", options.update_interval,
+                      "pipedream-2bw: mini-batches per weight update (default: the number of stages)");
+  command->add_flag("--wait-free", options.wait_free, "dp: one all-reduce per layer with parameters (run after the backward)");
   command->add_option("--stages", options.stages, "number of stages, one device each (default 1)");
   command->add_option("--layers-per-stage", options.layers_per_stage,
                       "layers of each stage, e.g. 3,5 (default: as equal as possible)")->delimiter(',');
@@ -57,7 +69,7 @@ CLI::App* add_execute_command(CLI::App& app) {
   command->add_option("--warmup", options.warmup, "mini-batches run before the measured ones, left out of the timeline (default 1)");
   command->add_option("--device", options.device,
                       "cpu or cpu:N (worker threads), cuda or cuda:N (one GPU per stage), cuda-partitioned:N (GPU 0 split "
-                      "into N SM partitions); N = stages");
+                      "into N SM partitions); N = devices (stages, or the sum of --replicas)");
   command->add_option("--copy-through", options.copy_through,
                       "GPUs: device (default: device-to-device copies) or host (staged through pinned host memory, as over PCIe)");
   command->add_option("--learning-rate", options.learning_rate, "SGD learning rate (default 0.01)");
@@ -74,11 +86,28 @@ int run_execute_command() {
   validate::ModelConfig model{options.model, {}};
   for (const std::string& option : options.model_options) validate::add_model_option(model, option);
   model = validate::resolve_model(model);
-  const bool stashing = options.schedule == "pipedream";
-  if (!schedule_info(options.schedule).flushed && !stashing)
-    throw InputError(fmt::format("--schedule {}: the executor runs gpipe, 1f1b-sno, 1f1b-so and pipedream (weight "
-                                 "stashing); {} is not implemented yet",
-                                 options.schedule, options.schedule));
+  const ScheduleInfo& info = schedule_info(options.schedule);
+  if (options.vertical_sync && info.name != "pipedream")
+    throw InputError(fmt::format("--vertical-sync: applies to pipedream, not {}", info.name));
+  if (options.update_interval != 0 && info.name != "pipedream-2bw")
+    throw InputError(fmt::format("--update-interval: applies to pipedream-2bw, not {}", info.name));
+  // The weight rule of the schedule (SEMANTICS.md); the update points come from the Program.
+  validate::WeightRule rule = validate::WeightRule::Flush;
+  if (info.name == "pipedream") rule = options.vertical_sync ? validate::WeightRule::VerticalSync : validate::WeightRule::Stashing;
+  if (info.name == "pipedream-2bw") rule = validate::WeightRule::TwoBW;
+  if (info.name == "pipeoptim") rule = validate::WeightRule::Prediction;
+  if (!info.flushed && rule == validate::WeightRule::Flush)
+    throw InputError(fmt::format("--schedule {}: the executor has no weight rule for it", info.name));
+  if (info.single_stage && options.replicas.size() != 1)
+    throw InputError(fmt::format("--schedule {}: runs the whole model on every device; give the devices as --replicas N", info.name));
+  if (!options.replicas.empty()) {
+    const int stages = static_cast<int>(options.replicas.size());
+    if (command->count("--stages") && options.stages != stages)
+      throw InputError(fmt::format("--replicas gives {} stages, --stages says {}", stages, options.stages));
+    if (!options.layers_per_stage.empty() && static_cast<int>(options.layers_per_stage.size()) != stages)
+      throw InputError(fmt::format("--replicas gives {} stages, --layers-per-stage {}", stages, options.layers_per_stage.size()));
+    options.stages = stages;
+  }
   if (options.mini_batches < 1) throw InputError(fmt::format("--mini-batches: expected at least 1, found {}", options.mini_batches));
   if (options.warmup < 0) throw InputError(fmt::format("--warmup: expected 0 or more, found {}", options.warmup));
 
@@ -98,13 +127,17 @@ int run_execute_command() {
   schedule.micro_batches = options.micro_batches;
   schedule.mini_batches = options.warmup + options.mini_batches;
   schedule.recompute = options.recompute;
+  schedule.replicas = options.replicas;
+  schedule.update_interval = options.update_interval;
+  schedule.wait_free = options.wait_free;
   request.program = generate_schedule(options.schedule, schedule);
+  request.weight_rule = rule;
+  request.update_interval = update_interval(options.schedule, schedule);
   request.micro_batch_size = options.micro_batch_size;
   request.warmup_mini_batches = options.warmup;
   request.learning_rate = options.learning_rate;
   request.seed = options.seed;
   request.device = validate::parse_device_spec(options.device);
-  request.weight_stashing = stashing;
   if (options.copy_through != "device" && options.copy_through != "host")
     throw InputError(fmt::format("--copy-through '{}': expected device or host", options.copy_through));
   request.copy_through_host = options.copy_through == "host";
@@ -126,6 +159,9 @@ int run_execute_command() {
     json["model"] = model.name;
     json["model_options"] = model.options;
     json["schedule"] = options.schedule;
+    json["weight_rule"] = validate::to_string(rule);
+    json["replicas"] = request.program.devices.size() > static_cast<std::size_t>(options.stages) ? nlohmann::json(options.replicas)
+                                                                                                  : nlohmann::json(nullptr);
     json["device"] = options.device;
     json["stages"] = options.stages;
     json["micro_batches"] = options.micro_batches;
@@ -149,8 +185,9 @@ int run_execute_command() {
     std::cout << json.dump(2) << "\n";
     return 0;
   }
-  std::cout << fmt::format("{} on {}: {} layers in {} stages, {} with M={} micro-batches of {} samples\n", model.name,
-                           options.device, layers, options.stages, options.schedule, options.micro_batches, options.micro_batch_size);
+  std::cout << fmt::format("{} on {}: {} layers in {} stages on {} devices, {} ({} weights) with M={} micro-batches of {} samples\n",
+                           model.name, options.device, layers, options.stages, request.program.devices.size(), options.schedule,
+                           validate::to_string(rule), options.micro_batches, options.micro_batch_size);
   std::cout << fmt::format("measured mini-batch time: {} (mean of {} after {} warm-up), {:.1f} samples/s\n",
                            human_seconds(result.minibatch_time_s), result.measured_mini_batches, options.warmup,
                            samples / result.minibatch_time_s);

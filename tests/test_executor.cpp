@@ -13,6 +13,7 @@
 
 #include "core/program.hpp"
 #include "schedules/schedules.hpp"
+#include "tests/executor_test_util.hpp"
 #include "tests/expect_input_error.hpp"
 #include "validate/detail/model.hpp"
 #include "validate/executor.hpp"
@@ -22,46 +23,12 @@
 namespace pipegrid::validate {
 namespace {
 
-using testutil::input_error_of;
+using pipegrid::testutil::input_error_of;
 
-ModelConfig small_model(const std::string& name) {
-  if (name == "mlp") return {"mlp", {{"width", 32}, {"depth", 6}, {"classes", 5}}};
-  if (name == "transformer") return {"transformer", {{"vocab", 50}, {"width", 32}, {"heads", 2}, {"layers", 3}, {"seq", 8}}};
-  if (name == "gnmt") return {"gnmt", {{"vocab", 40}, {"hidden", 16}, {"layers", 3}, {"seq", 6}}};
-  return {"vgg16", {{"width", 4}, {"image", 32}, {"hidden", 16}, {"classes", 5}}};
-}
-
-ExecutionRequest make_request(const ModelConfig& model, const std::string& schedule, int stages, int micro_batches,
-                              int mini_batches, bool recompute = false) {
-  ExecutionRequest request;
-  request.model = model;
-  request.stages = uniform_ranges(num_layers(model), stages);
-  ScheduleOptions options;
-  options.num_stages = stages;
-  options.micro_batches = micro_batches;
-  options.mini_batches = mini_batches;
-  options.recompute = recompute;
-  request.program = generate_schedule(schedule, options);
-  request.micro_batch_size = 3;
-  request.learning_rate = 0.05;
-  request.seed = 7;
-  request.keep_state = true;
-  return request;
-}
-
-/// ||a - b|| / ||b|| over every value of the lists.
-double relative_error(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double difference = 0, norm = 0;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    EXPECT_EQ(a[i].size(), b[i].size()) << "parameter " << i;
-    for (std::size_t j = 0; j < std::min(a[i].size(), b[i].size()); ++j) {
-      difference += std::pow(double(a[i][j]) - b[i][j], 2);
-      norm += std::pow(double(b[i][j]), 2);
-    }
-  }
-  return std::sqrt(difference / norm);
-}
+using executor_test::expect_timeline_follows_program;
+using executor_test::make_request;
+using executor_test::relative_error;
+using executor_test::small_model;
 
 struct NumericsCase {
   std::string model, schedule;
@@ -125,7 +92,7 @@ TEST_P(PipeDreamStashing, EqualsDelayedWeightsReplay) {
   const int K = 7;
   const ModelConfig model = resolve_model(small_model(name));
   ExecutionRequest request = make_request(model, "pipedream", n, 1, K);
-  request.weight_stashing = true;
+  request.weight_rule = WeightRule::Stashing;
   const ExecutionResult result = execute(request);
 
   // The versions the Program gives each forward: updates (backwards) before it on its device.
@@ -217,29 +184,10 @@ TEST(Executor, TimelineHoldsEveryActionOnceInProgramOrder) {
     const ExecutionResult result = execute(request);
     EXPECT_EQ(result.measured_mini_batches, 2);
     EXPECT_GT(result.minibatch_time_s, 0);
-    ASSERT_EQ(result.timeline.hosts, (std::vector<std::string>{"cpu0", "cpu1", "cpu2"}));
-    std::map<std::string, std::vector<Action>> seen;
+    expect_timeline_follows_program(request, result);
     int sends = 0;
-    for (const TimelineRecord& record : result.timeline.records) {
-      EXPECT_LT(record.start_s, record.end_s) << record.action;
-      EXPECT_GE(record.start_s, 0);
-      if (record.kind() == RecordKind::Transfer) {
-        ++sends;
-        EXPECT_GT(record.bytes, 0);
-        EXPECT_EQ(record.peer, "cpu" + std::to_string(record.action == "SEND_F" ? record.stage + 1 : record.stage - 1));
-        continue;
-      }
-      const Action action = parse_action(std::to_string(record.stage) + record.action + std::to_string(record.micro_batch) + "@" +
-                                         std::to_string(record.mini_batch + 1));
-      seen[record.host].push_back(action);
-    }
+    for (const TimelineRecord& record : result.timeline.records) sends += record.kind() == RecordKind::Transfer;
     EXPECT_EQ(sends, 2 * 2 * 4 * 2);  // 2 cuts, 2 directions, M = 4, 2 mini-batches
-    for (const DeviceProgram& device : request.program.devices) {
-      std::vector<Action> expected;
-      for (const Action& action : device.streams[0].actions)
-        if (action.mini_batch >= 1) expected.push_back(action);
-      EXPECT_EQ(seen["cpu" + std::to_string(device.stage)], expected) << schedule << " stage " << device.stage;
-    }
     for (const DeviceSummary& device : result.devices) EXPECT_GT(device.busy_s, 0);
   }
 }

@@ -13,6 +13,7 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -60,6 +61,47 @@ class InProcessTransport : public Transport {
     return tensor;
   }
 
+  CopyInterval all_reduce(int, const AllReduceKey& key, int rank, int participants, const std::vector<at::Tensor>& tensors) override {
+    CopyInterval interval;
+    interval.start.seconds = steady_seconds();
+    std::vector<torch::Tensor> flat;
+    for (const torch::Tensor& tensor : tensors) flat.push_back(tensor.detach().reshape({-1}));
+    torch::Tensor mine = torch::cat(flat);
+    std::shared_ptr<Gathering> gathering;
+    {
+      std::unique_lock lock(collective_.mutex);
+      std::shared_ptr<Gathering>& slot = collective_.gatherings[key];
+      if (!slot) slot = std::make_shared<Gathering>(participants);
+      gathering = slot;
+      if (static_cast<int>(gathering->contributions.size()) != participants || rank < 0 || rank >= participants ||
+          gathering->contributions[rank].defined())
+        throw std::logic_error(fmt::format("all-reduce stage {} round {}: rank {} of {} does not fit the participants", key.stage,
+                                           key.round, rank, participants));
+      gathering->contributions[rank] = std::move(mine);
+      ++gathering->joined;
+      collective_.changed.notify_all();
+      collective_.changed.wait(lock, [&] { return collective_.aborted || gathering->joined == participants; });
+      if (collective_.aborted) throw std::runtime_error(collective_.reason);
+    }
+    // Every participant adds the same tensors in the same order.
+    torch::Tensor sum = gathering->contributions[0].clone();
+    for (int r = 1; r < participants; ++r) sum.add_(gathering->contributions[r]);
+    std::int64_t offset = 0;
+    {
+      torch::NoGradGuard no_grad;
+      for (const torch::Tensor& tensor : tensors) {
+        tensor.copy_(sum.narrow(0, offset, tensor.numel()).view(tensor.sizes()));
+        offset += tensor.numel();
+      }
+    }
+    {
+      std::lock_guard lock(collective_.mutex);
+      if (++gathering->left == participants) collective_.gatherings.erase(key);
+    }
+    interval.end.seconds = steady_seconds();
+    return interval;
+  }
+
   void abort(const std::string& reason) override {
     for (auto& box : mailboxes_) {
       {
@@ -69,6 +111,12 @@ class InProcessTransport : public Transport {
       }
       box->arrived.notify_all();
     }
+    {
+      std::lock_guard lock(collective_.mutex);
+      collective_.aborted = true;
+      collective_.reason = reason;
+    }
+    collective_.changed.notify_all();
   }
 
  private:
@@ -79,7 +127,21 @@ class InProcessTransport : public Transport {
     bool aborted = false;
     std::string reason;
   };
+  /** One all-reduce in progress: each rank's flattened tensors. */
+  struct Gathering {
+    explicit Gathering(int participants) : contributions(participants) {}
+    std::vector<torch::Tensor> contributions;
+    int joined = 0, left = 0;
+  };
+  struct Collective {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::map<AllReduceKey, std::shared_ptr<Gathering>> gatherings;
+    bool aborted = false;
+    std::string reason;
+  };
   std::vector<std::unique_ptr<Mailbox>> mailboxes_;
+  Collective collective_;
 };
 
 /** CPU worker threads: device d is thread d with one intra-op thread; time
@@ -107,23 +169,133 @@ std::vector<float> to_floats(const torch::Tensor& tensor) {
   return std::vector<float>(values.data_ptr<float>(), values.data_ptr<float>() + values.numel());
 }
 
+using ItemId = std::pair<int, int>;  // (micro-batch, mini-batch)
+
+/** An update after an action: with the all-reduce it follows, if any. */
+struct UpdatePoint {
+  const AllReduce* all_reduce = nullptr;
+  int rank = 0;  ///< this device's place in the all-reduce's ring
+};
+
+/** What the weight rule means on one device, read off the Program. */
+struct DevicePlan {
+  std::map<std::pair<int, std::size_t>, UpdatePoint> updates;  ///< (stream, action index) -> the update after it
+  std::map<ItemId, int> version;    ///< versioned rules: the weight version (updates done) F and B of an item use
+  std::map<ItemId, int> staleness;  ///< Prediction: updates between an item's F and its B
+  std::map<int, int> references;    ///< versioned rules: items of this device that use each version
+};
+
+/** The device that runs each action. */
+std::map<Action, int> device_of_actions(const Program& program) {
+  std::map<Action, int> device_of;
+  for (std::size_t d = 0; d < program.devices.size(); ++d)
+    for (const Stream& stream : program.devices[d].streams)
+      for (const Action& action : stream.actions) device_of[action] = static_cast<int>(d);
+  return device_of;
+}
+
+bool versioned(WeightRule rule) { return rule == WeightRule::Stashing || rule == WeightRule::TwoBW || rule == WeightRule::VerticalSync; }
+
+/** Update points and versions of every device (see WeightRule). */
+std::vector<DevicePlan> plan_weights(const ExecutionRequest& request, const std::map<Action, int>& device_of) {
+  const Program& program = request.program;
+  std::vector<DevicePlan> plans(program.devices.size());
+  std::map<Action, UpdatePoint> ready_of;
+  for (const AllReduce& all_reduce : program.all_reduces)
+    for (std::size_t p = 0; p < all_reduce.ready.size(); ++p) ready_of[all_reduce.ready[p]] = {&all_reduce, static_cast<int>(p)};
+  std::vector<std::map<ItemId, int>> own_version(program.devices.size());
+  for (std::size_t d = 0; d < program.devices.size(); ++d) {
+    const DeviceProgram& device = program.devices[d];
+    DevicePlan& plan = plans[d];
+    bool replicated = false;
+    for (const Stream& stream : device.streams)
+      for (const Action& action : stream.actions) replicated = replicated || ready_of.count(action) > 0;
+    std::map<int, std::pair<int, std::size_t>> last_backward;  // mini-batch -> (stream, index)
+    int backwards = 0;
+    for (std::size_t s = 0; s < device.streams.size(); ++s) {
+      const auto& actions = device.streams[s].actions;
+      for (std::size_t i = 0; i < actions.size(); ++i) {
+        const Action& action = actions[i];
+        if (action.kind != ActionKind::Backward) continue;
+        ++backwards;
+        const std::pair<int, std::size_t> at{static_cast<int>(s), i};
+        if (replicated) {
+          if (auto found = ready_of.find(action); found != ready_of.end()) plan.updates[at] = found->second;
+        } else if (request.weight_rule == WeightRule::Flush) {
+          last_backward[action.mini_batch] = at;
+        } else if (request.weight_rule != WeightRule::TwoBW || backwards % request.update_interval == 0) {
+          plan.updates[at] = {};
+        }
+      }
+    }
+    for (const auto& [mini_batch, at] : last_backward) plan.updates[at] = {};
+    if (request.weight_rule == WeightRule::Flush) continue;
+    // One stream (checked): program order is the stream's order.
+    const auto& actions = device.streams.at(0).actions;
+    int updates = 0;
+    std::map<ItemId, std::size_t> forward_at;
+    for (std::size_t i = 0; i < actions.size(); ++i) {
+      const ItemId id{actions[i].micro_batch, actions[i].mini_batch};
+      if (actions[i].kind == ActionKind::Forward) {
+        own_version[d][id] = updates;
+        forward_at[id] = i;
+      } else if (actions[i].kind == ActionKind::Backward) {
+        plan.staleness[id] = updates - own_version[d].at(id);
+      }
+      if (plan.updates.count({0, i})) ++updates;
+    }
+  }
+  if (!versioned(request.weight_rule)) return plans;
+  for (std::size_t d = 0; d < program.devices.size(); ++d) {
+    DevicePlan& plan = plans[d];
+    for (const auto& [id, own] : own_version[d]) {
+      int version = own;
+      if (request.weight_rule == WeightRule::VerticalSync)
+        version = own_version[device_of.at({ActionKind::Forward, 0, id.first, id.second})].at(id);
+      plan.version[id] = version;
+      ++plan.references[version];
+    }
+  }
+  return plans;
+}
+
 /** What a forward leaves for its backward. */
 struct Stash {
   torch::Tensor input;   ///< the stage's input (requires grad past stage 0)
   torch::Tensor output;  ///< the stage's output, or the scaled loss on the last stage; undefined until recomputed
 };
 
-struct WorkerContext {
-  const ExecutionRequest* request = nullptr;
-  int device = 0;
-  const DeviceProgram* program = nullptr;
-  std::vector<int> device_of_stage;
-  detail::LayerList* layers = nullptr;
-  Transport* transport = nullptr;
-  detail::Backend* backend = nullptr;
-  /// Every micro-batch's data, on the devices that use it, made before the
-  /// clock starts: key (micro-batch, mini-batch).
-  const std::map<std::pair<int, int>, detail::Batch>* data = nullptr;
+/** Ends of the actions that other actions wait for (the Program's extra
+ *  dependencies), shared by every worker. */
+class CompletionBoard {
+ public:
+  void mark(const Action& action) {
+    {
+      std::lock_guard lock(mutex_);
+      ended_.insert(action);
+    }
+    changed_.notify_all();
+  }
+  void wait(const Action& action) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return aborted_ || ended_.count(action) > 0; });
+    if (aborted_) throw std::runtime_error(reason_);
+  }
+  void abort(const std::string& reason) {
+    {
+      std::lock_guard lock(mutex_);
+      aborted_ = true;
+      reason_ = reason;
+    }
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::set<Action> ended_;
+  bool aborted_ = false;
+  std::string reason_;
 };
 
 /** A timeline record whose times are still stamps (GPU events are read
@@ -141,160 +313,242 @@ struct StampedStep {
 struct WorkerOutput {
   std::vector<StampedRecord> records;
   std::vector<StampedStep> steps;
+};
+
+/** A device: its stage's weights and everything its streams share. */
+struct DeviceState {
+  int device = 0;
+  int stage = 0;
+  int first_layer = 0, last_layer = 0;
+  detail::LayerList* layers = nullptr;
+  std::vector<torch::Tensor> parameters;
+  DevicePlan plan;
+  std::set<ItemId> recomputed;  ///< items whose R comes later: their F keeps no graph
+  std::mutex mutex;             ///< guards stashes (the streams of one device share them)
+  std::map<ItemId, Stash> stashes;
+  // Touched only by the stream that runs the backwards and updates:
+  int updates = 0;                                   ///< updates done (the latest version's index)
+  int accumulated = 0;                               ///< backwards since the last update
+  std::map<int, std::vector<torch::Tensor>> versions;  ///< older versions still referenced
+  std::vector<torch::Tensor> last_direction;         ///< Prediction: the gradient of the latest update
   ModelState state;
 };
 
-WorkerOutput run_worker(const WorkerContext& context) {
-  detail::Backend& backend = *context.backend;
-  backend.enter_worker(context.device);
-  const auto now = [&] { return backend.stamp(context.device); };
-  const ExecutionRequest& request = *context.request;
-  const int stage = context.program->stage;
-  const int last_stage = request.program.num_stages - 1;
-  const auto [first_layer, last_layer] = request.stages[stage];
-  const auto& actions = context.program->streams.at(0).actions;
-  const double scale = 1.0 / request.program.micro_batches;
+struct RunShared {
+  const ExecutionRequest* request = nullptr;
+  std::map<Action, int> device_of;
+  std::map<Action, std::vector<Action>> waits_for;  ///< extra dependencies: after -> befores
+  std::set<Action> awaited;                         ///< actions some other action waits for
+  Transport* transport = nullptr;
+  detail::Backend* backend = nullptr;
+  CompletionBoard board;
+  /// Every micro-batch's data, on the devices that use it, made before the
+  /// clock starts.
+  std::map<ItemId, detail::Batch> data;
+};
 
-  std::vector<torch::Tensor> parameters = detail::parameters_of(*context.layers, first_layer, last_layer);
-  torch::optim::SGD optimizer(parameters, torch::optim::SGDOptions(request.learning_rate));
-  optimizer.zero_grad();
+std::vector<torch::Tensor> clone_all(const std::vector<torch::Tensor>& tensors) {
+  std::vector<torch::Tensor> copy;
+  for (const torch::Tensor& tensor : tensors) copy.push_back(tensor.detach().clone());
+  return copy;
+}
 
-  // The optimizer step follows the device's last backward of each mini-batch;
-  // forwards whose recomputation comes later on this device keep no graph.
-  std::map<int, std::size_t> last_backward;
-  std::set<std::pair<int, int>> recomputed;
-  for (std::size_t i = 0; i < actions.size(); ++i) {
-    if (actions[i].kind == ActionKind::Backward) last_backward[actions[i].mini_batch] = i;
-    if (actions[i].kind == ActionKind::Recompute) recomputed.insert({actions[i].micro_batch, actions[i].mini_batch});
-  }
+/** Overwrites the parameters' values through Tensor::data(), which shares
+ *  storage but not autograd's version counter: graphs of items in flight
+ *  stay valid and read whatever values are swapped in. */
+void assign(const std::vector<torch::Tensor>& parameters, const std::vector<torch::Tensor>& values) {
+  torch::NoGradGuard no_grad;
+  for (std::size_t p = 0; p < parameters.size(); ++p) parameters[p].data().copy_(values[p]);
+}
 
-  // Weight stashing: the version each in-flight mini-batch's forward used,
-  // and a copy of every version still referenced. The weights are changed
-  // through Tensor::data() so that autograd's version counters stay put: the
-  // graphs of the mini-batches in flight see the stashed values swapped in.
-  int version = 0;
-  std::map<std::pair<int, int>, int> version_of;
-  std::map<int, std::vector<torch::Tensor>> versions;
-  const auto copy_weights = [&](const std::vector<torch::Tensor>& from) {
-    torch::NoGradGuard no_grad;
-    for (std::size_t p = 0; p < parameters.size(); ++p) parameters[p].data().copy_(from[p]);
-  };
-  const auto clone_weights = [&] {
-    std::vector<torch::Tensor> copy;
-    for (const torch::Tensor& parameter : parameters) copy.push_back(parameter.detach().clone());
-    return copy;
-  };
+WorkerOutput run_stream(RunShared& shared, DeviceState& device, int stream_index) {
+  detail::Backend& backend = *shared.backend;
+  backend.enter_worker(device.device);
+  const auto now = [&] { return backend.stamp(device.device); };
+  const ExecutionRequest& request = *shared.request;
+  const Program& program = request.program;
+  const int stage = device.stage;
+  const int last_stage = program.num_stages - 1;
+  const auto& actions = program.devices[device.device].streams.at(stream_index).actions;
+  const double scale = 1.0 / program.micro_batches;
+  const WeightRule rule = request.weight_rule;
+  std::vector<torch::Tensor>& parameters = device.parameters;
 
   WorkerOutput output;
-  const std::string host = backend.host_name(context.device);
-  std::map<std::pair<int, int>, Stash> stashes;
+  const std::string host = backend.host_name(device.device);
   const auto record = [&](const std::string& action, const Action& a, const Stamp& start, const Stamp& end, double bytes,
                           const std::string& peer) {
-    output.records.push_back({{host, 0, stage, action, a.micro_batch, a.mini_batch, 0, 0, bytes, peer, 0}, start, end});
+    output.records.push_back({{host, stream_index, stage, action, a.micro_batch, a.mini_batch, 0, 0, bytes, peer, 0}, start, end});
   };
   const auto send = [&](MessageKey::Kind kind, int to_stage, const Action& a, const torch::Tensor& tensor) {
-    const int to = context.device_of_stage.at(to_stage);
-    const CopyInterval copy = context.transport->send(to, {kind, to_stage, a.micro_batch, a.mini_batch}, tensor);
+    const int to = shared.device_of.at({ActionKind::Forward, to_stage, a.micro_batch, a.mini_batch});
+    const CopyInterval copy = shared.transport->send(to, {kind, to_stage, a.micro_batch, a.mini_batch}, tensor);
     record(kind == MessageKey::Kind::Activation ? "SEND_F" : "SEND_B", a, copy.start, copy.end,
            static_cast<double>(tensor.numel() * tensor.element_size()), backend.host_name(to));
   };
   const auto stage_forward = [&](const torch::Tensor& input, const Action& a) {
-    torch::Tensor out = detail::run_layers(*context.layers, first_layer, last_layer, input);
-    if (stage == last_stage) {
-      out = detail::loss_of(request.model, out, context.data->at({a.micro_batch, a.mini_batch}).target) * scale;
-    }
+    torch::Tensor out = detail::run_layers(*device.layers, device.first_layer, device.last_layer, input);
+    if (stage == last_stage)
+      out = detail::loss_of(request.model, out, shared.data.at({a.micro_batch, a.mini_batch}).target) * scale;
     return out;
+  };
+  // Runs `work` with the parameters holding `values` (the latest weights
+  // when empty), then puts the latest weights back.
+  const auto with_weights = [&](const std::vector<torch::Tensor>& values, const auto& work) {
+    if (values.empty()) return work();
+    const std::vector<torch::Tensor> latest = clone_all(parameters);
+    assign(parameters, values);
+    work();
+    assign(parameters, latest);
+  };
+  // The weights an item's F and B run with (empty: the latest ones).
+  const auto stashed_weights = [&](const ItemId& id) -> std::vector<torch::Tensor> {
+    if (!versioned(rule)) return {};
+    const int version = device.plan.version.at(id);
+    if (version == device.updates) return {};
+    if (version > device.updates)
+      throw std::runtime_error(fmt::format("stage {} needs weight version {} for mini-batch {} but has made only {} updates", stage,
+                                           version, id.second, device.updates));
+    return device.versions.at(version);
+  };
+  const auto gradients = [&] {
+    std::vector<torch::Tensor> list;
+    for (torch::Tensor& parameter : parameters) {
+      if (!parameter.grad().defined()) parameter.mutable_grad() = torch::zeros_like(parameter);
+      list.push_back(parameter.grad());
+    }
+    return list;
+  };
+  const auto update = [&](const Action& a, const UpdatePoint& point) {
+    int participants = 1;
+    if (point.all_reduce != nullptr) {
+      const AllReduce& all_reduce = *point.all_reduce;
+      participants = static_cast<int>(all_reduce.ready.size());
+      const int next = shared.device_of.at(all_reduce.ready[(point.rank + 1) % participants]);
+      // Whole stage, or each layer with parameters in reverse layer order.
+      std::vector<std::pair<int, std::vector<torch::Tensor>>> jobs;
+      if (all_reduce.per_layer) {
+        for (int layer = device.last_layer - 1; layer >= device.first_layer; --layer) {
+          std::vector<torch::Tensor> own = detail::parameters_of(*device.layers, layer, layer + 1);
+          if (own.empty()) continue;
+          for (torch::Tensor& parameter : own)
+            if (!parameter.grad().defined()) parameter.mutable_grad() = torch::zeros_like(parameter);
+          std::vector<torch::Tensor> grads;
+          for (const torch::Tensor& parameter : own) grads.push_back(parameter.grad());
+          jobs.push_back({layer - device.first_layer, grads});
+        }
+      } else {
+        jobs.push_back({-1, gradients()});
+      }
+      for (const auto& [layer, grads] : jobs) {
+        double bytes = 0;
+        for (const torch::Tensor& grad : grads) bytes += static_cast<double>(grad.numel() * grad.element_size());
+        const CopyInterval interval =
+            shared.transport->all_reduce(device.device, {stage, all_reduce.round, layer}, point.rank, participants, grads);
+        output.records.push_back({{host, 0, stage, "ALLREDUCE", layer, all_reduce.round, 0, 0,
+                                   2.0 * (participants - 1) * bytes / participants, backend.host_name(next), 0},
+                                  interval.start, interval.end});
+      }
+    }
+    const Stamp start = now();
+    std::vector<torch::Tensor> grads = gradients();
+    {
+      torch::NoGradGuard no_grad;
+      if (rule != WeightRule::Flush) {
+        const double divisor = static_cast<double>(device.accumulated) * participants;
+        for (torch::Tensor& grad : grads) grad.div_(divisor);
+      }
+      // Keep the latest version while an item in flight still uses it.
+      if (versioned(rule) && device.plan.references.count(device.updates)) device.versions[device.updates] = clone_all(parameters);
+      if (request.keep_state) {
+        device.state.gradients.clear();
+        for (const torch::Tensor& grad : grads) device.state.gradients.push_back(to_floats(grad));
+      }
+      if (rule == WeightRule::Prediction) device.last_direction = clone_all(grads);
+      for (std::size_t p = 0; p < parameters.size(); ++p) {
+        parameters[p].data().add_(grads[p], -request.learning_rate);
+        grads[p].zero_();
+      }
+    }
+    ++device.updates;
+    device.accumulated = 0;
+    output.steps.push_back({a.mini_batch, start, now()});
   };
 
   for (std::size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
-    const std::pair<int, int> id{a.micro_batch, a.mini_batch};
+    const ItemId id{a.micro_batch, a.mini_batch};
+    if (auto waits = shared.waits_for.find(a); waits != shared.waits_for.end())
+      for (const Action& before : waits->second) shared.board.wait(before);
     if (a.kind == ActionKind::Forward) {
       torch::Tensor input;
       if (stage == 0) {
-        input = context.data->at(id).input;
+        input = shared.data.at(id).input;
       } else {
-        input = context.transport->receive(context.device, {MessageKey::Kind::Activation, stage, a.micro_batch, a.mini_batch});
+        input = shared.transport->receive(device.device, {MessageKey::Kind::Activation, stage, a.micro_batch, a.mini_batch});
         if (input.is_floating_point()) input.requires_grad_(true);
       }
       const Stamp start = now();
-      if (request.weight_stashing) {
-        if (versions.count(version) == 0) versions[version] = clone_weights();
-        version_of[id] = version;
+      std::vector<torch::Tensor> weights = stashed_weights(id);
+      if (rule == WeightRule::Prediction && device.plan.staleness.at(id) > 0 && !device.last_direction.empty()) {
+        torch::NoGradGuard no_grad;
+        const double step = request.learning_rate * device.plan.staleness.at(id);
+        for (std::size_t p = 0; p < parameters.size(); ++p) weights.push_back(parameters[p].detach() - step * device.last_direction[p]);
       }
       torch::Tensor out;
-      if (recomputed.count(id)) {
-        torch::NoGradGuard no_grad;
-        out = detail::run_layers(*context.layers, first_layer, last_layer, input);
-        stashes[id] = {input, {}};
-      } else {
-        out = stage_forward(input, a);
-        stashes[id] = {input, out};
-      }
+      with_weights(weights, [&] {
+        Stash stash{input, {}};
+        if (device.recomputed.count(id)) {
+          torch::NoGradGuard no_grad;
+          out = detail::run_layers(*device.layers, device.first_layer, device.last_layer, input);
+        } else {
+          out = stage_forward(input, a);
+          stash.output = out;
+        }
+        std::lock_guard lock(device.mutex);
+        device.stashes[id] = std::move(stash);
+      });
       record("F", a, start, now(), 0, "");
       if (stage != last_stage) send(MessageKey::Kind::Activation, stage + 1, a, out);
     } else if (a.kind == ActionKind::Recompute) {
-      Stash& stash = stashes.at(id);
       const Stamp start = now();
-      stash.output = stage_forward(stash.input, a);
+      with_weights(stashed_weights(id), [&] {
+        std::lock_guard lock(device.mutex);
+        Stash& stash = device.stashes.at(id);
+        stash.output = stage_forward(stash.input, a);
+      });
       record("R", a, start, now(), 0, "");
     } else {
       torch::Tensor gradient;
       if (stage != last_stage)
-        gradient = context.transport->receive(context.device, {MessageKey::Kind::Gradient, stage, a.micro_batch, a.mini_batch});
+        gradient = shared.transport->receive(device.device, {MessageKey::Kind::Gradient, stage, a.micro_batch, a.mini_batch});
       const Stamp start = now();
-      Stash stash = std::move(stashes.at(id));
-      stashes.erase(id);
-      std::vector<torch::Tensor> latest;
-      if (request.weight_stashing && version_of.at(id) != version) {
-        latest = clone_weights();
-        copy_weights(versions.at(version_of.at(id)));
+      Stash stash;
+      {
+        std::lock_guard lock(device.mutex);
+        stash = std::move(device.stashes.at(id));
+        device.stashes.erase(id);
       }
-      if (stage == last_stage)
-        stash.output.backward();
-      else
-        stash.output.backward(gradient);
-      if (!latest.empty()) copy_weights(latest);
-      if (request.weight_stashing) {
-        const int used = version_of.at(id);
-        version_of.erase(id);
-        bool referenced = false;
-        for (const auto& [other, v] : version_of) referenced = referenced || v == used;
-        if (!referenced) versions.erase(used);
+      with_weights(stashed_weights(id), [&] {
+        if (stage == last_stage)
+          stash.output.backward();
+        else
+          stash.output.backward(gradient);
+      });
+      ++device.accumulated;
+      if (versioned(rule)) {
+        const int version = device.plan.version.at(id);
+        if (--device.plan.references.at(version) == 0) {
+          device.plan.references.erase(version);
+          device.versions.erase(version);
+        }
       }
       record("B", a, start, now(), 0, "");
       if (stage != 0) send(MessageKey::Kind::Gradient, stage - 1, a, stash.input.grad());
-      if (request.weight_stashing) {
-        if (request.keep_state && a.mini_batch == request.program.mini_batches - 1) {
-          output.state.gradients.clear();
-          for (const torch::Tensor& parameter : parameters) output.state.gradients.push_back(to_floats(parameter.grad()));
-        }
-        const Stamp step_start = now();
-        {
-          torch::NoGradGuard no_grad;
-          for (torch::Tensor& parameter : parameters) {
-            parameter.data().add_(parameter.grad(), -request.learning_rate);
-            parameter.mutable_grad().zero_();
-          }
-        }
-        ++version;
-        output.steps.push_back({a.mini_batch, step_start, now()});
-      } else if (last_backward.at(a.mini_batch) == i) {
-        if (request.keep_state && a.mini_batch == request.program.mini_batches - 1) {
-          output.state.gradients.clear();
-          for (const torch::Tensor& parameter : parameters)
-            output.state.gradients.push_back(parameter.grad().defined() ? to_floats(parameter.grad())
-                                                                        : std::vector<float>(parameter.numel(), 0.0f));
-        }
-        const Stamp step_start = now();
-        optimizer.step();
-        optimizer.zero_grad();
-        output.steps.push_back({a.mini_batch, step_start, now()});
-      }
+      if (auto point = device.plan.updates.find({stream_index, i}); point != device.plan.updates.end()) update(a, point->second);
     }
+    if (shared.awaited.count(a)) shared.board.mark(a);
   }
-  if (request.keep_state)
-    for (const torch::Tensor& parameter : parameters) output.state.weights.push_back(to_floats(parameter));
   return output;
 }
 
@@ -316,18 +570,59 @@ void check_request(const ExecutionRequest& request, int devices) {
                                  "machine with a CUDA LibTorch: docs/validation.md)",
                                  request.device.kind));
   if (request.device.count != 0 && request.device.count != devices)
-    throw InputError(fmt::format("--device {}:{}: the Program has {} devices (one per stage); expected {}:{}", request.device.kind,
-                                 request.device.count, devices, request.device.kind, devices));
+    throw InputError(fmt::format("--device {}:{}: the Program has {} devices (one per stage replica); expected {}:{}",
+                                 request.device.kind, request.device.count, devices, request.device.kind, devices));
   if (request.copy_through_host && request.device.kind == "cpu")
     throw InputError("--copy-through host: only for cuda devices (CPU workers share one memory)");
-  if (!program.all_reduces.empty() || devices != program.num_stages)
-    throw InputError("executor: replicated stages (all-reduces) are not supported yet; expected one device per stage");
-  for (const DeviceProgram& device : program.devices)
-    if (device.streams.size() != 1)
-      throw InputError(fmt::format("executor: device of stage {} has {} streams; a device runs one stream (fbp-as is not supported)",
+  std::map<int, std::set<int>> replicas;  // stage -> devices
+  for (int d = 0; d < devices; ++d) replicas[program.devices[d].stage].insert(d);
+  const std::map<Action, int> device_of = device_of_actions(program);
+  for (const AllReduce& all_reduce : program.all_reduces) {
+    std::set<int> participants;
+    for (const Action& ready : all_reduce.ready) participants.insert(device_of.at(ready));
+    if (participants != replicas[all_reduce.stage])
+      throw InputError(fmt::format("executor: the all-reduce of stage {} round {} joins {} of the stage's {} replicas; every "
+                                   "replica must take part in every update, or they would drift apart (flushed schedules: give "
+                                   "at least as many micro-batches as replicas; the others: mini-batches a multiple of the replicas)",
+                                   all_reduce.stage, all_reduce.round, participants.size(), replicas[all_reduce.stage].size()));
+    for (const Action& released : all_reduce.release)
+      if (!participants.count(device_of.at(released)))
+        throw InputError(fmt::format("executor: the all-reduce of stage {} round {} releases {} on a device that takes no part; "
+                                     "the executor runs an all-reduce inline on its participants only",
+                                     all_reduce.stage, all_reduce.round, to_string(released)));
+  }
+  for (const auto& [stage, devices_of_stage] : replicas) {
+    if (devices_of_stage.size() < 2) continue;
+    bool any = false;
+    for (const AllReduce& all_reduce : program.all_reduces) any = any || all_reduce.stage == stage;
+    if (!any && program.mini_batches > 1)
+      throw InputError(fmt::format("executor: stage {} has {} replicas but the Program never all-reduces them", stage,
+                                   devices_of_stage.size()));
+  }
+  for (const DeviceProgram& device : program.devices) {
+    if (device.streams.size() > 2 || device.streams.empty())
+      throw InputError(fmt::format("executor: device of stage {} has {} streams; expected 1, or 2 (fbp-as: forward and backward)",
                                    device.stage, device.streams.size()));
-  if (request.weight_stashing && program.micro_batches != 1)
-    throw InputError(fmt::format("executor: weight stashing runs one micro-batch per mini-batch; the Program has {}", program.micro_batches));
+    if (device.streams.size() == 2 && request.device.kind != "cpu")
+      throw InputError(fmt::format("--device {}: a Program with two streams per device (fbp-as) runs on cpu devices only (two "
+                                   "worker threads share the stage); BaPipe: GPUs do not run a forward and a backward in parallel",
+                                   request.device.kind));
+    if (device.streams.size() == 2 && request.weight_rule != WeightRule::Flush)
+      throw InputError(fmt::format("executor: weight rule {} needs one stream per device (program order decides the versions)",
+                                   to_string(request.weight_rule)));
+    if (device.streams.size() == 2)
+      for (std::size_t s = 0; s < 2; ++s)
+        for (const Action& action : device.streams[s].actions)
+          if ((action.kind == ActionKind::Forward) != (s == 0))
+            throw InputError(fmt::format("executor: a two-stream device runs forwards on stream 0 and recomputations and backwards "
+                                         "on stream 1; found {} on stream {}",
+                                         to_string(action), s));
+  }
+  if (request.weight_rule != WeightRule::Flush && program.micro_batches != 1)
+    throw InputError(fmt::format("executor: weight rule {} runs one micro-batch per mini-batch; the Program has {}",
+                                 to_string(request.weight_rule), program.micro_batches));
+  if (request.weight_rule == WeightRule::TwoBW && request.update_interval < 1)
+    throw InputError(fmt::format("--update-interval: expected at least 1, found {}", request.update_interval));
   if (request.micro_batch_size < 1)
     throw InputError(fmt::format("--micro-batch-size: expected at least 1, found {}", request.micro_batch_size));
   if (request.warmup_mini_batches < 0 || request.warmup_mini_batches >= program.mini_batches)
@@ -361,6 +656,17 @@ DeviceSpec parse_device_spec(const std::string& text) {
 
 bool cuda_devices_built() { return detail::cuda_backend_built(); }
 
+std::string to_string(WeightRule rule) {
+  switch (rule) {
+    case WeightRule::Flush: return "flush";
+    case WeightRule::Stashing: return "stashing";
+    case WeightRule::TwoBW: return "2bw";
+    case WeightRule::VerticalSync: return "vertical-sync";
+    case WeightRule::Prediction: return "prediction";
+  }
+  return "unknown";
+}
+
 namespace detail {
 std::unique_ptr<Backend> make_cpu_backend(int devices) { return std::make_unique<CpuBackend>(devices); }
 
@@ -382,51 +688,90 @@ ExecutionResult execute(const ExecutionRequest& request) {
   std::unique_ptr<detail::Backend> backend = request.device.kind == "cpu"
                                                   ? detail::make_cpu_backend(devices)
                                                   : detail::make_cuda_backend(request.device, devices, request.copy_through_host);
-  detail::LayerList layers = detail::build_layers(request.model, request.seed);
-  std::unique_ptr<Transport> transport = backend->make_transport();
-  std::vector<int> device_of_stage(program.num_stages, 0);
-  for (int d = 0; d < devices; ++d) device_of_stage[program.devices[d].stage] = d;
-  // Each stage's layers on its device; the inputs where stage 0 runs, the
-  // targets where the last stage runs.
-  for (int d = 0; d < devices; ++d) {
-    const auto [first, last] = request.stages[program.devices[d].stage];
-    for (int layer = first; layer < last; ++layer) layers[layer]->to(backend->torch_device(d));
+  RunShared shared;
+  shared.request = &request;
+  shared.device_of = device_of_actions(program);
+  shared.backend = backend.get();
+  for (const Dependency& dependency : program.extra_dependencies) {
+    shared.waits_for[dependency.after].push_back(dependency.before);
+    shared.awaited.insert(dependency.before);
   }
-  const torch::Device input_device = backend->torch_device(device_of_stage.front());
-  const torch::Device target_device = backend->torch_device(device_of_stage.back());
-
-  std::vector<WorkerOutput> outputs(devices);
-  std::vector<std::exception_ptr> errors(devices);
-  std::map<std::pair<int, int>, detail::Batch> data;
+  // On a device with two streams, an item's R and B (backward stream) wait
+  // for its F (forward stream), which a single stream's order guarantees.
+  for (const DeviceProgram& device : program.devices)
+    for (std::size_t s = 1; s < device.streams.size(); ++s)
+      for (const Action& action : device.streams[s].actions) {
+        const Action forward{ActionKind::Forward, action.stage, action.micro_batch, action.mini_batch};
+        shared.waits_for[action].push_back(forward);
+        shared.awaited.insert(forward);
+      }
+  const std::vector<DevicePlan> plans = plan_weights(request, shared.device_of);
+  // Replica q of every stage uses model copy q, built from the same seed, so
+  // the replicas of a stage start from the same weights.
+  int copies = 1;
+  for (const DeviceProgram& device : program.devices) copies = std::max(copies, device.replica + 1);
+  std::vector<detail::LayerList> models;
+  for (int q = 0; q < copies; ++q) models.push_back(detail::build_layers(request.model, request.seed));
+  std::unique_ptr<Transport> transport = backend->make_transport();
+  shared.transport = transport.get();
+  std::vector<std::unique_ptr<DeviceState>> states;
+  for (int d = 0; d < devices; ++d) {
+    const DeviceProgram& device = program.devices[d];
+    auto state = std::make_unique<DeviceState>();
+    state->device = d;
+    state->stage = device.stage;
+    std::tie(state->first_layer, state->last_layer) = request.stages[device.stage];
+    state->layers = &models.at(device.replica);
+    for (int layer = state->first_layer; layer < state->last_layer; ++layer) (*state->layers)[layer]->to(backend->torch_device(d));
+    state->parameters = detail::parameters_of(*state->layers, state->first_layer, state->last_layer);
+    state->plan = plans[d];
+    for (const Stream& stream : device.streams)
+      for (const Action& action : stream.actions)
+        if (action.kind == ActionKind::Recompute) state->recomputed.insert({action.micro_batch, action.mini_batch});
+    states.push_back(std::move(state));
+  }
+  // The inputs where their stage-0 forward runs, the targets where their
+  // last-stage forward runs.
   for (int k = 0; k < program.mini_batches; ++k)
     for (int m = 0; m < program.micro_batches; ++m) {
       detail::Batch batch = detail::make_batch(request.model, request.seed, k, m, request.micro_batch_size);
-      data[{m, k}] = {batch.input.to(input_device), batch.target.to(target_device)};
+      const int first = shared.device_of.at({ActionKind::Forward, 0, m, k});
+      const int last = shared.device_of.at({ActionKind::Forward, program.num_stages - 1, m, k});
+      shared.data[{m, k}] = {batch.input.to(backend->torch_device(first)), batch.target.to(backend->torch_device(last))};
     }
+
+  // One worker thread per device stream.
+  std::vector<std::pair<int, int>> workers;  // (device, stream)
+  for (int d = 0; d < devices; ++d)
+    for (int s = 0; s < static_cast<int>(program.devices[d].streams.size()); ++s) workers.push_back({d, s});
+  std::vector<WorkerOutput> outputs(workers.size());
+  std::vector<std::exception_ptr> errors(workers.size());
   backend->start_clock();
   {
-    std::vector<std::thread> workers;
-    for (int d = 0; d < devices; ++d) {
-      WorkerContext context{&request, d, &program.devices[d], device_of_stage, &layers, transport.get(), backend.get(), &data};
-      workers.emplace_back([context, d, &outputs, &errors, &transport, &backend] {
+    std::vector<std::thread> threads;
+    for (std::size_t w = 0; w < workers.size(); ++w) {
+      threads.emplace_back([&, w] {
+        const auto [d, s] = workers[w];
         try {
-          outputs[d] = run_worker(context);
+          outputs[w] = run_stream(shared, *states[d], s);
         } catch (const std::exception& error) {
-          errors[d] = std::make_exception_ptr(std::runtime_error(fmt::format("{}: {}", backend->host_name(d), error.what())));
-          transport->abort(fmt::format("{} failed", backend->host_name(d)));
+          errors[w] = std::make_exception_ptr(std::runtime_error(fmt::format("{}: {}", backend->host_name(d), error.what())));
+          const std::string reason = fmt::format("{} failed", backend->host_name(d));
+          transport->abort(reason);
+          shared.board.abort(reason);
         }
       });
     }
-    for (std::thread& worker : workers) worker.join();
+    for (std::thread& thread : threads) thread.join();
   }
   backend->synchronize();
   // Report the first failure that is not just another worker being woken.
-  for (int d = 0; d < devices; ++d)
-    if (errors[d]) {
+  for (const std::exception_ptr& error : errors)
+    if (error) {
       try {
-        std::rethrow_exception(errors[d]);
-      } catch (const std::runtime_error& error) {
-        if (std::string(error.what()).find(" failed") == std::string::npos) throw;
+        std::rethrow_exception(error);
+      } catch (const std::runtime_error& failure) {
+        if (std::string(failure.what()).find(" failed") == std::string::npos) throw;
       }
     }
   for (const std::exception_ptr& error : errors)
@@ -435,13 +780,41 @@ ExecutionResult execute(const ExecutionRequest& request) {
   ExecutionResult result;
   const int warmup = request.warmup_mini_batches;
   result.measured_mini_batches = program.mini_batches - warmup;
+  // All-reduces: measured when every backward they follow is; rounds
+  // renumbered as mini-batches are (see all_reduce_rounds_to_skip).
+  std::map<std::pair<int, int>, const AllReduce*> all_reduce_of;
+  for (const AllReduce& all_reduce : program.all_reduces) all_reduce_of[{all_reduce.stage, all_reduce.round}] = &all_reduce;
+  const auto measured_all_reduce = [&](const TimelineRecord& record) {
+    for (const Action& ready : all_reduce_of.at({record.stage, record.mini_batch})->ready)
+      if (ready.mini_batch < warmup) return false;
+    return true;
+  };
+  std::map<int, int> skipped_rounds;  // stage -> rounds of the warm-up
+  for (int stage = 0; stage < program.num_stages; ++stage) {
+    std::set<int> early;
+    for (const DeviceProgram& device : program.devices)
+      if (device.stage == stage && device.replica == 0)
+        for (const Stream& stream : device.streams)
+          for (const Action& action : stream.actions)
+            if (action.kind == ActionKind::Backward && action.mini_batch < warmup) early.insert(action.mini_batch);
+    skipped_rounds[stage] = static_cast<int>(early.size());
+  }
   double t0 = std::numeric_limits<double>::infinity(), t1 = 0;
+  std::vector<DeviceSummary> summaries;
   for (int d = 0; d < devices; ++d) {
     result.timeline.hosts.push_back(backend->host_name(d));
-    DeviceSummary summary{backend->host_name(d), program.devices[d].stage, 0, 0, backend->peak_memory_bytes(d).value_or(-1)};
-    for (const StampedRecord& stamped : outputs[d].records) {
-      if (stamped.record.mini_batch < warmup) continue;
+    summaries.push_back({backend->host_name(d), program.devices[d].stage, 0, 0, backend->peak_memory_bytes(d).value_or(-1)});
+  }
+  for (std::size_t w = 0; w < workers.size(); ++w) {
+    DeviceSummary& summary = summaries[workers[w].first];
+    for (const StampedRecord& stamped : outputs[w].records) {
       TimelineRecord record = stamped.record;
+      if (record.action == "ALLREDUCE") {
+        if (!measured_all_reduce(record)) continue;
+        record.mini_batch -= skipped_rounds.at(record.stage) - warmup;  // the common shift below subtracts warmup
+      } else if (record.mini_batch < warmup) {
+        continue;
+      }
       record.start_s = backend->seconds(stamped.start);
       record.end_s = std::max(record.start_s, backend->seconds(stamped.end));
       result.timeline.records.push_back(record);
@@ -449,11 +822,10 @@ ExecutionResult execute(const ExecutionRequest& request) {
       t0 = std::min(t0, record.start_s);
       t1 = std::max(t1, record.end_s);
     }
-    for (const StampedStep& step : outputs[d].steps)
+    for (const StampedStep& step : outputs[w].steps)
       if (step.mini_batch >= warmup) summary.step_s += backend->seconds(step.end) - backend->seconds(step.start);
-    result.devices.push_back(summary);
-    if (request.keep_state) result.stages.push_back(std::move(outputs[d].state));
   }
+  result.devices = std::move(summaries);
   for (TimelineRecord& record : result.timeline.records) {
     record.mini_batch -= warmup;
     record.start_s -= t0;
@@ -463,10 +835,20 @@ ExecutionResult execute(const ExecutionRequest& request) {
                    [](const TimelineRecord& a, const TimelineRecord& b) { return a.start_s < b.start_s; });
   result.minibatch_time_s = (t1 - t0) / result.measured_mini_batches;
   if (request.keep_state) {
-    // One state per stage, in stage order.
-    std::vector<ModelState> by_stage(program.num_stages);
-    for (int d = 0; d < devices; ++d) by_stage[program.devices[d].stage] = std::move(result.stages[d]);
-    result.stages = std::move(by_stage);
+    // One state per stage, in stage order, from replica 0; every replica
+    // must hold the same weights.
+    result.stages.resize(program.num_stages);
+    for (int d = 0; d < devices; ++d) {
+      DeviceState& state = *states[d];
+      for (const torch::Tensor& parameter : state.parameters) state.state.weights.push_back(to_floats(parameter));
+      if (state.state.gradients.empty())
+        for (const torch::Tensor& parameter : state.parameters) state.state.gradients.push_back(std::vector<float>(parameter.numel(), 0.0f));
+      if (program.devices[d].replica == 0) result.stages[state.stage] = state.state;
+    }
+    for (int d = 0; d < devices; ++d)
+      if (states[d]->state.weights != result.stages[states[d]->stage].weights)
+        throw std::logic_error(fmt::format("executor: replica {} of stage {} ends with weights that differ from replica 0's",
+                                           program.devices[d].replica, states[d]->stage));
   }
   return result;
 }

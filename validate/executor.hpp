@@ -2,26 +2,19 @@
 // The real executor: runs a Program's per-device action lists with LibTorch,
 // one worker thread per device, and records what happened as a Timeline in
 // the simulator's schema (hosts cpu0, cpu1, ... or gpu0, gpu1, ... or gpu0p0,
-// gpu0p1, ...; F/B/R compute records, SEND_F/SEND_B transfer records with
-// bytes). LibTorch-free header.
+// gpu0p1, ..., in the Program's device order; F/B/R compute records,
+// SEND_F/SEND_B transfer records with bytes, ALLREDUCE records as the
+// simulator writes them). A device with two streams (fbp-as) runs one worker
+// thread per stream. LibTorch-free header.
 //
 // Time: on CPUs the steady clock around each action on its worker thread; on
 // GPUs CUDA events recorded on the worker's compute stream around each
 // action and on the sender's copy stream around each copy, read once the run
 // is over, so the timeline is the GPU's, not the launching thread's.
 //
-// Semantics (flushed schedules: gpipe, 1f1b-sno, 1f1b-so, with or without
-// recomputation): each micro-batch's loss is scaled by 1/M, gradients
-// accumulate over the mini-batch's backwards on a device, and after its last
-// backward of a mini-batch the device takes one SGD step on its stage and
-// clears the gradients. This equals one SGD step on the whole mini-batch.
-//
-// Weight stashing (pipedream: one micro-batch per mini-batch, several
-// mini-batches in flight): a forward uses the stage's latest weights and
-// stashes a copy of them; its backward computes the gradients at that
-// stashed version, and every backward is followed by an SGD step on the
-// latest weights. This is PipeDream's delayed-weights update (section 3.3):
-// w(t+1) = w(t) - lr * grad f(w_1(t-n+1), ..., w_n(t)) on a straight pipeline.
+// Weights (ExecutionRequest::weight_rule, set from the schedule by the CLI;
+// the update points themselves come from the Program): see WeightRule and
+// docs/validation.md ("Executor").
 
 #include <cstdint>
 #include <string>
@@ -52,10 +45,49 @@ DeviceSpec parse_device_spec(const std::string& text);
  *  LibTorch); whether a GPU is present is found out when one is asked for. */
 bool cuda_devices_built();
 
+/** How a stage's weights move; which actions are followed by an update is
+ *  read from the Program. An update on a device of a replicated stage (one
+ *  that takes part in the Program's all-reduces) follows each of its
+ *  all-reduces: the gradients accumulated since its previous update are
+ *  summed over the replicas (Transport::all_reduce), then every replica
+ *  takes the same step. On a device of an unreplicated stage the rule says
+ *  which backwards are followed by an update. Every update is plain SGD,
+ *  w <- w - lr * g, where g is the accumulated gradient: as it is for
+ *  Flush (each micro-batch's loss is scaled by 1/M, so g is the gradient of
+ *  the mini-batch's mean loss, summed over the replicas), and divided by the
+ *  number of mini-batches it accumulates (over all replicas) for the other
+ *  rules, whose mini-batches each have their own mean loss. */
+enum class WeightRule {
+  /// gpipe, 1f1b-*, fbp-as, dp: one update after the device's last backward of each mini-batch.
+  Flush,
+  /// pipedream: an update after every backward; a forward uses the latest
+  /// weights and its backward the same version (stashed while newer ones appear).
+  Stashing,
+  /// pipedream-2bw: Stashing's versions, an update after every
+  /// `update_interval`-th backward of the device (gradients accumulated in
+  /// between; a trailing partial interval is not applied).
+  TwoBW,
+  /// pipedream --vertical-sync: an update after every backward; mini-batch k
+  /// uses, on every stage, the version whose index (updates done) the input
+  /// stage's device had when it ran k's forward, forward and backward alike.
+  VerticalSync,
+  /// pipeoptim: an update after every backward; a forward runs with predicted
+  /// weights w - lr * s * d, where s is the number of updates the device
+  /// makes between that forward and its backward (from the Program) and d
+  /// the gradient of its latest update (0 before the first); nothing is
+  /// stashed: the backward uses the weights current when it runs.
+  Prediction,
+};
+
+/** The schedule's name of a rule (flush, stashing, 2bw, vertical-sync, prediction). */
+std::string to_string(WeightRule rule);
+
 struct ExecutionRequest {
   ModelConfig model;
   LayerRanges stages;   ///< layer range of each stage (one per Program stage)
-  Program program;      ///< one device per stage, one stream each, no all-reduces
+  /// Devices are stage replicas (all-reduces among them); two streams per
+  /// device (fbp-as) run as two worker threads on one CPU device.
+  Program program;
   int micro_batch_size = 8;
   /// The Program's first mini-batches that are run but left out of the
   /// timeline and the times (warm-up: allocator, caches, thread start).
@@ -65,9 +97,11 @@ struct ExecutionRequest {
   DeviceSpec device;
   /// Record each stage's final weights and last mini-batch's gradients.
   bool keep_state = false;
-  /// Weight stashing (see above), for Programs without a flush (pipedream);
-  /// the Program must have one micro-batch per mini-batch.
-  bool weight_stashing = false;
+  /// How weights move (see WeightRule); every rule but Flush needs one
+  /// micro-batch per mini-batch and one stream per device.
+  WeightRule weight_rule = WeightRule::Flush;
+  /// TwoBW: backwards per update on an unreplicated stage (>= 1).
+  int update_interval = 1;
   /// GPUs: stage every copy through pinned host memory (device to host,
   /// then host to device, on the sender's copy stream), as over PCIe
   /// without peer access; default: one device-to-device copy.
@@ -78,14 +112,16 @@ struct ExecutionRequest {
  *  order (the order of LibTorch's Module::parameters()). */
 struct ModelState {
   std::vector<std::vector<float>> weights;    ///< after the last update
-  std::vector<std::vector<float>> gradients;  ///< accumulated over the last mini-batch, before its update
+  /// The gradient g of the device's last update (after the all-reduce and
+  /// the division, see WeightRule), or zeros when it made none.
+  std::vector<std::vector<float>> gradients;
 };
 
 struct DeviceSummary {
   std::string host;
   int stage = 0;
   double busy_s = 0;  ///< F, B and R time over the measured mini-batches
-  double step_s = 0;  ///< optimizer steps over the measured mini-batches
+  double step_s = 0;  ///< optimizer steps (with their weight copies) over the measured mini-batches
   /// Peak bytes allocated on the device over the whole run (warm-up
   /// included), where measured (GPUs; partitions of one GPU each report the
   /// whole GPU's); -1 when not measured (CPU).
@@ -100,13 +136,17 @@ struct ExecutionResult {
   /// Span of the measured part divided by the measured mini-batches.
   double minibatch_time_s = 0;
   std::vector<DeviceSummary> devices;
-  std::vector<ModelState> stages;  ///< with keep_state, one per stage
+  /// With keep_state, one per stage (its replica 0; replicas are checked to
+  /// hold the same weights, std::logic_error otherwise).
+  std::vector<ModelState> stages;
 };
 
 /** Runs the request. Throws InputError for a request it cannot run (unknown
- *  device or one this build or machine lacks, device count or stage ranges that do not match the Program,
- *  several streams per device, replicated stages) and ProgramError for an
- *  invalid Program; std::runtime_error when LibTorch fails in a worker. */
+ *  device or one this build or machine lacks, device count or stage ranges
+ *  that do not match the Program, a weight rule the Program cannot follow,
+ *  an all-reduce that leaves out a replica of its stage, several streams per
+ *  device on a GPU) and ProgramError for an invalid Program;
+ *  std::runtime_error when LibTorch fails in a worker. */
 ExecutionResult execute(const ExecutionRequest& request);
 
 /** The single-device reference: the whole model on the calling thread; for

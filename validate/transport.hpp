@@ -11,6 +11,7 @@
 #include <compare>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace at {
 class Tensor;
@@ -31,6 +32,16 @@ struct MessageKey {
   int micro_batch = 0;
   int mini_batch = 0;
   friend auto operator<=>(const MessageKey&, const MessageKey&) = default;
+};
+
+/** Names one all-reduce: the Program's (stage, round), and for a per-layer
+ *  (wait-free) all-reduce the layer (counted from the stage's first layer;
+ *  -1: the whole stage). Every participant calls all_reduce with this key. */
+struct AllReduceKey {
+  int stage = 0;
+  int round = 0;
+  int layer = -1;
+  friend auto operator<=>(const AllReduceKey&, const AllReduceKey&) = default;
 };
 
 /** A moment on a device's timeline, resolved by the backend that made it
@@ -65,6 +76,18 @@ class Transport {
    *  history, on the receiving device, safe to use on the receiving worker's
    *  current stream). Throws std::runtime_error once abort() was called. */
   virtual at::Tensor receive(int device, const MessageKey& key) = 0;
+  /** Sums `tensors` element-wise over the `participants` workers that call
+   *  it with `key` (each with its own `rank`, 0 to participants - 1, and
+   *  tensors of the same shapes and dtype on its own device) and writes the
+   *  sum into `tensors` in place. Every participant gets bitwise the same
+   *  sum: the contributions are added in rank order. Blocks the calling
+   *  worker until every participant has joined and its sum is written (on a
+   *  GPU: until the sum is enqueued on the worker's current stream, which
+   *  then waits for it). Returns when the caller's part ran, from its
+   *  joining to its sum written. Throws std::runtime_error once abort() was
+   *  called, std::logic_error when participants disagree on the count. */
+  virtual CopyInterval all_reduce(int device, const AllReduceKey& key, int rank, int participants,
+                                  const std::vector<at::Tensor>& tensors) = 0;
   /** Wakes every waiting receiver with an error saying `reason` (a worker
    *  failed), so that no thread waits forever. */
   virtual void abort(const std::string& reason) = 0;
@@ -72,7 +95,9 @@ class Transport {
 
 /** Queues between threads of one process, one mailbox per device, for CPU
  *  devices: send clones the tensor; its CopyInterval is the clone's start
- *  and end on the steady clock. */
+ *  and end on the steady clock. all_reduce: each participant deposits a
+ *  flattened copy of its tensors, waits for the others, and adds them up
+ *  itself in rank order (its interval on the steady clock). */
 std::unique_ptr<Transport> make_in_process_transport(int devices);
 
 }  // namespace pipegrid::validate

@@ -14,6 +14,15 @@
 // told which streams use a tensor (record_stream), so no buffer is reused
 // while a copy or a consumer still reads it.
 //
+// All-reduce: each participant flattens its gradients into one fresh tensor
+// on its compute stream and posts it with an event; once all have joined,
+// each participant pulls every contribution to its own GPU in rank order
+// (a peer's tensor is copied on that peer's copy stream, after the peer's
+// event) and adds them up on its compute stream, so every replica computes
+// the same sum with the same operations. The posted tensors are never
+// written again and are freed once the last participant has read them
+// (record_stream keeps the allocator from reusing them early).
+//
 // Time: every stamp is an event with timing, recorded on the stream the work
 // runs on, read after the run relative to an epoch event recorded on the
 // same GPU once all devices were idle. GPUs of a multi-GPU machine each have
@@ -146,6 +155,69 @@ class CudaTransport : public Transport {
     return message.tensor;
   }
 
+  CopyInterval all_reduce(int device, const AllReduceKey& key, int rank, int participants,
+                          const std::vector<at::Tensor>& tensors) override {
+    const DeviceStreams& own = devices_.at(device);
+    const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(own.gpu);
+    CopyInterval interval;
+    interval.start = record_on(compute);
+    std::vector<at::Tensor> flat;
+    for (const at::Tensor& tensor : tensors) flat.push_back(tensor.detach().reshape({-1}));
+    Contribution mine{at::cat(flat), std::make_shared<EventStamp>(), device};
+    mine.ready->device_index = own.gpu;
+    mine.ready->event.record(compute);
+    std::shared_ptr<Gathering> gathering;
+    {
+      std::unique_lock lock(collective_.mutex);
+      std::shared_ptr<Gathering>& slot = collective_.gatherings[key];
+      if (!slot) slot = std::make_shared<Gathering>(participants);
+      gathering = slot;
+      if (static_cast<int>(gathering->contributions.size()) != participants || rank < 0 || rank >= participants ||
+          gathering->contributions[rank].tensor.defined())
+        throw std::logic_error(fmt::format("all-reduce stage {} round {}: rank {} of {} does not fit the participants", key.stage,
+                                           key.round, rank, participants));
+      gathering->contributions[rank] = std::move(mine);
+      ++gathering->joined;
+      collective_.changed.notify_all();
+      collective_.changed.wait(lock, [&] { return collective_.aborted || gathering->joined == participants; });
+      if (collective_.aborted) throw std::runtime_error(collective_.reason);
+    }
+    const c10::Device destination(c10::kCUDA, static_cast<c10::DeviceIndex>(own.gpu));
+    at::Tensor sum;
+    for (const Contribution& contribution : gathering->contributions) {
+      const DeviceStreams& owner = devices_.at(contribution.device);
+      at::Tensor part;
+      if (owner.gpu == own.gpu) {
+        contribution.ready->event.block(compute);
+        contribution.tensor.record_stream(compute);
+        part = contribution.tensor;
+      } else {
+        // On the owner's copy stream, after the owner's event; the copy's
+        // end is ordered before this worker's compute stream (LibTorch's
+        // cross-device copy barrier).
+        contribution.ready->event.block(owner.copy);
+        c10::cuda::CUDAStreamGuard on_owner_copy_stream(owner.copy);
+        part = contribution.tensor.to(destination, /*non_blocking=*/true, /*copy=*/true);
+        contribution.tensor.record_stream(owner.copy);
+      }
+      if (sum.defined())
+        sum.add_(part);
+      else
+        sum = part.clone();
+    }
+    std::int64_t offset = 0;
+    for (const at::Tensor& tensor : tensors) {
+      tensor.copy_(sum.narrow(0, offset, tensor.numel()).view(tensor.sizes()));
+      offset += tensor.numel();
+    }
+    {
+      std::lock_guard lock(collective_.mutex);
+      if (++gathering->left == participants) collective_.gatherings.erase(key);
+    }
+    interval.end = record_on(compute);
+    return interval;
+  }
+
   void abort(const std::string& reason) override {
     for (auto& box : mailboxes_) {
       {
@@ -155,6 +227,12 @@ class CudaTransport : public Transport {
       }
       box->arrived.notify_all();
     }
+    {
+      std::lock_guard lock(collective_.mutex);
+      collective_.aborted = true;
+      collective_.reason = reason;
+    }
+    collective_.changed.notify_all();
   }
 
  private:
@@ -169,9 +247,28 @@ class CudaTransport : public Transport {
     bool aborted = false;
     std::string reason;
   };
+  /** A participant's flattened gradients, readable once `ready` is reached. */
+  struct Contribution {
+    at::Tensor tensor;
+    std::shared_ptr<EventStamp> ready;
+    int device = 0;
+  };
+  struct Gathering {
+    explicit Gathering(int participants) : contributions(participants) {}
+    std::vector<Contribution> contributions;
+    int joined = 0, left = 0;
+  };
+  struct Collective {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::map<AllReduceKey, std::shared_ptr<Gathering>> gatherings;
+    bool aborted = false;
+    std::string reason;
+  };
   const std::vector<DeviceStreams>& devices_;
   bool through_host_;
   std::vector<std::unique_ptr<Mailbox>> mailboxes_;
+  Collective collective_;
 };
 
 class CudaBackend : public Backend {

@@ -5,11 +5,15 @@
 // executor.cpp; the CUDA backend (cuda, cuda-partitioned:N) in
 // validate/cuda/cuda_backend.cpp, built only against a CUDA LibTorch.
 //
-// Contract of a run: the executor calls enter_worker(d) on worker d's thread
-// before anything else there, start_clock() once every weight and every
-// micro-batch is in place on its device and before any worker starts, then
-// stamp(d) from worker d only; after the workers have joined it calls
-// synchronize() and only then seconds().
+// Contract of a run: the executor calls enter_worker(d) on each thread of
+// device d before anything else there (one thread per stream of the device's
+// Program; two only on CPU devices), start_clock() once every weight and
+// every micro-batch is in place on its device and before any worker starts,
+// then stamp(d) from device d's threads only; after the workers have joined
+// it calls synchronize() and only then seconds(). Collectives (the
+// all-reduce of replicated stages) go through the transport, like
+// activations and gradients, so a c10d transport can replace the in-process
+// one without touching the executor.
 
 #include <cstdint>
 #include <memory>
