@@ -316,6 +316,38 @@ TEST(OptimizerStep, ReplicatedStagesStepWhenTheirAllReduceEnds) {
   }
 }
 
+TEST(ActionOverhead, APerLayerBackwardTakesItBeforeItsFirstLayer) {
+  // dp --wait-free on two hosts: the backward is cut into per-layer
+  // segments; the overhead comes first, so the backward takes B + o and the
+  // last layer's all-reduce (the first to start) starts o + its share of B
+  // after the backward does.
+  const testutil::TempFile platform("pipegrid-overhead-wf", ".xml",
+                                    chain_with(2, DeviceKind::Gpu, 0, overhead_props()));
+  ScheduleOptions options;
+  options.num_stages = 1;
+  options.micro_batches = 2;
+  options.replicas = {2};
+  options.wait_free = true;
+  sim::SimulationRequest request;
+  request.platform_file = platform.path();
+  request.program = generate_schedule("dp", options);
+  request.stages = testutil::balanced_stages(1, 1, 2);
+  request.stage_layers = {{{1.5, 8, 0.5}, {0.5, 8, 0.5}}};  // backward 1.5 + 0.5, 8 weight bytes each
+  request.hosts = {{testutil::chain_host(0), testutil::chain_host(1)}};
+  const Timeline timeline = sim::simulate(request).timeline;
+  const auto backwards = records_of(timeline, "B");
+  ASSERT_EQ(backwards.size(), 2u);
+  for (const TimelineRecord* backward : backwards) {
+    EXPECT_TRUE(near(backward->end_s - backward->start_s, 2 + kOverhead));
+    double first_all_reduce = -1;
+    for (const TimelineRecord* all_reduce : records_of(timeline, "ALLREDUCE"))
+      if (all_reduce->host == backward->host && all_reduce->micro_batch == 1)
+        first_all_reduce = all_reduce->start_s;
+    EXPECT_TRUE(near(first_all_reduce, backward->start_s + kOverhead + 0.5)) << first_all_reduce;
+  }
+  EXPECT_TRUE(records_of(timeline, "U").empty());
+}
+
 TEST(OptimizerStep, FbpAsOtherStreamWaitsForTheStep) {
   // fbp-as runs forwards and backwards on two streams; the forward stream's
   // first action of the next mini-batch waits for the step.
