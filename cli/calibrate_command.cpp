@@ -38,7 +38,8 @@ validate::Calibration calibrate_for_device(validate::CalibrationRequest request,
 
 CLI::App* add_calibrate_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
-      "calibrate", "measure a zoo model's layers and the cpu:N copies with LibTorch; write a profile and a platform");
+      "calibrate", "measure a zoo model's layers, the cpu:N copies, the optimizer step and the per-action overhead with LibTorch; "
+      "write a profile and a platform");
   command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or transformer")->required();
   command->add_option("--model-option", options.model_options, "model size, key=value (repeat; as for execute)");
   command->add_option("--micro-batch-size", options.micro_batch_size, "samples per micro-batch (default 8)");
@@ -76,9 +77,18 @@ int run_calibrate_command() {
   std::cout << fmt::format("{}: {} layers, {} parameter bytes; forward {} + backward {} per micro-batch of {}\n", model.name,
                            calibration.profile.layers.size(), parameters, human_seconds(forward), human_seconds(backward),
                            options.micro_batch_size);
-  std::cout << fmt::format("copy: latency {} + bytes / {:.3g} GB/s ({} sizes); SGD step {:.3g} ns per parameter byte\n",
+  std::cout << fmt::format("copy: latency {} + bytes / {:.3g} GB/s ({} sizes), + wake-up {}\n",
                            human_seconds(calibration.latency_s), calibration.bandwidth_bytes_per_s / 1e9,
-                           calibration.copies.size(), calibration.optimizer_s_per_byte * 1e9);
+                           calibration.copies.size(), human_seconds(calibration.overhead.wakeup_s));
+  if (calibration.step_rate_bytes_per_s > 0)
+    std::cout << fmt::format("optimizer step: {} + parameter bytes / {:.3g} GB/s ({} sizes)\n",
+                             human_seconds(calibration.step_overhead_s), calibration.step_rate_bytes_per_s / 1e9,
+                             calibration.steps.size());
+  const validate::Calibration::Overhead& overhead = calibration.overhead;
+  std::cout << fmt::format("per-action overhead: {} (in-action {}, dispatch {}, sends {}; {} actions of {})\n",
+                           human_seconds(overhead.action_overhead_s), human_seconds(overhead.in_action_s),
+                           human_seconds(overhead.dispatch_s), human_seconds(overhead.send_s), overhead.actions,
+                           overhead.plan);
   std::cout << fmt::format("wrote {} and {}\n", options.profile, options.platform);
   return 0;
 }

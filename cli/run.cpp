@@ -183,6 +183,8 @@ RunResult run_plan(const Plan& plan) {
   }
   request.hosts = plan.partition.hosts;
   request.network = sim::parse_network_model(plan.network);
+  // Where a device without all-reduces updates its weights (optimizer steps).
+  request.update_interval = update_interval(plan.schedule, options);
 
   // Check the hosts before simulating: fbp-as on a GPU is an error, a
   // schedule meant for the other kind of device a warning.

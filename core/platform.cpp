@@ -68,6 +68,25 @@ double parse_bandwidth(const std::string& text, const std::string& what) {
   return number * scale;
 }
 
+double parse_duration(const std::string& text, const std::string& what) {
+  static const std::pair<const char*, double> units[] = {
+      {"ps", 1e-12}, {"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1},
+      {"m", 60},     {"h", 3600},  {"d", 86400}, {"w", 604800},
+  };
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  const double number = std::strtod(begin, &end);
+  const std::string unit(end);
+  double scale = unit.empty() ? 1 : 0;
+  for (const auto& [name, factor] : units)
+    if (unit == name) scale = factor;
+  if (end == begin || scale == 0 || !std::isfinite(number) || number < 0)
+    throw InputError(fmt::format("{}: expected a non-negative duration in seconds, optionally with a SimGrid unit "
+                                 "(ps, ns, us, ms, s, m, h, d, w), found '{}'",
+                                 what, text));
+  return number * scale;
+}
+
 HostInfo host_info_from_properties(const std::string& file, const std::string& host,
                                    const std::map<std::string, std::string>& properties) {
   HostInfo info;
@@ -97,6 +116,12 @@ HostInfo host_info_from_properties(const std::string& file, const std::string& h
       throw InputError(fmt::format("{}: expected a device type name without spaces, found '{}'", field("device"), it->second));
     info.device_type = it->second;
   }
+  if (auto it = properties.find("action_overhead"); it != properties.end())
+    info.action_overhead_s = parse_duration(it->second, field("action_overhead"));
+  if (auto it = properties.find("optimizer_step_rate"); it != properties.end())
+    info.optimizer_step_rate_Bps = parse_bandwidth(it->second, field("optimizer_step_rate"));
+  if (auto it = properties.find("optimizer_step_overhead"); it != properties.end())
+    info.optimizer_step_overhead_s = parse_duration(it->second, field("optimizer_step_overhead"));
   return info;
 }
 

@@ -25,6 +25,23 @@ struct HostInfo {
   /// The host's `device` property (e.g. "VCU129", "V100"): selects per-device
   /// times in a profile. Empty when absent.
   std::string device_type;
+  /// `action_overhead` (seconds): a fixed time added to every compute action
+  /// (F, B, R) on this host, the launch and dispatch cost a real executor
+  /// pays per action. 0 when absent.
+  double action_overhead_s = 0;
+  /// `optimizer_step_rate` (parameter bytes per second) and
+  /// `optimizer_step_overhead` (seconds): the host runs an optimizer step of
+  /// overhead + stage parameter bytes / rate at each weight update of its
+  /// stage (docs/semantics.md, Optimizer steps). Absent rate: no bytes term.
+  /// The step is simulated only when at least one of the two is given.
+  std::optional<double> optimizer_step_rate_Bps;
+  std::optional<double> optimizer_step_overhead_s;
+  bool has_optimizer_step() const { return optimizer_step_rate_Bps || optimizer_step_overhead_s; }
+  /// Seconds of one optimizer step over `parameter_bytes` (0 without the term).
+  double optimizer_step_s(double parameter_bytes) const {
+    return optimizer_step_overhead_s.value_or(0.0) +
+           (optimizer_step_rate_Bps ? parameter_bytes / *optimizer_step_rate_Bps : 0.0);
+  }
 };
 
 struct PlatformSummary {
@@ -40,8 +57,9 @@ struct PlatformSummary {
 };
 
 /** Builds a HostInfo from a host's XML properties (`kind`, `execution`,
- *  `memory`, `speed_factor`; all optional). Throws InputError naming the file,
- *  host and property when a value is malformed. */
+ *  `memory`, `speed_factor`, `device`, `action_overhead`,
+ *  `optimizer_step_rate`, `optimizer_step_overhead`; all optional). Throws
+ *  InputError naming the file, host and property when a value is malformed. */
 HostInfo host_info_from_properties(const std::string& file, const std::string& host,
                                    const std::map<std::string, std::string>& properties);
 
@@ -54,6 +72,12 @@ double parse_bytes(const std::string& text, const std::string& what);
  *  SimGrid unit ("10Gbps" = 1.25e9, "1.25GBps", "12GiBps"). Zero, negative
  *  and malformed values throw InputError using `what` to name the field. */
 double parse_bandwidth(const std::string& text, const std::string& what);
+
+/** Parses a duration: a plain number of seconds or a number with a SimGrid
+ *  time unit (ps, ns, us, ms, s, m, h, d, w: "12us" = 1.2e-5). Negative,
+ *  non-finite and malformed values throw InputError using `what` to name the
+ *  field. */
+double parse_duration(const std::string& text, const std::string& what);
 
 const char* to_string(DeviceKind kind);
 const char* to_string(Execution execution);

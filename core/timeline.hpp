@@ -15,11 +15,16 @@ enum class RecordKind {
   Transfer,  ///< an activation or gradient moving between devices
 };
 
+/// The action name of an optimizer-step record.
+inline constexpr const char* kOptimizerStepAction = "U";
+
 struct TimelineRecord {
   std::string host;      ///< device that ran it (source device for transfers)
   int stream = 0;        ///< stream index on the host (0 for transfers)
   int stage = 0;         ///< stage of the action (producer stage for transfers)
-  /// "F", "B", "R" for compute; "SEND_F", "SEND_B" for activation and gradient
+  /// "F", "B", "R" for compute; "U" for an optimizer step (compute: the
+  /// weight update of `stage` after the backward of `micro_batch`,
+  /// `mini_batch` that triggered it); "SEND_F", "SEND_B" for activation and gradient
   /// transfers; "ALLREDUCE" for a device's part in a ring all-reduce of its
   /// stage's gradients (bytes = what it sends, peer = next device in the ring,
   /// mini_batch = the all-reduce's round, micro_batch = the layer for

@@ -165,8 +165,21 @@ std::string action_name(const TimelineRecord& record, int replica) {
 TimelineComparison compare_timelines(const Timeline& simulated, const std::string& simulated_origin,
                                      const Timeline& measured, const std::string& measured_origin,
                                      const CompareOptions& options) {
-  const Prepared sim = prepare(simulated, simulated_origin, options);
-  const Prepared real = prepare(measured, measured_origin, options);
+  // Optimizer steps ("U") are compared only when both timelines record them:
+  // a timeline from before they were simulated or measured still compares.
+  const auto has_steps = [](const Timeline& timeline) {
+    return std::any_of(timeline.records.begin(), timeline.records.end(),
+                       [](const TimelineRecord& record) { return record.action == kOptimizerStepAction; });
+  };
+  const bool drop_steps = has_steps(simulated) != has_steps(measured);
+  const auto without_steps = [&](const Timeline& timeline) {
+    if (!drop_steps) return timeline;
+    Timeline kept = timeline;
+    std::erase_if(kept.records, [](const TimelineRecord& record) { return record.action == kOptimizerStepAction; });
+    return kept;
+  };
+  const Prepared sim = prepare(without_steps(simulated), simulated_origin, options);
+  const Prepared real = prepare(without_steps(measured), measured_origin, options);
   TimelineComparison result;
   result.measured_origin = measured_origin;
   result.simulated_minibatches = sim.minibatches;

@@ -71,7 +71,10 @@ struct TimelineComparison {
  *  by (action, stage, micro-batch, mini-batch, replica), where the replica
  *  is the rank of the record's host among the hosts holding records of that
  *  stage, in the timeline's host order; records that still share all of
- *  these are matched in order of start time. Both timelines are shifted so
+ *  these are matched in order of start time. Optimizer-step records ("U")
+ *  are matched like the others when both timelines have some; when only one
+ *  has them, they are removed from it before anything is computed (spans,
+ *  bubbles, matching), so a timeline without steps compares as before. Both timelines are shifted so
  *  their first record starts at 0. Bubble fraction of a timeline: the mean
  *  over its devices with compute records of 1 - busy/span, busy being the
  *  length of the union of the device's compute intervals.

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -85,8 +86,13 @@ struct ActionState {
   /// all-reduce starts each layer's reduction as soon as its part has run.
   std::vector<double> segment_work;
   std::size_t segments_done = 0;
+  /// The optimizer step the device runs right after this action (a weight
+  /// update of a device without all-reduces), in work units; absent: none.
+  std::optional<double> step_work;
+  bool step_ended = false;
   struct Need {
-    enum class What { End, Message, AllReduce } what;
+    /// Step: the end of the optimizer step that follows `index`.
+    enum class What { End, Message, AllReduce, Step } what;
     std::size_t index;            ///< producer action, or all-reduce
     std::size_t participant = 0;  ///< for AllReduce: whose end to wait for
   };
@@ -106,7 +112,10 @@ struct AllReduceState {
   std::vector<Job> jobs;
   /// sent[j][p]: rounds of job j whose transfer from participant p has arrived.
   std::vector<std::vector<int>> sent;
-  std::vector<bool> ended;  ///< per participant
+  std::vector<bool> ended;  ///< per participant (after its optimizer step, if any)
+  /// Per participant: the optimizer step it runs when the all-reduce ends,
+  /// in work units; absent when its host declares no step.
+  std::vector<std::optional<double>> step_work;
   sg::ConditionVariablePtr signal = sg::ConditionVariable::create();
 };
 
@@ -146,6 +155,7 @@ class Simulation {
                                  : stage_seconds_on(cost.forward_s, layers, &LayerCost::forward_s,
                                                     &LayerTimes::forward_s, info)) *
                        host->get_speed();
+          if (info.action_overhead_s > 0) state.work += info.action_overhead_s * host->get_speed();
           index[action] = actions_.size();
           actions_.push_back(std::move(state));
         }
@@ -218,12 +228,23 @@ class Simulation {
                 stage_seconds_on(layer.backward_s, {layer}, &LayerCost::backward_s, &LayerTimes::backward_s, info) *
                 backward.host->get_speed());
           }
+          // The action's overhead comes before its first layer.
+          if (info.action_overhead_s > 0 && !backward.segment_work.empty())
+            backward.segment_work.front() += info.action_overhead_s * backward.host->get_speed();
         }
       } else {
         all_reduce.jobs.push_back({-1, request.stages[spec.stage].weight_bytes, 0});
       }
       all_reduce.sent.assign(all_reduce.jobs.size(), std::vector<int>(r, 0));
       all_reduce.ended.assign(r, false);
+      for (std::size_t p = 0; p < r; ++p) {
+        const HostInfo& info = platform.host(all_reduce.hosts[p]->get_name());
+        all_reduce.step_work.push_back(
+            info.has_optimizer_step()
+                ? std::optional<double>(info.optimizer_step_s(request.stages[spec.stage].weight_bytes) *
+                                        all_reduce.hosts[p]->get_speed())
+                : std::nullopt);
+      }
       const std::size_t c = all_reduces_.size();
       for (std::size_t p = 0; p < r; ++p) device_all_reduces_[actions_[all_reduce.ready[p]].device].push_back({c, p});
       for (const Action& released : spec.release) {
@@ -239,6 +260,7 @@ class Simulation {
       }
       all_reduces_.push_back(std::move(all_reduce));
     }
+    place_optimizer_steps(platform);
   }
 
   /** Creates one actor per device stream; call before Engine::run(). */
@@ -272,6 +294,67 @@ class Simulation {
   }
 
  private:
+  // Optimizer steps of the devices without all-reduces whose host declares
+  // one: after the device's last backward of each mini-batch
+  // (update_interval 0) or after every update_interval-th backward in program
+  // order. With update_interval 0, the device's other streams do not start
+  // an action of a later mini-batch before the step has ended.
+  void place_optimizer_steps(const PlatformSummary& platform) {
+    const int interval = request_.update_interval;
+    if (interval < 0) throw InputError(fmt::format("simulation: update interval {} is negative", interval));
+    // Per device, per stream: the indices of its actions, in program order.
+    std::map<std::size_t, std::map<std::size_t, std::vector<std::size_t>>> streams;
+    for (std::size_t i = 0; i < actions_.size(); ++i) streams[actions_[i].device][actions_[i].stream].push_back(i);
+    for (const auto& [device, lists] : streams) {
+      if (device_all_reduces_.count(device)) continue;  // steps follow its all-reduces
+      const ActionState& any = actions_[lists.begin()->second.front()];
+      const HostInfo& info = platform.host(any.host->get_name());
+      if (!info.has_optimizer_step()) continue;
+      std::vector<std::size_t> updates;
+      if (interval == 0) {
+        std::map<int, std::size_t> last_backward;  // mini-batch -> action
+        for (const auto& [stream, list] : lists)
+          for (std::size_t i : list)
+            if (actions_[i].action.kind == ActionKind::Backward) last_backward[actions_[i].action.mini_batch] = i;
+        for (const auto& [mini_batch, i] : last_backward) updates.push_back(i);
+      } else {
+        int backwards = 0;
+        for (const auto& [stream, list] : lists)
+          for (std::size_t i : list)
+            if (actions_[i].action.kind == ActionKind::Backward && ++backwards % interval == 0) updates.push_back(i);
+      }
+      for (std::size_t u : updates) {
+        ActionState& update = actions_[u];
+        update.step_work = info.optimizer_step_s(request_.stages[update.action.stage].weight_bytes) * update.host->get_speed();
+        if (interval != 0) continue;
+        for (const auto& [stream, list] : lists) {
+          if (stream == update.stream) continue;
+          for (std::size_t i : list)
+            if (actions_[i].action.mini_batch > update.action.mini_batch) {
+              actions_[i].needs.push_back({ActionState::Need::What::Step, u});
+              break;
+            }
+        }
+      }
+    }
+  }
+
+  // Runs an optimizer step of `work` on the calling actor's host and records
+  // it as a "U" compute record of the action `after` it follows.
+  void run_step(double work, const ActionState& after, std::size_t stream) {
+    const double start = sg::Engine::get_clock();
+    if (work > 0) sg::this_actor::execute(work);
+    records_.push_back({after.host->get_name(), static_cast<int>(stream), after.action.stage, kOptimizerStepAction,
+                        after.action.micro_batch, after.action.mini_batch, start, sg::Engine::get_clock(), 0, "", 0});
+  }
+
+  void wait_until_step_ended(ActionState& state) {
+    if (state.step_ended) return;
+    if (!state.ended_signal) state.ended_signal = sg::ConditionVariable::create();
+    std::unique_lock lock(*mutex_);
+    while (!state.step_ended) state.ended_signal->wait(lock);
+  }
+
   void wait_until_ended(ActionState& state) {
     if (state.ended) return;
     if (!state.ended_signal) state.ended_signal = sg::ConditionVariable::create();
@@ -317,6 +400,8 @@ class Simulation {
                             all_reduce.spec->round, start, sg::Engine::get_clock(), 2.0 * static_cast<double>(r - 1) * chunk,
                             all_reduce.hosts[next]->get_name(), 0});
       }
+      // The update follows the all-reduce; what it releases waits for both.
+      if (all_reduce.step_work[p]) run_step(*all_reduce.step_work[p], ready, ready.stream);
       all_reduce.ended[p] = true;
       all_reduce.signal->notify_all();
     }
@@ -335,6 +420,10 @@ class Simulation {
     for (std::size_t i = first; i < first + count; ++i) {
       ActionState& state = actions_[i];
       for (const ActionState::Need& need : state.needs) {
+        if (need.what == ActionState::Need::What::Step) {
+          wait_until_step_ended(actions_[need.index]);
+          continue;
+        }
         if (need.what == ActionState::Need::What::AllReduce) {
           AllReduceState& all_reduce = all_reduces_[need.index];
           std::unique_lock lock(*mutex_);
@@ -370,6 +459,11 @@ class Simulation {
                           state.action.mini_batch, state.start, state.end, 0, "", 0});
       state.ended = true;
       if (state.ended_signal) state.ended_signal->notify_all();
+      if (state.step_work) {
+        run_step(*state.step_work, state, state.stream);
+        state.step_ended = true;
+        if (state.ended_signal) state.ended_signal->notify_all();
+      }
     }
   }
 
@@ -436,6 +530,9 @@ nlohmann::json summary_to_json(const PlatformSummary& summary) {
     nlohmann::json entry{{"name", host.name}, {"kind", to_string(host.kind)}, {"execution", to_string(host.execution)},
                          {"speed_factor", host.speed_factor}, {"device", host.device_type}};
     if (host.memory_bytes) entry["memory_bytes"] = *host.memory_bytes;
+    if (host.action_overhead_s > 0) entry["action_overhead_s"] = host.action_overhead_s;
+    if (host.optimizer_step_rate_Bps) entry["optimizer_step_rate_Bps"] = *host.optimizer_step_rate_Bps;
+    if (host.optimizer_step_overhead_s) entry["optimizer_step_overhead_s"] = *host.optimizer_step_overhead_s;
     hosts.push_back(entry);
   }
   return {{"file", summary.file}, {"hosts", hosts}, {"route_bandwidth_Bps", summary.route_bandwidth_Bps},
@@ -453,6 +550,10 @@ PlatformSummary summary_from_json(const nlohmann::json& json) {
     host.speed_factor = entry.at("speed_factor");
     host.device_type = entry.at("device");
     if (entry.contains("memory_bytes")) host.memory_bytes = entry.at("memory_bytes").get<double>();
+    if (entry.contains("action_overhead_s")) host.action_overhead_s = entry.at("action_overhead_s").get<double>();
+    if (entry.contains("optimizer_step_rate_Bps")) host.optimizer_step_rate_Bps = entry.at("optimizer_step_rate_Bps").get<double>();
+    if (entry.contains("optimizer_step_overhead_s"))
+      host.optimizer_step_overhead_s = entry.at("optimizer_step_overhead_s").get<double>();
     summary.hosts.push_back(host);
   }
   summary.route_bandwidth_Bps = json.at("route_bandwidth_Bps").get<std::vector<std::vector<double>>>();

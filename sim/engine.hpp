@@ -6,7 +6,10 @@
 // Program order, each as the 2(r-1) rounds of a ring, every round a
 // point-to-point transfer of 1/r of the gradients to the next replica over
 // the real route, so they contend with pipeline traffic as SimGrid shares
-// links. The engine knows actions, never schedule names.
+// links. Hosts may declare an action overhead (added to every F, B, R) and
+// an optimizer step (a "U" compute record at each weight update; see
+// SimulationRequest::update_interval and docs/semantics.md). The engine
+// knows actions, never schedule names.
 
 #include <map>
 #include <string>
@@ -57,6 +60,13 @@ struct SimulationRequest {
   /// empty) and when layers have device_times.
   std::vector<std::vector<LayerCost>> stage_layers;
   NetworkModel network = NetworkModel::Analytic;
+  /// When the weights of a device without all-reduces are updated, for the
+  /// optimizer step of hosts that declare one (HostInfo::has_optimizer_step):
+  /// 0: after the device's last backward of each mini-batch (flushed
+  /// schedules); k >= 1: after every k-th backward of the device in program
+  /// order (pipedream and pipeoptim 1, pipedream-2bw its update interval).
+  /// A device that takes part in all-reduces steps after each of them.
+  int update_interval = 0;
 };
 
 struct SimulationResult {

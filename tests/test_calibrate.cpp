@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -63,7 +64,20 @@ TEST_P(CalibrateModel, LayersAndBytesAreTheModelsAndTimesPositive) {
   EXPECT_EQ(calibration.copies.size(), 7u);
   EXPECT_GE(calibration.latency_s, 0);
   EXPECT_GT(calibration.bandwidth_bytes_per_s, 0);
-  EXPECT_GT(calibration.optimizer_s_per_byte, 0);
+  // One step sample per distinct prefix size, fitted; the overhead from real runs.
+  ASSERT_GE(calibration.steps.size(), 2u);
+  for (std::size_t k = 1; k < calibration.steps.size(); ++k)
+    EXPECT_GT(calibration.steps[k].bytes, calibration.steps[k - 1].bytes);
+  double model_bytes = 0;
+  for (const Layer& layer : profile.layers) model_bytes += layer.parameter_bytes;
+  EXPECT_EQ(calibration.steps.back().bytes, model_bytes);
+  EXPECT_GE(calibration.step_overhead_s, 0);
+  EXPECT_GT(calibration.step_rate_bytes_per_s, 0);
+  EXPECT_GE(calibration.overhead.action_overhead_s, 0);
+  EXPECT_GE(calibration.overhead.wakeup_s, 0);
+  // gpipe on min(3, layers) stages, 4 micro-batches, 2 measured mini-batches,
+  // 3 runs: an F and a B per stage and micro-batch.
+  EXPECT_EQ(calibration.overhead.actions, 2 * std::min(3, layers) * 4 * 2 * 3);
   // The profile survives the JSON round trip the simulator reads.
   EXPECT_EQ(parse_profile_json(profile_to_json(profile), "calibrated").layers.size(), profile.layers.size());
 }
@@ -90,6 +104,84 @@ TEST(Calibrate, FitRecoversLatencyAndBandwidth) {
   EXPECT_NEAR(latency, 2e-6, 1e-12);
   EXPECT_NEAR(bandwidth / 5e9, 1, 1e-9);
   EXPECT_FALSE(input_error_of([] { fit_latency_bandwidth({{1e3, 1e-6}, {1e3, 2e-6}}); }).empty());
+}
+
+TimelineRecord record(const std::string& host, int stage, const std::string& action, int micro_batch, double start,
+                      double end) {
+  TimelineRecord r;
+  r.host = host;
+  r.stage = stage;
+  r.action = action;
+  r.micro_batch = micro_batch;
+  r.start_s = start;
+  r.end_s = end;
+  return r;
+}
+
+TEST(Calibrate, OverheadAttributionOnAKnownTimeline) {
+  // Two stages of one layer each: forward 1, backward 2 (profile). Times in
+  // units of 1/4 so every value is exact.
+  Profile profile;
+  profile.layers.resize(2);
+  for (Layer& layer : profile.layers) {
+    layer.forward_s = 1;
+    layer.backward_s = 2;
+  }
+  Timeline timeline;
+  timeline.records = {
+      record("a", 0, "F", 0, 0, 1.25),        // +0.25 in the action
+      record("a", 0, "SEND_F", 0, 1.25, 1.5),  // 0.25 of sending
+      record("a", 0, "F", 1, 1.75, 3),        // dispatch 0.25 after the send, +0.25
+      record("a", 0, "SEND_F", 1, 3, 3.25),
+      record("b", 1, "F", 0, 2, 3),           // the device's first record: no gap; +0
+      record("b", 1, "F", 1, 3.75, 5),        // waited: input at 3.25, started 3.75 (0.5); +0.25
+      record("b", 1, "B", 1, 5.25, 7.75),     // dispatch 0.25, +0.5
+      record("b", 1, "SEND_B", 1, 7.75, 8),
+      record("b", 1, "B", 0, 8.25, 10.75),    // dispatch 0.25, +0.5
+      record("b", 1, "SEND_B", 0, 10.75, 11),
+      record("a", 0, "B", 1, 8.5, 11),        // waited: input at 8, started 8.5, +0.5
+      record("a", 0, "B", 0, 11.25, 13.75),   // dispatch 0.25 (its input came at 11), +0.5
+  };
+  // Copies take 0.25 (latency only): a message can be received when its SEND
+  // record ends.
+  LayerRanges ranges = {{0, 1}, {1, 2}};
+  const Calibration::Overhead overhead = attribute_overhead({timeline}, profile, ranges, 0.25, 0);
+  EXPECT_EQ(overhead.actions, 8);
+  // Medians of F (0, 0.25, 0.25, 0.25) and B (0.5 x 4), weighted by count.
+  EXPECT_DOUBLE_EQ(overhead.in_action_s, 0.25 * 4 / 8 + 0.5 * 4 / 8);
+  EXPECT_DOUBLE_EQ(overhead.dispatch_s, 0.25);
+  EXPECT_DOUBLE_EQ(overhead.send_s, 1.0 / 8);  // 4 sends of 0.25 over 8 actions
+  EXPECT_DOUBLE_EQ(overhead.action_overhead_s, 0.375 + 0.25 + 0.125);
+  EXPECT_DOUBLE_EQ(overhead.wakeup_s, 0.5 - 0.25);
+  // The action after a device's last backward of a mini-batch is not a
+  // dispatch sample (the optimizer step runs there).
+  timeline.records.push_back(record("a", 0, "F", 0, 20, 21));
+  timeline.records.back().mini_batch = 1;
+  EXPECT_DOUBLE_EQ(attribute_overhead({timeline}, profile, ranges, 0.25, 0).dispatch_s, 0.25);
+  EXPECT_FALSE(input_error_of([&] { attribute_overhead({Timeline{}}, profile, ranges, 0.25, 0); }).empty());
+}
+
+TEST(Calibrate, PlatformCarriesTheOverheadAndStepTerms) {
+  Calibration calibration;
+  calibration.copies = {{1e3, 1e-6}, {1e6, 1e-4}};
+  calibration.latency_s = 1e-6;
+  calibration.bandwidth_bytes_per_s = 1e10;
+  calibration.step_overhead_s = 5e-6;
+  calibration.step_rate_bytes_per_s = 4e9;
+  calibration.overhead.action_overhead_s = 1.5e-5;
+  calibration.overhead.wakeup_s = 2e-6;
+  const std::string path = ::testing::TempDir() + "calibrated-terms.xml";
+  write_file_atomically(path, calibration_platform_xml(calibration, 2, "test"));
+  const PlatformSummary platform = sim::read_platform(path);
+  std::remove(path.c_str());
+  ASSERT_EQ(platform.hosts.size(), 2u);
+  for (const HostInfo& host : platform.hosts) {
+    EXPECT_DOUBLE_EQ(host.action_overhead_s, 1.5e-5);
+    ASSERT_TRUE(host.optimizer_step_rate_Bps.has_value());
+    EXPECT_DOUBLE_EQ(*host.optimizer_step_rate_Bps, 4e9);
+    EXPECT_DOUBLE_EQ(host.optimizer_step_overhead_s.value_or(-1), 5e-6);
+  }
+  EXPECT_NEAR(platform.route_latency_s[0][1], 3e-6, 1e-15);  // copy latency + wake-up
 }
 
 TEST(Calibrate, PlatformLoadsWithEveryHostAndRoute) {

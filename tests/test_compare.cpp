@@ -179,6 +179,50 @@ TEST(CompareTimelines, TransfersAreIgnoredWithComputeOnly) {
   EXPECT_EQ(compare_timelines(sim, "sim", real, "real", options).matched, 8u);
 }
 
+/// two_stages with an optimizer step after each device's last backward
+/// (gpu1 steps from 5 to 5.5, gpu0 from 6 to 7: span 7 s).
+Timeline two_stages_with_steps(const std::string& host0, const std::string& host1) {
+  Timeline timeline = two_stages(host0, host1);
+  timeline.records.push_back(compute(host1, 1, "U", 0, 5, 5.5));
+  timeline.records.push_back(compute(host0, 0, "U", 0, 6, 7));
+  return timeline;
+}
+
+TEST(CompareTimelines, StepsAreIgnoredWhenOneTimelineHasNone) {
+  // The simulated timeline has steps, the measured one does not: the steps
+  // are dropped before anything is computed, so the comparison is that of
+  // two_stages with itself.
+  const TimelineComparison c =
+      compare_timelines(two_stages_with_steps("gpu0", "gpu1"), "sim", two_stages("cpu0", "cpu1"), "real", {});
+  EXPECT_EQ(c.matched, 9u);
+  EXPECT_EQ(c.simulated_minibatch_time_s, 6);
+  EXPECT_EQ(c.relative_error, 0);
+  EXPECT_DOUBLE_EQ(c.simulated_bubble_fraction, 1.0 / 3);
+  EXPECT_TRUE(c.only_simulated.empty());
+  // The other way round too.
+  const TimelineComparison reverse =
+      compare_timelines(two_stages("gpu0", "gpu1"), "sim", two_stages_with_steps("cpu0", "cpu1"), "real", {});
+  EXPECT_EQ(reverse.matched, 9u);
+  EXPECT_EQ(reverse.measured_minibatch_time_s, 6);
+  EXPECT_TRUE(reverse.only_measured.empty());
+}
+
+TEST(CompareTimelines, StepsAreMatchedWhenBothTimelinesHaveThem) {
+  const Timeline sim = two_stages_with_steps("gpu0", "gpu1");
+  Timeline real = two_stages_with_steps("cpu0", "cpu1");
+  real.records.back().end_s = 8;  // gpu0's step takes 2 s instead of 1
+  const TimelineComparison c = compare_timelines(sim, "sim", real, "real", {});
+  EXPECT_EQ(c.matched, 11u);
+  EXPECT_EQ(c.simulated_minibatch_time_s, 7);
+  EXPECT_EQ(c.measured_minibatch_time_s, 8);
+  ASSERT_FALSE(c.worst.empty());
+  EXPECT_EQ(c.worst[0].name, "0U0");
+  EXPECT_DOUBLE_EQ(c.worst[0].end_error, 1.0 / 8);
+  // A step present in one timeline only is a missing action like any other.
+  real.records.erase(real.records.end() - 2);  // 1U0
+  EXPECT_CONTAINS(input_error_of([&] { compare_timelines(sim, "sim", real, "real", {}); }), "1 only in sim: 1U0");
+}
+
 TEST(CompareTimelines, NoCommonActionIsAnError) {
   Timeline sim, real;
   sim.records = {compute("g", 0, "F", 0, 0, 1)};

@@ -10,7 +10,9 @@
 #include <torch/torch.h>
 
 #include "core/error.hpp"
+#include "schedules/schedules.hpp"
 #include "validate/detail/model.hpp"
+#include "validate/executor.hpp"
 #include "validate/transport.hpp"
 
 namespace pipegrid::validate {
@@ -31,6 +33,10 @@ double median_seconds(int warmup, int repeats, const std::function<double()>& bo
 }
 
 using Clock = std::chrono::steady_clock;
+
+// The plan whose real runs the per-action overhead is attributed from.
+constexpr int kOverheadMicroBatches = 4;
+constexpr int kOverheadMiniBatches = 2;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -88,7 +94,6 @@ Calibration calibrate(const CalibrationRequest& request) {
 
   // Each layer on the output of the previous one (the real input it sees in a run).
   torch::Tensor input = batch.input;
-  double parameter_bytes_total = 0;
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const int index = static_cast<int>(l);
     torch::Tensor layer_input = input.detach();
@@ -113,7 +118,6 @@ Calibration calibrate(const CalibrationRequest& request) {
     layer.output_bytes = tensor_bytes(output);
     for (const torch::Tensor& parameter : detail::parameters_of(layers, index, index + 1))
       layer.parameter_bytes += tensor_bytes(parameter);
-    parameter_bytes_total += layer.parameter_bytes;
     result.profile.layers.push_back(layer);
     input = output.detach();
   }
@@ -134,16 +138,55 @@ Calibration calibrate(const CalibrationRequest& request) {
   }
   std::tie(result.latency_s, result.bandwidth_bytes_per_s) = fit_latency_bandwidth(result.copies);
 
-  // One SGD step over the whole model (gradients from the last backward).
-  if (parameter_bytes_total > 0) {
-    torch::optim::SGD optimizer(detail::parameters_of(layers, 0, static_cast<int>(layers.size())), torch::optim::SGDOptions(0.01));
-    const double step_s = median_seconds(request.warmup, request.repeats, [&] {
+  // The optimizer step as the executor takes it (SGD step + zero_grad) over
+  // the parameters of each layer prefix 0..k of a new size, gradients set
+  // (untimed) before every run.
+  double fitted_bytes = 0;
+  for (std::size_t k = 1; k <= layers.size(); ++k) {
+    std::vector<torch::Tensor> parameters = detail::parameters_of(layers, 0, static_cast<int>(k));
+    double bytes = 0;
+    for (const torch::Tensor& parameter : parameters) bytes += tensor_bytes(parameter);
+    if (bytes <= fitted_bytes) continue;
+    fitted_bytes = bytes;
+    torch::optim::SGD optimizer(parameters, torch::optim::SGDOptions(0.01));
+    const double seconds = median_seconds(request.warmup, request.repeats, [&] {
+      for (torch::Tensor& parameter : parameters) parameter.mutable_grad() = torch::full_like(parameter, 1e-3);
       const auto start = Clock::now();
       optimizer.step();
+      optimizer.zero_grad();
       return seconds_since(start);
     });
-    result.optimizer_s_per_byte = step_s / parameter_bytes_total;
+    result.steps.push_back({bytes, seconds});
   }
+  if (result.steps.size() >= 2) {
+    std::tie(result.step_overhead_s, result.step_rate_bytes_per_s) = fit_latency_bandwidth(result.steps);
+  } else if (result.steps.size() == 1) {
+    result.step_rate_bytes_per_s = result.steps.front().bytes / std::max(result.steps.front().seconds, 1e-12);
+  }
+
+  // The executor's per-action overhead: gpipe on min(devices, layers)
+  // stages, execute's default split, kOverheadMicroBatches micro-batches,
+  // kOverheadMiniBatches measured mini-batches after the warm-up, `repeats`
+  // runs; attributed by attribute_overhead against this profile.
+  const int stages = std::min(request.devices, static_cast<int>(layers.size()));
+  ExecutionRequest run;
+  run.model = model;
+  run.stages = uniform_ranges(static_cast<int>(layers.size()), stages);
+  ScheduleOptions schedule;
+  schedule.num_stages = stages;
+  schedule.micro_batches = kOverheadMicroBatches;
+  schedule.mini_batches = std::max(1, request.warmup) + kOverheadMiniBatches;
+  run.program = generate_schedule("gpipe", schedule);
+  run.micro_batch_size = request.micro_batch_size;
+  run.warmup_mini_batches = std::max(1, request.warmup);
+  run.seed = request.seed;
+  run.device = {"cpu", stages};
+  std::vector<Timeline> measured;
+  for (int r = 0; r < request.repeats; ++r) measured.push_back(execute(run).timeline);
+  result.overhead = attribute_overhead(measured, result.profile, run.stages, result.latency_s, result.bandwidth_bytes_per_s);
+  result.overhead.plan = fmt::format("{} run{} of gpipe, {} stage{} on cpu:{}, M={}, {} measured mini-batches each",
+                                     request.repeats, request.repeats == 1 ? "" : "s", stages, stages == 1 ? "" : "s",
+                                     stages, kOverheadMicroBatches, kOverheadMiniBatches);
   return result;
 }
 

@@ -1,15 +1,18 @@
 #pragma once
-// Calibration: measures a zoo model layer by layer on one worker thread and
-// the in-process transport's copy cost, and turns the measurements into the
-// simulator's inputs (a Profile and a SimGrid platform XML describing the
-// cpu:N machine that ran). LibTorch-free header; the measuring is in
-// calibrate.cpp, the writing of the inputs in calibration_files.cpp.
+// Calibration: measures a zoo model layer by layer on one worker thread, the
+// in-process transport's copy cost, the optimizer step and the executor's
+// per-action overhead, and turns the measurements into the simulator's
+// inputs (a Profile and a SimGrid platform XML describing the cpu:N machine
+// that ran). LibTorch-free header; the measuring is in calibrate.cpp, the
+// attribution of the overhead and the writing of the inputs in
+// calibration_files.cpp.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/profile.hpp"
+#include "core/timeline.hpp"
 #include "validate/model_zoo.hpp"
 
 namespace pipegrid::validate {
@@ -39,9 +42,50 @@ struct Calibration {
   std::vector<CopySample> copies;
   double latency_s = 0;
   double bandwidth_bytes_per_s = 0;
-  /// SGD step time per parameter byte (whole model, one thread).
-  double optimizer_s_per_byte = 0;
+  /// The optimizer step as the executor takes it (SGD step + zero_grad),
+  /// timed over the parameters of the model's layer prefixes 0..k (one
+  /// sample per distinct size, median of the repeats), and the weighted fit
+  /// seconds = step_overhead_s + bytes / step_rate_bytes_per_s
+  /// (fit_latency_bandwidth; with a single size: overhead 0, rate
+  /// bytes / seconds). No parameters: no samples, overhead 0, rate 0.
+  std::vector<CopySample> steps;
+  double step_overhead_s = 0;
+  double step_rate_bytes_per_s = 0;
+  /// The executor's per-action overhead, attributed from real runs of a
+  /// small plan (attribute_overhead; what ran is in `plan`).
+  struct Overhead {
+    std::string plan;  ///< what ran, for the platform's comment
+    double in_action_s = 0, dispatch_s = 0, send_s = 0, wakeup_s = 0;
+    double action_overhead_s = 0;
+    int actions = 0;
+  } overhead;
 };
+
+/** What the executor costs beyond the profiled layer times, attributed
+ *  from measured timelines of one plan (each from validate::execute, one
+ *  device per stage, stage s running layers ranges[s]). Per compute action
+ *  (F, B, R), with `layers` its stage's profiled forward (F, R) or backward
+ *  (B) sum:
+ *  - in_action_s: action duration - layers; the median per action kind,
+ *    averaged weighted by each kind's number of actions;
+ *  - dispatch_s: the median gap between an action's start and the end of
+ *    the device's previous record, over the actions whose input was already
+ *    there and that do not follow the device's last backward of a
+ *    mini-batch (the optimizer step runs there, unrecorded). A remote input
+ *    is there at its SEND record's start + the fitted copy time
+ *    copy_latency_s + bytes / copy_bandwidth_Bps (not at the record's end:
+ *    a sender descheduled after handing the message over ends it late);
+ *  - send_s: the device time spent in SEND records (the executor's worker
+ *    copies the tensor itself): the median send duration x sends / compute
+ *    actions;
+ *  - action_overhead_s = max(0, in_action_s + dispatch_s + send_s);
+ *  - wakeup_s: message delivery beyond the copy, max(0, median over the
+ *    actions that waited for a remote input of (start - the time it was
+ *    there) - dispatch_s), 0 without such actions.
+ *  `actions`: compute actions seen. InputError when no timeline has a
+ *  compute action, or a stage has no range. */
+Calibration::Overhead attribute_overhead(const std::vector<Timeline>& measured, const Profile& profile,
+                                         const LayerRanges& ranges, double copy_latency_s, double copy_bandwidth_Bps);
 
 /** Measures the model on the calling thread (at::set_num_threads(1) for the
  *  duration, restored after). Throws InputError for repeats < 1, warmup < 0,
@@ -56,8 +100,10 @@ std::pair<double, double> fit_latency_bandwidth(const std::vector<CopySample>& s
 
 /** SimGrid platform XML (version 4.1) of `devices` hosts cpu0 .. cpuN-1
  *  (kind gpu: synchronous execution, one action at a time, as a worker
- *  thread runs them), one link per pair of hosts with the fitted bandwidth
- *  and latency, and a route between every pair. */
+ *  thread runs them; properties action_overhead, and optimizer_step_rate
+ *  and optimizer_step_overhead when a step was fitted), one link per pair of
+ *  hosts with the fitted bandwidth and latency + the measured wake-up, and
+ *  a route between every pair. */
 std::string calibration_platform_xml(const Calibration& calibration, int devices, const std::string& description);
 
 }  // namespace pipegrid::validate
