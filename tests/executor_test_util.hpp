@@ -71,7 +71,8 @@ inline double relative_error(const std::vector<std::vector<float>>& a, const std
  *  consumes it, with bytes; every measured all-reduce (all its ready
  *  backwards measured) has one ALLREDUCE record per participant (per layer
  *  with parameters when per-layer), to the next device of its ring, with
- *  distinct, non-negative rounds per stage and host. */
+ *  distinct, non-negative rounds per stage and host; optimizer steps (U)
+ *  follow measured backwards of their own device. */
 inline void expect_timeline_follows_program(const ExecutionRequest& request, const ExecutionResult& result) {
   const Program& program = request.program;
   const int warmup = request.warmup_mini_batches;
@@ -88,6 +89,8 @@ inline void expect_timeline_follows_program(const ExecutionRequest& request, con
   std::map<std::string, int> all_reduce_records;
   std::map<std::pair<int, std::string>, std::set<std::pair<int, int>>> rounds;  // (stage, host) -> (round, layer)
   std::set<std::string> sends;
+  std::set<std::pair<std::string, Action>> steps;
+  std::map<std::pair<std::string, Action>, double> step_start, backward_end;
   for (const TimelineRecord& record : result.timeline.records) {
     EXPECT_LT(record.start_s, record.end_s) << record.host << " " << record.action;
     EXPECT_GE(record.start_s, 0);
@@ -109,9 +112,29 @@ inline void expect_timeline_follows_program(const ExecutionRequest& request, con
       EXPECT_TRUE(first) << record.host << " all-reduce round " << record.mini_batch << " twice";
       continue;
     }
+    if (record.action == kOptimizerStepAction) {
+      const Action backward{ActionKind::Backward, record.stage, record.micro_batch, k};
+      EXPECT_EQ(record.host, host(device_of.at(backward))) << "optimizer step after " << to_string(backward);
+      const bool first = steps.insert({record.host, backward}).second;
+      EXPECT_TRUE(first) << record.host << " steps twice after " << to_string(backward);
+      step_start[{record.host, backward}] = record.start_s;
+      continue;
+    }
     const ActionKind kind = record.action == "F" ? ActionKind::Forward : record.action == "B" ? ActionKind::Backward : ActionKind::Recompute;
     seen[{record.host, record.stream}].push_back({kind, record.stage, record.micro_batch, k});
+    if (kind == ActionKind::Backward) backward_end[{record.host, seen[{record.host, record.stream}].back()}] = record.end_s;
   }
+  // Optimizer steps (U): each after a measured backward of its own device,
+  // never before that backward ended; every device that ran a measured
+  // backward stepped at least once.
+  std::set<std::string> stepped, backed;
+  for (const auto& [key, start] : step_start) {
+    stepped.insert(key.first);
+    ASSERT_TRUE(backward_end.count(key)) << key.first << ": step after an unmeasured " << to_string(key.second);
+    EXPECT_GE(start, backward_end.at(key)) << key.first << ": step before " << to_string(key.second) << " ended";
+  }
+  for (const auto& [key, end] : backward_end) backed.insert(key.first);
+  EXPECT_EQ(stepped, backed) << "devices with measured backwards and devices with optimizer steps differ";
   std::size_t expected_sends = 0;
   std::map<std::string, int> expected_all_reduces;
   for (std::size_t d = 0; d < program.devices.size(); ++d) {

@@ -472,7 +472,9 @@ WorkerOutput run_stream(RunShared& shared, DeviceState& device, int stream_index
     }
     ++device.updates;
     device.accumulated = 0;
-    output.steps.push_back({a.mini_batch, start, now()});
+    const Stamp end = now();
+    output.steps.push_back({a.mini_batch, start, end});
+    record(kOptimizerStepAction, a, start, end, 0, "");
   };
 
   for (std::size_t i = 0; i < actions.size(); ++i) {
@@ -818,7 +820,7 @@ ExecutionResult execute(const ExecutionRequest& request) {
       record.start_s = backend->seconds(stamped.start);
       record.end_s = std::max(record.start_s, backend->seconds(stamped.end));
       result.timeline.records.push_back(record);
-      if (record.kind() == RecordKind::Compute) summary.busy_s += record.end_s - record.start_s;
+      if (record.kind() == RecordKind::Compute && record.action != kOptimizerStepAction) summary.busy_s += record.end_s - record.start_s;
       t0 = std::min(t0, record.start_s);
       t1 = std::max(t1, record.end_s);
     }

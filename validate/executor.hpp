@@ -4,7 +4,9 @@
 // the simulator's schema (hosts cpu0, cpu1, ... or gpu0, gpu1, ... or gpu0p0,
 // gpu0p1, ..., in the Program's device order; F/B/R compute records,
 // SEND_F/SEND_B transfer records with bytes, ALLREDUCE records as the
-// simulator writes them). A device with two streams (fbp-as) runs one worker
+// simulator writes them, and a U record for each optimizer step, with the
+// micro-batch and mini-batch of the backward it follows, as the simulator
+// writes them when its platform has optimizer-step terms). A device with two streams (fbp-as) runs one worker
 // thread per stream. LibTorch-free header.
 //
 // Time: on CPUs the steady clock around each action on its worker thread; on
