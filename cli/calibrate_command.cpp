@@ -30,20 +30,22 @@ CalibrateOptions options;
 }  // namespace
 
 validate::Calibration calibrate_for_device(validate::CalibrationRequest request, const validate::DeviceSpec& device) {
-  if (device.kind != "cpu" || device.count < 1)
-    throw InputError("--device: calibrate needs cpu:N (N worker threads, N >= 1)");
-  request.devices = device.count;
+  if (device.count < 1)
+    throw InputError(fmt::format("--device {}: calibrate needs the device count: cpu:N, cuda:N or cuda-partitioned:N", device.kind));
+  request.device = device;
   return validate::calibrate(request);
 }
 
 CLI::App* add_calibrate_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
-      "calibrate", "measure a zoo model's layers, the cpu:N copies, the optimizer step and the per-action overhead with LibTorch; "
-      "write a profile and a platform");
+      "calibrate", "measure a zoo model's layers, the copies between devices, the optimizer step and the per-action overhead "
+      "with LibTorch on the devices that will run it; write a profile and a platform");
   command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or transformer")->required();
   command->add_option("--model-option", options.model_options, "model size, key=value (repeat; as for execute)");
   command->add_option("--micro-batch-size", options.micro_batch_size, "samples per micro-batch (default 8)");
-  command->add_option("--device", options.device, "cpu:N: N worker threads, the platform's hosts cpu0..cpuN-1 (default cpu:2)");
+  command->add_option("--device", options.device,
+                      "cpu:N (N worker threads, hosts cpu0..), cuda:N (N GPUs, hosts gpu0..) or cuda-partitioned:N (GPU 0 in N SM "
+                      "partitions, hosts gpu0p0..); default cpu:2");
   command->add_option("--repeats", options.repeats, "timed runs per measurement, the median is kept (default 5)");
   command->add_option("--warmup", options.warmup, "untimed runs before them (default 2)");
   command->add_option("--seed", options.seed, "seed of the weights and the data (default 1)");

@@ -26,7 +26,7 @@ CalibrationRequest small_request(const ModelConfig& model) {
   CalibrationRequest request;
   request.model = resolve_model(model);
   request.micro_batch_size = 3;
-  request.devices = 3;
+  request.device = {"cpu", 3};
   request.warmup = 1;
   request.repeats = 3;
   request.seed = 5;
@@ -45,6 +45,9 @@ TEST_P(CalibrateModel, LayersAndBytesAreTheModelsAndTimesPositive) {
   ASSERT_EQ(static_cast<int>(profile.layers.size()), layers);
   EXPECT_EQ(profile.name, request.model.name);
   EXPECT_EQ(profile.micro_batch_size, 3);
+  EXPECT_EQ(calibration.hosts, (std::vector<std::string>{"cpu0", "cpu1", "cpu2"}));
+  EXPECT_EQ(calibration.clock, "steady clock");
+  EXPECT_EQ(calibration.memory_bytes, 0);
 
   const detail::LayerList modules = detail::build_layers(request.model, request.seed);
   const detail::Batch batch = detail::make_batch(request.model, request.seed, 0, 0, 3);
@@ -202,6 +205,42 @@ TEST(Calibrate, PlatformLoadsWithEveryHostAndRoute) {
       EXPECT_NEAR(platform.route_bandwidth_Bps[a][b], 1e10, 1e3) << a << "->" << b;
       EXPECT_NEAR(platform.route_latency_s[a][b], 1e-6, 1e-12) << a << "->" << b;
     }
+  }
+}
+
+TEST(Calibrate, PlatformNamesTheDevicesAndTheirMemory) {
+  Calibration calibration;
+  calibration.copies = {{1e3, 1e-6}, {1e6, 1e-4}};
+  calibration.latency_s = 1e-6;
+  calibration.bandwidth_bytes_per_s = 2e11;
+  calibration.hosts = {"gpu0p0", "gpu0p1"};
+  calibration.memory_bytes = 40e9;
+  const std::string path = ::testing::TempDir() + "calibrated-gpu-platform.xml";
+  const std::string xml = calibration_platform_xml(calibration, 2, "test");
+  EXPECT_NE(xml.find("CUDA events"), std::string::npos);
+  write_file_atomically(path, xml);
+  const PlatformSummary platform = sim::read_platform(path);
+  std::remove(path.c_str());
+  ASSERT_EQ(platform.hosts.size(), 2u);
+  for (int d = 0; d < 2; ++d) {
+    EXPECT_EQ(platform.hosts[d].name, "gpu0p" + std::to_string(d));
+    ASSERT_TRUE(platform.hosts[d].memory_bytes.has_value());
+    EXPECT_DOUBLE_EQ(*platform.hosts[d].memory_bytes, 40e9);
+  }
+  EXPECT_NEAR(platform.route_bandwidth_Bps[0][1], 2e11, 1e4);
+}
+
+TEST(Calibrate, RefusesDevicesItCannotMeasure) {
+  CalibrationRequest request = small_request({"mlp", {}});
+  request.device = {"cpu", 0};
+  EXPECT_NE(input_error_of([&] { calibrate(request); }).find("at least 1 device"), std::string::npos);
+  request.device = {"cpu", 2};
+  request.copy_through_host = true;
+  EXPECT_NE(input_error_of([&] { calibrate(request); }).find("only for cuda devices"), std::string::npos);
+  if (!cuda_devices_built()) {
+    request.copy_through_host = false;
+    request.device = {"cuda-partitioned", 2};
+    EXPECT_NE(input_error_of([&] { calibrate(request); }).find("no CUDA LibTorch"), std::string::npos);
   }
 }
 

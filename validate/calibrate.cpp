@@ -4,13 +4,16 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <exception>
 #include <limits>
+#include <thread>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "core/error.hpp"
 #include "schedules/schedules.hpp"
+#include "validate/detail/backend.hpp"
 #include "validate/detail/model.hpp"
 #include "validate/executor.hpp"
 #include "validate/transport.hpp"
@@ -32,27 +35,11 @@ double median_seconds(int warmup, int repeats, const std::function<double()>& bo
   return median_of(times);
 }
 
-using Clock = std::chrono::steady_clock;
-
 // The plan whose real runs the per-action overhead is attributed from.
 constexpr int kOverheadMicroBatches = 4;
 constexpr int kOverheadMiniBatches = 2;
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
 double tensor_bytes(const torch::Tensor& tensor) { return static_cast<double>(tensor.numel() * tensor.element_size()); }
-
-/// Restores the intra-op thread count on scope exit.
-class OneThread {
- public:
-  OneThread() : previous_(at::get_num_threads()) { at::set_num_threads(1); }
-  ~OneThread() { at::set_num_threads(previous_); }
-  OneThread(const OneThread&) = delete;
-  OneThread& operator=(const OneThread&) = delete;
-
- private:
-  int previous_;
-};
 
 }  // namespace
 
@@ -75,19 +62,29 @@ std::pair<double, double> fit_latency_bandwidth(const std::vector<CopySample>& s
   return {std::max(intercept, 0.0), slope > 0 ? 1 / slope : std::numeric_limits<double>::infinity()};
 }
 
-Calibration calibrate(const CalibrationRequest& request) {
-  if (request.repeats < 1) throw InputError(fmt::format("--repeats: expected at least 1, found {}", request.repeats));
-  if (request.warmup < 0) throw InputError(fmt::format("--warmup: expected 0 or more, found {}", request.warmup));
-  if (request.micro_batch_size < 1)
-    throw InputError(fmt::format("--micro-batch-size: expected at least 1, found {}", request.micro_batch_size));
-  if (request.devices < 1) throw InputError(fmt::format("--device: expected at least 1 device, found {}", request.devices));
-  const OneThread one_thread;
+namespace {
+
+/** The measurements of calibrate() on device 0 of `backend`, on the calling
+ *  thread, which must be that device's worker (Backend::enter_worker). */
+void measure_on_device(const CalibrationRequest& request, detail::Backend& backend, Calibration& result) {
   torch::manual_seed(static_cast<std::uint64_t>(request.seed));
   const ModelConfig& model = request.model;
+  const torch::Device device = backend.torch_device(0);
   const detail::LayerList layers = detail::build_layers(model, request.seed);
-  const detail::Batch batch = detail::make_batch(model, request.seed, 0, 0, request.micro_batch_size);
+  for (const auto& layer : layers) layer->to(device);
+  detail::Batch batch = detail::make_batch(model, request.seed, 0, 0, request.micro_batch_size);
+  batch.input = batch.input.to(device);
+  backend.start_clock();
+  // Seconds that `work` takes on the device: stamps on the device's
+  // compute stream around it, read once the device is idle.
+  const auto timed = [&](const std::function<void()>& work) {
+    const Stamp start = backend.stamp(0);
+    work();
+    const Stamp end = backend.stamp(0);
+    backend.synchronize();
+    return backend.seconds(end) - backend.seconds(start);
+  };
 
-  Calibration result;
   result.profile.name = model.name;
   result.profile.micro_batch_size = request.micro_batch_size;
   result.profile.input_bytes = tensor_bytes(batch.input);
@@ -99,17 +96,13 @@ Calibration calibrate(const CalibrationRequest& request) {
     torch::Tensor layer_input = input.detach();
     if (layer_input.is_floating_point()) layer_input.requires_grad_(true);
     const double forward_s = median_seconds(request.warmup, request.repeats, [&] {
-      const auto start = Clock::now();
-      torch::Tensor out = detail::run_layers(layers, index, index + 1, layer_input);
-      return seconds_since(start);
+      return timed([&] { torch::Tensor out = detail::run_layers(layers, index, index + 1, layer_input); });
     });
     const torch::Tensor output = detail::run_layers(layers, index, index + 1, layer_input);
     const torch::Tensor gradient = torch::ones_like(output);
     const double backward_s = !output.requires_grad() ? 0.0 : median_seconds(request.warmup, request.repeats, [&] {
       torch::Tensor out = detail::run_layers(layers, index, index + 1, layer_input);
-      const auto start = Clock::now();
-      out.backward(gradient);
-      return seconds_since(start);
+      return timed([&] { out.backward(gradient); });
     });
     Layer layer;
     layer.name = fmt::format("layer{}", l);
@@ -122,17 +115,23 @@ Calibration calibrate(const CalibrationRequest& request) {
     input = output.detach();
   }
 
-  // The transport's copy between two devices, at sizes from 1 KiB to 4 MiB.
-  std::unique_ptr<Transport> transport = make_in_process_transport(2);
+  // The transport's copy from device 0 to device 1 (to itself on one
+  // device), at sizes from 1 KiB to 4 MiB. CPU: the send and the receive;
+  // GPU: the copy on the sender's copy stream.
+  std::unique_ptr<Transport> transport = backend.make_transport();
+  const int receiver = request.device.count > 1 ? 1 : 0;
+  const bool on_cpu = request.device.kind == "cpu";
   int message = 0;
   for (std::int64_t floats = 256; floats <= (std::int64_t{1} << 20); floats *= 4) {
-    const torch::Tensor tensor = torch::rand({floats});
+    const torch::Tensor tensor = torch::rand({floats}).to(device);
     const double seconds = median_seconds(request.warmup, request.repeats, [&] {
       const MessageKey key{MessageKey::Kind::Activation, 1, message++, 0};
-      const auto start = Clock::now();
-      transport->send(1, key, tensor);
-      const torch::Tensor received = transport->receive(1, key);
-      return seconds_since(start);
+      const Stamp start = backend.stamp(0);
+      const CopyInterval copy = transport->send(receiver, key, tensor);
+      const torch::Tensor received = transport->receive(receiver, key);
+      const Stamp end = backend.stamp(0);
+      backend.synchronize();
+      return on_cpu ? backend.seconds(end) - backend.seconds(start) : backend.seconds(copy.end) - backend.seconds(copy.start);
     });
     result.copies.push_back({tensor_bytes(tensor), seconds});
   }
@@ -151,10 +150,10 @@ Calibration calibrate(const CalibrationRequest& request) {
     torch::optim::SGD optimizer(parameters, torch::optim::SGDOptions(0.01));
     const double seconds = median_seconds(request.warmup, request.repeats, [&] {
       for (torch::Tensor& parameter : parameters) parameter.mutable_grad() = torch::full_like(parameter, 1e-3);
-      const auto start = Clock::now();
-      optimizer.step();
-      optimizer.zero_grad();
-      return seconds_since(start);
+      return timed([&] {
+        optimizer.step();
+        optimizer.zero_grad();
+      });
     });
     result.steps.push_back({bytes, seconds});
   }
@@ -163,15 +162,54 @@ Calibration calibrate(const CalibrationRequest& request) {
   } else if (result.steps.size() == 1) {
     result.step_rate_bytes_per_s = result.steps.front().bytes / std::max(result.steps.front().seconds, 1e-12);
   }
+}
+
+}  // namespace
+
+Calibration calibrate(const CalibrationRequest& request) {
+  if (request.repeats < 1) throw InputError(fmt::format("--repeats: expected at least 1, found {}", request.repeats));
+  if (request.warmup < 0) throw InputError(fmt::format("--warmup: expected 0 or more, found {}", request.warmup));
+  if (request.micro_batch_size < 1)
+    throw InputError(fmt::format("--micro-batch-size: expected at least 1, found {}", request.micro_batch_size));
+  if (request.device.count < 1)
+    throw InputError(fmt::format("--device: expected at least 1 device, found {}", request.device.count));
+  if (request.copy_through_host && request.device.kind == "cpu")
+    throw InputError("--copy-through host: only for cuda devices (CPU workers share one memory)");
+  const ModelConfig& model = request.model;
+  const int devices = request.device.count;
+
+  Calibration result;
+  {
+    std::unique_ptr<detail::Backend> backend =
+        request.device.kind == "cpu" ? detail::make_cpu_backend(devices)
+                                     : detail::make_cuda_backend(request.device, devices, request.copy_through_host);
+    for (int d = 0; d < devices; ++d) result.hosts.push_back(backend->host_name(d));
+    result.memory_bytes = static_cast<double>(backend->memory_capacity_bytes(0).value_or(0));
+    result.clock = request.device.kind == "cpu" ? "steady clock" : "CUDA events";
+    // A thread of its own: a worker's settings (intra-op threads, the
+    // current stream) end with it.
+    std::exception_ptr error;
+    std::thread worker([&] {
+      try {
+        backend->enter_worker(0);
+        measure_on_device(request, *backend, result);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    worker.join();
+    if (error) std::rethrow_exception(error);
+  }
+  const int layer_count = static_cast<int>(result.profile.layers.size());
 
   // The executor's per-action overhead: gpipe on min(devices, layers)
   // stages, execute's default split, kOverheadMicroBatches micro-batches,
   // kOverheadMiniBatches measured mini-batches after the warm-up, `repeats`
   // runs; attributed by attribute_overhead against this profile.
-  const int stages = std::min(request.devices, static_cast<int>(layers.size()));
+  const int stages = std::min(devices, layer_count);
   ExecutionRequest run;
   run.model = model;
-  run.stages = uniform_ranges(static_cast<int>(layers.size()), stages);
+  run.stages = uniform_ranges(layer_count, stages);
   ScheduleOptions schedule;
   schedule.num_stages = stages;
   schedule.micro_batches = kOverheadMicroBatches;
@@ -180,13 +218,14 @@ Calibration calibrate(const CalibrationRequest& request) {
   run.micro_batch_size = request.micro_batch_size;
   run.warmup_mini_batches = std::max(1, request.warmup);
   run.seed = request.seed;
-  run.device = {"cpu", stages};
+  run.device = {request.device.kind, stages};
+  run.copy_through_host = request.copy_through_host;
   std::vector<Timeline> measured;
   for (int r = 0; r < request.repeats; ++r) measured.push_back(execute(run).timeline);
   result.overhead = attribute_overhead(measured, result.profile, run.stages, result.latency_s, result.bandwidth_bytes_per_s);
-  result.overhead.plan = fmt::format("{} run{} of gpipe, {} stage{} on cpu:{}, M={}, {} measured mini-batches each",
+  result.overhead.plan = fmt::format("{} run{} of gpipe, {} stage{} on {}:{}, M={}, {} measured mini-batches each",
                                      request.repeats, request.repeats == 1 ? "" : "s", stages, stages == 1 ? "" : "s",
-                                     stages, kOverheadMicroBatches, kOverheadMiniBatches);
+                                     request.device.kind, stages, kOverheadMicroBatches, kOverheadMiniBatches);
   return result;
 }
 

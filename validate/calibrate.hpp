@@ -1,9 +1,10 @@
 #pragma once
-// Calibration: measures a zoo model layer by layer on one worker thread, the
-// in-process transport's copy cost, the optimizer step and the executor's
-// per-action overhead, and turns the measurements into the simulator's
-// inputs (a Profile and a SimGrid platform XML describing the cpu:N machine
-// that ran). LibTorch-free header; the measuring is in calibrate.cpp, the
+// Calibration: measures a zoo model layer by layer on one device of the
+// machine that will run it (a worker thread of cpu:N, a GPU of cuda, an SM
+// partition of cuda-partitioned:N), the transport's copy cost between two of
+// its devices, the optimizer step and the executor's per-action overhead,
+// and turns the measurements into the simulator's inputs (a Profile and a
+// SimGrid platform XML describing the machine that ran). LibTorch-free header; the measuring is in calibrate.cpp, the
 // attribution of the overhead and the writing of the inputs in
 // calibration_files.cpp.
 
@@ -13,6 +14,7 @@
 
 #include "core/profile.hpp"
 #include "core/timeline.hpp"
+#include "validate/executor.hpp"
 #include "validate/model_zoo.hpp"
 
 namespace pipegrid::validate {
@@ -20,7 +22,8 @@ namespace pipegrid::validate {
 struct CalibrationRequest {
   ModelConfig model;  ///< resolved
   int micro_batch_size = 8;
-  int devices = 2;      ///< hosts of the platform (cpu0 .. cpuN-1)
+  DeviceSpec device{"cpu", 2};  ///< the machine; count = hosts of the platform
+  bool copy_through_host = false;  ///< GPUs: copies staged through pinned host memory
   int warmup = 2;       ///< runs before the timed ones
   int repeats = 5;      ///< timed runs; the median is kept
   std::uint64_t seed = 1;
@@ -32,6 +35,12 @@ struct CopySample {
 };
 
 struct Calibration {
+  /// The devices as the executor names them (cpu0.., gpu0.., gpu0p0..), and
+  /// the memory each may use where the backend knows it (0: unknown).
+  std::vector<std::string> hosts;
+  double memory_bytes = 0;
+  /// How times were taken: "steady clock" (CPU) or "CUDA events".
+  std::string clock;
   /// One per layer: forward and backward time (median of the repeats, one
   /// intra-op thread), output bytes (the tensor crossing the cut after the
   /// layer) and parameter bytes.
@@ -87,9 +96,12 @@ struct Calibration {
 Calibration::Overhead attribute_overhead(const std::vector<Timeline>& measured, const Profile& profile,
                                          const LayerRanges& ranges, double copy_latency_s, double copy_bandwidth_Bps);
 
-/** Measures the model on the calling thread (at::set_num_threads(1) for the
- *  duration, restored after). Throws InputError for repeats < 1, warmup < 0,
- *  micro-batch size < 1 or devices < 1. */
+/** Measures the model on device 0 of `request.device`, from a thread of its
+ *  own made a worker of that device (one intra-op thread; on a GPU its
+ *  compute stream current), timed with the device's stamps (steady clock,
+ *  or CUDA events on the stream the work runs on). Throws InputError for
+ *  repeats < 1, warmup < 0, micro-batch size < 1, fewer than 1 device, or a
+ *  device this build or machine lacks. */
 Calibration calibrate(const CalibrationRequest& request);
 
 /** Least-squares line seconds = a + b x bytes through the samples (at least
@@ -98,10 +110,12 @@ Calibration calibrate(const CalibrationRequest& request);
  *  (std::numeric_limits<double>::infinity()) when b <= 0. */
 std::pair<double, double> fit_latency_bandwidth(const std::vector<CopySample>& samples);
 
-/** SimGrid platform XML (version 4.1) of `devices` hosts cpu0 .. cpuN-1
+/** SimGrid platform XML (version 4.1) of `devices` hosts, named as
+ *  calibration.hosts (cpu0 .. cpuN-1 when it does not list `devices`)
  *  (kind gpu: synchronous execution, one action at a time, as a worker
  *  thread runs them; properties action_overhead, and optimizer_step_rate
- *  and optimizer_step_overhead when a step was fitted), one link per pair of
+ *  and optimizer_step_overhead when a step was fitted; memory when known),
+ *  one link per pair of
  *  hosts with the fitted bandwidth and latency + the measured wake-up, and
  *  a route between every pair. */
 std::string calibration_platform_xml(const Calibration& calibration, int devices, const std::string& description);

@@ -110,15 +110,30 @@ std::string calibration_platform_xml(const Calibration& calibration, int devices
   const double latency = calibration.latency_s + overhead.wakeup_s;
   const bool step = calibration.step_rate_bytes_per_s > 0;
   const double step_rate = std::isfinite(calibration.step_rate_bytes_per_s) ? calibration.step_rate_bytes_per_s : 1e15;
+  const bool named = static_cast<int>(calibration.hosts.size()) == devices;
+  const auto host = [&](int d) { return named ? calibration.hosts[d] : fmt::format("cpu{}", d); };
+  const bool gpu = named && calibration.hosts.front().rfind("gpu", 0) == 0;
   std::string xml = "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n<!--\n";
   xml += fmt::format("  Written by pipegrid calibrate: {}\n", description);
-  xml += fmt::format(
-      "  cpu:{} worker threads of one process, one intra-op thread each. Each host runs one\n"
-      "  action at a time (kind gpu: synchronous execution). A copy between two workers is the\n"
-      "  in-process transport's send + receive, fitted over {} message sizes as\n"
-      "  latency {:.6g} s + bytes / {:.6g} B/s; the links' latency adds the measured wake-up\n"
-      "  of a waiting worker, {:.6g} s (docs/validation.md). One link per pair of hosts.\n",
-      devices, calibration.copies.size(), calibration.latency_s, bandwidth, overhead.wakeup_s);
+  if (gpu)
+    xml += fmt::format(
+        "  {} GPU devices (a GPU each, or SM partitions of one GPU), timed with CUDA events on the\n"
+        "  streams the work ran on. Each host runs one action at a time (kind gpu). A copy between\n"
+        "  two devices is the copy on the sender's copy stream, fitted over {} message sizes as\n"
+        "  latency {:.6g} s + bytes / {:.6g} B/s; the links' latency adds the measured wake-up\n"
+        "  of a waiting worker, {:.6g} s (docs/validation.md). One link per pair of hosts.\n",
+        devices, calibration.copies.size(), calibration.latency_s, bandwidth, overhead.wakeup_s);
+  else
+    xml += fmt::format(
+        "  cpu:{} worker threads of one process, one intra-op thread each. Each host runs one\n"
+        "  action at a time (kind gpu: synchronous execution). A copy between two workers is the\n"
+        "  in-process transport's send + receive, fitted over {} message sizes as\n"
+        "  latency {:.6g} s + bytes / {:.6g} B/s; the links' latency adds the measured wake-up\n"
+        "  of a waiting worker, {:.6g} s (docs/validation.md). One link per pair of hosts.\n",
+        devices, calibration.copies.size(), calibration.latency_s, bandwidth, overhead.wakeup_s);
+  if (calibration.memory_bytes > 0)
+    xml += fmt::format("  Memory per host: {:.0f} bytes (the GPU's total memory, shared equally by its partitions).\n",
+                       calibration.memory_bytes);
   if (step)
     xml += fmt::format("  Optimizer step (SGD step + zero_grad), fitted over {} parameter sizes:\n"
                        "  {:.6g} s + parameter bytes / {:.6g} B/s.\n",
@@ -130,7 +145,8 @@ std::string calibration_platform_xml(const Calibration& calibration, int devices
       overhead.plan.empty() ? "no run" : overhead.plan);
   xml += "<platform version=\"4.1\">\n  <zone id=\"calibrated-cpu\" routing=\"Full\">\n";
   for (int d = 0; d < devices; ++d) {
-    xml += fmt::format("    <host id=\"cpu{}\" speed=\"1Gf\">\n      <prop id=\"kind\" value=\"gpu\"/>\n", d);
+    xml += fmt::format("    <host id=\"{}\" speed=\"1Gf\">\n      <prop id=\"kind\" value=\"gpu\"/>\n", host(d));
+    if (calibration.memory_bytes > 0) xml += fmt::format("      <prop id=\"memory\" value=\"{:.0f}B\"/>\n", calibration.memory_bytes);
     xml += fmt::format("      <prop id=\"action_overhead\" value=\"{:.9g}s\"/>\n", overhead.action_overhead_s);
     if (step) {
       xml += fmt::format("      <prop id=\"optimizer_step_rate\" value=\"{:.9g}Bps\"/>\n", step_rate);
@@ -144,7 +160,7 @@ std::string calibration_platform_xml(const Calibration& calibration, int devices
                          latency);
   for (int a = 0; a < devices; ++a)
     for (int b = a + 1; b < devices; ++b)
-      xml += fmt::format("    <route src=\"cpu{}\" dst=\"cpu{}\"><link_ctn id=\"copy{}-{}\"/></route>\n", a, b, a, b);
+      xml += fmt::format("    <route src=\"{}\" dst=\"{}\"><link_ctn id=\"copy{}-{}\"/></route>\n", host(a), host(b), a, b);
   xml += "  </zone>\n</platform>\n";
   return xml;
 }

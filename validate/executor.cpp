@@ -158,6 +158,7 @@ class CpuBackend : public detail::Backend {
   double seconds(const Stamp& stamp) const override { return stamp.seconds - epoch_; }
   std::unique_ptr<Transport> make_transport() override { return make_in_process_transport(devices_); }
   std::optional<std::int64_t> peak_memory_bytes(int) const override { return std::nullopt; }
+  std::optional<std::int64_t> memory_capacity_bytes(int) const override { return std::nullopt; }
 
  private:
   int devices_;

@@ -349,6 +349,16 @@ class CudaBackend : public Backend {
     return static_cast<std::int64_t>(stats.allocated_bytes[0].peak);  // [0]: the aggregate over pool kinds
   }
 
+  std::optional<std::int64_t> memory_capacity_bytes(int device) const override {
+    const int gpu = devices_.at(device).gpu;
+    c10::cuda::CUDAGuard on_gpu(static_cast<c10::DeviceIndex>(gpu));
+    std::size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) return std::nullopt;
+    std::int64_t sharing = 0;
+    for (const DeviceStreams& other : devices_) sharing += other.gpu == gpu ? 1 : 0;
+    return static_cast<std::int64_t>(total) / sharing;
+  }
+
  private:
   bool copy_through_host_;
   std::unique_ptr<cuda::GreenContextPartitions> partitions_;  ///< outlives the streams made from it

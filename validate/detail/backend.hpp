@@ -51,6 +51,9 @@ class Backend {
    *  backend can measure it (not on a CPU). Partitions of one GPU share one
    *  allocator: each reports the whole GPU's peak. */
   virtual std::optional<std::int64_t> peak_memory_bytes(int device) const = 0;
+  /** The memory device `device` may use, where known (a GPU's total memory;
+   *  partitions of one GPU each get an equal share); none on a CPU. */
+  virtual std::optional<std::int64_t> memory_capacity_bytes(int device) const = 0;
 };
 
 /** The CPU backend: `devices` worker threads, steady clock. */
