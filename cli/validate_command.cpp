@@ -27,6 +27,8 @@ struct ValidateOptions {
   std::vector<std::string> model_options;
   std::string schedule;
   int stages = 2;
+  std::vector<int> layers_per_stage;
+  std::vector<std::string> measured;
   int micro_batches = 1;
   int micro_batch_size = 8;
   std::string device = "cpu";
@@ -68,14 +70,16 @@ class TemporaryFile {
 
 CLI::App* add_validate_command(CLI::App& app) {
   command = app.add_subcommand(
-      "validate", "calibrate, simulate a plan, run it for real on cpu:N R times, and compare the timelines");
+      "validate", "calibrate, simulate a plan, run it for real R times (or read timelines measured elsewhere), and compare");
   command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or transformer")->required();
   command->add_option("--model-option", options.model_options, "model size, key=value (repeat; as for execute)");
   command->add_option("--schedule", options.schedule, "gpipe, 1f1b-sno or 1f1b-so")->required();
   command->add_option("--stages", options.stages, "number of stages, one device each, layers split as execute does (default 2)");
+  command->add_option("--layers-per-stage", options.layers_per_stage, "layers of each stage, e.g. 3,5 (default: as equal as possible)")
+      ->delimiter(',');
   command->add_option("--micro-batches", options.micro_batches, "micro-batches per mini-batch (M, default 1)");
   command->add_option("--micro-batch-size", options.micro_batch_size, "samples per micro-batch (default 8)");
-  command->add_option("--device", options.device, "cpu or cpu:N (N = stages)");
+  command->add_option("--device", options.device, "cpu:N, cuda:N or cuda-partitioned:N (N = stages), as for execute");
   command->add_option("--repeats", options.repeats, "real runs compared with the simulation (default 3)");
   command->add_option("--mini-batches", options.mini_batches, "measured (and simulated) mini-batches per run (default 3)");
   command->add_option("--warmup", options.warmup, "mini-batches run before the measured ones (default 1)");
@@ -85,6 +89,10 @@ CLI::App* add_validate_command(CLI::App& app) {
   command->add_option("--platform", options.platform, "platform XML to simulate with instead of calibrating (with --profile)");
   command->add_option("--network", options.network,
                       "analytic (default: a copy takes exactly the fitted latency + bytes/bandwidth) or simgrid");
+  command->add_option("--measured", options.measured,
+                      "timeline CSVs of the plan measured elsewhere (execute --csv, e.g. on a GPU machine without SimGrid), "
+                      "comma-separated, instead of running it here; needs --profile and --platform from that machine")
+      ->delimiter(',');
   command->add_option("--svg", options.svg, "write the simulated and the first measured timeline stacked on one time axis");
   command->add_flag("--json", options.json, "print one JSON object (compare's) on stdout");
   return command;
@@ -101,14 +109,25 @@ int run_validate_command() {
   if (options.warmup < 0) throw InputError(fmt::format("--warmup: expected 0 or more, found {}", options.warmup));
   if (options.profile.empty() != options.platform.empty())
     throw InputError("--profile and --platform go together: give both, or neither to calibrate");
+  if (!options.measured.empty() && options.profile.empty())
+    throw InputError("--measured: give the --profile and --platform calibrated on the machine that measured them");
+  if (!options.measured.empty() && command->count("--repeats"))
+    throw InputError("--repeats: the measured runs are the --measured files; give one or the other");
+  const int layers = validate::num_layers(model);
+  if (!options.layers_per_stage.empty()) {
+    if (command->count("--stages") && options.stages != static_cast<int>(options.layers_per_stage.size()))
+      throw InputError(fmt::format("--layers-per-stage gives {} stages, --stages says {}", options.layers_per_stage.size(), options.stages));
+    options.stages = static_cast<int>(options.layers_per_stage.size());
+  }
   validate::DeviceSpec device = validate::parse_device_spec(options.device);
   if (device.count == 0) device.count = options.stages;
   if (device.count != options.stages)
     throw InputError(fmt::format("--device {}: expected one device per stage ({})", options.device, options.stages));
 
-  // The real run's layer split (execute's default), used by the simulation too.
-  const int layers = validate::num_layers(model);
-  const validate::LayerRanges ranges = validate::uniform_ranges(layers, options.stages);
+  // The real run's layer split (execute's), used by the simulation too.
+  const validate::LayerRanges ranges = options.layers_per_stage.empty()
+                                           ? validate::uniform_ranges(layers, options.stages)
+                                           : validate::ranges_from_counts(options.layers_per_stage, layers);
 
   std::string profile_text, platform_text;
   if (options.profile.empty()) {
@@ -167,7 +186,12 @@ int run_validate_command() {
   const std::string simulated_origin = "simulated";
   std::vector<TimelineComparison> runs;
   Timeline first_measured;
-  for (int r = 0; r < options.repeats; ++r) {
+  for (const std::string& file : options.measured) {
+    const Timeline measured = parse_timeline_csv(read_text_file(file), file);
+    runs.push_back(compare_timelines(simulated.timeline, simulated_origin, measured, file, compare));
+    if (runs.size() == 1) first_measured = measured;
+  }
+  for (int r = 0; options.measured.empty() && r < options.repeats; ++r) {
     const validate::ExecutionResult measured = validate::execute(request);
     runs.push_back(compare_timelines(simulated.timeline, simulated_origin, measured.timeline, fmt::format("run {}", r), compare));
     if (r == 0) first_measured = measured.timeline;
@@ -186,12 +210,15 @@ int run_validate_command() {
     json["micro_batch_size"] = options.micro_batch_size;
     json["device"] = options.device;
     json["calibrated"] = options.profile.empty();
+    json["measured_here"] = options.measured.empty();
     std::cout << json.dump(2) << "\n";
     return 0;
   }
-  std::cout << fmt::format("{} on {}: {} layers in {} stages ({}), {} with M={} micro-batches of {} samples, {} real runs\n",
+  std::cout << fmt::format("{} on {}: {} layers in {} stages ({}), {} with M={} micro-batches of {} samples, {}\n",
                            model.name, options.device, layers, options.stages, origin, options.schedule,
-                           options.micro_batches, options.micro_batch_size, options.repeats);
+                           options.micro_batches, options.micro_batch_size,
+                           options.measured.empty() ? fmt::format("{} real runs", options.repeats)
+                                                    : fmt::format("{} measured timelines", options.measured.size()));
   std::cout << comparison_to_table(runs, simulated_origin);
   return 0;
 }

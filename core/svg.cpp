@@ -18,7 +18,8 @@
 //     all-reduce lanes come under the send lanes, so a long all-reduce that
 //     overlaps sends leaves both readable;
 //   - when options.show_memory and some record has a nonzero memory_bytes, a
-//     memory strip at the bottom of every row: a step plot of the host's
+//     memory strip at the bottom of every row (left empty for a host whose
+//     memory is 0 throughout, such as a measured timeline's): a step plot of the host's
 //     memory_bytes (records by end time, the value changing at each end,
 //     starting at the first end and held to the end of the run), on one scale
 //     for all hosts so rows compare; the left column shows the host's peak in
@@ -377,6 +378,12 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   }
   const bool draw_transfers = options.show_transfers && any_transfer;
   const bool draw_memory = options.show_memory && any_memory;
+  // A row without any memory (a measured timeline drawn beside a simulated
+  // one) gets an empty strip, not a flat line at 0 B.
+  for (HostRow& row : rows)
+    if (std::all_of(row.memory.begin(), row.memory.end(), [&](std::size_t i) { return timeline.records[i].memory_bytes == 0; }) &&
+        timeline.memory_series.count(row.name) == 0)
+      row.memory.clear();
   std::size_t busiest_sub_row = 0;
   for (HostRow& row : rows) {
     std::sort(row.streams.begin(), row.streams.end());
