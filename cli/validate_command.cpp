@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ namespace pipegrid::cli {
 namespace {
 
 struct ValidateOptions {
+  std::string plan;
   std::string model;
   std::vector<std::string> model_options;
   std::string schedule;
@@ -71,9 +73,12 @@ class TemporaryFile {
 CLI::App* add_validate_command(CLI::App& app) {
   command = app.add_subcommand(
       "validate", "calibrate, simulate a plan, run it for real R times (or read timelines measured elsewhere), and compare");
-  command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or transformer")->required();
+  command->add_option("--plan", options.plan,
+                      "a plan saved by simulate --save-plan from a calibrated profile: its model, schedule, M, mini-batches, "
+                      "partition and platform (instead of --model, --schedule, ...)");
+  command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or transformer");
   command->add_option("--model-option", options.model_options, "model size, key=value (repeat; as for execute)");
-  command->add_option("--schedule", options.schedule, "gpipe, 1f1b-sno or 1f1b-so")->required();
+  command->add_option("--schedule", options.schedule, "gpipe, 1f1b-sno or 1f1b-so");
   command->add_option("--stages", options.stages, "number of stages, one device each, layers split as execute does (default 2)");
   command->add_option("--layers-per-stage", options.layers_per_stage, "layers of each stage, e.g. 3,5 (default: as equal as possible)")
       ->delimiter(',');
@@ -98,10 +103,76 @@ CLI::App* add_validate_command(CLI::App& app) {
   return command;
 }
 
+namespace {
+
+/** `--plan FILE`: the plan to simulate as saved, and what the real run
+ *  needs from it (the options it sets, and its stage layer ranges). */
+struct SavedPlan {
+  Plan plan;
+  validate::ModelConfig model;
+  validate::LayerRanges ranges;
+};
+
+SavedPlan read_saved_plan(const std::string& file) {
+  for (const char* flag : {"--model", "--model-option", "--schedule", "--stages", "--layers-per-stage", "--micro-batches",
+                           "--micro-batch-size", "--mini-batches", "--profile", "--platform", "--network"})
+    if (command->count(flag)) throw InputError(fmt::format("{}: --plan {} gives it; leave it out", flag, file));
+  SavedPlan saved;
+  saved.plan = read_plan_file(file);
+  const Plan& plan = saved.plan;
+  if (plan.profile.model.empty())
+    throw InputError(fmt::format("{}: profile: names no model to run (its \"model\", which pipegrid calibrate writes); save the "
+                                 "plan from a calibrated profile, or give --model and --schedule instead of --plan",
+                                 file));
+  saved.model = validate::model_from_spec(plan.profile.model, file + ": profile");
+  const int layers = validate::num_layers(saved.model);
+  if (static_cast<int>(plan.profile.layers.size()) != layers)
+    throw InputError(fmt::format("{}: profile: {} layers, its model '{}' has {}", file, plan.profile.layers.size(),
+                                 plan.profile.model, layers));
+  // Each stage one host and one contiguous layer range, in order: what the
+  // executor runs.
+  const Partition& partition = plan.partition;
+  for (int s = 0; s < partition.num_stages(); ++s) {
+    if (partition.hosts[s].size() != 1)
+      throw InputError(fmt::format("{}: partition: stage {} has {} replicas; validate runs one device per stage", file, s,
+                                   partition.hosts[s].size()));
+    if (partition.split_after(s) != 0)
+      throw InputError(fmt::format("{}: partition: stage {} splits a layer; the executor runs whole layers", file, s));
+  }
+  int next = 0;
+  for (int s = 0; s < partition.num_stages(); ++s) {
+    int last = next;
+    while (last < layers && partition.stage_of_layer[last] == s) ++last;
+    if (last == next)
+      throw InputError(fmt::format("{}: partition: stage {} has no layers right after stage {}'s; validate runs contiguous stages "
+                                   "in order", file, s, s - 1));
+    saved.ranges.push_back({next, last});
+    next = last;
+  }
+  if (next != layers)
+    throw InputError(fmt::format("{}: partition: layer {} is not in the stage after its predecessor's; validate runs contiguous "
+                                 "stages in order", file, next));
+  options.schedule = plan.schedule;
+  options.stages = partition.num_stages();
+  options.micro_batches = plan.micro_batches;
+  options.micro_batch_size = plan.profile.micro_batch_size;
+  options.mini_batches = plan.mini_batches;
+  return saved;
+}
+
+}  // namespace
+
 int run_validate_command() {
+  std::optional<SavedPlan> saved;
+  if (!options.plan.empty()) {
+    saved = read_saved_plan(options.plan);
+  } else {
+    if (options.model.empty()) throw InputError("validate: --model is required (or give --plan FILE)");
+    if (options.schedule.empty()) throw InputError("validate: --schedule is required (or give --plan FILE)");
+  }
   validate::ModelConfig model{options.model, {}};
   for (const std::string& option : options.model_options) validate::add_model_option(model, option);
-  model = validate::resolve_model(model);
+  model = saved ? saved->model : validate::resolve_model(model);
   if (!schedule_info(options.schedule).flushed)
     throw InputError(fmt::format("--schedule {}: validate runs the flushed schedules gpipe, 1f1b-sno and 1f1b-so", options.schedule));
   if (options.repeats < 1) throw InputError(fmt::format("--repeats: expected at least 1, found {}", options.repeats));
@@ -109,7 +180,7 @@ int run_validate_command() {
   if (options.warmup < 0) throw InputError(fmt::format("--warmup: expected 0 or more, found {}", options.warmup));
   if (options.profile.empty() != options.platform.empty())
     throw InputError("--profile and --platform go together: give both, or neither to calibrate");
-  if (!options.measured.empty() && options.profile.empty())
+  if (!options.measured.empty() && options.profile.empty() && !saved)
     throw InputError("--measured: give the --profile and --platform calibrated on the machine that measured them");
   if (!options.measured.empty() && command->count("--repeats"))
     throw InputError("--repeats: the measured runs are the --measured files; give one or the other");
@@ -125,12 +196,14 @@ int run_validate_command() {
     throw InputError(fmt::format("--device {}: expected one device per stage ({})", options.device, options.stages));
 
   // The real run's layer split (execute's), used by the simulation too.
-  const validate::LayerRanges ranges = options.layers_per_stage.empty()
-                                           ? validate::uniform_ranges(layers, options.stages)
-                                           : validate::ranges_from_counts(options.layers_per_stage, layers);
+  const validate::LayerRanges ranges = saved                              ? saved->ranges
+                                       : options.layers_per_stage.empty() ? validate::uniform_ranges(layers, options.stages)
+                                                                          : validate::ranges_from_counts(options.layers_per_stage, layers);
 
   std::string profile_text, platform_text;
-  if (options.profile.empty()) {
+  if (saved) {
+    // The plan is simulated as saved.
+  } else if (options.profile.empty()) {
     validate::CalibrationRequest request;
     request.model = model;
     request.micro_batch_size = options.micro_batch_size;
@@ -145,6 +218,11 @@ int run_validate_command() {
     profile_text = read_text_file(options.profile);
     platform_text = read_text_file(options.platform);
   }
+  const std::string origin = saved ? options.plan : options.profile.empty() ? "calibrated profile" : options.profile;
+  std::optional<RunResult> simulated_run;
+  if (saved) {
+    simulated_run = run_plan(saved->plan);
+  } else {
   const TemporaryFile profile_file(".json", profile_text);
   const TemporaryFile platform_file(".xml", platform_text);
 
@@ -157,7 +235,6 @@ int run_validate_command() {
   plan_request.mini_batches = options.mini_batches;
   plan_request.network = options.network;
   Plan plan = make_plan(plan_request);
-  const std::string origin = options.profile.empty() ? "calibrated profile" : options.profile;
   if (static_cast<int>(plan.profile.layers.size()) != layers)
     throw InputError(fmt::format("{}: {} layers, model {} has {}", origin, plan.profile.layers.size(), model.name, layers));
   if (plan.partition.num_stages() != options.stages)
@@ -166,7 +243,9 @@ int run_validate_command() {
                                  plan.partition.num_stages(), options.stages));
   for (int s = 0; s < options.stages; ++s)
     for (int l = ranges[s].first; l < ranges[s].second; ++l) plan.partition.stage_of_layer[l] = s;
-  const RunResult simulated = run_plan(plan);
+  simulated_run = run_plan(plan);
+  }
+  const RunResult& simulated = *simulated_run;
 
   validate::ExecutionRequest request;
   request.model = model;
@@ -175,6 +254,7 @@ int run_validate_command() {
   schedule.num_stages = options.stages;
   schedule.micro_batches = options.micro_batches;
   schedule.mini_batches = options.warmup + options.mini_batches;
+  schedule.recompute = saved && saved->plan.recompute;
   request.program = generate_schedule(options.schedule, schedule);
   request.micro_batch_size = options.micro_batch_size;
   request.warmup_mini_batches = options.warmup;
@@ -209,7 +289,8 @@ int run_validate_command() {
     json["micro_batches"] = options.micro_batches;
     json["micro_batch_size"] = options.micro_batch_size;
     json["device"] = options.device;
-    json["calibrated"] = options.profile.empty();
+    json["calibrated"] = !saved && options.profile.empty();
+    if (saved) json["plan"] = options.plan;
     json["measured_here"] = options.measured.empty();
     std::cout << json.dump(2) << "\n";
     return 0;

@@ -58,6 +58,10 @@ struct MeasuredSize {
 
 struct Profile {
   std::string name;
+  /// The model that was measured, when it can be rebuilt: `pipegrid
+  /// calibrate` writes its zoo model as "NAME key=value ..." (what
+  /// `validate --plan` runs); empty for profiles measured elsewhere.
+  std::string model;
   int micro_batch_size = 1;
   /// Bytes of the model's input for one micro-batch (what the first stage
   /// receives and stashes). 0 when unknown.

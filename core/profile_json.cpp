@@ -197,7 +197,7 @@ Profile parse_profile_json(const std::string& text, const std::string& origin) {
   }
   if (!document.is_object())
     throw InputError(fmt::format("{}: expected a JSON object (a profile), found {}", origin, shown(document)));
-  reject_unknown_fields(document, origin, {"name", "micro_batch_size", "micro_batch_sizes", "input_bytes", "layers"});
+  reject_unknown_fields(document, origin, {"name", "model", "micro_batch_size", "micro_batch_sizes", "input_bytes", "layers"});
 
   Profile profile;
   const auto name = document.find("name");
@@ -205,6 +205,11 @@ Profile parse_profile_json(const std::string& text, const std::string& origin) {
     throw InputError(fmt::format("{}: name: expected a string, found {}", origin,
                                  name == document.end() ? "nothing" : shown(*name)));
   profile.name = name->get<std::string>();
+  if (const auto model = document.find("model"); model != document.end()) {
+    if (!model->is_string())
+      throw InputError(fmt::format("{}: model: expected a string (\"NAME key=value ...\"), found {}", origin, shown(*model)));
+    profile.model = model->get<std::string>();
+  }
 
   // One size (micro_batch_size, plain numbers) or several (micro_batch_sizes,
   // a list per value).
@@ -316,6 +321,7 @@ std::string profile_to_json(const Profile& profile) {
   };
   std::string text = "{\n";
   text += fmt::format("  \"name\": {},\n", nlohmann::ordered_json(profile.name).dump());
+  if (!profile.model.empty()) text += fmt::format("  \"model\": {},\n", nlohmann::ordered_json(profile.model).dump());
   if (multi) {
     std::string sizes;
     for (const MeasuredSize& m : profile.measured) sizes += fmt::format("{}{}", sizes.empty() ? "" : ", ", m.micro_batch_size);

@@ -259,6 +259,19 @@ TEST(ModelZoo, LayerCounts) {
   EXPECT_EQ(num_layers({"transformer", {{"layers", 12}}}), 14);
 }
 
+TEST(ModelZoo, SpecRoundTripsAndNamesItsOrigin) {
+  const ModelConfig model = resolve_model({"transformer", {{"width", 32}, {"heads", 2}}});
+  const std::string spec = model_to_spec(model);
+  EXPECT_EQ(spec.rfind("transformer ", 0), 0u);
+  const ModelConfig back = model_from_spec(spec, "p.json");
+  EXPECT_EQ(back.name, model.name);
+  EXPECT_EQ(back.options, model.options);
+  EXPECT_EQ(model_from_spec("mlp  depth=3", "p.json").options.at("depth"), 3);
+  EXPECT_CONTAINS(input_error_of([] { model_from_spec("", "p.json"); }), "p.json: model: expected");
+  EXPECT_CONTAINS(input_error_of([] { model_from_spec("resnet depth=3", "p.json"); }), "p.json: model 'resnet depth=3'");
+  EXPECT_CONTAINS(input_error_of([] { model_from_spec("mlp depth", "p.json"); }), "expected key=value");
+}
+
 TEST(BadInput, ModelsDevicesAndRanges) {
   EXPECT_CONTAINS(input_error_of([] { resolve_model({"resnet", {}}); }), "unknown model 'resnet'");
   EXPECT_CONTAINS(input_error_of([] { resolve_model({"mlp", {{"heads", 2}}}); }), "mlp has no option 'heads'");

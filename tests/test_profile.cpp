@@ -117,6 +117,19 @@ TEST(ProfileJson, InputBytesDefaultsToZero) {
   ASSERT_EQ(profile.layers.size(), 1u);
 }
 
+TEST(ProfileJson, ModelIsOptionalAndRoundTrips) {
+  Profile profile = parse_profile_json(tiny_with_layers(kGoodLayer), "tiny.json");
+  EXPECT_EQ(profile.model, "");
+  EXPECT_EQ(profile_to_json(profile).find("\"model\""), std::string::npos);
+  profile.model = "mlp depth=4 width=64";
+  const std::string text = profile_to_json(profile);
+  EXPECT_NE(text.find("\"model\": \"mlp depth=4 width=64\""), std::string::npos);
+  EXPECT_EQ(parse_profile_json(text, "tiny.json").model, "mlp depth=4 width=64");
+  std::string bad = text;
+  bad.replace(bad.find("\"mlp depth=4 width=64\""), std::string("\"mlp depth=4 width=64\"").size(), "4");
+  EXPECT_CONTAINS(input_error_of([&] { parse_profile_json(bad, "tiny.json"); }), "tiny.json: model: expected a string");
+}
+
 TEST(ProfileJson, RoundTripIsExactAndDeterministic) {
   Profile profile;
   profile.name = "odd \"name\" \\ with unicode \xC3\xA9";

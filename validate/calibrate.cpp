@@ -86,6 +86,7 @@ void measure_on_device(const CalibrationRequest& request, detail::Backend& backe
   };
 
   result.profile.name = model.name;
+  result.profile.model = model_to_spec(model);
   result.profile.micro_batch_size = request.micro_batch_size;
   result.profile.input_bytes = tensor_bytes(batch.input);
 

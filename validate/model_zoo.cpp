@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -90,6 +91,30 @@ void add_model_option(ModelConfig& config, const std::string& text) {
   }
   if (!ok) throw InputError(fmt::format("--model-option '{}': expected key=value with a positive integer value, e.g. width=256", text));
   config.options[text.substr(0, equals)] = value;
+}
+
+std::string model_to_spec(const ModelConfig& config) {
+  std::string text = config.name;
+  for (const auto& [key, value] : config.options) text += fmt::format(" {}={}", key, value);
+  return text;
+}
+
+ModelConfig model_from_spec(const std::string& text, const std::string& origin) {
+  std::vector<std::string> words;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t end = std::min(text.find(' ', start), text.size());
+    if (end > start) words.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  if (words.empty()) throw InputError(fmt::format("{}: model: expected \"NAME key=value ...\", found an empty text", origin));
+  ModelConfig config{words.front(), {}};
+  try {
+    for (std::size_t w = 1; w < words.size(); ++w) add_model_option(config, words[w]);
+    return resolve_model(config);
+  } catch (const InputError& error) {
+    throw InputError(fmt::format("{}: model '{}': {}", origin, text, error.what()));
+  }
 }
 
 int num_layers(const ModelConfig& config) {

@@ -49,6 +49,14 @@ ModelConfig resolve_model(const ModelConfig& config);
  *  InputError quoting `text` otherwise. */
 void add_model_option(ModelConfig& config, const std::string& text);
 
+/** "NAME key=value ..." (options in key order): what a calibrated profile
+ *  records as its `model`. */
+std::string model_to_spec(const ModelConfig& config);
+
+/** The inverse of model_to_spec, resolved; InputError naming `origin` for
+ *  an empty or malformed text or an unknown model or option. */
+ModelConfig model_from_spec(const std::string& text, const std::string& origin);
+
 /** Number of layers of the (resolved) model. */
 int num_layers(const ModelConfig& config);
 
