@@ -49,6 +49,9 @@ mkdir -p "$prefix"
 for deb in .gpu-deps/*.deb; do dpkg -x "$deb" "$prefix"; done
 export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [ ! -x build-gpu/pipegrid ]; then
+  # LibTorch's CMake otherwise probes the GPU's architecture by compiling a
+  # program with nvcc (pipegrid compiles no CUDA code); H100 and H200 are 9.0.
+  export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
   torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
   generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)
@@ -66,6 +69,23 @@ say "built in $(( $(date +%s) - start )) s"
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' >>"$log" 2>&1 || true
 fi
+
+# --- smoke ---------------------------------------------------------------
+# A few seconds on tiny models before minutes of calibration: the whole
+# device (cuda) and two SM partitions (cuda-partitioned:2), one plan each.
+# When neither runs, the matrix would only repeat the same error: stop.
+mkdir -p "$work/matrix"
+smoke_ok=0
+for smoke in "${device%-partitioned}" "$device:2"; do
+  if $pipegrid execute --model mlp $(scripts/gpu-model-options.sh small mlp) --schedule gpipe \
+      --stages "$([ "$smoke" = "${device%-partitioned}" ] && echo 1 || echo 2)" --micro-batches 2 --device "$smoke" \
+      --mini-batches 2 --warmup 1 --json >"$work/matrix/smoke-${smoke/:/-}.json" 2>"$work/matrix/smoke-${smoke/:/-}.err"; then
+    say "smoke on $smoke: ok"; smoke_ok=1
+  else
+    say "smoke on $smoke failed:"; tail -5 "$work/matrix/smoke-${smoke/:/-}.err" | tee -a "$log"
+  fi
+done
+[ "$smoke_ok" = 1 ] || { say "no device kind ran the smoke plan: matrix not run"; exit 1; }
 
 # --- the matrix ----------------------------------------------------------
 # Model sizes: large enough that one action takes a millisecond or more on
