@@ -231,7 +231,7 @@ TEST(ProfileJson, BadTypesAreErrors) {
 TEST(ProfileJson, UnknownFieldIsAnError) {
   const std::string text = R"({"name": "x", "micro_batch_size": 1, "input_byte": 8, "layers": [)" +
                            std::string(kGoodLayer) + "]}";
-  EXPECT_CONTAINS(input_error_of([&] { parse_profile_json(text, "p.json"); }), "p.json: expected only the fields name, "
+  EXPECT_CONTAINS(input_error_of([&] { parse_profile_json(text, "p.json"); }), "p.json: expected only the fields name, model, "
                                                                                "micro_batch_size, micro_batch_sizes, "
                                                                                "input_bytes, layers, "
                                                                                "found 'input_byte'");
