@@ -7,10 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cuda=${CUDA_HOME:-/usr/local/cuda}
-stub=$(mktemp -d)
-trap 'rm -rf "$stub"' EXIT
-mkdir -p "$stub/c10/cuda/impl"
-echo '#pragma once' >"$stub/c10/cuda/impl/cuda_cmake_macros.h"
-g++ -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -DPIPEGRID_CUDA_BACKEND -I"$stub" -I. \
+macros_dir=$(mktemp -d)
+trap 'rm -rf "$macros_dir"' EXIT
+mkdir -p "$macros_dir/c10/cuda/impl"
+echo '#pragma once' >"$macros_dir/c10/cuda/impl/cuda_cmake_macros.h"
+g++ -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -DPIPEGRID_CUDA_BACKEND -I"$macros_dir" -I. \
   -isystem /usr/include/torch/csrc/api/include -isystem "$cuda/include" validate/cuda/cuda_backend.cpp
 echo "validate/cuda/cuda_backend.cpp compiles against LibTorch $(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null || echo '?') and $cuda"

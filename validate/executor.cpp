@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "validate/detail/backend.hpp"
 #include "validate/detail/model.hpp"
+#include "validate/detail/rendezvous.hpp"
 #include "validate/transport.hpp"
 
 namespace pipegrid::validate {
@@ -32,60 +33,28 @@ double steady_seconds() {
 
 class InProcessTransport : public Transport {
  public:
-  explicit InProcessTransport(int devices) {
-    for (int d = 0; d < devices; ++d) mailboxes_.push_back(std::make_unique<Mailbox>());
-  }
+  explicit InProcessTransport(int devices) : mailboxes_(devices) {}
 
   CopyInterval send(int to, const MessageKey& key, const at::Tensor& tensor) override {
-    Mailbox& box = *mailboxes_.at(to);
     CopyInterval interval;
     interval.start.seconds = steady_seconds();
     torch::Tensor copy = tensor.detach().clone();
     interval.end.seconds = steady_seconds();
-    {
-      std::lock_guard lock(box.mutex);
-      box.messages[key] = std::move(copy);
-    }
-    box.arrived.notify_all();
+    mailboxes_.post(to, key, std::move(copy));
     return interval;
   }
 
-  at::Tensor receive(int device, const MessageKey& key) override {
-    Mailbox& box = *mailboxes_.at(device);
-    std::unique_lock lock(box.mutex);
-    box.arrived.wait(lock, [&] { return box.aborted || box.messages.count(key) > 0; });
-    if (box.aborted) throw std::runtime_error(box.reason);
-    auto found = box.messages.find(key);
-    torch::Tensor tensor = std::move(found->second);
-    box.messages.erase(found);
-    return tensor;
-  }
+  at::Tensor receive(int device, const MessageKey& key) override { return mailboxes_.take(device, key); }
 
   CopyInterval all_reduce(int, const AllReduceKey& key, int rank, int participants, const std::vector<at::Tensor>& tensors) override {
     CopyInterval interval;
     interval.start.seconds = steady_seconds();
     std::vector<torch::Tensor> flat;
     for (const torch::Tensor& tensor : tensors) flat.push_back(tensor.detach().reshape({-1}));
-    torch::Tensor mine = torch::cat(flat);
-    std::shared_ptr<Gathering> gathering;
-    {
-      std::unique_lock lock(collective_.mutex);
-      std::shared_ptr<Gathering>& slot = collective_.gatherings[key];
-      if (!slot) slot = std::make_shared<Gathering>(participants);
-      gathering = slot;
-      if (static_cast<int>(gathering->contributions.size()) != participants || rank < 0 || rank >= participants ||
-          gathering->contributions[rank].defined())
-        throw std::logic_error(fmt::format("all-reduce stage {} round {}: rank {} of {} does not fit the participants", key.stage,
-                                           key.round, rank, participants));
-      gathering->contributions[rank] = std::move(mine);
-      ++gathering->joined;
-      collective_.changed.notify_all();
-      collective_.changed.wait(lock, [&] { return collective_.aborted || gathering->joined == participants; });
-      if (collective_.aborted) throw std::runtime_error(collective_.reason);
-    }
+    const auto contributions = rendezvous_.join(key, rank, participants, torch::cat(flat));
     // Every participant adds the same tensors in the same order.
-    torch::Tensor sum = gathering->contributions[0].clone();
-    for (int r = 1; r < participants; ++r) sum.add_(gathering->contributions[r]);
+    torch::Tensor sum = (*contributions)[0].clone();
+    for (int r = 1; r < participants; ++r) sum.add_((*contributions)[r]);
     std::int64_t offset = 0;
     {
       torch::NoGradGuard no_grad;
@@ -94,54 +63,19 @@ class InProcessTransport : public Transport {
         offset += tensor.numel();
       }
     }
-    {
-      std::lock_guard lock(collective_.mutex);
-      if (++gathering->left == participants) collective_.gatherings.erase(key);
-    }
+    rendezvous_.leave(key);
     interval.end.seconds = steady_seconds();
     return interval;
   }
 
   void abort(const std::string& reason) override {
-    for (auto& box : mailboxes_) {
-      {
-        std::lock_guard lock(box->mutex);
-        box->aborted = true;
-        box->reason = reason;
-      }
-      box->arrived.notify_all();
-    }
-    {
-      std::lock_guard lock(collective_.mutex);
-      collective_.aborted = true;
-      collective_.reason = reason;
-    }
-    collective_.changed.notify_all();
+    mailboxes_.abort(reason);
+    rendezvous_.abort(reason);
   }
 
  private:
-  struct Mailbox {
-    std::mutex mutex;
-    std::condition_variable arrived;
-    std::map<MessageKey, torch::Tensor> messages;
-    bool aborted = false;
-    std::string reason;
-  };
-  /** One all-reduce in progress: each rank's flattened tensors. */
-  struct Gathering {
-    explicit Gathering(int participants) : contributions(participants) {}
-    std::vector<torch::Tensor> contributions;
-    int joined = 0, left = 0;
-  };
-  struct Collective {
-    std::mutex mutex;
-    std::condition_variable changed;
-    std::map<AllReduceKey, std::shared_ptr<Gathering>> gatherings;
-    bool aborted = false;
-    std::string reason;
-  };
-  std::vector<std::unique_ptr<Mailbox>> mailboxes_;
-  Collective collective_;
+  detail::Mailboxes<torch::Tensor> mailboxes_;
+  detail::Rendezvous<torch::Tensor> rendezvous_;
 };
 
 /** CPU worker threads: device d is thread d with one intra-op thread; time

@@ -30,10 +30,8 @@
 // copy between two GPUs starts on the sender's clock and ends on the
 // receiver's).
 
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -50,6 +48,7 @@
 #include "core/error.hpp"
 #include "validate/cuda/green_contexts.hpp"
 #include "validate/detail/backend.hpp"
+#include "validate/detail/rendezvous.hpp"
 
 namespace pipegrid::validate::detail {
 namespace {
@@ -84,9 +83,8 @@ struct DeviceStreams {
 
 class CudaTransport : public Transport {
  public:
-  CudaTransport(const std::vector<DeviceStreams>& devices, bool through_host) : devices_(devices), through_host_(through_host) {
-    for (std::size_t d = 0; d < devices_.size(); ++d) mailboxes_.push_back(std::make_unique<Mailbox>());
-  }
+  CudaTransport(const std::vector<DeviceStreams>& devices, bool through_host)
+      : devices_(devices), through_host_(through_host), mailboxes_(static_cast<int>(devices.size())) {}
 
   CopyInterval send(int to, const MessageKey& key, const at::Tensor& tensor) override {
     if (current_worker < 0) throw std::logic_error("CudaTransport::send called outside a worker thread");
@@ -129,26 +127,12 @@ class CudaTransport : public Transport {
     interval.end = record_on(last);
     message.ready = std::static_pointer_cast<EventStamp>(interval.end.event);
 
-    Mailbox& box = *mailboxes_.at(to);
-    {
-      std::lock_guard lock(box.mutex);
-      box.messages[key] = std::move(message);
-    }
-    box.arrived.notify_all();
+    mailboxes_.post(to, key, std::move(message));
     return interval;
   }
 
   at::Tensor receive(int device, const MessageKey& key) override {
-    Mailbox& box = *mailboxes_.at(device);
-    Message message;
-    {
-      std::unique_lock lock(box.mutex);
-      box.arrived.wait(lock, [&] { return box.aborted || box.messages.count(key) > 0; });
-      if (box.aborted) throw std::runtime_error(box.reason);
-      auto found = box.messages.find(key);
-      message = std::move(found->second);
-      box.messages.erase(found);
-    }
+    Message message = mailboxes_.take(device, key);
     const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(devices_.at(device).gpu));
     message.ready->event.block(compute);
     message.tensor.record_stream(compute);
@@ -166,25 +150,10 @@ class CudaTransport : public Transport {
     Contribution mine{at::cat(flat), std::make_shared<EventStamp>(), device};
     mine.ready->device_index = own.gpu;
     mine.ready->event.record(compute);
-    std::shared_ptr<Gathering> gathering;
-    {
-      std::unique_lock lock(collective_.mutex);
-      std::shared_ptr<Gathering>& slot = collective_.gatherings[key];
-      if (!slot) slot = std::make_shared<Gathering>(participants);
-      gathering = slot;
-      if (static_cast<int>(gathering->contributions.size()) != participants || rank < 0 || rank >= participants ||
-          gathering->contributions[rank].tensor.defined())
-        throw std::logic_error(fmt::format("all-reduce stage {} round {}: rank {} of {} does not fit the participants", key.stage,
-                                           key.round, rank, participants));
-      gathering->contributions[rank] = std::move(mine);
-      ++gathering->joined;
-      collective_.changed.notify_all();
-      collective_.changed.wait(lock, [&] { return collective_.aborted || gathering->joined == participants; });
-      if (collective_.aborted) throw std::runtime_error(collective_.reason);
-    }
+    const auto contributions = rendezvous_.join(key, rank, participants, std::move(mine));
     const c10::Device destination(c10::kCUDA, static_cast<c10::DeviceIndex>(own.gpu));
     at::Tensor sum;
-    for (const Contribution& contribution : gathering->contributions) {
+    for (const Contribution& contribution : *contributions) {
       const DeviceStreams& owner = devices_.at(contribution.device);
       at::Tensor part;
       if (owner.gpu == own.gpu) {
@@ -210,29 +179,14 @@ class CudaTransport : public Transport {
       tensor.copy_(sum.narrow(0, offset, tensor.numel()).view(tensor.sizes()));
       offset += tensor.numel();
     }
-    {
-      std::lock_guard lock(collective_.mutex);
-      if (++gathering->left == participants) collective_.gatherings.erase(key);
-    }
+    rendezvous_.leave(key);
     interval.end = record_on(compute);
     return interval;
   }
 
   void abort(const std::string& reason) override {
-    for (auto& box : mailboxes_) {
-      {
-        std::lock_guard lock(box->mutex);
-        box->aborted = true;
-        box->reason = reason;
-      }
-      box->arrived.notify_all();
-    }
-    {
-      std::lock_guard lock(collective_.mutex);
-      collective_.aborted = true;
-      collective_.reason = reason;
-    }
-    collective_.changed.notify_all();
+    mailboxes_.abort(reason);
+    rendezvous_.abort(reason);
   }
 
  private:
@@ -240,35 +194,16 @@ class CudaTransport : public Transport {
     at::Tensor tensor;
     std::shared_ptr<EventStamp> ready;
   };
-  struct Mailbox {
-    std::mutex mutex;
-    std::condition_variable arrived;
-    std::map<MessageKey, Message> messages;
-    bool aborted = false;
-    std::string reason;
-  };
   /** A participant's flattened gradients, readable once `ready` is reached. */
   struct Contribution {
     at::Tensor tensor;
     std::shared_ptr<EventStamp> ready;
     int device = 0;
   };
-  struct Gathering {
-    explicit Gathering(int participants) : contributions(participants) {}
-    std::vector<Contribution> contributions;
-    int joined = 0, left = 0;
-  };
-  struct Collective {
-    std::mutex mutex;
-    std::condition_variable changed;
-    std::map<AllReduceKey, std::shared_ptr<Gathering>> gatherings;
-    bool aborted = false;
-    std::string reason;
-  };
   const std::vector<DeviceStreams>& devices_;
   bool through_host_;
-  std::vector<std::unique_ptr<Mailbox>> mailboxes_;
-  Collective collective_;
+  Mailboxes<Message> mailboxes_;
+  Rendezvous<Contribution> rendezvous_;
 };
 
 class CudaBackend : public Backend {
