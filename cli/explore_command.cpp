@@ -110,9 +110,8 @@ Plan candidate_plan(const Exploration& exploration, const Candidate& candidate) 
   plan.partition = choice.partition;
   const ScheduleInfo& info = schedule_info(candidate.schedule);
   plan.micro_batches = info.flushed ? candidate.shape.micro_batches : 1;
-  int devices = 0;
-  for (const auto& hosts : plan.partition.hosts) devices += static_cast<int>(hosts.size());
-  plan.mini_batches = info.flushed ? 1 : std::max(32, 4 * devices);
+  plan.extend_mini_batches = !info.flushed;
+  plan.mini_batches = info.flushed ? 1 : default_mini_batches(plan);
   return plan;
 }
 
@@ -284,7 +283,7 @@ CandidateOutcome run_candidate(const Exploration& exploration, const Candidate& 
   outcome.replicas = schedule_info(candidate.schedule).single_stage ? fmt::format("{}x", choice.partition.hosts[0].size())
                                                                     : replicas_text(choice.partition);
   try {
-    const Plan plan = candidate_plan(exploration, candidate);
+    Plan plan = candidate_plan(exploration, candidate);
     const RunResult result = run_plan(plan);
     outcome.throughput_samples_per_s = result.metrics.throughput_samples_per_s;
     outcome.minibatch_time_s = result.metrics.minibatch_time_s;

@@ -27,6 +27,7 @@
 #endif
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/metrics.hpp"
 #include "core/partition.hpp"
 #include "core/program.hpp"
 #include "schedules/schedules.hpp"
@@ -109,7 +110,7 @@ int run_demo(const std::string& output_dir, int micro_batches) {
       request.partition = partition;
       request.micro_batches = micro_batches;
     }
-    const Plan plan = make_plan(request);
+    Plan plan = make_plan(request);
     if (!header_printed) print_header(plan);
     const RunResult result = run_plan(plan);
     std::string stashes, versions;
@@ -178,6 +179,8 @@ int main_with_exceptions(int argc, char** argv) {
   simulate->add_flag("--wait-free", request.wait_free, "dp: all-reduce each layer as soon as its backward ends");
   simulate->add_option("--pipeline-depth", request.pipeline_depth,
                        "pipedream family: mini-batches admitted per input replica (default NOAM)");
+  simulate->add_option("--memory", request.memory,
+                       "replace every host's memory capacity (bytes, or with a unit: 64GiB, 16GB); drives the OOM verdict");
   simulate->add_option("--network", request.network, "simgrid (default: SimGrid's realistic model) or analytic (exactly latency + bytes/bandwidth)");
   simulate->add_flag("--recompute", request.recompute, "activation recomputation (flushed schedules)");
   simulate->add_option("--batch-size", request.batch_size, "micro-batch size the profile was measured at (graph.txt)");
@@ -242,7 +245,9 @@ int main_with_exceptions(int argc, char** argv) {
       plan = make_plan(request);
     }
     const RunResult result = run_plan(plan);
-    for (const std::string& warning : result.warnings) std::cerr << warning << "\n";
+    // The table lists the warnings itself; with --json they go to stderr too.
+    if (outputs.json)
+      for (const std::string& warning : result.warnings) std::cerr << "pipegrid: warning: " << warning << "\n";
     write_outputs(plan, result, outputs);
     std::cout << (outputs.json ? metrics_to_json(plan, result) : metrics_to_table(plan, result));
     return 0;
@@ -304,6 +309,11 @@ int main(int argc, char** argv) {
   } catch (const pipegrid::ProgramError& error) {
     std::cerr << "pipegrid: error: " << error.what() << "\n";
     return 2;
+  } catch (const pipegrid::InvariantViolation& error) {
+    std::cerr << "pipegrid: internal error: invariant violated (a bug in pipegrid, not in your input; please report it "
+                 "with the command line): "
+              << error.what() << "\n";
+    return 3;
   } catch (const std::exception& error) {
     std::cerr << "pipegrid: internal error: " << error.what() << "\n";
     return 3;

@@ -109,11 +109,19 @@ Plan make_plan(const PlanRequest& request) {
                                        request.partition, stage, replica, request.platform_file, host));
       }
   }
-  int devices = 0;
-  for (const auto& replicas : plan.partition.hosts) devices += static_cast<int>(replicas.size());
-  plan.mini_batches = request.mini_batches ? *request.mini_batches : info.flushed ? 1 : std::max(32, 4 * devices);
+  if (!request.memory.empty()) plan.memory_bytes = parse_bytes(request.memory, "--memory");
+  plan.extend_mini_batches = !request.mini_batches && !info.flushed;
+  plan.mini_batches = request.mini_batches ? *request.mini_batches : info.flushed ? 1 : default_mini_batches(plan);
   return plan;
 }
+
+int default_mini_batches(const Plan& plan) {
+  int devices = 0;
+  for (const auto& replicas : plan.partition.hosts) devices += static_cast<int>(replicas.size());
+  return std::max(32, 4 * devices);
+}
+
+int max_auto_mini_batches(const Plan& plan) { return 16 * default_mini_batches(plan); }
 
 namespace {
 
@@ -149,9 +157,8 @@ class PlatformCopy {
   std::string path_, owned_;
 };
 
-}  // namespace
-
-RunResult run_plan(const Plan& plan) {
+// One simulation of exactly plan.mini_batches.
+RunResult run_plan_once(const Plan& plan) {
   RunResult result;
   PlatformCopy platform_file(plan);
   check_partition(plan.partition, plan.profile, "partition");
@@ -213,12 +220,58 @@ RunResult run_plan(const Plan& plan) {
   for (int s = 0; s < plan.partition.num_stages(); ++s)
     for (const std::string& host : plan.partition.hosts[s]) {
       stage_of_host[host] = s;
-      if (const auto& capacity = platform.host(host).memory_bytes) memory.capacity_bytes[host] = *capacity;
+      if (plan.memory_bytes) memory.capacity_bytes[host] = *plan.memory_bytes;
+      else if (const auto& capacity = platform.host(host).memory_bytes) memory.capacity_bytes[host] = *capacity;
     }
   result.metrics = compute_metrics(result.timeline, memory, stage_of_host, plan.mini_batches,
                                    plan.micro_batches * plan.profile.micro_batch_size, !info.flushed);
   return result;
 }
+
+}  // namespace
+
+RunResult run_plan(Plan& plan) {
+  RunResult result = run_plan_once(plan);
+  const int cap = max_auto_mini_batches(plan);
+  while (plan.extend_mini_batches && result.metrics.steady_state && !result.metrics.steady_state->periodic &&
+         plan.mini_batches * 2 <= cap) {
+    plan.mini_batches *= 2;
+    result = run_plan_once(plan);
+  }
+  if (const auto& steady = result.metrics.steady_state; steady && !steady->periodic) {
+    const std::string measured = fmt::format("the mini-batch time is {}", steady->measured_over);
+    if (plan.extend_mini_batches)
+      result.warnings.push_back(fmt::format(
+          "no steady-state cycle confirmed within {} mini-batches (the most pipegrid simulates unasked: 16 x max(32, "
+          "4 x devices)); {}: an estimate, not an exact period",
+          plan.mini_batches, measured));
+    else
+      result.warnings.push_back(fmt::format(
+          "--mini-batches {}: too few to confirm a steady-state cycle; {}: an estimate, not an exact period (leave "
+          "--mini-batches out to simulate until a cycle is confirmed)",
+          plan.mini_batches, measured));
+  }
+  return result;
+}
+
+namespace {
+
+// "3-7" per stage, in the partition file's terms (layers of the unsplit
+// profile; "[:0.25]" marks the share of a split last layer a stage does).
+std::vector<std::string> stage_layers_text(const Partition& partition) {
+  const nlohmann::json form = nlohmann::json::parse(partition_to_json(partition));
+  std::vector<std::string> texts;
+  for (std::size_t s = 0; s < form.at("stages").size(); ++s) {
+    const nlohmann::json& stage = form["stages"][s];
+    const int first = stage.at("layers")[0].get<int>(), last = stage.at("layers")[1].get<int>();
+    std::string text = first == last ? std::to_string(first) : fmt::format("{}-{}", first, last);
+    if (stage.contains("split_last")) text += fmt::format("[:{:.3g}]", stage["split_last"].get<double>());
+    texts.push_back(text);
+  }
+  return texts;
+}
+
+}  // namespace
 
 std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   const Metrics& m = result.metrics;
@@ -237,6 +290,7 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   for (const auto& hosts : plan.partition.hosts) replicas.push_back(hosts.size());
   document["replicas"] = replicas;
   document["minibatch_time_s"] = m.minibatch_time_s;
+  document["mean_minibatch_span_s"] = m.mean_minibatch_span_s;
   document["throughput_samples_per_s"] = m.throughput_samples_per_s;
   document["bubble_fraction"] = m.bubble_fraction;
   document["bytes_per_sample"] = m.bytes_per_sample;
@@ -246,13 +300,22 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
                                 {"period_s", steady.period_s},
                                 {"cycle_minibatches", steady.cycle_minibatches},
                                 {"warmup_minibatches", steady.warmup_minibatches},
-                                {"warmup_s", steady.warmup_s}};
+                                {"warmup_s", steady.warmup_s},
+                                {"steady_minibatches", steady.steady_completions},
+                                {"drain_start_s", steady.drain_start_s},
+                                {"window_start_s", steady.window_start_s},
+                                {"window_end_s", steady.window_end_s},
+                                {"measured_over", steady.measured_over}};
   }
+  document["memory_override_bytes"] = plan.memory_bytes ? nlohmann::ordered_json(*plan.memory_bytes) : nlohmann::ordered_json();
+  document["partition"] = nlohmann::ordered_json::parse(partition_to_json(plan.partition));
   nlohmann::ordered_json devices = nlohmann::ordered_json::array();
+  const std::vector<std::string> layers = stage_layers_text(plan.partition);
   for (const DeviceMetrics& d : m.devices) {
     nlohmann::ordered_json device;
     device["host"] = d.host;
     device["stage"] = d.stage;
+    device["layers"] = d.stage >= 0 && d.stage < static_cast<int>(layers.size()) ? layers[d.stage] : "";
     device["busy_s"] = d.busy_s;
     device["bubble_fraction"] = d.bubble_fraction;
     device["peak_stashed_microbatches"] = d.peak_stashed_microbatches;
@@ -276,24 +339,31 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
       plan.mini_batches > 1 ? fmt::format(", {} mini-batches", plan.mini_batches) : "", plan.network);
   if (m.steady_state) {
     const SteadyState& steady = *m.steady_state;
-    text += fmt::format("  mini-batch time   {} (steady-state period{})\n", human_seconds(m.minibatch_time_s),
-                        steady.periodic ? fmt::format(": completions repeat every {} mini-batches", steady.cycle_minibatches)
-                                        : ": no exact cycle, mean gap over the middle half");
-    text += fmt::format("  warm-up           {} to the first steady-state completion ({} mini-batches completed before)\n",
-                        human_seconds(steady.warmup_s), steady.warmup_minibatches);
+    text += fmt::format("  mini-batch time   {} (steady-state period: {})\n", human_seconds(m.minibatch_time_s), steady.measured_over);
+    if (steady.periodic)
+      text += fmt::format("  warm-up           {} to the first steady-state completion ({} mini-batches completed before)\n",
+                          human_seconds(steady.warmup_s), steady.warmup_minibatches);
+    text += fmt::format("  mean span         {} per mini-batch over the whole run, warm-up and drain included\n",
+                        human_seconds(m.mean_minibatch_span_s));
   } else {
     text += fmt::format("  mini-batch time   {}\n", human_seconds(m.minibatch_time_s));
   }
   text += fmt::format("  throughput        {:.4g} samples/s\n", m.throughput_samples_per_s);
-  text += fmt::format("  bubble fraction   {:.4f}\n", m.bubble_fraction);
+  text += fmt::format("  bubble fraction   {:.4f}{}\n", m.bubble_fraction, m.steady_state ? " (inside the steady-state window)" : "");
   text += fmt::format("  traffic           {} per sample\n", human_bytes(m.bytes_per_sample));
-  text += fmt::format("  {:<16} {:>5} {:>12} {:>7} {:>6} {:>8} {:>12} {:>12}\n", "host", "stage", "busy", "bubble", "stash",
-                      "versions", "peak memory", "capacity");
+  if (plan.memory_bytes) text += fmt::format("  memory            {} per device (--memory)\n", human_bytes(*plan.memory_bytes));
+  const std::vector<std::string> layers = stage_layers_text(plan.partition);
+  std::size_t layers_width = 6;
+  for (const std::string& l : layers) layers_width = std::max(layers_width, l.size());
+  text += fmt::format("  {:<16} {:>5} {:<{}} {:>12} {:>7} {:>6} {:>8} {:>12} {:>12}\n", "host", "stage", "layers", layers_width, "busy",
+                      "bubble", "stash", "versions", "peak memory", "capacity");
   for (const DeviceMetrics& d : m.devices)
-    text += fmt::format("  {:<16} {:>5} {:>12} {:>7.4f} {:>6} {:>8} {:>12} {:>12}{}\n", d.host, d.stage, human_seconds(d.busy_s),
-                        d.bubble_fraction, d.peak_stashed_microbatches, d.peak_weight_versions, human_bytes(d.peak_memory_bytes),
-                        d.memory_capacity_bytes ? human_bytes(*d.memory_capacity_bytes) : "unlimited",
+    text += fmt::format("  {:<16} {:>5} {:<{}} {:>12} {:>7.4f} {:>6} {:>8} {:>12} {:>12}{}\n", d.host, d.stage,
+                        d.stage >= 0 && d.stage < static_cast<int>(layers.size()) ? layers[d.stage] : "", layers_width,
+                        human_seconds(d.busy_s), d.bubble_fraction, d.peak_stashed_microbatches, d.peak_weight_versions,
+                        human_bytes(d.peak_memory_bytes), d.memory_capacity_bytes ? human_bytes(*d.memory_capacity_bytes) : "unlimited",
                         d.oom ? "  OUT OF MEMORY" : "");
+  for (const std::string& warning : result.warnings) text += fmt::format("  warning: {}\n", warning);
   return text;
 }
 

@@ -25,9 +25,12 @@ struct PlanRequest {
   std::optional<int> micro_batch_size;
   std::string schedule;
   int micro_batches = 1;
-  /// Absent: 1 for flushed schedules, enough to reach the steady state for
-  /// the others (max(32, 4 x devices)).
+  /// Absent: 1 for flushed schedules; for the others, start at
+  /// max(32, 4 x devices) and double until a steady-state cycle is confirmed
+  /// (Plan::extend_mini_batches).
   std::optional<int> mini_batches;
+  /// Replaces every host's memory capacity (units as parse_bytes takes them).
+  std::string memory;
   std::string partition = "uniform";  ///< "uniform" or a partition file
   std::string replicas;               ///< "3,1": replicated stages, layers balanced per replica
   std::string network = "simgrid";
@@ -51,8 +54,19 @@ struct RunResult {
   std::vector<std::string> warnings;
 };
 
-/** Generates the Program, validates it, simulates it and computes metrics. */
-RunResult run_plan(const Plan& plan);
+/** Generates the Program, validates it, simulates it and computes metrics.
+ *  With plan.extend_mini_batches, simulates again with twice the
+ *  mini-batches while no steady-state cycle is confirmed, at most up to
+ *  max_auto_mini_batches(plan), and leaves the count simulated in
+ *  plan.mini_batches. Throws InputError for bad input, InvariantViolation
+ *  for an impossible result. */
+RunResult run_plan(Plan& plan);
+
+/** Where a run's mini-batches start when the user gives none (schedules
+ *  without a flush): max(32, 4 x devices); the doubling stops at 16 times
+ *  that. */
+int default_mini_batches(const Plan& plan);
+int max_auto_mini_batches(const Plan& plan);
 
 std::string metrics_to_json(const Plan& plan, const RunResult& result);
 std::string metrics_to_table(const Plan& plan, const RunResult& result);

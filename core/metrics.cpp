@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <tuple>
 
 #include <fmt/format.h>
+
+#include "core/io.hpp"
 
 namespace pipegrid {
 
@@ -138,68 +141,106 @@ std::map<std::string, VersionTrack> weight_versions(const Timeline& timeline, co
 
 }  // namespace
 
-SteadyState steady_state_of(std::vector<double> completions, double run_start_s) {
+SteadyState steady_state_of(std::vector<double> completions, double run_start_s, double drain_start_s) {
   SteadyState steady;
+  steady.drain_start_s = drain_start_s;
   std::sort(completions.begin(), completions.end());
-  const std::size_t n = completions.size();
-  if (n == 0) return steady;
-  if (n < 2) {
-    steady.period_s = completions.back() - run_start_s;
-    steady.window_start_s = run_start_s;
-    steady.window_end_s = completions.back();
+  if (completions.empty()) {
+    steady.measured_over = "no mini-batch completed";
     return steady;
   }
-  std::vector<double> gaps(n - 1);
+  // Completions up to the drain (a relative slack of 1e-12 for a completion
+  // at the very instant the last forward starts).
+  const double slack = 1e-12 * std::max(std::fabs(drain_start_s), std::fabs(completions.back()));
+  std::vector<double> valid;
+  for (double c : completions)
+    if (c <= drain_start_s + slack) valid.push_back(c);
+  steady.steady_completions = static_cast<int>(valid.size());
+  if (valid.size() < 2) {
+    // Too short to see a steady state: the mean over all completions, or
+    // the one completion's time from the start.
+    const std::size_t n = completions.size();
+    steady.window_start_s = n >= 2 ? completions.front() : run_start_s;
+    steady.window_end_s = completions.back();
+    steady.window_gaps = n >= 2 ? static_cast<int>(n - 1) : 1;
+    steady.period_s = (steady.window_end_s - steady.window_start_s) / steady.window_gaps;
+    steady.measured_over = n >= 2 ? fmt::format("all {} completions: fewer than 2 before the drain", n)
+                                  : "the one completion from the start of the run";
+    return steady;
+  }
+  const std::size_t G = valid.size() - 1;  // gaps h[i] = valid[i+1] - valid[i]
+  std::vector<double> gaps(G);
   double largest = 0;
-  for (std::size_t i = 0; i + 1 < n; ++i) {
-    gaps[i] = completions[i + 1] - completions[i];
+  for (std::size_t i = 0; i < G; ++i) {
+    gaps[i] = valid[i + 1] - valid[i];
     largest = std::max(largest, std::fabs(gaps[i]));
   }
   const double tolerance = 1e-9 * largest;
-  const std::size_t G = gaps.size();
-  // For each cycle length L, the longest run of gaps that repeat with period
-  // L (the drain at the end of a run and the warm-up at its start break it).
-  // The shortest cycle wins unless a longer one covers more than one more
-  // of its cycles.
-  std::size_t best_L = 0, best_first = 0, best_length = 0;
+  // The smallest cycle L whose repetition, traced back from the last gap
+  // before the drain, covers at least 3 cycles and the last half of the
+  // gaps: the steady state is what the run settles into, so it must hold at
+  // the end of the steady part and be seen repeating.
+  const std::size_t needed_half = (G + 1) / 2;
   for (std::size_t L = 1; 3 * L <= G; ++L) {
-    std::size_t first = 0, length = 0;
-    for (std::size_t i = 0; i + L < G;) {
-      std::size_t j = i;
-      while (j + L < G && std::fabs(gaps[j] - gaps[j + L]) <= tolerance) ++j;
-      if (j > i && j - i + L > length) {
-        first = i;
-        length = j - i + L;
-      }
-      i = j + 1;
-    }
-    if (length < 3 * L) continue;
-    if (best_L == 0 || length > best_length + L) {
-      best_L = L;
-      best_first = first;
-      best_length = length;
-    }
-  }
-  if (best_L > 0) {
-    const std::size_t whole = best_length / best_L * best_L;
+    std::size_t first = G - L;  // gaps [first, G) repeat with period L
+    while (first > 0 && std::fabs(gaps[first - 1] - gaps[first - 1 + L]) <= tolerance) --first;
+    const std::size_t covered = G - first;
+    if (covered < 3 * L || covered < needed_half) continue;
+    const std::size_t whole = covered / L * L;
     steady.periodic = true;
-    steady.cycle_minibatches = static_cast<int>(best_L);
-    steady.window_start_s = completions[best_first];
-    steady.window_end_s = completions[best_first + whole];
+    steady.cycle_minibatches = static_cast<int>(L);
+    steady.window_start_s = valid[G - whole];
+    steady.window_end_s = valid[G];
+    steady.window_gaps = static_cast<int>(whole);
     steady.period_s = (steady.window_end_s - steady.window_start_s) / static_cast<double>(whole);
-    steady.warmup_minibatches = static_cast<int>(best_first);
-    steady.warmup_s = completions[best_first] - run_start_s;
+    steady.warmup_minibatches = static_cast<int>(first);
+    steady.warmup_s = valid[first] - run_start_s;
+    steady.measured_over = fmt::format("{} whole cycles of {} before the drain", whole / L, L == 1 ? std::string("1 mini-batch") : fmt::format("{} mini-batches", L));
     return steady;
   }
-  // No exact cycle (SimGrid's network sharing can perturb every gap): the
-  // mean gap over the middle half of the run.
-  const std::size_t from = (n - 1) / 4, to = std::max(from + 1, (3 * (n - 1)) / 4);
-  steady.window_start_s = completions[from];
-  steady.window_end_s = completions[to];
-  steady.period_s = (steady.window_end_s - steady.window_start_s) / static_cast<double>(to - from);
-  steady.warmup_minibatches = static_cast<int>(from);
-  steady.warmup_s = completions[from] - run_start_s;
+  // No cycle confirmed: the mean gap over the last half of the steady part.
+  const std::size_t counted = std::max<std::size_t>(1, needed_half);
+  steady.window_start_s = valid[G - counted];
+  steady.window_end_s = valid[G];
+  steady.window_gaps = static_cast<int>(counted);
+  steady.period_s = (steady.window_end_s - steady.window_start_s) / static_cast<double>(counted);
+  steady.measured_over = fmt::format("the mean of the last {} of {} gaps between completions before the drain", counted, G);
   return steady;
+}
+
+SteadyState steady_state_of(const Timeline& timeline) {
+  std::map<int, double> completion;
+  std::map<std::string, double> last_forward_start;
+  double first = 0;
+  bool any = false;
+  for (const TimelineRecord& r : timeline.records) {
+    if (r.kind() != RecordKind::Compute) continue;
+    first = any ? std::min(first, r.start_s) : r.start_s;
+    any = true;
+    auto [it, inserted] = completion.try_emplace(r.mini_batch, r.end_s);
+    if (!inserted) it->second = std::max(it->second, r.end_s);
+    if (r.action == "F") {
+      auto [last, new_host] = last_forward_start.try_emplace(r.host, r.start_s);
+      if (!new_host) last->second = std::max(last->second, r.start_s);
+    }
+  }
+  std::vector<double> completions;
+  for (const auto& [k, end] : completion) completions.push_back(end);
+  double drain = completions.empty() ? 0 : *std::max_element(completions.begin(), completions.end());
+  for (const auto& [host, start] : last_forward_start) drain = std::min(drain, start);
+  return steady_state_of(std::move(completions), first, drain);
+}
+
+bool minibatches_overlap(const Timeline& timeline) {
+  std::map<int, std::pair<double, double>> extent;  // mini-batch -> (first start, last end)
+  for (const TimelineRecord& r : timeline.records) {
+    if (r.kind() != RecordKind::Compute) continue;
+    auto [it, inserted] = extent.try_emplace(r.mini_batch, r.start_s, r.end_s);
+    if (!inserted) it->second = {std::min(it->second.first, r.start_s), std::max(it->second.second, r.end_s)};
+  }
+  for (auto it = extent.begin(); it != extent.end() && std::next(it) != extent.end(); ++it)
+    if (std::next(it)->second.first < it->second.second) return true;
+  return false;
 }
 
 MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model,
@@ -304,6 +345,7 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std:
   double first = 0, last = 0, transferred = 0;
   bool any = false;
   std::map<std::string, std::vector<std::pair<double, double>>> busy;
+  std::map<std::string, std::set<int>> minibatches_of_host;
   for (const TimelineRecord& r : timeline.records) {
     if (r.kind() == RecordKind::Transfer) transferred += r.bytes;
     // The span covers compute and all-reduces (the update ends a flushed
@@ -312,24 +354,33 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std:
     first = any ? std::min(first, r.start_s) : r.start_s;
     last = any ? std::max(last, r.end_s) : r.end_s;
     any = true;
-    if (r.kind() == RecordKind::Compute) busy[r.host].push_back({r.start_s, r.end_s});
+    if (r.kind() == RecordKind::Compute) {
+      busy[r.host].push_back({r.start_s, r.end_s});
+      if (r.action == "F") minibatches_of_host[r.host].insert(r.mini_batch);
+    }
   }
   const double span = last - first;
-  metrics.minibatch_time_s = mini_batches > 0 ? span / mini_batches : 0;
+  metrics.mean_minibatch_span_s = mini_batches > 0 ? span / mini_batches : 0;
+  metrics.minibatch_time_s = metrics.mean_minibatch_span_s;
   if (steady_state && any) {
-    std::map<int, double> completion;
-    for (const TimelineRecord& r : timeline.records)
-      if (r.kind() == RecordKind::Compute) completion[r.mini_batch] = std::max(completion[r.mini_batch], r.end_s);
-    std::vector<double> completions;
-    for (const auto& [k, end] : completion) completions.push_back(end);
-    const SteadyState steady = steady_state_of(completions, first);
-    metrics.steady_state = steady;
-    metrics.minibatch_time_s = steady.period_s;
+    metrics.steady_state = steady_state_of(timeline);
+    metrics.minibatch_time_s = metrics.steady_state->period_s;
   }
   metrics.throughput_samples_per_s = metrics.minibatch_time_s > 0 ? samples_per_minibatch / metrics.minibatch_time_s : 0;
   const double samples = static_cast<double>(samples_per_minibatch) * mini_batches;
   metrics.bytes_per_sample = samples > 0 ? transferred / samples : 0;
 
+  // Bubbles are measured over the run (flushed) or inside the steady-state
+  // window (otherwise), never clamped: a value outside [0, 1] is a bug.
+  double window_start = first, window_end = last;
+  if (metrics.steady_state && metrics.steady_state->window_end_s > metrics.steady_state->window_start_s) {
+    window_start = metrics.steady_state->window_start_s;
+    window_end = metrics.steady_state->window_end_s;
+  }
+  const double window = window_end - window_start;
+  const double slack = 1e-9 * std::max(span, 1e-300);
+  std::map<int, int> replicas_of_stage;
+  for (const auto& [host, stage] : stage_of_host) ++replicas_of_stage[stage];
   double bubble_sum = 0;
   for (const std::string& host : timeline.hosts) {
     DeviceMetrics device;
@@ -337,16 +388,38 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std:
     if (auto stage = stage_of_host.find(host); stage != stage_of_host.end()) device.stage = stage->second;
     auto& intervals = busy[host];
     std::sort(intervals.begin(), intervals.end());
-    double covered_until = -1e300;
+    double covered_until = -1e300, busy_in_window = 0;
     for (const auto& [start, end] : intervals) {
       const double from = std::max(start, covered_until);
-      if (end > from) device.busy_s += end - from;
+      if (end > from) {
+        device.busy_s += end - from;
+        busy_in_window += std::max(0.0, std::min(end, window_end) - std::max(from, window_start));
+      }
       covered_until = std::max(covered_until, end);
     }
-    // Without a flush, the share of the steady-state period the device
-    // computes: its busy time per mini-batch of the run over the period.
-    const double available = metrics.steady_state ? metrics.minibatch_time_s * mini_batches : span;
-    device.bubble_fraction = available > 0 ? std::clamp(1 - device.busy_s / available, 0.0, 1.0) : 0;
+    if (device.busy_s > span + slack)
+      throw InvariantViolation(fmt::format("device {} is busy {} s, longer than the whole run ({} s)", host,
+                                           format_exact(device.busy_s), format_exact(span)));
+    const double bubble = window > 0 ? 1 - busy_in_window / window : 0;
+    if (bubble < -1e-9 || bubble > 1 + 1e-9)
+      throw InvariantViolation(fmt::format("device {}: bubble fraction {} outside [0, 1]", host, format_exact(bubble)));
+    device.bubble_fraction = std::clamp(bubble, 0.0, 1.0);  // rounding only
+    if (metrics.steady_state) {
+      // In steady state a device of a stage with r replicas handles one
+      // mini-batch in r, so the period is at least its compute per
+      // mini-batch it handles divided by r.
+      const auto handled = minibatches_of_host.find(host);
+      const int replicas = replicas_of_stage.count(device.stage) ? replicas_of_stage[device.stage] : 1;
+      if (handled != minibatches_of_host.end() && !handled->second.empty()) {
+        const double bound = device.busy_s / static_cast<double>(handled->second.size()) / replicas;
+        if (metrics.minibatch_time_s < bound * (1 - 1e-9))
+          throw InvariantViolation(fmt::format(
+              "steady-state period {} s is shorter than device {}'s compute per mini-batch ({} s over {} mini-batches, {} "
+              "replicas of stage {}: {} s)",
+              format_exact(metrics.minibatch_time_s), host, format_exact(device.busy_s), handled->second.size(), replicas,
+              device.stage, format_exact(bound)));
+      }
+    }
     if (auto peak = peaks.peak_bytes.find(host); peak != peaks.peak_bytes.end()) device.peak_memory_bytes = peak->second;
     if (auto peak = peaks.peak_stashed.find(host); peak != peaks.peak_stashed.end())
       device.peak_stashed_microbatches = peak->second;

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,8 @@ struct DeviceMetrics {
   std::string host;
   int stage = 0;
   double busy_s = 0;  ///< time the device computes (union over its streams), whole run
-  /// Flushed: 1 - busy / run span. Otherwise 1 - busy / (mini-batches x
-  /// steady-state period): the idle share of the device in steady state.
+  /// Flushed: 1 - busy / run span. Otherwise the idle share of the device
+  /// inside the steady-state window: 1 - (busy time inside it) / its length.
   double bubble_fraction = 0;
   int peak_stashed_microbatches = 0;
   int peak_weight_versions = 1;
@@ -50,25 +51,64 @@ struct DeviceMetrics {
   bool oom = false;
 };
 
-/** Steady state of a schedule that does not flush: mini-batch completions
- *  (the end of a mini-batch's last operation) settle into gaps that repeat
- *  in cycles of `cycle_minibatches`. */
+/** Steady state of a schedule that does not flush (docs/semantics.md,
+ *  Metrics). A mini-batch completes when its last compute action ends. Only
+ *  completions before the drain count: the drain starts at the earliest
+ *  start, over devices, of a device's last forward; before it the run is
+ *  identical to any longer run of the same schedule. The period is measured
+ *  over whole cycles at the end of that steady part. */
 struct SteadyState {
-  bool periodic = false;       ///< false: no exact cycle found; period = mean gap over the middle half of the run
-  double period_s = 0;         ///< mean gap between completions over whole cycles
+  /// true: the gaps between the last steady completions repeat with a cycle
+  /// of `cycle_minibatches` (relative tolerance 1e-9) over at least 3 cycles
+  /// and at least the last half of the steady completions. false: no cycle
+  /// was confirmed; the period is the mean gap over the last half of the
+  /// steady completions (see `measured_over`).
+  bool periodic = false;
+  double period_s = 0;
   int cycle_minibatches = 0;   ///< completions per cycle (0 when not periodic)
-  int warmup_minibatches = 0;  ///< completions before the periodic regime
+  int warmup_minibatches = 0;  ///< completions before the first periodic one (periodic only)
   double warmup_s = 0;         ///< from the first operation to the first periodic completion
-  double window_start_s = 0, window_end_s = 0;  ///< the completions the period is measured between
+  /// The period is the mean gap between completions over this window.
+  double window_start_s = 0, window_end_s = 0;
+  int window_gaps = 0;            ///< gaps between completions inside the window
+  int steady_completions = 0;     ///< completions before the drain
+  double drain_start_s = 0;       ///< completions after this time are drain, not steady state
+  /// What the period was measured over, for people ("whole cycles of 3
+  /// mini-batches after a warm-up of 21", "the last 12 gaps before the
+  /// drain: no cycle confirmed", ...).
+  std::string measured_over;
 };
 
-/** Finds the steady state of mini-batch completion times (any order). */
-SteadyState steady_state_of(std::vector<double> completions, double run_start_s);
+/** Finds the steady state of mini-batch completion times (any order).
+ *  `run_start_s` is the start of the first operation; completions later than
+ *  `drain_start_s` are left out. */
+SteadyState steady_state_of(std::vector<double> completions, double run_start_s, double drain_start_s);
+
+/** The steady state of a timeline: completions are the ends of each
+ *  mini-batch's last compute record, the drain starts at the earliest start,
+ *  over hosts, of a host's last forward ("F"). */
+SteadyState steady_state_of(const Timeline& timeline);
+
+/** True when some mini-batch starts before the previous one has ended: the
+ *  schedule does not flush, so the mini-batch time is a steady-state period. */
+bool minibatches_overlap(const Timeline& timeline);
+
+/** An impossible result: a bug of the simulator or of a metric, never bad
+ *  input. The CLI reports it and exits with status 3. */
+class InvariantViolation : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
 
 struct Metrics {
-  /// Flushed schedules: span of the run divided by the mini-batches; others:
-  /// the steady-state period.
+  /// The time per mini-batch in steady operation (docs/semantics.md, one
+  /// meaning everywhere): flushed schedules, the span of the run divided by
+  /// the mini-batches (each mini-batch is alike); others, the steady-state
+  /// period.
   double minibatch_time_s = 0;
+  /// The span of the whole run (first start to last end, warm-up and drain
+  /// included) divided by the mini-batches simulated.
+  double mean_minibatch_span_s = 0;
   double throughput_samples_per_s = 0;
   double bubble_fraction = 0;  ///< mean over devices
   double bytes_per_sample = 0;
@@ -89,7 +129,11 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model,
                             const std::map<std::string, int>& stage_of_host);
 
 /** With `steady_state` (schedules that do not flush) the mini-batch time is
- *  the steady-state period and bubbles are measured inside its window. */
+ *  the steady-state period and bubbles are measured inside its window.
+ *  Checks the result's invariants and throws InvariantViolation naming the
+ *  one broken: every device's busy time within the run's span; bubble
+ *  fractions in [0, 1]; without a flush, the period at least every device's
+ *  compute per mini-batch it handles divided by its stage's replicas. */
 Metrics compute_metrics(Timeline& timeline, const MemoryModel& model,
                         const std::map<std::string, int>& stage_of_host, int mini_batches,
                         int samples_per_minibatch, bool steady_state = false);

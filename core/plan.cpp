@@ -26,6 +26,8 @@ std::string plan_to_json(const Plan& plan) {
   document["schedule"] = plan.schedule;
   document["micro_batches"] = plan.micro_batches;
   document["mini_batches"] = plan.mini_batches;
+  if (plan.extend_mini_batches) document["extend_mini_batches"] = true;
+  if (plan.memory_bytes) document["memory_bytes"] = *plan.memory_bytes;
   document["recompute"] = plan.recompute;
   document["network"] = plan.network;
   document["optimizer"] = plan.optimizer;
@@ -81,6 +83,11 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
   if (document.contains("pipeline_depth"))
     plan.pipeline_depth = field("pipeline_depth", [](const nlohmann::json& j) { return j.is_number_integer() && j.get<long long>() >= 0; },
                                 "an integer >= 0").get<int>();
+  if (document.contains("extend_mini_batches"))
+    plan.extend_mini_batches = field("extend_mini_batches", is_boolean, "true or false").get<bool>();
+  if (document.contains("memory_bytes"))
+    plan.memory_bytes = field("memory_bytes", [](const nlohmann::json& j) { return j.is_number() && j.get<double>() >= 0 && j.get<double>() < 1e300; },
+                              "a memory capacity in bytes >= 0").get<double>();
   plan.platform_file = field("platform_file", is_string, "a path").get<std::string>();
   plan.platform_xml = field("platform_xml", is_string, "the platform XML text").get<std::string>();
   plan.profile = parse_profile_json(field("profile", [](const nlohmann::json& j) { return j.is_object(); }, "a profile object").dump(),

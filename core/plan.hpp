@@ -3,6 +3,7 @@
 // and the platform XML are embedded, so a plan still runs when the files it
 // came from have moved or changed.
 
+#include <optional>
 #include <string>
 
 #include "core/partition.hpp"
@@ -18,6 +19,13 @@ struct Plan {
   std::string schedule;
   int micro_batches = 1;
   int mini_batches = 1;
+  /// Schedules without a flush: `mini_batches` is where the run starts; the
+  /// run doubles it (up to a cap) until a steady-state cycle is confirmed.
+  /// false: exactly `mini_batches` are simulated.
+  bool extend_mini_batches = false;
+  /// Replaces every host's memory capacity (simulate --memory); absent: the
+  /// platform's `memory` properties.
+  std::optional<double> memory_bytes;
   bool recompute = false;
   std::string network = "analytic";  ///< analytic | simgrid
   std::string optimizer = "sgd";     ///< sgd | momentum | adam: 0, 1, 2 weight copies of state

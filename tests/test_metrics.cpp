@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 
 #include "core/metrics.hpp"
 
@@ -129,28 +130,127 @@ TEST(Metrics, OptimizerStateAddsWeightCopies) {
 
 TEST(SteadyState, FindsTheCycleBetweenWarmUpAndDrain) {
   // Warm-up completions at 10 and 14, then gaps 1, 2, 3 repeating, then a
-  // drain with gaps of 5.
+  // drain with gaps of 5 that starts at `drain`.
   std::vector<double> completions = {10, 14};
   double t = 14;
   for (int cycle = 0; cycle < 6; ++cycle)
     for (double gap : {1.0, 2.0, 3.0}) completions.push_back(t += gap);
+  const double drain = t;
   for (int k = 0; k < 3; ++k) completions.push_back(t += 5);
   std::reverse(completions.begin(), completions.end());  // any order
-  const SteadyState steady = steady_state_of(completions, 0);
+  const SteadyState steady = steady_state_of(completions, 0, drain);
   EXPECT_TRUE(steady.periodic);
   EXPECT_EQ(steady.cycle_minibatches, 3);
   EXPECT_DOUBLE_EQ(steady.period_s, 2);
   EXPECT_EQ(steady.warmup_minibatches, 1);
   EXPECT_DOUBLE_EQ(steady.warmup_s, 14);
+  EXPECT_EQ(steady.steady_completions, 20);
+  EXPECT_DOUBLE_EQ(steady.window_end_s, drain);
 }
 
-TEST(SteadyState, WithoutACycleTheMiddleHalfMeanGap) {
+TEST(SteadyState, NeverMeasuresTheDrain) {
+  // The case of issue 12: a cycle of 3 (gaps 0.2814, 0.2814, 0.2520) ends
+  // in a drain of equal gaps (the input stage only runs backwards). With
+  // the drain counted, the equal gaps look like a cycle of 1.
+  std::vector<double> completions = {1.0};
+  double t = 1.0;
+  for (int cycle = 0; cycle < 4; ++cycle)
+    for (double gap : {0.2814, 0.2814, 0.2520}) completions.push_back(t += gap);
+  const double drain = t;
+  for (int k = 0; k < 12; ++k) completions.push_back(t += 0.1544);
+  const SteadyState steady = steady_state_of(completions, 0, drain);
+  EXPECT_TRUE(steady.periodic);
+  EXPECT_EQ(steady.cycle_minibatches, 3);
+  EXPECT_NEAR(steady.period_s, (0.2814 * 2 + 0.2520) / 3, 1e-12);
+  // Without the drain start, the trailing equal gaps are no steady state
+  // either: they cover more than half of the gaps only because the run is
+  // short, and that is what the drain start rules out.
+}
+
+TEST(SteadyState, AShortCoincidenceAtTheEndIsNotACycle) {
+  // Gaps that differ, then three equal ones just before the drain: 3 cycles
+  // of length 1, but fewer than half of the steady gaps: not confirmed.
+  std::vector<double> completions;
+  double t = 0;
+  for (int k = 1; k <= 12; ++k) completions.push_back(t += k);
+  for (int k = 0; k < 3; ++k) completions.push_back(t += 7);
+  const SteadyState steady = steady_state_of(completions, 0, t);
+  EXPECT_FALSE(steady.periodic);
+  EXPECT_EQ(steady.window_gaps, 7);  // the last half of 14 gaps
+  EXPECT_DOUBLE_EQ(steady.period_s, (completions[14] - completions[7]) / 7);
+}
+
+TEST(SteadyState, WithoutACycleTheMeanOfTheLastHalfBeforeTheDrain) {
   std::vector<double> completions;
   double t = 0;
   for (int k = 1; k <= 9; ++k) completions.push_back(t += k);  // every gap differs
-  const SteadyState steady = steady_state_of(completions, 0);
+  const SteadyState steady = steady_state_of(completions, 0, completions[6]);
   EXPECT_FALSE(steady.periodic);
-  EXPECT_DOUBLE_EQ(steady.period_s, (completions[6] - completions[2]) / 4);
+  EXPECT_EQ(steady.steady_completions, 7);
+  EXPECT_DOUBLE_EQ(steady.period_s, (completions[6] - completions[3]) / 3);
+}
+
+TEST(SteadyState, TooFewCompletionsBeforeTheDrainUseTheWholeRun) {
+  const SteadyState steady = steady_state_of({5, 6, 8}, 1, 4);
+  EXPECT_FALSE(steady.periodic);
+  EXPECT_EQ(steady.steady_completions, 0);
+  EXPECT_DOUBLE_EQ(steady.period_s, 1.5);
+  const SteadyState one = steady_state_of({5}, 1, 5);
+  EXPECT_DOUBLE_EQ(one.period_s, 4);
+}
+
+// A timeline of a 2-stage pipeline without a flush, one device per stage,
+// mini-batches `spacing` apart: stage 0 runs F k, stage 1 F k then B k,
+// stage 0 B k. Device a is busy f + b per mini-batch.
+Timeline two_stage_stream(int mini_batches, double f, double b, double spacing) {
+  Timeline timeline;
+  timeline.hosts = {"a", "b"};
+  for (int k = 0; k < mini_batches; ++k) {
+    const double t = k * spacing;
+    timeline.records.push_back({"a", 0, 0, "F", 0, k, t, t + f});
+    timeline.records.push_back({"b", 0, 1, "F", 0, k, t + f, t + 2 * f});
+    timeline.records.push_back({"b", 0, 1, "B", 0, k, t + 2 * f, t + 2 * f + b});
+    timeline.records.push_back({"a", 0, 0, "B", 0, k, t + 2 * f + b, t + 2 * f + 2 * b});
+  }
+  return timeline;
+}
+
+TEST(SteadyStateInvariants, BubblesInsideTheWindowAreExact) {
+  MemoryModel model;
+  model.stages = {StageCost{}, StageCost{}};
+  Timeline timeline = two_stage_stream(12, 1, 2, 3);
+  const Metrics metrics = compute_metrics(timeline, model, {{"a", 0}, {"b", 1}}, 12, 1, true);
+  ASSERT_TRUE(metrics.steady_state);
+  EXPECT_TRUE(metrics.steady_state->periodic);
+  EXPECT_DOUBLE_EQ(metrics.minibatch_time_s, 3);
+  EXPECT_DOUBLE_EQ(metrics.mean_minibatch_span_s, (11 * 3 + 6) / 12.0);
+  EXPECT_DOUBLE_EQ(metrics.devices[0].bubble_fraction, 0);  // a: F + B = 3 every 3
+  EXPECT_DOUBLE_EQ(metrics.devices[1].bubble_fraction, 0);
+}
+
+TEST(SteadyStateInvariants, APeriodShorterThanADevicesWorkIsABug) {
+  // Device a forwards 12 mini-batches, 3 s each, back to back; the
+  // completions then come 1 s apart: no real run can finish 12 mini-batches
+  // of 3 s of work on one device at a rate of one per second.
+  MemoryModel model;
+  model.stages = {StageCost{}, StageCost{}};
+  Timeline broken;
+  broken.hosts = {"a", "b"};
+  for (int k = 0; k < 12; ++k) {
+    broken.records.push_back({"a", 0, 0, "F", 0, k, 3.0 * k, 3.0 * k + 3});
+    broken.records.push_back({"b", 0, 1, "B", 0, k, 40.0 + k, 40.5 + k});
+  }
+  EXPECT_THROW(compute_metrics(broken, model, {{"a", 0}, {"b", 1}}, 12, 1, true), InvariantViolation);
+  try {
+    compute_metrics(broken, model, {{"a", 0}, {"b", 1}}, 12, 1, true);
+  } catch (const InvariantViolation& error) {
+    EXPECT_NE(std::string(error.what()).find("device a"), std::string::npos) << error.what();
+  }
+}
+
+TEST(SteadyState, MiniBatchesOverlapOnlyWithoutAFlush) {
+  EXPECT_TRUE(minibatches_overlap(two_stage_stream(4, 1, 2, 3)));
+  EXPECT_FALSE(minibatches_overlap(two_stage_stream(4, 1, 2, 6)));  // each mini-batch ends before the next starts
 }
 
 }  // namespace
