@@ -168,11 +168,12 @@ int run_execute_command() {
     json["micro_batch_size"] = options.micro_batch_size;
     json["measured_mini_batches"] = result.measured_mini_batches;
     json["measured_minibatch_time_s"] = result.minibatch_time_s;
+    json["mean_minibatch_span_s"] = result.mean_minibatch_span_s;
     json["throughput_samples_per_s"] = samples / result.minibatch_time_s;
     json["devices"] = nlohmann::json::array();
     for (std::size_t d = 0; d < result.devices.size(); ++d) {
       const validate::DeviceSummary& device = result.devices[d];
-      const double span = result.minibatch_time_s * result.measured_mini_batches;
+      const double span = result.mean_minibatch_span_s * result.measured_mini_batches;
       json["devices"].push_back({{"host", device.host},
                                  {"stage", device.stage},
                                  {"layers", {request.stages[device.stage].first, request.stages[device.stage].second}},
@@ -188,12 +189,13 @@ int run_execute_command() {
   std::cout << fmt::format("{} on {}: {} layers in {} stages on {} devices, {} ({} weights) with M={} micro-batches of {} samples\n",
                            model.name, options.device, layers, options.stages, request.program.devices.size(), options.schedule,
                            validate::to_string(rule), options.micro_batches, options.micro_batch_size);
-  std::cout << fmt::format("measured mini-batch time: {} (mean of {} after {} warm-up), {:.1f} samples/s\n",
-                           human_seconds(result.minibatch_time_s), result.measured_mini_batches, options.warmup,
-                           samples / result.minibatch_time_s);
+  std::cout << fmt::format("measured mini-batch time: {} ({} of {} after {} warm-up), {:.1f} samples/s\n",
+                           human_seconds(result.minibatch_time_s),
+                           result.minibatch_time_s == result.mean_minibatch_span_s ? "mean" : "steady-state period",
+                           result.measured_mini_batches, options.warmup, samples / result.minibatch_time_s);
   std::cout << fmt::format("{:<8} {:>5} {:>9} {:>12} {:>8} {:>14}\n", "device", "stage", "layers", "busy", "bubble", "optimizer step");
   for (const validate::DeviceSummary& device : result.devices) {
-    const double span = result.minibatch_time_s * result.measured_mini_batches;
+    const double span = result.mean_minibatch_span_s * result.measured_mini_batches;
     const auto [first, last] = request.stages[device.stage];
     std::cout << fmt::format("{:<8} {:>5} {:>9} {:>12} {:>8.3f} {:>14}\n", device.host, device.stage, fmt::format("{}-{}", first, last - 1),
                              human_seconds(device.busy_s / result.measured_mini_batches), 1 - device.busy_s / span,

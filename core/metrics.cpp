@@ -243,6 +243,59 @@ bool minibatches_overlap(const Timeline& timeline) {
   return false;
 }
 
+BusyTime busy_time(std::vector<std::pair<double, double>> intervals, double window_start_s, double window_end_s) {
+  std::sort(intervals.begin(), intervals.end());
+  BusyTime busy;
+  double covered_until = -1e300;
+  for (const auto& [start, end] : intervals) {
+    const double from = std::max(start, covered_until);
+    if (end > from) {
+      busy.total_s += end - from;
+      busy.in_window_s += std::max(0.0, std::min(end, window_end_s) - std::max(from, window_start_s));
+    }
+    covered_until = std::max(covered_until, end);
+  }
+  return busy;
+}
+
+MinibatchTime minibatch_time_of(const Timeline& timeline, std::optional<bool> steady_state) {
+  MinibatchTime result;
+  double first = 0, last = 0;
+  bool any = false;
+  std::set<int> minibatches;
+  std::map<std::string, std::vector<std::pair<double, double>>> busy;
+  for (const TimelineRecord& r : timeline.records) {
+    if (r.kind() == RecordKind::Transfer && r.action != "ALLREDUCE") continue;
+    first = any ? std::min(first, r.start_s) : r.start_s;
+    last = any ? std::max(last, r.end_s) : r.end_s;
+    any = true;
+    if (r.kind() == RecordKind::Compute) {
+      minibatches.insert(r.mini_batch);
+      busy[r.host].push_back({r.start_s, r.end_s});
+    }
+  }
+  result.minibatches = static_cast<int>(minibatches.size());
+  if (!any || minibatches.empty()) return result;
+  result.mean_minibatch_span_s = (last - first) / result.minibatches;
+  result.minibatch_time_s = result.mean_minibatch_span_s;
+  double window_start = first, window_end = last;
+  if (steady_state.value_or(minibatches_overlap(timeline))) {
+    result.steady_state = steady_state_of(timeline);
+    result.minibatch_time_s = result.steady_state->period_s;
+    if (result.steady_state->window_end_s > result.steady_state->window_start_s) {
+      window_start = result.steady_state->window_start_s;
+      window_end = result.steady_state->window_end_s;
+    }
+  }
+  double sum = 0;
+  for (auto& [host, intervals] : busy) {
+    const BusyTime time = busy_time(std::move(intervals), window_start, window_end);
+    sum += window_end > window_start ? std::clamp(1 - time.in_window_s / (window_end - window_start), 0.0, 1.0) : 0.0;
+  }
+  result.bubble_fraction = busy.empty() ? 0 : sum / static_cast<double>(busy.size());
+  return result;
+}
+
 MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model,
                             const std::map<std::string, int>& stage_of_host) {
   constexpr std::size_t none = static_cast<std::size_t>(-1);
@@ -386,17 +439,9 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std:
     DeviceMetrics device;
     device.host = host;
     if (auto stage = stage_of_host.find(host); stage != stage_of_host.end()) device.stage = stage->second;
-    auto& intervals = busy[host];
-    std::sort(intervals.begin(), intervals.end());
-    double covered_until = -1e300, busy_in_window = 0;
-    for (const auto& [start, end] : intervals) {
-      const double from = std::max(start, covered_until);
-      if (end > from) {
-        device.busy_s += end - from;
-        busy_in_window += std::max(0.0, std::min(end, window_end) - std::max(from, window_start));
-      }
-      covered_until = std::max(covered_until, end);
-    }
+    const BusyTime time = busy_time(busy[host], window_start, window_end);
+    device.busy_s = time.total_s;
+    const double busy_in_window = time.in_window_s;
     if (device.busy_s > span + slack)
       throw InvariantViolation(fmt::format("device {} is busy {} s, longer than the whole run ({} s)", host,
                                            format_exact(device.busy_s), format_exact(span)));

@@ -89,6 +89,30 @@ SteadyState steady_state_of(std::vector<double> completions, double run_start_s,
  *  over hosts, of a host's last forward ("F"). */
 SteadyState steady_state_of(const Timeline& timeline);
 
+/** Length of the union of `intervals` (busy time of a device whose
+ *  streams may overlap), in all and inside [window_start_s, window_end_s]. */
+struct BusyTime {
+  double total_s = 0, in_window_s = 0;
+};
+BusyTime busy_time(std::vector<std::pair<double, double>> intervals, double window_start_s, double window_end_s);
+
+/** The mini-batch time of a timeline, one meaning everywhere
+ *  (docs/semantics.md): when mini-batches overlap (no flush), the
+ *  steady-state period; otherwise the span divided by the mini-batches.
+ *  Bubbles come with it: per host with compute records, 1 - busy / length
+ *  of the window the time is measured over (the steady-state window, or the
+ *  whole span). */
+struct MinibatchTime {
+  double minibatch_time_s = 0;
+  double mean_minibatch_span_s = 0;  ///< span / mini-batches, warm-up and drain included
+  int minibatches = 0;               ///< distinct mini-batch numbers of compute records
+  std::optional<SteadyState> steady_state;  ///< present when mini-batches overlap
+  double bubble_fraction = 0;        ///< mean over hosts with compute records
+};
+/// `steady_state` forces the choice (true: steady-state period) instead of
+/// deciding by overlap.
+MinibatchTime minibatch_time_of(const Timeline& timeline, std::optional<bool> steady_state = std::nullopt);
+
 /** True when some mini-batch starts before the previous one has ended: the
  *  schedule does not flush, so the mini-batch time is a steady-state period. */
 bool minibatches_overlap(const Timeline& timeline);

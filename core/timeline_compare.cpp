@@ -15,6 +15,7 @@
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/metrics.hpp"
 
 namespace pipegrid {
 
@@ -34,6 +35,7 @@ struct Prepared {
   double span_s = 0;
   int minibatches = 0;
   double bubble_fraction = 0;
+  MinibatchTime time;  ///< the mini-batch time as docs/semantics.md defines it
 };
 
 Prepared prepare(const Timeline& timeline, const std::string& origin, const CompareOptions& options) {
@@ -72,16 +74,12 @@ Prepared prepare(const Timeline& timeline, const std::string& origin, const Comp
   }
 
   std::set<int> minibatches, all_minibatches;
-  std::map<std::string, std::vector<std::pair<double, double>>> busy;
   prepared.replica.resize(prepared.records.size());
   for (std::size_t i = 0; i < prepared.records.size(); ++i) {
     const TimelineRecord& record = prepared.records[i];
     prepared.replica[i] = rank.at({record.stage, record.host});
     all_minibatches.insert(record.mini_batch);
-    if (record.kind() == RecordKind::Compute) {
-      minibatches.insert(record.mini_batch);
-      busy[record.host].push_back({record.start_s, record.end_s});
-    }
+    if (record.kind() == RecordKind::Compute) minibatches.insert(record.mini_batch);
     if (options.compute_only && record.kind() != RecordKind::Compute) continue;
     prepared.groups[{record.action, record.stage, record.micro_batch, record.mini_batch, prepared.replica[i]}].push_back(i);
   }
@@ -91,18 +89,11 @@ Prepared prepare(const Timeline& timeline, const std::string& origin, const Comp
       return prepared.records[a].start_s < prepared.records[b].start_s;
     });
 
-  double bubble_sum = 0;
-  for (auto& [host, intervals] : busy) {
-    std::sort(intervals.begin(), intervals.end());
-    double busy_s = 0, covered_until = 0;
-    for (const auto& [start, end] : intervals) {
-      const double from = std::max(start, covered_until);
-      if (end > from) busy_s += end - from;
-      covered_until = std::max(covered_until, end);
-    }
-    bubble_sum += prepared.span_s > 0 ? std::clamp(1 - busy_s / prepared.span_s, 0.0, 1.0) : 0.0;
-  }
-  prepared.bubble_fraction = busy.empty() ? 0 : bubble_sum / static_cast<double>(busy.size());
+  Timeline shifted;
+  shifted.hosts = timeline.hosts;
+  shifted.records = prepared.records;
+  prepared.time = minibatch_time_of(shifted);
+  prepared.bubble_fraction = prepared.time.bubble_fraction;
   return prepared;
 }
 
@@ -178,16 +169,29 @@ TimelineComparison compare_timelines(const Timeline& simulated, const std::strin
     std::erase_if(kept.records, [](const TimelineRecord& record) { return record.action == kOptimizerStepAction; });
     return kept;
   };
-  const Prepared sim = prepare(without_steps(simulated), simulated_origin, options);
-  const Prepared real = prepare(without_steps(measured), measured_origin, options);
+  Prepared sim = prepare(without_steps(simulated), simulated_origin, options);
+  Prepared real = prepare(without_steps(measured), measured_origin, options);
+  // One definition for both sides: a steady-state period when either
+  // timeline's mini-batches overlap.
+  if (sim.time.steady_state.has_value() != real.time.steady_state.has_value()) {
+    for (Prepared* side : {&sim, &real}) {
+      Timeline shifted;
+      shifted.records = side->records;
+      side->time = minibatch_time_of(shifted, true);
+      side->bubble_fraction = side->time.bubble_fraction;
+    }
+  }
   TimelineComparison result;
   result.measured_origin = measured_origin;
   result.simulated_minibatches = sim.minibatches;
   result.measured_minibatches = real.minibatches;
   result.simulated_span_s = sim.span_s;
   result.measured_span_s = real.span_s;
-  result.simulated_minibatch_time_s = sim.span_s / sim.minibatches;
-  result.measured_minibatch_time_s = real.span_s / real.minibatches;
+  result.simulated_minibatch_time_s = sim.time.minibatch_time_s;
+  result.measured_minibatch_time_s = real.time.minibatch_time_s;
+  result.simulated_mean_minibatch_span_s = sim.span_s / sim.minibatches;
+  result.measured_mean_minibatch_span_s = real.span_s / real.minibatches;
+  result.steady_state = sim.time.steady_state.has_value() || real.time.steady_state.has_value();
   if (!(result.measured_minibatch_time_s > 0))
     throw InputError(fmt::format("{}: the measured mini-batch time is 0 (every record starts and ends at {}): "
                                  "errors are normalised by it",
@@ -267,6 +271,11 @@ std::string comparison_to_table(const std::vector<TimelineComparison>& runs, con
   text += fmt::format("\n{:<18} {:>12} {:>12} {:>10}\n", "", "simulated", "measured", "error");
   text += fmt::format("{:<18} {:>12} {:>12} {:>10}\n", "mini-batch time", human_seconds(c.simulated_minibatch_time_s),
                       human_seconds(c.measured_minibatch_time_s), fmt::format("{:+.2f}%", 100 * c.relative_error));
+  if (c.steady_state)
+    text += fmt::format("{:<18} {:>12} {:>12} {:>10}\n", "mean span", human_seconds(c.simulated_mean_minibatch_span_s),
+                        human_seconds(c.measured_mean_minibatch_span_s),
+                        fmt::format("{:+.2f}%", 100 * (c.simulated_mean_minibatch_span_s - c.measured_mean_minibatch_span_s) /
+                                                    c.measured_mean_minibatch_span_s));
   text += fmt::format("{:<18} {:>12.4f} {:>12.4f} {:>+10.4f}\n", "bubble fraction", c.simulated_bubble_fraction,
                       c.measured_bubble_fraction, c.simulated_bubble_fraction - c.measured_bubble_fraction);
   text += fmt::format("\n{} actions matched; error = |simulated - measured| / measured mini-batch time, both timelines from 0\n",
@@ -317,6 +326,9 @@ std::string comparison_to_json(const std::vector<TimelineComparison>& runs, cons
   document["measured_span_s"] = c.measured_span_s;
   document["simulated_minibatch_time_s"] = c.simulated_minibatch_time_s;
   document["measured_minibatch_time_s"] = c.measured_minibatch_time_s;
+  document["minibatch_time_is_steady_period"] = c.steady_state;
+  document["simulated_mean_minibatch_span_s"] = c.simulated_mean_minibatch_span_s;
+  document["measured_mean_minibatch_span_s"] = c.measured_mean_minibatch_span_s;
   document["relative_error"] = c.relative_error;
   document["matched_actions"] = c.matched;
   for (const auto& [prefix, summary] : {std::pair{"action_error", c.action_error}, {"start_error", c.start_error}, {"end_error", c.end_error}}) {

@@ -55,7 +55,12 @@ struct TimelineComparison {
   std::string measured_origin;
   int simulated_minibatches = 0, measured_minibatches = 0;  ///< distinct mini-batch numbers of compute records
   double simulated_span_s = 0, measured_span_s = 0;         ///< last end - first start
-  double simulated_minibatch_time_s = 0, measured_minibatch_time_s = 0;  ///< span / mini-batches
+  /// The mini-batch time as docs/semantics.md defines it (minibatch_time_of):
+  /// the steady-state period when mini-batches overlap in either timeline,
+  /// else span / mini-batches.
+  double simulated_minibatch_time_s = 0, measured_minibatch_time_s = 0;
+  double simulated_mean_minibatch_span_s = 0, measured_mean_minibatch_span_s = 0;  ///< span / mini-batches
+  bool steady_state = false;  ///< the mini-batch times are steady-state periods
   double relative_error = 0;  ///< (simulated - measured) / measured mini-batch time, signed
   std::size_t matched = 0;    ///< actions present in both
   ErrorSummary action_error;  ///< over max(start error, end error) of each matched action
@@ -75,9 +80,10 @@ struct TimelineComparison {
  *  are matched like the others when both timelines have some; when only one
  *  has them, they are removed from it before anything is computed (spans,
  *  bubbles, matching), so a timeline without steps compares as before. Both timelines are shifted so
- *  their first record starts at 0. Bubble fraction of a timeline: the mean
- *  over its devices with compute records of 1 - busy/span, busy being the
- *  length of the union of the device's compute intervals.
+ *  their first record starts at 0. Mini-batch time and bubble fraction of a
+ *  timeline as minibatch_time_of gives them (core/metrics.hpp): the
+ *  steady-state period and the bubbles inside its window when mini-batches
+ *  overlap, else span / mini-batches and 1 - busy / span per device.
  *  InputError: a timeline without records, a non-finite time, a measured
  *  mini-batch time of 0, no action in common, or (without allow_missing)
  *  actions present in one timeline only. */

@@ -13,6 +13,9 @@ namespace {
 TimelineRecord compute(const std::string& host, int stream, int stage, const char* action, int micro, double start, double end) {
   return {host, stream, stage, action, micro, 0, start, end, 0, "", 0};
 }
+TimelineRecord of_minibatch(const std::string& host, int stage, const char* action, int mini_batch, double start, double end) {
+  return {host, 0, stage, action, 0, mini_batch, start, end, 0, "", 0};
+}
 TimelineRecord transfer(const std::string& from, const std::string& to, int stage, const char* action, int micro,
                         double start, double end, double bytes) {
   return {from, 0, stage, action, micro, 0, start, end, bytes, to, 0};
@@ -207,10 +210,10 @@ Timeline two_stage_stream(int mini_batches, double f, double b, double spacing) 
   timeline.hosts = {"a", "b"};
   for (int k = 0; k < mini_batches; ++k) {
     const double t = k * spacing;
-    timeline.records.push_back({"a", 0, 0, "F", 0, k, t, t + f});
-    timeline.records.push_back({"b", 0, 1, "F", 0, k, t + f, t + 2 * f});
-    timeline.records.push_back({"b", 0, 1, "B", 0, k, t + 2 * f, t + 2 * f + b});
-    timeline.records.push_back({"a", 0, 0, "B", 0, k, t + 2 * f + b, t + 2 * f + 2 * b});
+    timeline.records.push_back(of_minibatch("a", 0, "F", k, t, t + f));
+    timeline.records.push_back(of_minibatch("b", 1, "F", k, t + f, t + 2 * f));
+    timeline.records.push_back(of_minibatch("b", 1, "B", k, t + 2 * f, t + 2 * f + b));
+    timeline.records.push_back(of_minibatch("a", 0, "B", k, t + 2 * f + b, t + 2 * f + 2 * b));
   }
   return timeline;
 }
@@ -237,8 +240,8 @@ TEST(SteadyStateInvariants, APeriodShorterThanADevicesWorkIsABug) {
   Timeline broken;
   broken.hosts = {"a", "b"};
   for (int k = 0; k < 12; ++k) {
-    broken.records.push_back({"a", 0, 0, "F", 0, k, 3.0 * k, 3.0 * k + 3});
-    broken.records.push_back({"b", 0, 1, "B", 0, k, 40.0 + k, 40.5 + k});
+    broken.records.push_back(of_minibatch("a", 0, "F", k, 3.0 * k, 3.0 * k + 3));
+    broken.records.push_back(of_minibatch("b", 1, "B", k, 40.0 + k, 40.5 + k));
   }
   EXPECT_THROW(compute_metrics(broken, model, {{"a", 0}, {"b", 1}}, 12, 1, true), InvariantViolation);
   try {

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/metrics.hpp"
 #include "validate/detail/backend.hpp"
 #include "validate/detail/model.hpp"
 #include "validate/detail/rendezvous.hpp"
@@ -770,7 +771,9 @@ ExecutionResult execute(const ExecutionRequest& request) {
   }
   std::stable_sort(result.timeline.records.begin(), result.timeline.records.end(),
                    [](const TimelineRecord& a, const TimelineRecord& b) { return a.start_s < b.start_s; });
-  result.minibatch_time_s = (t1 - t0) / result.measured_mini_batches;
+  result.mean_minibatch_span_s = (t1 - t0) / result.measured_mini_batches;
+  result.minibatch_time_s = result.mean_minibatch_span_s;
+  if (minibatches_overlap(result.timeline)) result.minibatch_time_s = minibatch_time_of(result.timeline, true).minibatch_time_s;
   if (request.keep_state) {
     // One state per stage, in stage order, from replica 0; every replica
     // must hold the same weights.

@@ -135,8 +135,13 @@ struct ExecutionResult {
   /// start of the first measured action.
   Timeline timeline;
   int measured_mini_batches = 0;
-  /// Span of the measured part divided by the measured mini-batches.
+  /// The mini-batch time as docs/semantics.md defines it (minibatch_time_of
+  /// over `timeline`): the steady-state period when mini-batches overlap
+  /// (schedules without a flush), else the span of the measured part divided
+  /// by the measured mini-batches.
   double minibatch_time_s = 0;
+  /// Span of the measured part divided by the measured mini-batches.
+  double mean_minibatch_span_s = 0;
   std::vector<DeviceSummary> devices;
   /// With keep_state, one per stage (its replica 0; replicas are checked to
   /// hold the same weights, std::logic_error otherwise).
