@@ -98,10 +98,9 @@ int run_demo(const std::string& output_dir, int micro_batches) {
     request.schedule = schedule;
     request.network = "simgrid";
     if (schedule == "pipedream") {
-      // No flush: mini-batches of one micro-batch flow continuously; the
-      // steady state over 64 of them.
+      // No flush: mini-batches of one micro-batch flow continuously; as many
+      // are simulated as it takes to confirm the steady-state cycle.
       request.partition = partition;
-      request.mini_batches = 64;
     } else if (schedule == "dp") {
       // The whole model on each GPU, micro-batches split among them, then a
       // ring all-reduce of the gradients.
@@ -138,8 +137,9 @@ int run_demo(const std::string& output_dir, int micro_batches) {
   }
   std::cout << "\npeak stash: micro-batches stashed at once, per GPU; versions: weight versions kept, per GPU.\n"
                "pipedream: no flush, mini-batches of one micro-batch flow through the 4 stages (1F1B, NOAM = 4,\n"
-               "weight stashing), steady state of 64. dp: the whole model on every GPU, 2 micro-batches each, then\n"
-               "a ring all-reduce of VGG-16's 528 MB of gradients over PCIe. Memory counts weights x versions,\n"
+               "weight stashing); its time is the steady-state period, over whole cycles before the drain.\n"
+               "dp: the whole model on every GPU, 2 micro-batches each, then a ring all-reduce of VGG-16's\n"
+               "528 MB of gradients over PCIe. Memory counts weights x versions,\n"
                "gradients, stashed activations and receive buffers (SEMANTICS.md); at 128 samples per micro-batch\n"
                "VGG-16's early activations alone outgrow a 16 GiB V100 once a few micro-batches are in flight.\n";
   std::cout << fmt::format(
