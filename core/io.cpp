@@ -29,7 +29,8 @@ std::string read_text_file(const std::string& path) {
 struct OutputFileSet::Entry {
   std::string path, temporary, backup;
   bool renamed = false;
-  bool had_previous = false;
+  bool had_previous = false;  ///< the target existed: kept as `backup`
+  bool moved_aside = false;   ///< kept by renaming it (no hard link there)
   std::unique_ptr<RegisteredTemporary> registered_temporary, registered_backup;
 };
 
@@ -73,8 +74,10 @@ void OutputFileSet::commit() {
         else std::remove(e.path.c_str());
       } else {
         std::remove(e.temporary.c_str());
-        // Moved aside (or linked) but not replaced: back to its own name.
-        if (e.had_previous) std::rename(e.backup.c_str(), e.path.c_str());
+        // Kept but not replaced: a moved file goes back; a second link
+        // (rename() would not remove it: same file) goes.
+        if (e.moved_aside) std::rename(e.backup.c_str(), e.path.c_str());
+        else if (e.had_previous) std::remove(e.backup.c_str());
       }
     }
     entries_.clear();
@@ -84,24 +87,29 @@ void OutputFileSet::commit() {
     struct stat status {};
     if (stat(e.path.c_str(), &status) == 0) {
       if (S_ISDIR(status.st_mode)) {
-        roll_back();
-        throw InputError(fmt::format("{}: cannot write file: it is a folder", e.path));
+        const std::string message = fmt::format("{}: cannot write file: it is a folder", e.path);
+        roll_back();  // clears entries_ (and so `e`)
+        throw InputError(message);
       }
       // The previous content, kept under a second name until the commit is
       // whole: a hard link (the target never goes missing), else the file
       // itself moved aside.
-      if (link(e.path.c_str(), e.backup.c_str()) != 0 && std::rename(e.path.c_str(), e.backup.c_str()) != 0) {
-        const int saved = errno;
-        roll_back();
-        throw InputError(fmt::format("{}: cannot keep the previous file while replacing it: {}", e.path, std::strerror(saved)));
+      if (link(e.path.c_str(), e.backup.c_str()) != 0) {
+        if (std::rename(e.path.c_str(), e.backup.c_str()) != 0) {
+          const std::string message =
+              fmt::format("{}: cannot keep the previous file while replacing it: {}", e.path, std::strerror(errno));
+          roll_back();
+          throw InputError(message);
+        }
+        e.moved_aside = true;
       }
       e.had_previous = true;
       e.registered_backup = std::make_unique<RegisteredTemporary>(e.backup);
     }
     if (std::rename(e.temporary.c_str(), e.path.c_str()) != 0) {
-      const int saved = errno;
+      const std::string message = fmt::format("{}: cannot rename {} into place: {}", e.path, e.temporary, std::strerror(errno));
       roll_back();
-      throw InputError(fmt::format("{}: cannot rename {} into place: {}", e.path, e.temporary, std::strerror(saved)));
+      throw InputError(message);
     }
     e.renamed = true;
     if (fault_injected("after-first-rename")) {
