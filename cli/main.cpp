@@ -83,7 +83,7 @@ int run_demo(const std::string& output_dir, int micro_batches) {
   const std::string platform = data_dir() + "/platforms/bapipe-4xv100-pcie3.xml";
   const std::string profile = data_dir() + "/models/pipedream/vgg16/graph.txt";
   const std::string partition = data_dir() + "/models/pipedream/vgg16/partition-4-stages.json";
-  bool created = mkdir(output_dir.c_str(), 0777) == 0;
+  const bool created = mkdir(output_dir.c_str(), 0777) == 0;
   if (!created && errno != EEXIST)
     throw InputError(fmt::format("{}: cannot create the demo's output folder", output_dir));
   try {
