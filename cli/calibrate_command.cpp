@@ -67,8 +67,10 @@ int run_calibrate_command() {
   const validate::Calibration calibration = calibrate_for_device(request, device);
   const std::string description = fmt::format("model {}, micro-batch size {}, device {}, median of {} runs", model.name,
                                               options.micro_batch_size, options.device, options.repeats);
-  write_file_atomically(options.profile, profile_to_json(calibration.profile));
-  write_file_atomically(options.platform, validate::calibration_platform_xml(calibration, device.count, description));
+  OutputFileSet files;  // both or neither
+  files.add(options.profile, profile_to_json(calibration.profile));
+  files.add(options.platform, validate::calibration_platform_xml(calibration, device.count, description));
+  files.commit();
 
   double forward = 0, backward = 0, parameters = 0;
   for (const Layer& layer : calibration.profile.layers) {

@@ -144,14 +144,16 @@ int run_execute_command() {
 
   const validate::ExecutionResult result = validate::execute(request);
 
-  if (!options.csv.empty()) write_file_atomically(options.csv, timeline_to_csv(result.timeline));
-  if (!options.trace.empty()) write_file_atomically(options.trace, timeline_to_chrome_trace(result.timeline));
+  OutputFileSet files;  // all or none
+  if (!options.csv.empty()) files.add(options.csv, timeline_to_csv(result.timeline));
+  if (!options.trace.empty()) files.add(options.trace, timeline_to_chrome_trace(result.timeline));
   if (!options.svg.empty()) {
     SvgOptions svg;
     svg.title = fmt::format("measured: {} on {} ({}, M={}, {} stages, micro-batch {})", options.schedule, options.model,
                             options.device, options.micro_batches, options.stages, options.micro_batch_size);
-    write_file_atomically(options.svg, timeline_to_svg(result.timeline, svg));
+    files.add(options.svg, timeline_to_svg(result.timeline, svg));
   }
+  files.commit();
 
   const int samples = options.micro_batches * options.micro_batch_size;
   if (options.json) {

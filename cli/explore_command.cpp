@@ -22,6 +22,7 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/model_graph.hpp"
+#include "core/termination.hpp"
 #include "partitioners/explorer.hpp"
 #include "partitioners/partitioners.hpp"
 #include "schedules/schedules.hpp"
@@ -387,8 +388,9 @@ std::vector<CandidateOutcome> run_candidates(const Exploration& exploration, int
     while (next < total && static_cast<int>(running.size()) < jobs) {
       int fds[2];
       if (pipe(fds) != 0) throw std::runtime_error("explore: pipe failed");
-      const pid_t pid = fork();
-      if (pid < 0) throw std::runtime_error("explore: fork failed");
+      // A worker dies with explore; terminated, it stops its own simulation
+      // first (core/termination.hpp).
+      const pid_t pid = fork_child(ChildStop::Terminate);
       if (pid == 0) {
         close(fds[0]);
         std::string text;
@@ -442,6 +444,7 @@ std::vector<CandidateOutcome> run_candidates(const Exploration& exploration, int
       int status = 0;
       while (waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
       }
+      forget_child(worker.pid);
       const Candidate& candidate = exploration.candidates[worker.index];
       if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && !worker.output.empty()) {
         outcomes[worker.index] = outcome_from_json(nlohmann::json::parse(worker.output));

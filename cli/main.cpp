@@ -3,6 +3,7 @@
 // Flag spellings are stable: users script against them.
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -30,6 +31,7 @@
 #include "core/metrics.hpp"
 #include "core/partition.hpp"
 #include "core/program.hpp"
+#include "core/termination.hpp"
 #include "schedules/schedules.hpp"
 
 namespace pipegrid::cli {
@@ -49,9 +51,10 @@ void add_output_options(CLI::App& command, OutputFiles& outputs) {
   command.add_option("--save-plan", outputs.save_plan, "write the plan (everything needed to re-run) as JSON");
 }
 
-void write_outputs(const Plan& plan, const RunResult& result, const OutputFiles& outputs) {
-  if (!outputs.csv.empty()) write_file_atomically(outputs.csv, timeline_to_csv(result.timeline));
-  if (!outputs.trace.empty()) write_file_atomically(outputs.trace, timeline_to_chrome_trace(result.timeline));
+/// Adds the run's outputs to `files` (committed by the caller, all or none).
+void write_outputs(const Plan& plan, const RunResult& result, const OutputFiles& outputs, OutputFileSet& files) {
+  if (!outputs.csv.empty()) files.add(outputs.csv, timeline_to_csv(result.timeline));
+  if (!outputs.trace.empty()) files.add(outputs.trace, timeline_to_chrome_trace(result.timeline));
   if (!outputs.svg.empty()) {
     SvgOptions options;
     const std::string platform_name = plan.platform_file.substr(plan.platform_file.find_last_of('/') + 1);
@@ -64,9 +67,9 @@ void write_outputs(const Plan& plan, const RunResult& result, const OutputFiles&
     options.title = fmt::format("{}: {} on {} ({})", plan.schedule, plan.profile.name, platform_name, shape);
     for (const DeviceMetrics& device : result.metrics.devices)
       if (device.memory_capacity_bytes) options.memory_capacity_bytes[device.host] = *device.memory_capacity_bytes;
-    write_file_atomically(outputs.svg, timeline_to_svg(result.timeline, options));
+    files.add(outputs.svg, timeline_to_svg(result.timeline, options));
   }
-  if (!outputs.save_plan.empty()) write_file_atomically(outputs.save_plan, plan_to_json(plan));
+  if (!outputs.save_plan.empty()) files.add(outputs.save_plan, plan_to_json(plan));
 }
 
 std::string data_dir() {
@@ -74,12 +77,29 @@ std::string data_dir() {
   return PIPEGRID_SOURCE_DIR;
 }
 
+int run_demo_into(const std::string& output_dir, int micro_batches, const std::string& platform, const std::string& profile,
+                  const std::string& partition);
+
 int run_demo(const std::string& output_dir, int micro_batches) {
   const std::string platform = data_dir() + "/platforms/bapipe-4xv100-pcie3.xml";
   const std::string profile = data_dir() + "/models/pipedream/vgg16/graph.txt";
   const std::string partition = data_dir() + "/models/pipedream/vgg16/partition-4-stages.json";
-  if (mkdir(output_dir.c_str(), 0777) != 0 && errno != EEXIST)
+  const bool created = mkdir(output_dir.c_str(), 0777) == 0;
+  if (!created && errno != EEXIST)
     throw InputError(fmt::format("{}: cannot create the demo's output folder", output_dir));
+  try {
+    return run_demo_into(output_dir, micro_batches, platform, profile, partition);
+  } catch (...) {
+    // Nothing was committed: leave no empty folder behind either.
+    if (created) rmdir(output_dir.c_str());
+    throw;
+  }
+}
+
+int run_demo_into(const std::string& output_dir, int micro_batches, const std::string& platform, const std::string& profile,
+                  const std::string& partition) {
+  // Every schedule's files are committed together at the end.
+  OutputFileSet files;
   bool header_printed = false;
   const auto print_header = [&](const Plan& plan) {
     std::cout << fmt::format(
@@ -133,8 +153,9 @@ int run_demo(const std::string& output_dir, int micro_batches) {
     outputs.trace = fmt::format("{}/{}.trace.json", output_dir, schedule);
     outputs.csv = fmt::format("{}/{}.csv", output_dir, schedule);
     outputs.save_plan = fmt::format("{}/{}.plan.json", output_dir, schedule);
-    write_outputs(plan, result, outputs);
+    write_outputs(plan, result, outputs, files);
   }
+  files.commit();
   std::cout << "\npeak stash: micro-batches stashed at once, per GPU; versions: weight versions kept, per GPU.\n"
                "pipedream: no flush, mini-batches of one micro-batch flow through the 4 stages (1F1B, NOAM = 4,\n"
                "weight stashing); its time is the steady-state period, over whole cycles before the drain.\n"
@@ -228,7 +249,9 @@ int main_with_exceptions(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    return app.exit(error);
+    // CLI11 prints the message (stderr) or the help/version (stdout); a usage
+    // error exits 2 like any other bad input, whatever CLI11's own code.
+    return app.exit(error) == 0 ? 0 : 2;
   }
 
 #ifdef PIPEGRID_WITH_SIMGRID
@@ -247,8 +270,11 @@ int main_with_exceptions(int argc, char** argv) {
     const RunResult result = run_plan(plan);
     // The table lists the warnings itself; with --json they go to stderr too.
     if (outputs.json)
-      for (const std::string& warning : result.warnings) std::cerr << "pipegrid: warning: " << warning << "\n";
-    write_outputs(plan, result, outputs);
+      for (const std::string& warning : result.warnings) std::cerr << "pipegrid: warning: " << warning << "
+";
+    OutputFileSet files;
+    write_outputs(plan, result, outputs, files);
+    files.commit();
     std::cout << (outputs.json ? metrics_to_json(plan, result) : metrics_to_table(plan, result));
     return 0;
   }
@@ -301,6 +327,9 @@ int main_with_exceptions(int argc, char** argv) {
 }  // namespace pipegrid::cli
 
 int main(int argc, char** argv) {
+  // SIGTERM/SIGINT/SIGHUP take the simulation children and the temporary
+  // files with them (core/termination.hpp).
+  pipegrid::install_termination_handlers();
   try {
     return pipegrid::cli::main_with_exceptions(argc, argv);
   } catch (const pipegrid::InputError& error) {

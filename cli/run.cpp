@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/model_graph.hpp"
+#include "core/termination.hpp"
 #include "schedules/schedules.hpp"
 #include "sim/engine.hpp"
 
@@ -139,12 +141,23 @@ class PlatformCopy {
       path_ = plan.platform_file;
       return;
     }
-    char name[] = "/tmp/pipegrid-platform-XXXXXX.xml";
-    const int fd = mkstemps(name, 4);
-    if (fd < 0) throw InputError("cannot create a temporary copy of the plan's platform");
-    close(fd);
+    const char* tmpdir = std::getenv("TMPDIR");
+    std::string name = fmt::format("{}/pipegrid-platform-XXXXXX.xml", tmpdir && *tmpdir ? tmpdir : "/tmp");
+    {
+      // Created and registered (removed if pipegrid is terminated) at once.
+      TerminationSignalsBlocked blocked;
+      const int fd = mkstemps(name.data(), 4);
+      if (fd < 0) throw InputError(fmt::format("{}: cannot create a temporary copy of the plan's platform", name));
+      close(fd);
+      registered_ = std::make_unique<RegisteredTemporary>(name);
+    }
     path_ = owned_ = name;
-    write_file_atomically(path_, plan.platform_xml);
+    try {
+      write_file_atomically(path_, plan.platform_xml);
+    } catch (...) {
+      std::remove(owned_.c_str());
+      throw;
+    }
   }
   ~PlatformCopy() {
     if (!owned_.empty()) std::remove(owned_.c_str());
@@ -155,6 +168,7 @@ class PlatformCopy {
 
  private:
   std::string path_, owned_;
+  std::unique_ptr<RegisteredTemporary> registered_;
 };
 
 // One simulation of exactly plan.mini_batches.

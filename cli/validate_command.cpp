@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "cli/run.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/termination.hpp"
 #include "core/timeline_compare.hpp"
 #include "schedules/schedules.hpp"
 #include "validate/executor.hpp"
@@ -53,11 +55,21 @@ class TemporaryFile {
  public:
   TemporaryFile(const std::string& suffix, const std::string& text) {
     std::string name = "/tmp/pipegrid-validate-XXXXXX" + suffix;
-    const int fd = mkstemps(name.data(), static_cast<int>(suffix.size()));
-    if (fd < 0) throw InputError("validate: cannot create a temporary file under /tmp");
-    close(fd);
+    {
+      // Created and registered (removed if pipegrid is terminated) at once.
+      TerminationSignalsBlocked blocked;
+      const int fd = mkstemps(name.data(), static_cast<int>(suffix.size()));
+      if (fd < 0) throw InputError("validate: cannot create a temporary file under /tmp");
+      close(fd);
+      registered_ = std::make_unique<RegisteredTemporary>(name);
+    }
     path_ = name;
-    write_file_atomically(path_, text);
+    try {
+      write_file_atomically(path_, text);
+    } catch (...) {
+      std::remove(path_.c_str());
+      throw;
+    }
   }
   ~TemporaryFile() { std::remove(path_.c_str()); }
   TemporaryFile(const TemporaryFile&) = delete;
@@ -66,6 +78,7 @@ class TemporaryFile {
 
  private:
   std::string path_;
+  std::unique_ptr<RegisteredTemporary> registered_;
 };
 
 }  // namespace

@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config libsimgrid-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-          libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev libopenblas0-openmp)
+          libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev libopenblas0-openmp
+          clang libclang-rt-dev)  # clang: the sanitizer build of .ci/run
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

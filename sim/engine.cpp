@@ -17,6 +17,7 @@
 #include <xbt/log.h>
 
 #include "core/error.hpp"
+#include "core/termination.hpp"
 #include "core/timeline.hpp"
 
 namespace sg = simgrid::s4u;
@@ -564,21 +565,32 @@ PlatformSummary summary_from_json(const nlohmann::json& json) {
 // Runs `work` (which starts one SimGrid engine) in a forked child and returns
 // the JSON it produced. The child's InputErrors come back as InputErrors;
 // SimGrid aborts come back as InputErrors quoting SimGrid's last message.
-nlohmann::json run_in_child(const std::string& what, const std::function<nlohmann::json(sg::Engine&)>& work) {
+// The child dies with its parent (core/termination.hpp). `hold_point`: the
+// test hook the child stops at before simulating (hold_if_injected).
+nlohmann::json run_in_child(const std::string& what, const std::function<nlohmann::json(sg::Engine&)>& work,
+                            const char* hold_point = nullptr) {
   const int result_fd = memfd_create("pipegrid-result", 0);
   const int log_fd = memfd_create("pipegrid-log", 0);
   if (result_fd < 0 || log_fd < 0) throw std::runtime_error("memfd_create failed");
   std::fflush(nullptr);
-  const pid_t child = fork();
-  if (child < 0) throw std::runtime_error("fork failed");
+  const pid_t child = fork_child(ChildStop::Kill);
   if (child == 0) {
+    if (hold_point) hold_if_injected(hold_point);
     dup2(log_fd, STDERR_FILENO);
     std::string payload;
     int code = 0;
     try {
-      int argc = 3;
       char arg0[] = "pipegrid", arg1[] = "--log=root.thres:warning", arg2[] = "--log=xbt_cfg.thres:warning";
+#ifdef PIPEGRID_SIMGRID_CONTEXT_FACTORY
+      // Sanitizer builds: AddressSanitizer follows threads, not SimGrid's
+      // hand-made stack switches.
+      char arg3[] = "--cfg=contexts/factory:" PIPEGRID_SIMGRID_CONTEXT_FACTORY;
+      char* argv[] = {arg0, arg1, arg2, arg3, nullptr};
+      int argc = 4;
+#else
       char* argv[] = {arg0, arg1, arg2, nullptr};
+      int argc = 3;
+#endif
       sg::Engine engine(&argc, argv);
       payload = nlohmann::json{{"ok", work(engine)}}.dump();
     } catch (const InputError& error) {
@@ -599,6 +611,7 @@ nlohmann::json run_in_child(const std::string& what, const std::function<nlohman
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
+  forget_child(child);
   auto slurp = [](int fd) {
     std::string text;
     lseek(fd, 0, SEEK_SET);
@@ -609,6 +622,10 @@ nlohmann::json run_in_child(const std::string& what, const std::function<nlohman
   };
   const std::string payload = slurp(result_fd);
   const std::string log = slurp(log_fd);
+#ifdef PIPEGRID_SANITIZE
+  // A sanitizer report in the child goes to its captured stderr: show it.
+  if (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) > 3)) std::fputs(log.c_str(), stderr);
+#endif
   if (payload.empty()) {
     // SimGrid died (xbt_die / abort): quote its critical message.
     std::string reason;
@@ -641,7 +658,7 @@ SimulationResult simulate(const SimulationRequest& request) {
     simulation.start();
     engine.run();
     return nlohmann::json{{"platform", summary_to_json(platform)}, {"timeline", timeline_to_csv(simulation.timeline())}};
-  });
+  }, "hold-simulation");
   SimulationResult out;
   out.platform = summary_from_json(result.at("platform"));
   out.timeline = parse_timeline_csv(result.at("timeline").get<std::string>(), "simulation");
