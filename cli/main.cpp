@@ -270,8 +270,7 @@ int main_with_exceptions(int argc, char** argv) {
     const RunResult result = run_plan(plan);
     // The table lists the warnings itself; with --json they go to stderr too.
     if (outputs.json)
-      for (const std::string& warning : result.warnings) std::cerr << "pipegrid: warning: " << warning << "
-";
+      for (const std::string& warning : result.warnings) std::cerr << "pipegrid: warning: " << warning << "\n";
     OutputFileSet files;
     write_outputs(plan, result, outputs, files);
     files.commit();

@@ -110,7 +110,9 @@ TEST(SteadyStateProperty, TheDefaultRunsPeriodIsTheLongRunsPeriod) {
           << describe(c) << ": default run (" << plan.mini_batches << " mini-batches) period " << a << ", run of "
           << long_plan.mini_batches << " period " << b << (both_periodic ? " (both periodic)" : " (not both periodic)");
       // A cycle is always confirmed on the exact network model.
-      if (c.network == "analytic") EXPECT_TRUE(by_default.metrics.steady_state->periodic) << describe(c);
+      if (c.network == "analytic") {
+        EXPECT_TRUE(by_default.metrics.steady_state->periodic) << describe(c);
+      }
       if (std::getenv("PIPEGRID_TEST_VERBOSE"))
         fmt::print("{}: K={} {} {} | K={} {} {}\n", describe(c), plan.mini_batches, a, by_default.metrics.steady_state->periodic,
                    long_plan.mini_batches, b, longer.metrics.steady_state->periodic);
