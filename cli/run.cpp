@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/model_graph.hpp"
+#include "core/platform_check.hpp"
 #include "schedules/schedules.hpp"
 #include "sim/engine.hpp"
 
@@ -61,7 +62,7 @@ Plan make_plan(const PlanRequest& request) {
   plan.pipeline_depth = request.pipeline_depth;
   sim::parse_network_model(request.network);
   plan.network = request.network;
-  const PlatformSummary platform = sim::read_platform(request.platform_file);
+  const PlatformSummary platform = sim::read_platform(request.platform_file, sim::PlatformRoutes::None);
   std::vector<std::string> hosts;
   for (const HostInfo& host : platform.hosts) hosts.push_back(host.name);
   if (!request.replicas.empty() && request.partition != "uniform")
@@ -108,6 +109,7 @@ Plan make_plan(const PlanRequest& request) {
           throw InputError(fmt::format("{}: stages[{}].hosts[{}]: expected a host of {}, found '{}'",
                                        request.partition, stage, replica, request.platform_file, host));
       }
+    check_one_device_per_host(plan.partition.hosts, request.partition);
   }
   int devices = 0;
   for (const auto& replicas : plan.partition.hosts) devices += static_cast<int>(replicas.size());
@@ -188,7 +190,8 @@ RunResult run_plan(const Plan& plan) {
 
   // Check the hosts before simulating: fbp-as on a GPU is an error, a
   // schedule meant for the other kind of device a warning.
-  const PlatformSummary platform = sim::read_platform(request.platform_file);
+  check_one_device_per_host(plan.partition.hosts, "partition");
+  const PlatformSummary platform = sim::read_platform(request.platform_file, sim::PlatformRoutes::None);
   std::vector<HostInfo> used;
   for (const auto& replicas : plan.partition.hosts)
     for (const std::string& host : replicas) used.push_back(platform.host(host));
