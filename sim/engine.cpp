@@ -564,7 +564,7 @@ PlatformSummary load_platform(sg::Engine& engine, const std::string& file, Netwo
   try {
     engine.load_platform(file);
   } catch (const std::exception& error) {
-    throw InputError(fmt::format("{}: not a valid SimGrid platform: {}", name, printable(error.what())));
+    throw InputError(fmt::format("{}: not a valid SimGrid platform: {}", name, printable(error.what(), true)));
   }
   loading = false;
   if (declared.empty()) throw InputError(fmt::format("{}: the platform declares no host", name));
@@ -663,8 +663,9 @@ void check_routes(const std::string& file, const std::vector<Simulation::NeededR
   std::string lines;
   for (std::size_t i = 0; i < missing.size() && i < kShown; ++i) lines += "\n  no route " + missing[i];
   if (missing.size() > kShown) lines += fmt::format("\n  and {} more", missing.size() - kShown);
-  throw InputError(fmt::format("{}: the platform lacks {} route{} that the run needs:{}\ndeclare them (<route src=... "
-                               "dst=...>, one per direction or symmetrical), or place the stages on connected hosts",
+  throw InputError(fmt::format("{}: the platform lacks {} route{} that the run needs:{}\ndeclare them (a <route>, or a "
+                               "<zoneRoute> between zones; one per direction, or symmetrical), or place the stages on hosts "
+                               "that have them",
                                printable(file), missing.size(), missing.size() == 1 ? "" : "s", lines));
 }
 

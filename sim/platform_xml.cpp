@@ -132,6 +132,12 @@ class Checker {
       platform = &child;
     }
     if (platform == nullptr) throw InputError(fmt::format("{}: not a valid SimGrid platform: no <platform> element", file_));
+    // SimGrid's parser wants the document type before the root element.
+    const std::size_t doctype = xml.find("<!DOCTYPE"), root = xml.find("<platform");
+    if (doctype == std::string::npos || doctype > root)
+      throw InputError(fmt::format("{}: not a valid SimGrid platform: expected <!DOCTYPE platform SYSTEM "
+                                   "\"https://simgrid.org/simgrid.dtd\"> before <platform> (SimGrid reads no file without it)",
+                                   file_));
     check_version(*platform);
     children(*platform, nullptr);
     return std::move(result_);
@@ -174,7 +180,19 @@ class Checker {
     if (name == "route" || name == "zoneRoute" || name == "ASroute") return visit_route(name, node, zone);
     if (name == "storage" || name == "storage_type" || name == "mount" || name == "include")
       throw InputError(fmt::format("{}: <{}>: SimGrid 3.32 no longer reads this element; remove it", file_, name));
-    // Other elements (prop of zones and links, config, actors, traces,
+    if (name == "actor" || name == "process")
+      throw InputError(fmt::format("{}: <{}>: pipegrid starts its own actors; a platform file for pipegrid declares none",
+                                   file_, name));
+    if (name == "trace")
+      if (const auto periodicity = attribute(node, "periodicity")) {
+        std::size_t length = 0;
+        const std::string value = trimmed(*periodicity);
+        const std::optional<double> number = scan_number(value, &length);
+        if (!number || length != value.size() || *number < 0)
+          throw InputError(fmt::format("{}: periodicity: expected a non-negative number of seconds, found '{}'",
+                                       where("trace", attribute(node, "id")), printable(*periodicity)));
+      }
+    // Other elements (prop of zones and links, config, trace connections,
     // bypass routes) are SimGrid's business.
   }
 
