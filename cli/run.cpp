@@ -32,6 +32,11 @@ Plan make_plan(const PlanRequest& request) {
   } catch (const InputError& error) {
     throw InputError(fmt::format("--micro-batch-size {}: {}: {}", micro_batch_size, request.profile_file, error.what()));
   }
+  // The path goes into JSON outputs (metrics, plans), which must be UTF-8.
+  if (!valid_utf8(request.platform_file))
+    throw InputError(fmt::format("--platform '{}': the path is not valid UTF-8, and pipegrid writes it into its JSON "
+                                 "outputs: rename the file",
+                                 printable(request.platform_file)));
   plan.platform_file = request.platform_file;
   plan.platform_xml = read_text_file(request.platform_file);
   plan.schedule = request.schedule;

@@ -581,8 +581,9 @@ PlatformSummary load_platform(sg::Engine& engine, const std::string& file, Netwo
                                    name, printable(id), problem));
     for (unsigned long pstate = 0; pstate < host->get_pstate_count(); ++pstate) {
       const double speed = host->get_pstate_speed(pstate);
-      if (!(speed > 0) || !std::isfinite(speed))
-        throw InputError(fmt::format("{}: host '{}': speed {} flop/s: expected a positive speed", name, printable(id), speed));
+      if (!(speed >= kMinHostSpeed && speed <= kMaxHostSpeed))
+        throw InputError(fmt::format("{}: host '{}': speed {} flop/s: expected a positive speed from {:g} to {:g}", name,
+                                     printable(id), speed, kMinHostSpeed, kMaxHostSpeed));
     }
     if (host->get_core_count() < 1)
       throw InputError(fmt::format("{}: host '{}': {} cores: expected at least 1", name, printable(id), host->get_core_count()));
@@ -592,12 +593,12 @@ PlatformSummary load_platform(sg::Engine& engine, const std::string& file, Netwo
   }
   for (const sg::Link* link : engine.get_all_links()) {
     const double bandwidth = link->get_bandwidth(), latency = link->get_latency();
-    if (!(bandwidth > 0) || !std::isfinite(bandwidth))
-      throw InputError(fmt::format("{}: link '{}': bandwidth {} B/s: expected a positive bandwidth", name,
-                                   printable(link->get_name()), bandwidth));
-    if (!(latency >= 0) || !std::isfinite(latency))
-      throw InputError(fmt::format("{}: link '{}': latency {} s: expected a non-negative latency", name,
-                                   printable(link->get_name()), latency));
+    if (!(bandwidth >= kMinBandwidth) || !std::isfinite(bandwidth))
+      throw InputError(fmt::format("{}: link '{}': bandwidth {} B/s: expected a positive bandwidth of at least {:g} B/s",
+                                   name, printable(link->get_name()), bandwidth, kMinBandwidth));
+    if (!(latency >= 0 && latency <= kMaxLatencySeconds))
+      throw InputError(fmt::format("{}: link '{}': latency {} s: expected a non-negative latency of at most {:g} s", name,
+                                   printable(link->get_name()), latency, kMaxLatencySeconds));
   }
   double slowest = declared.front()->get_speed();
   for (sg::Host* host : declared) slowest = std::min(slowest, host->get_speed());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -238,33 +239,47 @@ class Checker {
                                    file_, element, printable(id), problem));
   }
 
-  // A list of positive quantities (speeds of pstates, bandwidths of a WiFi link).
+  // A positive quantity with its units and bounds (PlatformLimits).
+  struct Kind {
+    const Units& units;
+    double low, high;
+    const char* expected;
+  };
+  static Kind speed() {
+    return {speed_units(), kMinHostSpeed, kMaxHostSpeed,
+            "a positive speed (flop/s, with a unit: '1Gf', '14Tf'; from 1e-6 to 1e24)"};
+  }
+  static Kind bandwidth() {
+    return {bandwidth_units(), kMinBandwidth, std::numeric_limits<double>::max(),
+            "a positive bandwidth (with a unit: '12GBps', '10Gbps'; at least 1 B/s)"};
+  }
+
+  // A list of positive quantities (speeds of pstates, bandwidths of a WiFi
+  // link); returns its length.
   std::size_t positive_list(const std::string& context, const char* attribute_name, const std::optional<std::string>& text,
-                            const char* separators, const Units& units, const char* expected) {
-    if (!text) throw InputError(fmt::format("{}: {}: expected {}, found none", context, attribute_name, expected));
+                            const char* separators, const Kind& kind) {
+    if (!text) throw InputError(fmt::format("{}: {}: expected {}, found none", context, attribute_name, kind.expected));
     const std::vector<std::string> parts = split(*text, separators);
     for (const std::string& part : parts) {
-      const std::optional<double> value = quantity(trimmed(part), units);
-      if (!value || *value <= 0)
-        throw InputError(fmt::format("{}: {}: expected {}, found '{}'", context, attribute_name, expected, printable(*text)));
+      const std::optional<double> value = quantity(trimmed(part), kind.units);
+      if (!value || !(*value > 0) || *value < kind.low || *value > kind.high)
+        throw InputError(
+            fmt::format("{}: {}: expected {}, found '{}'", context, attribute_name, kind.expected, printable(*text)));
     }
     return parts.size();
   }
 
   void positive(const std::string& context, const char* attribute_name, const std::optional<std::string>& text,
-                const Units& units, const char* expected) {
-    if (!text) throw InputError(fmt::format("{}: {}: expected {}, found none", context, attribute_name, expected));
-    const std::optional<double> value = quantity(trimmed(*text), units);
-    if (!value || *value <= 0)
-      throw InputError(fmt::format("{}: {}: expected {}, found '{}'", context, attribute_name, expected, printable(*text)));
+                const Kind& kind) {
+    positive_list(context, attribute_name, text, "", kind);
   }
 
   void latency(const std::string& context, const char* attribute_name, const std::optional<std::string>& text) {
     if (!text) return;  // SimGrid's default: 0
     const std::optional<double> value = quantity(trimmed(*text), time_units());
-    if (!value || *value < 0)
-      throw InputError(fmt::format("{}: {}: expected a non-negative duration (seconds, or with a unit: '5us', '1.5ms'), "
-                                   "found '{}'",
+    if (!value || *value < 0 || *value > kMaxLatencySeconds)
+      throw InputError(fmt::format("{}: {}: expected a non-negative duration (seconds, or with a unit: '5us', '1.5ms'; "
+                                   "at most 1e9 s), found '{}'",
                                    context, attribute_name, printable(*text)));
   }
 
@@ -280,8 +295,6 @@ class Checker {
     return static_cast<long>(*number);
   }
 
-  static constexpr const char* kSpeed = "a positive speed (flop/s, with a unit: '1Gf', '14Tf')";
-  static constexpr const char* kBandwidth = "a positive bandwidth (with a unit: '12GBps', '10Gbps')";
 
   void properties(const std::string& host, const pt::ptree& node) {
     std::map<std::string, std::string> found;
@@ -309,7 +322,7 @@ class Checker {
     host_id("host", *id);
     count_hosts(1);
     const std::string context = where("host", id);
-    const std::size_t pstates = positive_list(context, "speed", attribute(node, "speed"), ",", speed_units(), kSpeed);
+    const std::size_t pstates = positive_list(context, "speed", attribute(node, "speed"), ",", speed());
     if (const auto core = attribute(node, "core")) integer(context, "core", *core, 1, 1 << 20);
     if (const auto pstate = attribute(node, "pstate"))
       integer(context, "pstate", *pstate, 0, static_cast<long>(pstates) - 1);
@@ -322,9 +335,9 @@ class Checker {
     host_id("peer", *id);
     count_hosts(1);
     const std::string context = where("peer", id);
-    positive(context, "speed", attribute(node, "speed"), speed_units(), kSpeed);
-    positive(context, "bw_in", attribute(node, "bw_in"), bandwidth_units(), kBandwidth);
-    positive(context, "bw_out", attribute(node, "bw_out"), bandwidth_units(), kBandwidth);
+    positive(context, "speed", attribute(node, "speed"), speed());
+    positive(context, "bw_in", attribute(node, "bw_in"), bandwidth());
+    positive(context, "bw_out", attribute(node, "bw_out"), bandwidth());
     latency(context, "lat", attribute(node, "lat"));
   }
 
@@ -360,17 +373,17 @@ class Checker {
       }
     const bool cluster = name == "cluster";
     if (cluster) {
-      positive_list(context, "speed", attribute(node, "speed"), ",", speed_units(), kSpeed);
+      positive_list(context, "speed", attribute(node, "speed"), ",", speed());
       if (const auto core = attribute(node, "core")) integer(context, "core", *core, 1, 1 << 20);
     } else {
-      positive(context, "speed", attribute(node, "speed"), speed_units(), kSpeed);
+      positive(context, "speed", attribute(node, "speed"), speed());
     }
-    positive(context, "bw", attribute(node, "bw"), bandwidth_units(), kBandwidth);
+    positive(context, "bw", attribute(node, "bw"), bandwidth());
     latency(context, "lat", attribute(node, "lat"));
     if (cluster) {
       for (const char* optional_bandwidth : {"bb_bw", "limiter_link", "loopback_bw"})
         if (const auto text = attribute(node, optional_bandwidth); text && !text->empty())
-          positive(context, optional_bandwidth, text, bandwidth_units(), kBandwidth);
+          positive(context, optional_bandwidth, text, bandwidth());
       for (const char* optional_latency : {"bb_lat", "loopback_lat"})
         if (const auto text = attribute(node, optional_latency); text && !text->empty()) latency(context, optional_latency, text);
       // A cluster's properties go to each of its hosts.
@@ -384,7 +397,7 @@ class Checker {
     if (!links_.insert(*id).second)
       throw InputError(fmt::format("{}: two links are named '{}': links need distinct ids", file_, printable(*id)));
     const std::string context = where(name, id);
-    positive_list(context, "bandwidth", attribute(node, "bandwidth"), name == "link" ? ";," : "", bandwidth_units(), kBandwidth);
+    positive_list(context, "bandwidth", attribute(node, "bandwidth"), name == "link" ? ";," : "", bandwidth());
     latency(context, "latency", attribute(node, "latency"));
   }
 

@@ -19,6 +19,14 @@ constexpr std::size_t kMaxPlatformHosts = 4096;
 /// Largest platform file pipegrid reads, in bytes.
 constexpr std::size_t kMaxPlatformFileBytes = 64u << 20;
 
+/// Bounds on platform values (docs/platforms.md, Limits): a host speed (each
+/// pstate; the engine hands SimGrid t seconds of work as t x speed flops), a
+/// bandwidth (bytes / bandwidth stays finite) and a latency (sums of
+/// latencies stay finite).
+constexpr double kMinHostSpeed = 1e-6, kMaxHostSpeed = 1e24;
+constexpr double kMinBandwidth = 1;
+constexpr double kMaxLatencySeconds = 1e9;
+
 struct PlatformCheck {
   /// One line each (no "warning:" prefix): unknown host properties.
   std::vector<std::string> warnings;

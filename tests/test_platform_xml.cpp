@@ -50,7 +50,7 @@ TEST(PlatformXml, AcceptsAValidPlatformAndCountsHosts) {
 }
 
 TEST(PlatformXml, SpeedsMustBePositiveAndFinite) {
-  for (const char* speed : {"0f", "0", "-1f", "inf", "nan", "1e999f", "1Gf,0f", "fast", "1Gz", ""}) {
+  for (const char* speed : {"0f", "0", "-1f", "inf", "nan", "1e999f", "1Gf,0f", "fast", "1Gz", "", "1e-9f", "1e300f"}) {
     const std::string message = error_of(platform(fmt::format(R"(<host id="a" speed="{}"/><host id="b" speed="1Gf"/>)", speed)));
     EXPECT_CONTAINS(message, "p.xml: host 'a': speed: expected a positive speed");
     EXPECT_CONTAINS(message, fmt::format("found '{}'", speed));
@@ -58,14 +58,17 @@ TEST(PlatformXml, SpeedsMustBePositiveAndFinite) {
 }
 
 TEST(PlatformXml, BandwidthsPositiveLatenciesNonNegative) {
-  for (const char* bandwidth : {"0Bps", "0", "-1GBps", "inf", "1e400Bps", "10Gb"})
+  for (const char* bandwidth : {"0Bps", "0", "-1GBps", "inf", "1e400Bps", "10Gb", "0.5Bps", "1e-300"})
     EXPECT_CONTAINS(error_of(platform(R"(<host id="a" speed="1Gf"/><host id="b" speed="1Gf"/>)",
                                       fmt::format(R"(<link id="l" bandwidth="{}"/>)", bandwidth))),
-                    fmt::format("p.xml: link 'l': bandwidth: expected a positive bandwidth (with a unit: '12GBps', '10Gbps'), found '{}'",
+                    fmt::format("p.xml: link 'l': bandwidth: expected a positive bandwidth (with a unit: '12GBps', '10Gbps'; at least 1 B/s), found '{}'",
                                 bandwidth));
   EXPECT_CONTAINS(error_of(platform(R"(<host id="a" speed="1Gf"/><host id="b" speed="1Gf"/>)",
                                     R"(<link id="l" bandwidth="1GBps" latency="-1us"/>)")),
                   "p.xml: link 'l': latency: expected a non-negative duration");
+  EXPECT_CONTAINS(error_of(platform(R"(<host id="a" speed="1Gf"/><host id="b" speed="1Gf"/>)",
+                                    R"(<link id="l" bandwidth="1GBps" latency="1e300s"/>)")),
+                  "at most 1e9 s), found '1e300s'");
   EXPECT_CONTAINS(error_of(platform(R"(<host id="a" speed="1Gf"/><host id="b" speed="1Gf"/>)",
                                     R"(<backbone id="bb" bandwidth="0" latency="1us"/>)")),
                   "p.xml: backbone 'bb': bandwidth");
