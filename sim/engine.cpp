@@ -1,10 +1,9 @@
 #include "sim/engine.hpp"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,8 +24,8 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/platform_check.hpp"
-#include "sim/platform_xml.hpp"
 #include "core/timeline.hpp"
+#include "sim/platform_xml.hpp"
 
 namespace sg = simgrid::s4u;
 
