@@ -15,6 +15,7 @@
 #include "core/io.hpp"
 #include "core/model_graph.hpp"
 #include "core/termination.hpp"
+#include "core/platform_check.hpp"
 #include "schedules/schedules.hpp"
 #include "sim/engine.hpp"
 
@@ -33,6 +34,11 @@ Plan make_plan(const PlanRequest& request) {
   } catch (const InputError& error) {
     throw InputError(fmt::format("--micro-batch-size {}: {}: {}", micro_batch_size, request.profile_file, error.what()));
   }
+  // The path goes into JSON outputs (metrics, plans), which must be UTF-8.
+  if (!valid_utf8(request.platform_file))
+    throw InputError(fmt::format("--platform '{}': the path is not valid UTF-8, and pipegrid writes it into its JSON "
+                                 "outputs: rename the file",
+                                 printable(request.platform_file)));
   plan.platform_file = request.platform_file;
   plan.platform_xml = read_text_file(request.platform_file);
   plan.schedule = request.schedule;
@@ -63,7 +69,7 @@ Plan make_plan(const PlanRequest& request) {
   plan.pipeline_depth = request.pipeline_depth;
   sim::parse_network_model(request.network);
   plan.network = request.network;
-  const PlatformSummary platform = sim::read_platform(request.platform_file);
+  const PlatformSummary platform = sim::read_platform(request.platform_file, sim::PlatformRoutes::None);
   std::vector<std::string> hosts;
   for (const HostInfo& host : platform.hosts) hosts.push_back(host.name);
   if (!request.replicas.empty() && request.partition != "uniform")
@@ -110,6 +116,7 @@ Plan make_plan(const PlanRequest& request) {
           throw InputError(fmt::format("{}: stages[{}].hosts[{}]: expected a host of {}, found '{}'",
                                        request.partition, stage, replica, request.platform_file, host));
       }
+    check_one_device_per_host(plan.partition.hosts, request.partition);
   }
   if (!request.memory.empty()) plan.memory_bytes = parse_bytes(request.memory, "--memory");
   plan.extend_mini_batches = !request.mini_batches && !info.flushed;
@@ -209,7 +216,8 @@ RunResult run_plan_once(const Plan& plan) {
 
   // Check the hosts before simulating: fbp-as on a GPU is an error, a
   // schedule meant for the other kind of device a warning.
-  const PlatformSummary platform = sim::read_platform(request.platform_file);
+  check_one_device_per_host(plan.partition.hosts, "partition");
+  const PlatformSummary platform = sim::read_platform(request.platform_file, sim::PlatformRoutes::None);
   std::vector<HostInfo> used;
   for (const auto& replicas : plan.partition.hosts)
     for (const std::string& host : replicas) used.push_back(platform.host(host));

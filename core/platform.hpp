@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pipegrid {
@@ -15,6 +16,11 @@ enum class Execution {
   Sync,   ///< a result is sent only when the whole operation ends (GPUs)
   Async,  ///< results stream out while the operation runs (FPGAs, cut-through)
 };
+
+/// Bounds on host property values (docs/platforms.md, Limits): beyond them a
+/// simulated time would overflow or be meaningless.
+constexpr double kMinSpeedFactor = 1e-6, kMaxSpeedFactor = 1e6;
+constexpr double kMaxHostDurationSeconds = 1e9;  ///< action_overhead, optimizer_step_overhead
 
 struct HostInfo {
   std::string name;
@@ -59,9 +65,21 @@ struct PlatformSummary {
 /** Builds a HostInfo from a host's XML properties (`kind`, `execution`,
  *  `memory`, `speed_factor`, `device`, `action_overhead`,
  *  `optimizer_step_rate`, `optimizer_step_overhead`; all optional). Throws
- *  InputError naming the file, host and property when a value is malformed. */
+ *  InputError naming the file, host and property when a value is malformed
+ *  (numbers are read whole, finite and in range) or when a property name is
+ *  a near miss of a known one (near_miss_property, core/platform_check.hpp:
+ *  "did you mean 'memory'"). Other properties are ignored here (the platform
+ *  check warns about them). */
 HostInfo host_info_from_properties(const std::string& file, const std::string& host,
                                    const std::map<std::string, std::string>& properties);
+
+/** Reads a decimal number at the start of `text`: [+-]digits[.digits] or
+ *  [+-].digits, then an optional exponent e[+-]digits; no leading space, no
+ *  hexadecimal, inf or nan, independent of the locale. Sets *length to the
+ *  characters read. Empty when there is no number there, or when it is out
+ *  of double's range (overflow, or a non-zero value that would round to
+ *  zero or to a subnormal). */
+std::optional<double> scan_number(std::string_view text, std::size_t* length);
 
 /** Parses a byte size: a plain number of bytes or a number with a unit
  *  (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB). Throws InputError using `what`

@@ -1,6 +1,7 @@
 #include "sim/engine.hpp"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,8 +9,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <iostream>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,8 +22,11 @@
 #include <xbt/log.h>
 
 #include "core/error.hpp"
+#include "core/io.hpp"
+#include "core/platform_check.hpp"
 #include "core/termination.hpp"
 #include "core/timeline.hpp"
+#include "sim/platform_xml.hpp"
 
 namespace sg = simgrid::s4u;
 
@@ -282,6 +290,41 @@ class Simulation {
     }
   }
 
+  struct NeededRoute {
+    sg::Host* from = nullptr;
+    sg::Host* to = nullptr;
+    std::string reason;  ///< who sends what along it
+  };
+
+  /** Every pair of hosts the run sends data between, in Program order, once
+   *  each with the first reason found: a stage to the next (activations) and
+   *  back (gradients), and each replica to the next in its all-reduce ring
+   *  (when the ring moves data). */
+  std::vector<NeededRoute> needed_routes() const {
+    std::vector<NeededRoute> needed;
+    std::set<std::pair<sg::Host*, sg::Host*>> seen;
+    auto add = [&](sg::Host* from, sg::Host* to, std::string reason) {
+      if (from != to && seen.emplace(from, to).second) needed.push_back({from, to, std::move(reason)});
+    };
+    for (const ActionState& state : actions_) {
+      if (state.message_to == nullptr) continue;
+      const bool forward = state.action.kind == ActionKind::Forward;
+      add(state.host, state.message_to,
+          fmt::format("stage {} on '{}' sends {} to stage {} on '{}'", state.action.stage, printable(state.host->get_name()),
+                      forward ? "activations" : "gradients", state.action.stage + (forward ? 1 : -1),
+                      printable(state.message_to->get_name())));
+    }
+    for (const AllReduceState& all_reduce : all_reduces_) {
+      const std::size_t r = all_reduce.hosts.size();
+      if (all_reduce.jobs.empty() || r < 2) continue;
+      for (std::size_t p = 0; p < r; ++p)
+        add(all_reduce.hosts[p], all_reduce.hosts[(p + 1) % r],
+            fmt::format("the all-reduce ring of stage {} ({} replicas) sends from '{}' to '{}'", all_reduce.spec->stage, r,
+                        printable(all_reduce.hosts[p]->get_name()), printable(all_reduce.hosts[(p + 1) % r]->get_name())));
+    }
+    return needed;
+  }
+
   Timeline timeline() const {
     Timeline timeline;
     timeline.hosts = hosts_;
@@ -478,36 +521,95 @@ class Simulation {
   sg::MutexPtr mutex_ = sg::Mutex::create();
 };
 
+// Reads `file` and checks it (check_platform_xml) before SimGrid sees it;
+// prints its warnings on stderr, once per file in this process.
+void check_platform_file(const std::string& file) {
+  struct stat status {};
+  if (stat(file.c_str(), &status) != 0)
+    throw InputError(fmt::format("{}: cannot read platform file: {}", printable(file), std::strerror(errno)));
+  if (!S_ISREG(status.st_mode)) throw InputError(fmt::format("{}: cannot read platform file: not a regular file", printable(file)));
+  if (static_cast<std::size_t>(status.st_size) > kMaxPlatformFileBytes)
+    throw InputError(fmt::format("{}: the file has {} bytes; pipegrid reads platform files of at most {} MiB",
+                                 printable(file), status.st_size, kMaxPlatformFileBytes >> 20));
+  const PlatformCheck check = check_platform_xml(printable(file), read_text_file(file));
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  const std::lock_guard lock(mutex);
+  if (warned.insert(file).second)
+    for (const std::string& warning : check.warnings) std::cerr << "warning: " << warning << "\n";
+}
+
 // Loads the platform into a fresh engine and summarises its hosts in the
-// order the file declares them.
-PlatformSummary load_platform(sg::Engine& engine, const std::string& file, NetworkModel network) {
+// order the file declares them, with the all-pairs route matrices when
+// `with_routes`. Checks again, on what SimGrid built, what
+// check_platform_xml checked on the text (a second line of defence):
+// positive speeds and bandwidths, host ids pipegrid's outputs can carry.
+PlatformSummary load_platform(sg::Engine& engine, const std::string& file, NetworkModel network, bool with_routes) {
+  const std::string name = printable(file);
   if (network == NetworkModel::Analytic) {
     sg::Engine::set_config("network/model:CM02");
     sg::Engine::set_config("network/TCP-gamma:0");
     sg::Engine::set_config("network/crosstraffic:0");
   }
   if (access(file.c_str(), R_OK) != 0)
-    throw InputError(fmt::format("{}: cannot read platform file: {}", file, std::strerror(errno)));
+    throw InputError(fmt::format("{}: cannot read platform file: {}", name, std::strerror(errno)));
+  // Hosts in creation order, once each (SimGrid signals a host's creation
+  // again when the platform is sealed).
   std::vector<sg::Host*> declared;
-  sg::Host::on_creation_cb([&declared](sg::Host& host) { declared.push_back(&host); });
+  std::set<sg::Host*> seen;
+  bool loading = true;
+  sg::Host::on_creation_cb([&](sg::Host& host) {
+    if (loading && seen.insert(&host).second) declared.push_back(&host);
+  });
   try {
     engine.load_platform(file);
   } catch (const std::exception& error) {
-    throw InputError(fmt::format("{}: not a valid SimGrid platform: {}", file, error.what()));
+    throw InputError(fmt::format("{}: not a valid SimGrid platform: {}", name, printable(error.what(), true)));
   }
+  loading = false;
+  if (declared.empty()) throw InputError(fmt::format("{}: the platform declares no host", name));
+  if (declared.size() > kMaxPlatformHosts)
+    throw InputError(fmt::format("{}: {} hosts; pipegrid reads platforms of at most {} hosts", name, declared.size(),
+                                 kMaxPlatformHosts));
   PlatformSummary summary;
   summary.file = file;
   for (sg::Host* host : declared) {
+    const std::string& id = host->get_name();
+    if (const std::string problem = host_id_problem(id); !problem.empty())
+      throw InputError(fmt::format("{}: host '{}': {}; pipegrid refuses host ids that its outputs (timeline CSV, tables) "
+                                   "cannot carry: rename it",
+                                   name, printable(id), problem));
+    for (unsigned long pstate = 0; pstate < host->get_pstate_count(); ++pstate) {
+      const double speed = host->get_pstate_speed(pstate);
+      if (!(speed >= kMinHostSpeed && speed <= kMaxHostSpeed))
+        throw InputError(fmt::format("{}: host '{}': speed {} flop/s: expected a positive speed from {:g} to {:g}", name,
+                                     printable(id), speed, kMinHostSpeed, kMaxHostSpeed));
+    }
+    if (host->get_core_count() < 1)
+      throw InputError(fmt::format("{}: host '{}': {} cores: expected at least 1", name, printable(id), host->get_core_count()));
     std::map<std::string, std::string> properties;
     if (const auto* all = host->get_properties()) properties.insert(all->begin(), all->end());
-    summary.hosts.push_back(host_info_from_properties(file, host->get_name(), properties));
+    summary.hosts.push_back(host_info_from_properties(name, id, properties));
   }
-  if (summary.hosts.empty()) throw InputError(fmt::format("{}: the platform declares no host", file));
+  for (const sg::Link* link : engine.get_all_links()) {
+    const double bandwidth = link->get_bandwidth(), latency = link->get_latency();
+    if (!(bandwidth >= kMinBandwidth) || !std::isfinite(bandwidth))
+      throw InputError(fmt::format("{}: link '{}': bandwidth {} B/s: expected a positive bandwidth of at least {:g} B/s",
+                                   name, printable(link->get_name()), bandwidth, kMinBandwidth));
+    if (!(latency >= 0 && latency <= kMaxLatencySeconds))
+      throw InputError(fmt::format("{}: link '{}': latency {} s: expected a non-negative latency of at most {:g} s", name,
+                                   printable(link->get_name()), latency, kMaxLatencySeconds));
+  }
   double slowest = declared.front()->get_speed();
   for (sg::Host* host : declared) slowest = std::min(slowest, host->get_speed());
   sg::Engine::set_config("maxmin/precision", std::min(1e-5, slowest * kWorkPrecisionSeconds));
   engine.seal_platform();
+  if (!with_routes) return summary;
   const std::size_t count = declared.size();
+  if (count > kMaxRouteMatrixHosts)
+    throw InputError(fmt::format("{}: {} hosts; partitioners need the route between every pair of hosts, which pipegrid "
+                                 "computes for platforms of at most {} hosts",
+                                 name, count, kMaxRouteMatrixHosts));
   summary.route_bandwidth_Bps.assign(count, std::vector<double>(count, 0.0));
   summary.route_latency_s.assign(count, std::vector<double>(count, 0.0));
   for (std::size_t a = 0; a < count; ++a)
@@ -515,7 +617,11 @@ PlatformSummary load_platform(sg::Engine& engine, const std::string& file, Netwo
       if (a == b) continue;
       std::vector<sg::Link*> links;
       double latency = 0;
-      declared[a]->route_to(declared[b], links, &latency);
+      try {
+        declared[a]->route_to(declared[b], links, &latency);
+      } catch (const std::exception&) {
+        continue;  // SimGrid finds no route (a hierarchy without the zone route): none
+      }
       if (links.empty()) continue;
       double narrowest = links.front()->get_bandwidth();
       for (const sg::Link* link : links) narrowest = std::min(narrowest, link->get_bandwidth());
@@ -523,6 +629,67 @@ PlatformSummary load_platform(sg::Engine& engine, const std::string& file, Netwo
       summary.route_latency_s[a][b] = latency;
     }
   return summary;
+}
+
+// Checks that SimGrid finds a route for every pair of hosts the run sends
+// data between: InputError listing the missing ones and who needs them.
+// With `acknowledgements` (the simgrid network model, whose TCP
+// acknowledgements load the reverse route), also that SimGrid can compute
+// each reverse route: it may be absent (SimGrid then loads no link with the
+// acknowledgements) but not broken (a hierarchy without the zone route back,
+// which SimGrid would throw on in mid-simulation). Before each pair, a line
+// on stderr names it, so that a SimGrid abort while computing a route
+// (run_in_child) says which pair it was.
+void check_routes(const std::string& file, const std::vector<Simulation::NeededRoute>& needed, bool acknowledgements) {
+  std::vector<std::string> missing;
+  std::set<std::pair<sg::Host*, sg::Host*>> checked;
+  auto check = [&](sg::Host* from, sg::Host* to, const std::string& reason, bool must_exist) {
+    if (!checked.emplace(from, to).second) return;
+    const std::string pair = fmt::format("from '{}' to '{}'", printable(from->get_name()), printable(to->get_name()));
+    std::fprintf(stderr, "pipegrid-route-check: %s\n", pair.c_str());
+    std::fflush(stderr);
+    std::vector<sg::Link*> links;
+    double latency = 0;
+    std::string problem;
+    try {
+      from->route_to(to, links, &latency);
+      if (must_exist && links.empty() && !(latency > 0)) problem = "none declared";
+    } catch (const std::exception& error) {
+      problem = fmt::format("SimGrid: {}", printable(error.what()));
+    }
+    if (!problem.empty()) missing.push_back(fmt::format("{} ({}): {}", pair, problem, reason));
+  };
+  for (const Simulation::NeededRoute& route : needed) check(route.from, route.to, route.reason, true);
+  if (acknowledgements)
+    for (const Simulation::NeededRoute& route : needed)
+      check(route.to, route.from, fmt::format("--network simgrid sends acknowledgements back when {}", route.reason), false);
+  if (missing.empty()) return;
+  constexpr std::size_t kShown = 8;
+  std::string lines;
+  for (std::size_t i = 0; i < missing.size() && i < kShown; ++i) lines += "\n  no route " + missing[i];
+  if (missing.size() > kShown) lines += fmt::format("\n  and {} more", missing.size() - kShown);
+  throw InputError(fmt::format("{}: the platform lacks {} route{} that the run needs:{}\ndeclare them (a <route>, or a "
+                               "<zoneRoute> between zones; one per direction, or symmetrical), or place the stages on hosts "
+                               "that have them",
+                               printable(file), missing.size(), missing.size() == 1 ? "" : "s", lines));
+}
+
+// A byte vector holding `matrix` (count x count doubles, row by row).
+nlohmann::json::binary_t matrix_bytes(const std::vector<std::vector<double>>& matrix) {
+  nlohmann::json::binary_t bytes;
+  for (const std::vector<double>& row : matrix) {
+    const auto* begin = reinterpret_cast<const std::uint8_t*>(row.data());
+    bytes.insert(bytes.end(), begin, begin + row.size() * sizeof(double));
+  }
+  return bytes;
+}
+
+std::vector<std::vector<double>> matrix_from_bytes(const nlohmann::json::binary_t& bytes, std::size_t count) {
+  if (bytes.size() != count * count * sizeof(double))
+    throw std::runtime_error(fmt::format("route matrix of {} bytes for {} hosts", bytes.size(), count));
+  std::vector<std::vector<double>> matrix(count, std::vector<double>(count));
+  for (std::size_t a = 0; a < count; ++a) std::memcpy(matrix[a].data(), bytes.data() + a * count * sizeof(double), count * sizeof(double));
+  return matrix;
 }
 
 nlohmann::json summary_to_json(const PlatformSummary& summary) {
@@ -536,13 +703,17 @@ nlohmann::json summary_to_json(const PlatformSummary& summary) {
     if (host.optimizer_step_overhead_s) entry["optimizer_step_overhead_s"] = *host.optimizer_step_overhead_s;
     hosts.push_back(entry);
   }
-  return {{"file", summary.file}, {"hosts", hosts}, {"route_bandwidth_Bps", summary.route_bandwidth_Bps},
-          {"route_latency_s", summary.route_latency_s}};
+  nlohmann::json json{{"hosts", hosts}};
+  if (!summary.route_bandwidth_Bps.empty()) {
+    json["route_bandwidth_Bps"] = matrix_bytes(summary.route_bandwidth_Bps);
+    json["route_latency_s"] = matrix_bytes(summary.route_latency_s);
+  }
+  return json;
 }
 
-PlatformSummary summary_from_json(const nlohmann::json& json) {
+PlatformSummary summary_from_json(const nlohmann::json& json, const std::string& file) {
   PlatformSummary summary;
-  summary.file = json.at("file");
+  summary.file = file;
   for (const auto& entry : json.at("hosts")) {
     HostInfo host;
     host.name = entry.at("name");
@@ -557,16 +728,39 @@ PlatformSummary summary_from_json(const nlohmann::json& json) {
       host.optimizer_step_overhead_s = entry.at("optimizer_step_overhead_s").get<double>();
     summary.hosts.push_back(host);
   }
-  summary.route_bandwidth_Bps = json.at("route_bandwidth_Bps").get<std::vector<std::vector<double>>>();
-  summary.route_latency_s = json.at("route_latency_s").get<std::vector<std::vector<double>>>();
+  if (json.contains("route_bandwidth_Bps")) {
+    summary.route_bandwidth_Bps = matrix_from_bytes(json.at("route_bandwidth_Bps").get_binary(), summary.hosts.size());
+    summary.route_latency_s = matrix_from_bytes(json.at("route_latency_s").get_binary(), summary.hosts.size());
+  }
   return summary;
 }
 
+// The timeline as the child hands it to the parent (exact: CBOR doubles).
+nlohmann::json timeline_to_json(const Timeline& timeline) {
+  nlohmann::json records = nlohmann::json::array();
+  for (const TimelineRecord& r : timeline.records)
+    records.push_back({r.host, r.stream, r.stage, r.action, r.micro_batch, r.mini_batch, r.start_s, r.end_s, r.bytes, r.peer,
+                       r.memory_bytes});
+  return {{"hosts", timeline.hosts}, {"records", records}};
+}
+
+Timeline timeline_from_json(const nlohmann::json& json) {
+  Timeline timeline;
+  timeline.hosts = json.at("hosts").get<std::vector<std::string>>();
+  for (const nlohmann::json& r : json.at("records"))
+    timeline.records.push_back({r.at(0).get<std::string>(), r.at(1).get<int>(), r.at(2).get<int>(), r.at(3).get<std::string>(),
+                                r.at(4).get<int>(), r.at(5).get<int>(), r.at(6).get<double>(), r.at(7).get<double>(),
+                                r.at(8).get<double>(), r.at(9).get<std::string>(), r.at(10).get<double>()});
+  return timeline;
+}
+
 // Runs `work` (which starts one SimGrid engine) in a forked child and returns
-// the JSON it produced. The child's InputErrors come back as InputErrors;
-// SimGrid aborts come back as InputErrors quoting SimGrid's last message.
-// The child dies with its parent (core/termination.hpp). `hold_point`: the
-// test hook the child stops at before simulating (hold_if_injected).
+// the JSON it produced (handed over as CBOR). The child's InputErrors come
+// back as InputErrors; SimGrid aborts come back as InputErrors quoting
+// SimGrid's last message. Messages are made printable (invalid UTF-8 bytes
+// as \xNN) before they cross. The child dies with its parent
+// (core/termination.hpp). `hold_point`: the test hook the child stops at
+// before simulating (hold_if_injected).
 nlohmann::json run_in_child(const std::string& what, const std::function<nlohmann::json(sg::Engine&)>& work,
                             const char* hold_point = nullptr) {
   const int result_fd = memfd_create("pipegrid-result", 0);
@@ -577,7 +771,7 @@ nlohmann::json run_in_child(const std::string& what, const std::function<nlohman
   if (child == 0) {
     if (hold_point) hold_if_injected(hold_point);
     dup2(log_fd, STDERR_FILENO);
-    std::string payload;
+    std::vector<std::uint8_t> payload;
     int code = 0;
     try {
       char arg0[] = "pipegrid", arg1[] = "--log=root.thres:warning", arg2[] = "--log=xbt_cfg.thres:warning";
@@ -592,12 +786,12 @@ nlohmann::json run_in_child(const std::string& what, const std::function<nlohman
       int argc = 3;
 #endif
       sg::Engine engine(&argc, argv);
-      payload = nlohmann::json{{"ok", work(engine)}}.dump();
+      payload = nlohmann::json::to_cbor(nlohmann::json{{"ok", work(engine)}});
     } catch (const InputError& error) {
-      payload = nlohmann::json{{"input_error", error.what()}}.dump();
+      payload = nlohmann::json::to_cbor(nlohmann::json{{"input_error", printable(error.what(), true)}});
       code = 1;
     } catch (const std::exception& error) {
-      payload = nlohmann::json{{"error", error.what()}}.dump();
+      payload = nlohmann::json::to_cbor(nlohmann::json{{"error", printable(error.what(), true)}});
       code = 2;
     }
     std::size_t written = 0;
@@ -627,23 +821,24 @@ nlohmann::json run_in_child(const std::string& what, const std::function<nlohman
   if (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) > 3)) std::fputs(log.c_str(), stderr);
 #endif
   if (payload.empty()) {
-    // SimGrid died (xbt_die / abort): quote its critical message.
-    std::string reason;
+    // SimGrid died (xbt_die / abort): quote its critical message, and the
+    // route being checked if it died computing one (check_routes).
+    std::string reason, route;
     for (std::size_t at = 0; at < log.size();) {
       std::size_t end = log.find('\n', at);
       if (end == std::string::npos) end = log.size();
       const std::string line = log.substr(at, end - at);
-      if (line.find("CRITICAL") != std::string::npos || line.find("rror") != std::string::npos) {
-        reason = line;
-        break;
-      }
+      constexpr std::string_view kRouteCheck = "pipegrid-route-check: ";
+      if (line.rfind(kRouteCheck, 0) == 0) route = line.substr(kRouteCheck.size());
+      if (reason.empty() && (line.find("CRITICAL") != std::string::npos || line.find("rror") != std::string::npos)) reason = line;
       at = end + 1;
     }
     if (reason.empty()) reason = WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status)) : "no result";
     if (auto cut = reason.find("] "); cut != std::string::npos && reason.front() == '[') reason = reason.substr(cut + 2);
-    throw InputError(fmt::format("{}: SimGrid rejected it: {}", what, reason));
+    throw InputError(fmt::format("{}: SimGrid rejected it: {}{}", printable(what), printable(reason),
+                                 route.empty() ? "" : fmt::format(" (while finding the route {})", printable(route))));
   }
-  const nlohmann::json result = nlohmann::json::parse(payload);
+  const nlohmann::json result = nlohmann::json::from_cbor(payload);
   if (result.contains("input_error")) throw InputError(result["input_error"].get<std::string>());
   if (result.contains("error")) throw std::runtime_error(result["error"].get<std::string>());
   return result["ok"];
@@ -652,23 +847,30 @@ nlohmann::json run_in_child(const std::string& what, const std::function<nlohman
 }  // namespace
 
 SimulationResult simulate(const SimulationRequest& request) {
+  check_platform_file(request.platform_file);
+  check_one_device_per_host(request.hosts, "partition");
   const nlohmann::json result = run_in_child(request.platform_file, [&](sg::Engine& engine) {
-    const PlatformSummary platform = load_platform(engine, request.platform_file, request.network);
+    const PlatformSummary platform = load_platform(engine, request.platform_file, request.network, false);
     Simulation simulation(request, platform);
+    check_routes(request.platform_file, simulation.needed_routes(), request.network == NetworkModel::SimGrid);
     simulation.start();
     engine.run();
-    return nlohmann::json{{"platform", summary_to_json(platform)}, {"timeline", timeline_to_csv(simulation.timeline())}};
+    return nlohmann::json{{"platform", summary_to_json(platform)}, {"timeline", timeline_to_json(simulation.timeline())}};
   }, "hold-simulation");
   SimulationResult out;
-  out.platform = summary_from_json(result.at("platform"));
-  out.timeline = parse_timeline_csv(result.at("timeline").get<std::string>(), "simulation");
+  out.platform = summary_from_json(result.at("platform"), request.platform_file);
+  out.timeline = timeline_from_json(result.at("timeline"));
   return out;
 }
 
-PlatformSummary read_platform(const std::string& platform_file) {
-  return summary_from_json(run_in_child(platform_file, [&](sg::Engine& engine) {
-    return summary_to_json(load_platform(engine, platform_file, NetworkModel::Analytic));
-  }));
+PlatformSummary read_platform(const std::string& platform_file, PlatformRoutes routes) {
+  check_platform_file(platform_file);
+  return summary_from_json(run_in_child(platform_file,
+                                        [&](sg::Engine& engine) {
+                                          return summary_to_json(load_platform(engine, platform_file, NetworkModel::Analytic,
+                                                                               routes == PlatformRoutes::All));
+                                        }),
+                           platform_file);
 }
 
 }  // namespace pipegrid::sim

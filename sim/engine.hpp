@@ -11,6 +11,7 @@
 // SimulationRequest::update_interval and docs/semantics.md). The engine
 // knows actions, never schedule names.
 
+#include <cstddef>
 #include <map>
 #include <string>
 #include <vector>
@@ -70,17 +71,32 @@ struct SimulationRequest {
 };
 
 struct SimulationResult {
-  PlatformSummary platform;
+  PlatformSummary platform;  ///< hosts only (route matrices empty)
   Timeline timeline;  ///< records sorted by (start, host, stream, ...); memory not yet annotated
 };
 
 /** Runs the simulation in a forked child process (SimGrid allows one engine
- *  per process) and returns its result. Throws InputError with the child's
- *  message when the platform or the request is rejected, including SimGrid
- *  aborts. */
+ *  per process) and returns its result. Before SimGrid sees the platform,
+ *  checks its text (check_platform_xml, core/platform_check.hpp) and that no
+ *  host runs two devices (check_one_device_per_host); before simulating,
+ *  that SimGrid finds a route wherever the run sends data (a stage to the
+ *  next and back, each replica to the next in an all-reduce ring; and back
+ *  under NetworkModel::SimGrid, whose acknowledgements use the reverse
+ *  route). Throws InputError with the child's message when the platform or
+ *  the request is rejected, including SimGrid aborts. */
 SimulationResult simulate(const SimulationRequest& request);
 
-/** Reads the platform's hosts and their properties (in a forked child). */
-PlatformSummary read_platform(const std::string& platform_file);
+/** Whether read_platform computes the all-pairs route matrices
+ *  (PlatformSummary::route_bandwidth_Bps and route_latency_s): quadratic in
+ *  hosts, needed by partitioners, not by simulations. */
+enum class PlatformRoutes { All, None };
+/// Most hosts read_platform computes route matrices for (about 4 s and
+/// 250 MB at this size; docs/platforms.md, Limits).
+constexpr std::size_t kMaxRouteMatrixHosts = 2048;
+
+/** Reads the platform's hosts and their properties (in a forked child),
+ *  after checking its text as simulate() does; prints the check's warnings
+ *  (unknown host properties) on stderr, once per file per process. */
+PlatformSummary read_platform(const std::string& platform_file, PlatformRoutes routes = PlatformRoutes::All);
 
 }  // namespace pipegrid::sim
