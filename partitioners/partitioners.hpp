@@ -23,6 +23,9 @@ struct PartitionerInput {
   std::string schedule;
   int micro_batches = 0;
   bool straight = false;                    ///< no replicated stages
+  /// bapipe: split boundary layers between synchronous hosts too (by
+  /// default only between two asynchronous hosts, BaPipe's FPGA technique).
+  bool split_layers = false;
   std::optional<double> memory_limit_bytes;  ///< per device; absent: the hosts' own `memory`
   /// pipedream: the hierarchy, lowest level first (`--machines 4 4
   /// --bandwidth 8e9 1.25e9`: 4 GPUs per server at 8e9 B/s, 4 servers at
@@ -45,6 +48,9 @@ struct StageReport {
   double compute_s = 0;                 ///< forward + backward per replica
   double communication_s = 0;           ///< the larger of its input and output transfer
   double memory_bytes = 0;              ///< the partitioner's estimate of a device's peak
+  /// bapipe: the stage's share of the predicted time per micro-batch
+  /// (PipelineTime::stage_s); 0 where the partitioner does not predict one.
+  double stage_time_s = 0;
 };
 
 struct PartitionerOutput {

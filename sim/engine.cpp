@@ -509,6 +509,8 @@ PlatformSummary load_platform(sg::Engine& engine, const std::string& file, Netwo
   const std::size_t count = declared.size();
   summary.route_bandwidth_Bps.assign(count, std::vector<double>(count, 0.0));
   summary.route_latency_s.assign(count, std::vector<double>(count, 0.0));
+  summary.route_links.assign(count, std::vector<std::vector<int>>(count));
+  std::map<std::string, int> link_index;
   for (std::size_t a = 0; a < count; ++a)
     for (std::size_t b = 0; b < count; ++b) {
       if (a == b) continue;
@@ -520,6 +522,13 @@ PlatformSummary load_platform(sg::Engine& engine, const std::string& file, Netwo
       for (const sg::Link* link : links) narrowest = std::min(narrowest, link->get_bandwidth());
       summary.route_bandwidth_Bps[a][b] = narrowest;
       summary.route_latency_s[a][b] = latency;
+      for (const sg::Link* link : links) {
+        const auto [entry, added] = link_index.emplace(link->get_name(), static_cast<int>(summary.links.size()));
+        if (added)
+          summary.links.push_back({link->get_name(), link->get_bandwidth(),
+                                   link->get_sharing_policy() != sg::Link::SharingPolicy::FATPIPE});
+        summary.route_links[a][b].push_back(entry->second);
+      }
     }
   return summary;
 }
@@ -535,8 +544,10 @@ nlohmann::json summary_to_json(const PlatformSummary& summary) {
     if (host.optimizer_step_overhead_s) entry["optimizer_step_overhead_s"] = *host.optimizer_step_overhead_s;
     hosts.push_back(entry);
   }
+  nlohmann::json links = nlohmann::json::array();
+  for (const LinkInfo& link : summary.links) links.push_back({{"name", link.name}, {"bandwidth_Bps", link.bandwidth_Bps}, {"shared", link.shared}});
   return {{"file", summary.file}, {"hosts", hosts}, {"route_bandwidth_Bps", summary.route_bandwidth_Bps},
-          {"route_latency_s", summary.route_latency_s}};
+          {"route_latency_s", summary.route_latency_s}, {"links", links}, {"route_links", summary.route_links}};
 }
 
 PlatformSummary summary_from_json(const nlohmann::json& json) {
@@ -558,6 +569,11 @@ PlatformSummary summary_from_json(const nlohmann::json& json) {
   }
   summary.route_bandwidth_Bps = json.at("route_bandwidth_Bps").get<std::vector<std::vector<double>>>();
   summary.route_latency_s = json.at("route_latency_s").get<std::vector<std::vector<double>>>();
+  if (json.contains("links") && json.contains("route_links")) {
+    for (const auto& link : json.at("links"))
+      summary.links.push_back({link.at("name").get<std::string>(), link.at("bandwidth_Bps").get<double>(), link.at("shared").get<bool>()});
+    summary.route_links = json.at("route_links").get<std::vector<std::vector<std::vector<int>>>>();
+  }
   return summary;
 }
 
