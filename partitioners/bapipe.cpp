@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/program.hpp"
 #include "schedules/schedules.hpp"
 
 namespace pipegrid {
@@ -138,8 +140,12 @@ double busiest_link(const PlatformSummary& platform, const std::vector<Transfer>
 /// The unsplit chain of layers on the platform: stage s on hosts[s].
 class Chain {
  public:
-  Chain(const Profile& profile, const PlatformSummary& platform, std::string schedule, std::vector<int> stash_bound)
-      : profile_(profile), platform_(platform), schedule_(std::move(schedule)), stash_bound_(std::move(stash_bound)) {
+  Chain(const Profile& profile, const PlatformSummary& platform, std::string schedule, int micro_batches, std::vector<int> stash_bound)
+      : profile_(profile),
+        platform_(platform),
+        schedule_(std::move(schedule)),
+        micro_batches_(micro_batches),
+        stash_bound_(std::move(stash_bound)) {
     const int stages = this->stages(), layers = this->layers();
     forward_.assign(stages, std::vector<double>(layers));
     backward_.assign(stages, std::vector<double>(layers));
@@ -178,7 +184,9 @@ class Chain {
    *  extra time in the cycle (synchronous: activation + gradient transfer;
    *  asynchronous: what each exceeds the stage's forward, backward): the
    *  largest of the compute C, the busiest link, and per boundary e / (d - 1)
-   *  when d >= 2, else C + e. Summed over the stages of a cycle these bound
+   *  when d >= 2, else C + e (only where the upper stage's k is below M:
+   *  otherwise it runs every forward before its first backward and no cycle
+   *  starts there). Summed over the stages of a cycle these bound
    *  it (exactly when each stage knows its links' whole load), so the
    *  largest `time` of a split is at least its predicted time. gpipe:
    *  max(F, forward link load) + max(B, backward link load). */
@@ -214,9 +222,12 @@ class Chain {
       };
       const auto term = [&](double e, int d) { return e <= 0 ? 0.0 : d >= 2 ? e / (d - 1) : figures.busy + e; };
       figures.time = std::max(figures.busy, busiest_link(platform_, all, loads));
-      if (!last_stage)
+      // A cycle starting at stage s exists only when s runs a forward after
+      // a backward (k_s < M).
+      if (!last_stage && stash_bound_[s] < micro_batches_)
         figures.time = std::max(figures.time, term(extra(out_forward, out_backward), stash_bound_[s] - stash_bound_[s + 1]));
-      if (s > 0) figures.time = std::max(figures.time, term(extra(in_forward, in_backward), stash_bound_[s - 1] - stash_bound_[s]));
+      if (s > 0 && stash_bound_[s - 1] < micro_batches_)
+        figures.time = std::max(figures.time, term(extra(in_forward, in_backward), stash_bound_[s - 1] - stash_bound_[s]));
     }
     figures.memory = bapipe_memory_demand(cost, s, stash_bound_);
     return figures;
@@ -226,6 +237,7 @@ class Chain {
   const Profile& profile_;
   const PlatformSummary& platform_;
   std::string schedule_;
+  int micro_batches_ = 1;
   std::vector<int> stash_bound_;
   std::vector<std::vector<double>> forward_, backward_;  ///< [s][l]: layer l on stage s's host
 };
@@ -301,6 +313,7 @@ struct Evaluation {
   std::vector<StageReport> stages;  ///< memory_bytes, communication_s (charged) and stage_time_s filled
   PipelineTime model;
   std::vector<double> times;  ///< per stage, model.stage_s
+  double minibatch = 0;       ///< the objective: model.minibatch_s
   double bottleneck = 0;      ///< model.time_per_micro_batch_s
   int bottleneck_stage = 0;   ///< the first stage whose time is the largest
   bool fits = true;
@@ -336,6 +349,7 @@ Evaluation evaluate(const Context& context, const Layout& layout) {
                                       chain.schedule(), context.micro_batches);
   result.times = result.model.stage_s;
   result.bottleneck = result.model.time_per_micro_batch_s;
+  result.minibatch = result.model.minibatch_s;
   result.bottleneck_stage = static_cast<int>(std::max_element(result.times.begin(), result.times.end()) - result.times.begin());
   const std::vector<StageCost> costs = stage_costs(result.profile, result.partition);
   double fullest = -1;
@@ -411,7 +425,7 @@ Layout split_boundary_layers(const Context& context, const Layout& start, bool k
   const int N = chain.stages();
   Layout layout = start;
   Evaluation current = evaluate(context, layout);
-  const double initial_bottleneck = current.bottleneck;
+  const double initial_minibatch = current.minibatch;
   std::vector<std::string> made;
   for (;;) {
     std::optional<Layout> best_layout;
@@ -458,16 +472,16 @@ Layout split_boundary_layers(const Context& context, const Layout& start, bool k
     current = std::move(*best);
   }
   if (made.empty()) {
-    notes.push_back("intra-layer: no split of a boundary layer lowers the bottleneck once its communication is counted");
+    notes.push_back("intra-layer: no split of a boundary layer lowers the stage times once its communication is counted");
     return start;
   }
-  if (!(current.bottleneck < initial_bottleneck - kGainTolerance * initial_bottleneck)) {
-    notes.push_back(fmt::format("intra-layer: splits would even out stages but not lower the bottleneck ({}): none made",
-                                seconds_text(initial_bottleneck)));
+  if (!(current.minibatch < initial_minibatch - kGainTolerance * initial_minibatch)) {
+    notes.push_back(fmt::format("intra-layer: splits would even out stages but not shorten the predicted mini-batch ({}): none made",
+                                seconds_text(initial_minibatch)));
     return start;
   }
   for (const std::string& line : made) notes.push_back("intra-layer: " + line);
-  notes.push_back(fmt::format("intra-layer: bottleneck {} -> {}", seconds_text(initial_bottleneck), seconds_text(current.bottleneck)));
+  notes.push_back(fmt::format("intra-layer: predicted mini-batch {} -> {}", seconds_text(initial_minibatch), seconds_text(current.minibatch)));
   return layout;
 }
 
@@ -507,13 +521,13 @@ void check_one_stage_per_host(const Profile& profile, const PlatformSummary& pla
 }
 
 /** Moves one boundary of a whole-layer `start` by one layer at a time, the
- *  move that lowers the predicted time per micro-batch most (ties: the lower
+ *  move that lowers the predicted mini-batch time most (ties: the lower
  *  boundary, then the move to the earlier layer) while it lowers it by more
  *  than rounding; with `keep_fitting`, only to splits that fit memory. */
 Layout improve(const Context& context, const Layout& start, bool keep_fitting) {
   const int N = context.chain.stages(), L = context.chain.layers();
   Layout layout = start;
-  double current = evaluate(context, layout).bottleneck;
+  double current = evaluate(context, layout).minibatch;
   for (;;) {
     std::optional<Layout> best;
     double best_time = current * (1 - kGainTolerance);
@@ -525,8 +539,8 @@ Layout improve(const Context& context, const Layout& start, bool keep_fitting) {
         if (candidate.last[s] < low || candidate.last[s] > high) continue;
         const Evaluation evaluation = evaluate(context, candidate);
         if (keep_fitting && !evaluation.fits) continue;
-        if (evaluation.bottleneck < best_time) {
-          best_time = evaluation.bottleneck;
+        if (evaluation.minibatch < best_time) {
+          best_time = evaluation.minibatch;
           best = candidate;
         }
       }
@@ -539,18 +553,14 @@ Layout improve(const Context& context, const Layout& start, bool keep_fitting) {
 /** Step 2's coarse-grained partition, transfers counted: the whole-layer
  *  split whose largest local bound (Chain::figures' time) is smallest, every
  *  stage as close to T as that allows, then improve()d on the predicted
- *  time; `start` when that is not faster. */
-Layout coarse_grained(const Context& context, const Layout& start, std::vector<std::string>& notes) {
+ *  mini-batch time; nothing when that is not shorter than `start`'s. */
+std::optional<Layout> coarse_grained(const Context& context, const Layout& start, std::vector<std::string>& notes) {
   const Chain& chain = context.chain;
   const Layout searched = whole_layers(*min_max_split(chain, [](int, int, int, const Figures& f) { return f.time; }, context.T));
   const Layout layout = improve(context, searched, false);
-  const double before = evaluate(context, start).bottleneck, after = evaluate(context, layout).bottleneck;
-  if (!(after < before)) {
-    notes.push_back(fmt::format("coarse-grained: no whole-layer split predicts less than {}: {} kept", seconds_text(before),
-                                layout_text(start)));
-    return start;
-  }
-  notes.push_back(fmt::format("coarse-grained: the smallest predicted time with transfers counted: {} ({} -> {})",
+  const double before = evaluate(context, start).minibatch, after = evaluate(context, layout).minibatch;
+  if (!(after < before * (1 - kGainTolerance))) return std::nullopt;
+  notes.push_back(fmt::format("coarse-grained: the shortest predicted mini-batch with transfers counted: {} ({} -> {})",
                               layout_text(layout), seconds_text(before), seconds_text(after)));
   return layout;
 }
@@ -641,7 +651,7 @@ double bapipe_memory_demand(const StageCost& stage, int stage_index, const std::
 std::vector<int> bapipe_inter_layer(const Profile& profile, const PlatformSummary& platform) {
   const double T = bapipe_ideal_stage_time(profile, platform);
   check_one_stage_per_host(profile, platform);
-  const Chain chain(profile, platform, "1f1b-sno", std::vector<int>(platform.hosts.size(), 1));
+  const Chain chain(profile, platform, "1f1b-sno", 1, std::vector<int>(platform.hosts.size(), 1));
   return *min_max_split(chain, [](int, int, int, const Figures& f) { return f.compute; }, T);
 }
 
@@ -663,6 +673,97 @@ std::vector<PipelineStage> pipeline_stages(const Profile& profile, const Partiti
   }
   return stages;
 }
+
+namespace {
+
+/** The end of the last action of one mini-batch of `program` on a straight
+ *  pipeline: each action starts when its stream's previous action, its
+ *  inputs (docs: F(s,m) the output of F(s-1,m); B(s,m) F(s,m), or R(s,m) when
+ *  the stream has one, and the gradient of B(s+1,m)) and its extra
+ *  dependencies are done; forward[b] / backward[b] the transfer over
+ *  boundary b. */
+double minibatch_makespan(const Program& program, const std::vector<PipelineStage>& stages, const PlatformSummary& platform,
+                          const std::vector<double>& forward, const std::vector<double>& backward) {
+  const int N = static_cast<int>(stages.size()), M = program.micro_batches;
+  // start/end per (kind, stage, micro-batch); NaN until run.
+  const auto slot = [&](ActionKind kind, int stage, int micro_batch) {
+    return (static_cast<int>(kind) * N + stage) * M + micro_batch;
+  };
+  const double unset = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> start(3 * N * M, unset), end(3 * N * M, unset);
+  std::vector<bool> present(3 * N * M, false);
+  for (const DeviceProgram& device : program.devices)
+    for (const Stream& stream : device.streams)
+      for (const Action& action : stream.actions) present[slot(action.kind, action.stage, action.micro_batch)] = true;
+  std::map<int, std::vector<int>> extra;  // after -> befores
+  for (const Dependency& dependency : program.extra_dependencies)
+    extra[slot(dependency.after.kind, dependency.after.stage, dependency.after.micro_batch)].push_back(
+        slot(dependency.before.kind, dependency.before.stage, dependency.before.micro_batch));
+  const auto async = [&](int stage) { return platform.hosts[stages[stage].host].execution == Execution::Async; };
+  const auto arrival = [&](int from_slot, int from_stage, double transfer) {
+    return async(from_stage) ? std::max(end[from_slot], start[from_slot] + transfer) : end[from_slot] + transfer;
+  };
+  // The earliest start of `action` once its inputs are done; nothing while one is not.
+  const auto ready = [&](const Action& action) -> std::optional<double> {
+    const int s = action.stage, m = action.micro_batch;
+    double at = 0;
+    const auto after = [&](int dependency, double time) {
+      if (std::isnan(end[dependency])) return false;
+      at = std::max(at, time);
+      return true;
+    };
+    if (action.kind == ActionKind::Forward) {
+      if (s > 0 && !after(slot(ActionKind::Forward, s - 1, m), 0)) return std::nullopt;
+      if (s > 0) at = std::max(at, arrival(slot(ActionKind::Forward, s - 1, m), s - 1, forward[s - 1]));
+    } else {
+      const int f = slot(ActionKind::Forward, s, m);
+      if (!after(f, end[f])) return std::nullopt;
+      if (action.kind == ActionKind::Backward) {
+        const int r = slot(ActionKind::Recompute, s, m);
+        if (present[r] && !after(r, end[r])) return std::nullopt;
+        if (s + 1 < N) {
+          const int b = slot(ActionKind::Backward, s + 1, m);
+          if (!after(b, 0)) return std::nullopt;
+          at = std::max(at, arrival(b, s + 1, backward[s]));
+        }
+      }
+    }
+    if (const auto befores = extra.find(slot(action.kind, s, m)); befores != extra.end())
+      for (const int before : befores->second)
+        if (!after(before, end[before])) return std::nullopt;
+    return at;
+  };
+  std::vector<std::pair<const Stream*, int>> streams;
+  for (const DeviceProgram& device : program.devices)
+    for (const Stream& stream : device.streams) streams.push_back({&stream, device.stage});
+  std::vector<std::size_t> next(streams.size(), 0);
+  std::vector<double> free(streams.size(), 0);
+  double makespan = 0;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (std::size_t i = 0; i < streams.size(); ++i)
+      while (next[i] < streams[i].first->actions.size()) {
+        const Action& action = streams[i].first->actions[next[i]];
+        const std::optional<double> at = ready(action);
+        if (!at) break;
+        const PipelineStage& stage = stages[action.stage];
+        const double duration = action.kind == ActionKind::Backward ? stage.backward_s : stage.forward_s;
+        const int here = slot(action.kind, action.stage, action.micro_batch);
+        start[here] = std::max(*at, free[i]);
+        end[here] = start[here] + duration;
+        free[i] = end[here];
+        makespan = std::max(makespan, end[here]);
+        ++next[i];
+        progress = true;
+      }
+  }
+  for (std::size_t i = 0; i < streams.size(); ++i)
+    if (next[i] < streams[i].first->actions.size())
+      throw std::logic_error("bapipe cost model: the schedule's program deadlocks");
+  return makespan;
+}
+
+}  // namespace
 
 PipelineTime bapipe_pipeline_time(const std::vector<PipelineStage>& stages, const PlatformSummary& platform,
                                   const std::string& schedule, int micro_batches) {
@@ -687,6 +788,12 @@ PipelineTime bapipe_pipeline_time(const std::vector<PipelineStage>& stages, cons
     forward_time[b] = charged_time(platform, forwards[b], gpipe ? forward_loads : loads);
     backward_time[b] = charged_time(platform, backwards[b], gpipe ? backward_loads : loads);
   }
+  ScheduleOptions options;
+  options.num_stages = N;
+  options.micro_batches = micro_batches;
+  const Program program = generate_schedule(schedule, options);
+  const double minibatch = minibatch_makespan(program, stages, platform, forward_time, backward_time);
+  const double without = minibatch_makespan(program, stages, platform, std::vector<double>(N, 0), std::vector<double>(N, 0));
   // The transfers with stage s at one end.
   const auto touching = [&](int s, const std::vector<Transfer>& of) {
     std::vector<Transfer> mine;
@@ -696,6 +803,8 @@ PipelineTime bapipe_pipeline_time(const std::vector<PipelineStage>& stages, cons
   };
 
   PipelineTime result;
+  result.minibatch_s = minibatch;
+  result.minibatch_without_transfers_s = without;
   result.stage_s.assign(N, 0);
   result.transfer_s.assign(N, 0);
   for (int s = 0; s < N; ++s) {
@@ -772,7 +881,9 @@ PipelineTime bapipe_pipeline_time(const std::vector<PipelineStage>& stages, cons
   }
   for (int s = 0; s < N; ++s) {
     double path = 0;  // sum_{u=s}^{t-1} f[u] + sum_{u=s+1}^{t} g[u]
-    for (int t = s; t < N; ++t) {
+    // Stage s runs a forward after a backward only when k_s < M: otherwise
+    // no cycle starts there.
+    for (int t = s; t < (k[s] < micro_batches ? N : s + 1); ++t) {
       if (t > s) path += f[t - 1] + g[t];
       const double weight = path + stages[t].forward_s + stages[s].backward_s;
       const int in_flight = k[s] - k[t] + 1;
@@ -808,7 +919,7 @@ PartitionerOutput bapipe_partition(const PartitionerInput& input) {
   if (input.memory_limit_bytes && !(*input.memory_limit_bytes > 0))
     throw InputError(fmt::format("partitioner bapipe: memory limit: expected bytes > 0, found {}", *input.memory_limit_bytes));
 
-  const Chain chain(profile, platform, schedule, stash_bound);
+  const Chain chain(profile, platform, schedule, M, stash_bound);
   Context context{chain, std::vector<double>(N, kInfinity), T, M, std::vector<bool>(N > 0 ? N - 1 : 0, false)};
   for (int s = 0; s < N; ++s) {
     if (input.memory_limit_bytes)
@@ -836,24 +947,29 @@ PartitionerOutput bapipe_partition(const PartitionerInput& input) {
   notes.push_back(fmt::format("inter-layer: {} (the smallest largest compute, {}, then every stage as close to T as that allows)",
                               layout_text(inter), seconds_text(inter_bottleneck)));
 
-  // Step 2: communication is the bottleneck when the predicted time per
-  // micro-batch (bapipe_pipeline_time) exceeds the slowest stage's compute;
-  // then coarse-grained (step 3 skipped).
-  const bool coarse = !inter_eval.model.communication_hidden();
+  // Step 2: transfers counted. The coarse-grained split replaces the
+  // inter-layer one when its predicted mini-batch is shorter (step 3
+  // skipped); otherwise the inter-layer one stays and may be split.
+  const auto transfers_text = [&](const Evaluation& evaluation) {
+    const PipelineTime& model = evaluation.model;
+    return fmt::format("predicted mini-batch {} ({} without transfers); steady state {} per micro-batch, {}", seconds_text(model.minibatch_s),
+                       seconds_text(model.minibatch_without_transfers_s), seconds_text(model.time_per_micro_batch_s),
+                       model.communication_hidden() ? "the slowest compute (communication hidden)"
+                                                    : "set by " + model.bound + ", above the slowest compute (" +
+                                                          seconds_text(model.compute_s) + ")");
+  };
+  notes.push_back(fmt::format("transfers, {} with M = {}: inter-layer: {}", schedule, M, transfers_text(inter_eval)));
   Layout layout = inter;
+  // Only transfers trigger it: without them the inter-layer split stays.
+  const bool transfers_cost = !inter_eval.model.communication_hidden() ||
+                              inter_eval.minibatch > inter_eval.model.minibatch_without_transfers_s * (1 + kGainTolerance);
+  const std::optional<Layout> coarse_layout = transfers_cost ? coarse_grained(context, inter, notes) : std::nullopt;
+  const bool coarse = coarse_layout.has_value();
   if (coarse) {
-    notes.push_back(fmt::format("communication is the bottleneck for {} with M = {}: predicted {} per micro-batch, set by {}, "
-                                "more than the slowest compute ({})",
-                                schedule, M, seconds_text(inter_eval.bottleneck), inter_eval.model.bound,
-                                seconds_text(inter_eval.model.compute_s)));
-    layout = coarse_grained(context, inter, notes);
+    layout = *coarse_layout;
   } else {
-    int widest = 0;
-    for (int s = 1; s < N; ++s)
-      if (inter_eval.model.transfer_s[s] > inter_eval.model.transfer_s[widest]) widest = s;
-    notes.push_back(fmt::format("communication is hidden for {} with M = {}: the predicted time per micro-batch is the slowest "
-                                "compute (largest transfer {} on {})",
-                                schedule, M, seconds_text(inter_eval.model.transfer_s[widest]), stage_name(chain, widest)));
+    notes.push_back(transfers_cost ? "coarse-grained: no whole-layer split predicts a shorter mini-batch: the inter-layer split stays"
+                                   : "coarse-grained: not needed: transfers add nothing to the predicted mini-batch");
     // Step 3: intra-layer, where allowed; a plan that fits is kept fitting.
     if (std::find(context.may_split.begin(), context.may_split.end(), true) != context.may_split.end())
       layout = split_boundary_layers(context, inter, inter_eval.fits, notes);
@@ -883,19 +999,19 @@ PartitionerOutput bapipe_partition(const PartitionerInput& input) {
   notes.push_back(fmt::format("memory, {}: fits: {}", bound_text, memory_summary(context, result)));
 
   PartitionerOutput output;
+  notes.push_back(fmt::format("chosen: {}", transfers_text(result)));
+  notes.push_back(fmt::format(
+      "cost model: each transfer takes latency + bytes / bandwidth with every transfer of a micro-batch that shares a link "
+      "with it{}; left out: the flush's optimizer step and SimGrid's default network model's corrections (a few percent "
+      "slower than --network analytic)",
+      platform.route_links.empty() ? " (no link information: each route a link of its own)" : ""));
+  output.predicted_minibatch_s = result.minibatch;
+  output.predicted_for = fmt::format("{} with M = {}", schedule, M);
   output.profile = std::move(result.profile);
   output.partition = std::move(result.partition);
   output.stages = std::move(result.stages);
   output.time_per_stage_s = result.bottleneck;
   output.bottleneck_stage = result.bottleneck_stage;
-  notes.push_back(fmt::format("predicted time per micro-batch: {}, set by {}{}", seconds_text(result.bottleneck), result.model.bound,
-                              result.model.communication_hidden() ? " (communication hidden)" : ""));
-  notes.push_back(fmt::format(
-      "cost model: each transfer takes latency + bytes / bandwidth with every transfer of a micro-batch that shares a link "
-      "with it{}; a mini-batch of M adds the pipeline's fill and drain to about (M - 1) x the time per micro-batch; "
-      "left out: the flush's optimizer step and SimGrid's default network model's corrections (a few percent slower than "
-      "--network analytic)",
-      platform.route_links.empty() ? " (no link information: each route a link of its own)" : ""));
   output.notes = std::move(notes);
   return output;
 }

@@ -60,7 +60,9 @@ struct PipelineStage {
  *  stream out) with SR stage u's activation transfer, b_u likewise with B_u
  *  and its gradient transfer to stage u-1, and k_s the micro-batches stage s
  *  takes in before its first backward (bapipe_stash_bound); s = t is the
- *  stage's compute F_s + B_s. gpipe: max(slowest F, forward link load) +
+ *  stage's compute F_s + B_s; s < t only where k_s < M (a stage with k_s = M
+ *  runs every forward before its first backward: no steady state there,
+ *  and the mini-batch is mostly fill and drain). gpipe: max(slowest F, forward link load) +
  *  max(slowest B, backward link load). It leaves out the flush, the
  *  optimizer step, the fill and drain of a mini-batch (about the pipeline's
  *  latency on top of (M - 1) x the time), and SimGrid's default network
@@ -68,6 +70,13 @@ struct PipelineStage {
  *  InputError for a route of zero bandwidth, a schedule bapipe does not plan,
  *  or no stages. */
 struct PipelineTime {
+  /// One mini-batch of M micro-batches run by the schedule's Program with
+  /// the transfers charged as above (synchronous host: an output leaves
+  /// when its action ends; asynchronous: it arrives at max(end, start +
+  /// transfer)): the end of the last action. fbp-as's two streams are taken
+  /// as independent (their sharing of the device is left out).
+  double minibatch_s = 0;
+  double minibatch_without_transfers_s = 0;  ///< the same with every transfer taking 0
   double time_per_micro_batch_s = 0;
   double compute_s = 0;  ///< the slowest stage's forward + backward
   int compute_stage = 0;

@@ -62,7 +62,11 @@ struct PartitionerOutput {
   /// stages are contiguous: profile.layers[i] is the input's layer
   /// layer_order[i]. Empty: the input's order.
   std::vector<int> layer_order;
-  double time_per_stage_s = 0;  ///< the partitioner's objective: its bottleneck stage time
+  double time_per_stage_s = 0;  ///< the partitioner's bottleneck stage time (bapipe: steady state per micro-batch)
+  /// bapipe: the mini-batch time it predicts and minimises, for
+  /// `predicted_for` ("1f1b-so with M = 8"); absent for the others.
+  std::optional<double> predicted_minibatch_s;
+  std::string predicted_for;
   int bottleneck_stage = 0;
   std::vector<StageReport> stages;
   std::vector<std::string> notes;  ///< how the choice was made, for people
