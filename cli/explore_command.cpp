@@ -44,6 +44,7 @@ struct ExploreOptions {
   std::string network = "simgrid";
   std::string optimizer = "sgd";
   bool json = false;
+  bool split_layers = false;
   std::string save_plan;
 };
 
@@ -228,6 +229,7 @@ void build_candidates(Exploration& exploration) {
             input.schedule = schedule.name;
             input.micro_batches = schedule_info(schedule.name).flushed ? shape.micro_batches : 1;
             input.memory_limit_bytes = exploration.memory_limit_bytes;
+            input.split_layers = options.split_layers;
             PartitionerOutput output = run_partitioner("bapipe", input);
             choice = PartitionChoice{label, std::move(output.profile), std::move(output.partition)};
           } catch (const InputError& error) {
@@ -580,6 +582,8 @@ CLI::App* add_explore_command(CLI::App& app) {
   command->add_option("--batch-size", options.batch_size, "micro-batch size the profile was measured at (graph.txt)");
   command->add_option("--save-plan", options.save_plan, "write the winner's plan (pipegrid simulate --plan FILE re-runs it)");
   command->add_flag("--json", options.json, "print one JSON object on stdout");
+  command->add_flag("--split-layers", options.split_layers,
+                    "bapipe: split boundary layers between GPUs too (by default only between FPGAs)");
   return command;
 }
 

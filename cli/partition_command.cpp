@@ -25,6 +25,7 @@ struct PartitionOptions {
   std::vector<int> machines;
   std::vector<std::string> bandwidths;
   bool straight = false;
+  bool split_layers = false;
   std::string memory;
   std::string cost_model = "released";
   std::string schedule;
@@ -89,6 +90,8 @@ CLI::App* add_partition_command(CLI::App& app) {
   command->add_option("--bandwidth", options.bandwidths,
                       "bandwidth per level, lowest first: bytes/s or SimGrid units (10Gbps, 1.25GBps)");
   command->add_flag("--straight", options.straight, "no replicated stages");
+  command->add_flag("--split-layers", options.split_layers,
+                    "bapipe: split boundary layers between GPUs too (by default only between FPGAs)");
   command->add_option("--memory", options.memory, "memory per device (bytes or 16GiB): the partition must fit");
   command->add_option("--cost-model", options.cost_model, "pipedream: released (default) or paper");
   command->add_option("--schedule", options.schedule, "the schedule the partition is for (memory estimates)");
@@ -117,6 +120,7 @@ int run_partition_command() {
   input.machines = options.machines;
   input.bandwidths_Bps = bandwidths;
   input.straight = options.straight;
+  input.split_layers = options.split_layers;
   if (!options.memory.empty()) input.memory_limit_bytes = parse_bytes(options.memory, "--memory");
   input.cost_model = options.cost_model;
   input.schedule = options.schedule;
