@@ -246,6 +246,16 @@ void build_candidates(Exploration& exploration) {
         else chosen.push_back(std::move(*choice));
       }
     }
+    // A partition with stages that do no compute also runs without them, on
+    // fewer devices (the ranking prefers that one when it is as fast).
+    for (std::size_t c = 0, original = chosen.size(); c < original; ++c) {
+      const std::optional<Partition> merged = merge_idle_stages(chosen[c].profile, chosen[c].partition, platform);
+      if (!merged) continue;
+      PartitionChoice fewer{chosen[c].label.substr(0, chosen[c].label.find('=')) + "-merged", chosen[c].profile, *merged};
+      const auto same = std::find_if(chosen.begin(), chosen.end(), [&](const PartitionChoice& other) { return same_partition(other, fewer); });
+      if (same != chosen.end()) same->label += "=" + fewer.label;
+      else chosen.push_back(std::move(fewer));
+    }
     for (PartitionChoice& choice : chosen) {
       exploration.partitions.push_back(std::move(choice));
       Candidate one = candidate;
@@ -283,6 +293,12 @@ CandidateOutcome run_candidate(const Exploration& exploration, const Candidate& 
   }
   const PartitionChoice& choice = exploration.partitions[*candidate.partition];
   outcome.partitioner = choice.label;
+  for (const auto& hosts : choice.partition.hosts) outcome.devices += static_cast<int>(hosts.size());
+  if (!schedule_info(candidate.schedule).single_stage) {
+    outcome.idle_stages = idle_stages(choice.profile, choice.partition, exploration.platform);
+    if (merge_idle_stages(choice.profile, choice.partition, exploration.platform))
+      outcome.merged_as = choice.label.substr(0, choice.label.find('=')) + "-merged";
+  }
   outcome.replicas = schedule_info(candidate.schedule).single_stage ? fmt::format("{}x", choice.partition.hosts[0].size())
                                                                     : replicas_text(choice.partition);
   try {
@@ -325,6 +341,9 @@ nlohmann::json outcome_to_json(const CandidateOutcome& outcome) {
   document["overflows"] = nlohmann::json::array();
   for (const MemoryOverflow& overflow : outcome.overflows)
     document["overflows"].push_back({overflow.host, overflow.peak_bytes, overflow.capacity_bytes});
+  document["devices"] = outcome.devices;
+  document["idle_stages"] = outcome.idle_stages;
+  document["merged_as"] = outcome.merged_as;
   return document;
 }
 
@@ -343,6 +362,9 @@ CandidateOutcome outcome_from_json(const nlohmann::json& document) {
   outcome.peak_memory_bytes = document.at("peak_memory");
   outcome.peak_memory_host = document.at("peak_memory_host");
   for (const auto& overflow : document.at("overflows")) outcome.overflows.push_back({overflow[0], overflow[1], overflow[2]});
+  outcome.devices = document.at("devices");
+  outcome.idle_stages = document.at("idle_stages").get<std::vector<int>>();
+  outcome.merged_as = document.at("merged_as");
   return outcome;
 }
 
@@ -535,6 +557,7 @@ nlohmann::ordered_json ranked_json(const std::vector<CandidateOutcome>& outcomes
     item["micro_batches"] = o.micro_batches;
     item["micro_batch_size"] = o.micro_batch_size;
     item["partitioner"] = o.partitioner;
+    item["stages_without_compute"] = o.idle_stages;
     const Candidate& candidate = exploration.candidates[candidate_of_outcome[entry.index]];
     if (candidate.partition) {
       const Partition& partition = exploration.partitions[*candidate.partition].partition;

@@ -550,19 +550,51 @@ Layout improve(const Context& context, const Layout& start, bool keep_fitting) {
   }
 }
 
-/** Step 2's coarse-grained partition, transfers counted: the whole-layer
- *  split whose largest local bound (Chain::figures' time) is smallest, every
- *  stage as close to T as that allows, then improve()d on the predicted
- *  mini-batch time; nothing when that is not shorter than `start`'s. */
+/** Step 2's coarse-grained partition, transfers counted. Starts: the
+ *  whole-layer split whose largest local bound (Chain::figures' time) is
+ *  smallest; the one with the smallest largest compute among those whose
+ *  every stage hides its transfers; for each activation size a (BaPipe's
+ *  a_th), the one with the smallest largest compute cutting only where the
+ *  activation is at most a; and `start`; each as close to T as its
+ *  criterion allows. The three with the shortest predicted mini-batch
+ *  (ties: the earlier start) are improve()d; the shortest result wins,
+ *  nothing when it is not shorter than `start`'s. */
 std::optional<Layout> coarse_grained(const Context& context, const Layout& start, std::vector<std::string>& notes) {
   const Chain& chain = context.chain;
-  const Layout searched = whole_layers(*min_max_split(chain, [](int, int, int, const Figures& f) { return f.time; }, context.T));
-  const Layout layout = improve(context, searched, false);
-  const double before = evaluate(context, start).minibatch, after = evaluate(context, layout).minibatch;
-  if (!(after < before * (1 - kGainTolerance))) return std::nullopt;
+  const int N = chain.stages();
+  std::vector<Layout> starts = {whole_layers(*min_max_split(chain, [](int, int, int, const Figures& f) { return f.time; }, context.T))};
+  if (const auto hidden = min_max_split(chain, [](int, int, int, const Figures& f) { return f.hidden() ? f.compute : kInfinity; },
+                                        context.T))
+    starts.push_back(whole_layers(*hidden));
+  std::vector<double> sizes;
+  for (const Layer& layer : chain.profile().layers) sizes.push_back(layer.output_bytes);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  for (const double a_th : sizes) {
+    const auto within = [&](int s, int, int b, const Figures& f) {
+      return s + 1 < N && chain.profile().layers[b].output_bytes > a_th ? kInfinity : f.compute;
+    };
+    if (const auto cuts = min_max_split(chain, within, context.T)) starts.push_back(whole_layers(*cuts));
+  }
+  starts.push_back(start);
+  std::vector<std::pair<double, std::size_t>> ranked;
+  for (std::size_t i = 0; i < starts.size(); ++i) ranked.push_back({evaluate(context, starts[i]).minibatch, i});
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  const double before = evaluate(context, start).minibatch;
+  std::optional<Layout> best;
+  double best_time = before * (1 - kGainTolerance);
+  for (std::size_t k = 0; k < std::min<std::size_t>(3, ranked.size()); ++k) {
+    const Layout layout = improve(context, starts[ranked[k].second], false);
+    const double time = evaluate(context, layout).minibatch;
+    if (time < best_time) {
+      best = layout;
+      best_time = time;
+    }
+  }
+  if (!best) return std::nullopt;
   notes.push_back(fmt::format("coarse-grained: the shortest predicted mini-batch with transfers counted: {} ({} -> {})",
-                              layout_text(layout), seconds_text(before), seconds_text(after)));
-  return layout;
+                              layout_text(*best), seconds_text(before), seconds_text(best_time)));
+  return best;
 }
 
 /** Step 4's fine-tuning: the whole-layer split with the smallest local
@@ -677,88 +709,125 @@ std::vector<PipelineStage> pipeline_stages(const Profile& profile, const Partiti
 namespace {
 
 /** The end of the last action of one mini-batch of `program` on a straight
- *  pipeline: each action starts when its stream's previous action, its
- *  inputs (docs: F(s,m) the output of F(s-1,m); B(s,m) F(s,m), or R(s,m) when
- *  the stream has one, and the gradient of B(s+1,m)) and its extra
- *  dependencies are done; forward[b] / backward[b] the transfer over
- *  boundary b. */
+ *  pipeline, by discrete events: a stream starts its next action as soon as
+ *  its inputs have arrived (F(s,m): the output of F(s-1,m); B(s,m): F(s,m),
+ *  R(s,m) when the program has it, and the gradient of B(s+1,m)) and its
+ *  extra dependencies have ended. A transfer is requested when its action
+ *  ends (synchronous host) or starts (asynchronous: it then arrives at
+ *  max(end, start + its time)); each link of its route serves requests in
+ *  order, one at a time, for bytes / bandwidth (a FATPIPE link, or a route
+ *  without link information, in parallel), and it arrives the route's
+ *  latency after. With `transfers` false every transfer takes 0. */
 double minibatch_makespan(const Program& program, const std::vector<PipelineStage>& stages, const PlatformSummary& platform,
-                          const std::vector<double>& forward, const std::vector<double>& backward) {
+                          bool transfers) {
   const int N = static_cast<int>(stages.size()), M = program.micro_batches;
-  // start/end per (kind, stage, micro-batch); NaN until run.
   const auto slot = [&](ActionKind kind, int stage, int micro_batch) {
     return (static_cast<int>(kind) * N + stage) * M + micro_batch;
   };
   const double unset = std::numeric_limits<double>::quiet_NaN();
-  std::vector<double> start(3 * N * M, unset), end(3 * N * M, unset);
+  // end[] of actions; arrived[] of their outputs at the consumer (the
+  // activation of F(s,m) at s+1, the gradient of B(s,m) at s-1).
+  std::vector<double> end(3 * N * M, unset), arrived(3 * N * M, unset);
   std::vector<bool> present(3 * N * M, false);
   for (const DeviceProgram& device : program.devices)
     for (const Stream& stream : device.streams)
       for (const Action& action : stream.actions) present[slot(action.kind, action.stage, action.micro_batch)] = true;
-  std::map<int, std::vector<int>> extra;  // after -> befores
+  std::map<int, std::vector<int>> extra;
   for (const Dependency& dependency : program.extra_dependencies)
     extra[slot(dependency.after.kind, dependency.after.stage, dependency.after.micro_batch)].push_back(
         slot(dependency.before.kind, dependency.before.stage, dependency.before.micro_batch));
-  const auto async = [&](int stage) { return platform.hosts[stages[stage].host].execution == Execution::Async; };
-  const auto arrival = [&](int from_slot, int from_stage, double transfer) {
-    return async(from_stage) ? std::max(end[from_slot], start[from_slot] + transfer) : end[from_slot] + transfer;
-  };
-  // The earliest start of `action` once its inputs are done; nothing while one is not.
-  const auto ready = [&](const Action& action) -> std::optional<double> {
+  const auto done = [&](std::vector<double>& times, int at, double now) { return !std::isnan(times[at]) && times[at] <= now; };
+  const auto ready = [&](const Action& action, double now) {
     const int s = action.stage, m = action.micro_batch;
-    double at = 0;
-    const auto after = [&](int dependency, double time) {
-      if (std::isnan(end[dependency])) return false;
-      at = std::max(at, time);
-      return true;
-    };
     if (action.kind == ActionKind::Forward) {
-      if (s > 0 && !after(slot(ActionKind::Forward, s - 1, m), 0)) return std::nullopt;
-      if (s > 0) at = std::max(at, arrival(slot(ActionKind::Forward, s - 1, m), s - 1, forward[s - 1]));
+      if (s > 0 && !done(arrived, slot(ActionKind::Forward, s - 1, m), now)) return false;
     } else {
-      const int f = slot(ActionKind::Forward, s, m);
-      if (!after(f, end[f])) return std::nullopt;
+      if (!done(end, slot(ActionKind::Forward, s, m), now)) return false;
       if (action.kind == ActionKind::Backward) {
         const int r = slot(ActionKind::Recompute, s, m);
-        if (present[r] && !after(r, end[r])) return std::nullopt;
-        if (s + 1 < N) {
-          const int b = slot(ActionKind::Backward, s + 1, m);
-          if (!after(b, 0)) return std::nullopt;
-          at = std::max(at, arrival(b, s + 1, backward[s]));
-        }
+        if (present[r] && !done(end, r, now)) return false;
+        if (s + 1 < N && !done(arrived, slot(ActionKind::Backward, s + 1, m), now)) return false;
       }
     }
     if (const auto befores = extra.find(slot(action.kind, s, m)); befores != extra.end())
       for (const int before : befores->second)
-        if (!after(before, end[before])) return std::nullopt;
-    return at;
+        if (!done(end, before, now)) return false;
+    return true;
+  };
+  std::map<int, double> link_free;
+  // The arrival of `bytes` sent from stage `from` to `to`, requested at `now`.
+  const auto send = [&](int from, int to, double bytes, double now) {
+    const Transfer transfer{stages[from].host, stages[to].host, bytes};
+    if (!transfers || !moves_bytes(transfer)) return now;
+    if (!(platform.route_bandwidth_Bps[transfer.from][transfer.to] > 0))
+      throw InputError(fmt::format("{}: no route from {} to {}", platform.file, platform.hosts[transfer.from].name,
+                                   platform.hosts[transfer.to].name));
+    const std::vector<int> links = route_links(platform, transfer.from, transfer.to);
+    double start = now, busy = 0;
+    for (const int link : links) {
+      const LinkInfo info = link_info(platform, link);
+      busy = std::max(busy, bytes / info.bandwidth_Bps);
+      if (info.shared && !platform.route_links.empty()) start = std::max(start, link_free[link]);
+    }
+    for (const int link : links)
+      if (link_info(platform, link).shared && !platform.route_links.empty()) link_free[link] = start + busy;
+    return start + busy + platform.route_latency_s[transfer.from][transfer.to];
+  };
+  struct Running {
+    std::size_t stream;
+    int slot;
+    double start;
   };
   std::vector<std::pair<const Stream*, int>> streams;
   for (const DeviceProgram& device : program.devices)
     for (const Stream& stream : device.streams) streams.push_back({&stream, device.stage});
   std::vector<std::size_t> next(streams.size(), 0);
-  std::vector<double> free(streams.size(), 0);
-  double makespan = 0;
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (std::size_t i = 0; i < streams.size(); ++i)
-      while (next[i] < streams[i].first->actions.size()) {
-        const Action& action = streams[i].first->actions[next[i]];
-        const std::optional<double> at = ready(action);
-        if (!at) break;
-        const PipelineStage& stage = stages[action.stage];
-        const double duration = action.kind == ActionKind::Backward ? stage.backward_s : stage.forward_s;
-        const int here = slot(action.kind, action.stage, action.micro_batch);
-        start[here] = std::max(*at, free[i]);
-        end[here] = start[here] + duration;
-        free[i] = end[here];
-        makespan = std::max(makespan, end[here]);
-        ++next[i];
-        progress = true;
+  std::vector<bool> busy(streams.size(), false);
+  // Events: (time, sequence) -> what ends then; arrivals only wake streams.
+  std::map<std::pair<double, long>, std::optional<Running>> events;
+  long sequence = 0;
+  double now = 0, makespan = 0;
+  for (;;) {
+    for (std::size_t i = 0; i < streams.size(); ++i) {
+      if (busy[i] || next[i] >= streams[i].first->actions.size()) continue;
+      const Action& action = streams[i].first->actions[next[i]];
+      if (!ready(action, now)) continue;
+      const PipelineStage& stage = stages[action.stage];
+      const double duration = action.kind == ActionKind::Backward ? stage.backward_s : stage.forward_s;
+      const int here = slot(action.kind, action.stage, action.micro_batch);
+      busy[i] = true;
+      ++next[i];
+      events.emplace(std::make_pair(now + duration, sequence++), Running{i, here, now});
+      if (platform.hosts[stage.host].execution == Execution::Async) {
+        // Cut-through: the output streams out from the start.
+        const int s = action.stage;
+        if (action.kind == ActionKind::Forward && s + 1 < N)
+          arrived[here] = std::max(now + duration, send(s, s + 1, stage.output_bytes, now));
+        if (action.kind == ActionKind::Backward && s > 0)
+          arrived[here] = std::max(now + duration, send(s, s - 1, stages[s - 1].output_bytes, now));
+        if (!std::isnan(arrived[here])) events.emplace(std::make_pair(arrived[here], sequence++), std::nullopt);
       }
+    }
+    if (events.empty()) break;
+    const auto first = events.begin();
+    now = first->first.first;
+    const std::optional<Running> ended = first->second;
+    events.erase(first);
+    if (!ended) continue;
+    busy[ended->stream] = false;
+    end[ended->slot] = now;
+    makespan = std::max(makespan, now);
+    const Action& action = streams[ended->stream].first->actions[next[ended->stream] - 1];
+    const int s = action.stage;
+    if (platform.hosts[stages[s].host].execution == Execution::Sync) {
+      if (action.kind == ActionKind::Forward && s + 1 < N) arrived[ended->slot] = send(s, s + 1, stages[s].output_bytes, now);
+      if (action.kind == ActionKind::Backward && s > 0) arrived[ended->slot] = send(s, s - 1, stages[s - 1].output_bytes, now);
+      if (!std::isnan(arrived[ended->slot]) && arrived[ended->slot] > now)
+        events.emplace(std::make_pair(arrived[ended->slot], sequence++), std::nullopt);
+    }
   }
   for (std::size_t i = 0; i < streams.size(); ++i)
-    if (next[i] < streams[i].first->actions.size())
+    if (next[i] < streams[i].first->actions.size() || busy[i])
       throw std::logic_error("bapipe cost model: the schedule's program deadlocks");
   return makespan;
 }
@@ -792,8 +861,8 @@ PipelineTime bapipe_pipeline_time(const std::vector<PipelineStage>& stages, cons
   options.num_stages = N;
   options.micro_batches = micro_batches;
   const Program program = generate_schedule(schedule, options);
-  const double minibatch = minibatch_makespan(program, stages, platform, forward_time, backward_time);
-  const double without = minibatch_makespan(program, stages, platform, std::vector<double>(N, 0), std::vector<double>(N, 0));
+  const double minibatch = minibatch_makespan(program, stages, platform, true);
+  const double without = minibatch_makespan(program, stages, platform, false);
   // The transfers with stage s at one end.
   const auto touching = [&](int s, const std::vector<Transfer>& of) {
     std::vector<Transfer> mine;

@@ -79,6 +79,20 @@ struct PartitionerOutput {
  *  memory_bytes is left 0 for the caller to fill. */
 std::vector<StageReport> report_stages(const Profile& profile, const Partition& partition, const PlatformSummary& platform);
 
+/** The stages of `partition` that do no compute: the forward and backward
+ *  of their layers take 0 s on every one of their hosts (PipeDream's
+ *  optimizer gives a lone ReLU a device of its own when that costs nothing). */
+std::vector<int> idle_stages(const Profile& profile, const Partition& partition, const PlatformSummary& platform);
+
+/** `partition` with every idle stage's layers merged into the busy stage
+ *  before it (leading idle stages into the first busy one) and its hosts
+ *  left out: the same pipeline on fewer devices. Nothing when no stage is
+ *  idle, every stage is, or the partition splits a layer. */
+std::optional<Partition> merge_idle_stages(const Profile& profile, const Partition& partition, const PlatformSummary& platform);
+
+/** "stage 3", "stages 3 and 6", "stages 1, 3 and 6". */
+std::string stage_list_text(const std::vector<int>& stages);
+
 /** Names accepted by run_partitioner, in the order explore tries them. */
 const std::vector<std::string>& partitioner_names();
 
