@@ -550,75 +550,76 @@ Layout improve(const Context& context, const Layout& start, bool keep_fitting) {
   }
 }
 
-/** Step 2's coarse-grained partition, transfers counted. Starts: the
- *  whole-layer split whose largest local bound (Chain::figures' time) is
- *  smallest; the one with the smallest largest compute among those whose
- *  every stage hides its transfers; for each activation size a (BaPipe's
- *  a_th), the one with the smallest largest compute cutting only where the
- *  activation is at most a; and `start`; each as close to T as its
- *  criterion allows. The three with the shortest predicted mini-batch
- *  (ties: the earlier start) are improve()d; the shortest result wins,
- *  nothing when it is not shorter than `start`'s. */
-std::optional<Layout> coarse_grained(const Context& context, const Layout& start, std::vector<std::string>& notes) {
+/** The shortest predicted mini-batch found among whole-layer splits (with
+ *  `keep_fitting`, among those that fit memory). Starts: the split whose
+ *  largest local bound (Chain::figures' time) is smallest; the one with the
+ *  smallest largest compute among those whose every stage hides its
+ *  transfers; for each activation size a (BaPipe's a_th), the one with the
+ *  smallest largest compute cutting only where the activation is at most a;
+ *  and `start` when given; each as close to T as its criterion allows. The
+ *  three with the shortest predicted mini-batch (ties: the earlier start)
+ *  are improve()d and the shortest result returned (ties: the earlier);
+ *  nothing when no split fits. */
+std::optional<Layout> search(const Context& context, const std::optional<Layout>& start, bool keep_fitting) {
   const Chain& chain = context.chain;
   const int N = chain.stages();
-  std::vector<Layout> starts = {whole_layers(*min_max_split(chain, [](int, int, int, const Figures& f) { return f.time; }, context.T))};
-  if (const auto hidden = min_max_split(chain, [](int, int, int, const Figures& f) { return f.hidden() ? f.compute : kInfinity; },
-                                        context.T))
-    starts.push_back(whole_layers(*hidden));
+  const auto allowed = [&](int s, const Figures& f) { return !keep_fitting || f.memory <= context.capacity[s]; };
+  std::vector<Layout> starts;
+  const auto add = [&](const std::optional<std::vector<int>>& cuts) {
+    if (cuts) starts.push_back(whole_layers(*cuts));
+  };
+  add(min_max_split(chain, [&](int s, int, int, const Figures& f) { return allowed(s, f) ? f.time : kInfinity; }, context.T));
+  add(min_max_split(chain, [&](int s, int, int, const Figures& f) { return allowed(s, f) && f.hidden() ? f.compute : kInfinity; },
+                    context.T));
   std::vector<double> sizes;
   for (const Layer& layer : chain.profile().layers) sizes.push_back(layer.output_bytes);
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  for (const double a_th : sizes) {
-    const auto within = [&](int s, int, int b, const Figures& f) {
-      return s + 1 < N && chain.profile().layers[b].output_bytes > a_th ? kInfinity : f.compute;
-    };
-    if (const auto cuts = min_max_split(chain, within, context.T)) starts.push_back(whole_layers(*cuts));
-  }
-  starts.push_back(start);
+  for (const double a_th : sizes)
+    add(min_max_split(
+        chain,
+        [&](int s, int, int b, const Figures& f) {
+          return !allowed(s, f) || (s + 1 < N && chain.profile().layers[b].output_bytes > a_th) ? kInfinity : f.compute;
+        },
+        context.T));
+  if (start && (!keep_fitting || evaluate(context, *start).fits)) starts.push_back(*start);
+  if (starts.empty()) return std::nullopt;
   std::vector<std::pair<double, std::size_t>> ranked;
   for (std::size_t i = 0; i < starts.size(); ++i) ranked.push_back({evaluate(context, starts[i]).minibatch, i});
   std::stable_sort(ranked.begin(), ranked.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-  const double before = evaluate(context, start).minibatch;
   std::optional<Layout> best;
-  double best_time = before * (1 - kGainTolerance);
+  double best_time = kInfinity;
   for (std::size_t k = 0; k < std::min<std::size_t>(3, ranked.size()); ++k) {
-    const Layout layout = improve(context, starts[ranked[k].second], false);
+    const Layout layout = improve(context, starts[ranked[k].second], keep_fitting);
     const double time = evaluate(context, layout).minibatch;
     if (time < best_time) {
       best = layout;
       best_time = time;
     }
   }
-  if (!best) return std::nullopt;
-  notes.push_back(fmt::format("coarse-grained: the shortest predicted mini-batch with transfers counted: {} ({} -> {})",
-                              layout_text(*best), seconds_text(before), seconds_text(best_time)));
   return best;
 }
 
-/** Step 4's fine-tuning: the whole-layer split with the smallest local
- *  bound (Chain::figures' time) among those where every host's demand fits
- *  its capacity, tried first with every stage's transfers hidden behind its
- *  compute, then without; then improve()d among fitting splits. Nothing
- *  when no whole-layer split fits. */
+/** Step 2's coarse-grained partition, transfers counted: search()'s split
+ *  from `start`; nothing when it is not shorter than `start`'s. */
+std::optional<Layout> coarse_grained(const Context& context, const Layout& start, std::vector<std::string>& notes) {
+  const double before = evaluate(context, start).minibatch;
+  const std::optional<Layout> best = search(context, start, false);
+  const double after = evaluate(context, *best).minibatch;
+  if (!(after < before * (1 - kGainTolerance))) return std::nullopt;
+  notes.push_back(fmt::format("coarse-grained: the shortest predicted mini-batch with transfers counted: {} ({} -> {})",
+                              layout_text(*best), seconds_text(before), seconds_text(after)));
+  return best;
+}
+
+/** Step 4's fine-tuning: search()'s split among those where every host's
+ *  demand fits its capacity. Nothing when no whole-layer split fits. */
 std::optional<Layout> fine_tune(const Context& context, std::vector<std::string>& notes) {
-  const Chain& chain = context.chain;
-  for (const bool hidden : {true, false}) {
-    const auto fitting = [&](int s, int, int, const Figures& f) {
-      if (f.memory > context.capacity[s]) return kInfinity;
-      if (hidden && !f.hidden()) return kInfinity;
-      return f.time;
-    };
-    if (const auto cuts = min_max_split(chain, fitting, context.T)) {
-      const Layout layout = improve(context, whole_layers(*cuts), true);
-      notes.push_back(fmt::format("fine-tuning: the smallest predicted time that fits{}: {}",
-                                  hidden ? ", every stage's transfers hidden behind its compute" : ", transfers counted",
-                                  layout_text(layout)));
-      return layout;
-    }
-  }
-  return std::nullopt;
+  const std::optional<Layout> layout = search(context, std::nullopt, true);
+  if (layout)
+    notes.push_back(fmt::format("fine-tuning: the shortest predicted mini-batch that fits: {} ({})", layout_text(*layout),
+                                seconds_text(evaluate(context, *layout).minibatch)));
+  return layout;
 }
 
 /// The InputError for a platform on which no whole-layer split fits: the

@@ -13,25 +13,30 @@
 
 namespace pipegrid {
 
-/** BaPipe's four steps, over the hosts of input.platform in order:
+/** BaPipe's four steps, over the hosts of input.platform in order, for
+ *  input.schedule and input.micro_batches (default 1f1b-so, or 1f1b-as when
+ *  every host is asynchronous, with M = the number of stages), judged by
+ *  bapipe_pipeline_time's predicted mini-batch time:
  *  1. inter-layer: contiguous whole layers per host, minimising the slowest
  *     stage's compute, then keeping every stage as close to T as that allows
  *     (bapipe_inter_layer);
- *  2. if some stage's transfer exceeds its compute (communication is the
- *     bottleneck): coarse-grained partition, cutting only where the
- *     activation crosses the link within T, then step 4, and stop;
- *  3. otherwise intra-layer: split boundary layers between neighbours, at
- *     most one per boundary, each by the fraction that equalises the two
- *     stages' compute, kept only when they lower the bottleneck once their
- *     extra communication is counted;
- *  4. memory: when a host's demand (bapipe_memory_demand, for
- *     input.schedule and input.micro_batches; default 1f1b-so with M = the
- *     number of stages) exceeds its capacity (input.memory_limit_bytes, else
- *     the host's `memory`), re-partition whole layers to the fastest plan
- *     that fits, keeping every transfer within its stage's compute where a
- *     fitting plan allows it, then split again where that still fits.
+ *  2. when transfers lengthen the predicted mini-batch: coarse-grained, the
+ *     whole-layer split with the shortest predicted mini-batch found
+ *     (several starts, among them BaPipe's cuts under a_th, each improved a
+ *     boundary move at a time), kept when shorter than step 1's; then step
+ *     4, and stop;
+ *  3. otherwise intra-layer: split boundary layers between neighbours that
+ *     may split (two asynchronous hosts, or input.split_layers), at most one
+ *     per boundary, each by the fraction that equalises the two stages'
+ *     compute, kept only when together they shorten the predicted mini-batch;
+ *  4. memory: when a host's demand (bapipe_memory_demand) exceeds its
+ *     capacity (input.memory_limit_bytes, else the host's `memory`), the
+ *     same search among whole-layer splits that fit, then split again where
+ *     allowed and that still fits.
  *  The output's profile holds any split layers' parts (split_layers()) and
- *  its partition records them (Partition::split_last). Deterministic.
+ *  its partition records them (Partition::split_last); time_per_stage_s is
+ *  the steady-state time per micro-batch and predicted_minibatch_s the
+ *  objective. Deterministic.
  *  Throws InputError when the platform has no hosts or fewer layers than
  *  hosts, for a schedule without a flush per mini-batch (bapipe plans gpipe,
  *  1f1b-sno, 1f1b-so, 1f1b-as and fbp-as), for fbp-as on a synchronous host,

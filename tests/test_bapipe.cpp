@@ -298,10 +298,11 @@ TEST(BapipeCostModel, MiniBatchMatchesTheClosedFormsOnLatencyOnlyLinks) {
                     (M + N - 1) * (F + B) + (N + M - 2 - ceiling) * 2 * SR, kExact)
             << context;
         // 1F1B-SO holds iff M <= 4 or 2 SR <= F + B.
-        if (M <= 4 || 2 * SR <= F + B)
+        if (M <= 4 || 2 * SR <= F + B) {
           EXPECT_NEAR(bapipe_pipeline_time(stages, links, "1f1b-so", M).minibatch_s, (M + N - 1) * (F + B) + (N - 1) * 2 * SR,
                       kExact)
               << context;
+        }
         EXPECT_NEAR(bapipe_pipeline_time(stages, links, "1f1b-so", M).minibatch_without_transfers_s, (M + N - 1) * (F + B), kExact)
             << context;
       }
@@ -559,8 +560,7 @@ TEST(Bapipe, FineTuningSplitsAgainWhereThePlanStillFits) {
   input.platform.hosts[2].memory_bytes = 40;
   const PartitionerOutput output = bapipe_partition(input);
   EXPECT_TRUE(has_note(output, "h2 needs 43 B, more than its 40 B: fine-tuning")) << all_notes(output);
-  EXPECT_TRUE(has_note(output, "fine-tuning: the smallest predicted time that fits, every stage's transfers hidden behind its "
-                               "compute: 0 | 1-2 | 3"))
+  EXPECT_TRUE(has_note(output, "fine-tuning: the shortest predicted mini-batch that fits: 0 | 1-2 | 3"))
       << all_notes(output);
   ASSERT_EQ(output.partition.split_last.size(), 3u) << all_notes(output);
   EXPECT_NEAR(output.partition.split_last[0], 1.0 / 3, kExact);
