@@ -45,6 +45,7 @@ struct ExploreOptions {
   std::string network = "simgrid";
   std::string optimizer = "sgd";
   bool json = false;
+  bool split_layers = false;
   std::string save_plan;
 };
 
@@ -228,6 +229,7 @@ void build_candidates(Exploration& exploration) {
             input.schedule = schedule.name;
             input.micro_batches = schedule_info(schedule.name).flushed ? shape.micro_batches : 1;
             input.memory_limit_bytes = exploration.memory_limit_bytes;
+            input.split_layers = options.split_layers;
             PartitionerOutput output = run_partitioner("bapipe", input);
             choice = PartitionChoice{label, std::move(output.profile), std::move(output.partition)};
           } catch (const InputError& error) {
@@ -243,6 +245,16 @@ void build_candidates(Exploration& exploration) {
         if (same != chosen.end()) same->label += "=" + label;
         else chosen.push_back(std::move(*choice));
       }
+    }
+    // A partition with stages that do no compute also runs without them, on
+    // fewer devices (the ranking prefers that one when it is as fast).
+    for (std::size_t c = 0, original = chosen.size(); c < original; ++c) {
+      const std::optional<Partition> merged = merge_idle_stages(chosen[c].profile, chosen[c].partition, platform);
+      if (!merged) continue;
+      PartitionChoice fewer{chosen[c].label.substr(0, chosen[c].label.find('=')) + "-merged", chosen[c].profile, *merged};
+      const auto same = std::find_if(chosen.begin(), chosen.end(), [&](const PartitionChoice& other) { return same_partition(other, fewer); });
+      if (same != chosen.end()) same->label += "=" + fewer.label;
+      else chosen.push_back(std::move(fewer));
     }
     for (PartitionChoice& choice : chosen) {
       exploration.partitions.push_back(std::move(choice));
@@ -281,6 +293,12 @@ CandidateOutcome run_candidate(const Exploration& exploration, const Candidate& 
   }
   const PartitionChoice& choice = exploration.partitions[*candidate.partition];
   outcome.partitioner = choice.label;
+  for (const auto& hosts : choice.partition.hosts) outcome.devices += static_cast<int>(hosts.size());
+  if (!schedule_info(candidate.schedule).single_stage) {
+    outcome.idle_stages = idle_stages(choice.profile, choice.partition, exploration.platform);
+    if (merge_idle_stages(choice.profile, choice.partition, exploration.platform))
+      outcome.merged_as = choice.label.substr(0, choice.label.find('=')) + "-merged";
+  }
   outcome.replicas = schedule_info(candidate.schedule).single_stage ? fmt::format("{}x", choice.partition.hosts[0].size())
                                                                     : replicas_text(choice.partition);
   try {
@@ -323,6 +341,9 @@ nlohmann::json outcome_to_json(const CandidateOutcome& outcome) {
   document["overflows"] = nlohmann::json::array();
   for (const MemoryOverflow& overflow : outcome.overflows)
     document["overflows"].push_back({overflow.host, overflow.peak_bytes, overflow.capacity_bytes});
+  document["devices"] = outcome.devices;
+  document["idle_stages"] = outcome.idle_stages;
+  document["merged_as"] = outcome.merged_as;
   return document;
 }
 
@@ -341,6 +362,9 @@ CandidateOutcome outcome_from_json(const nlohmann::json& document) {
   outcome.peak_memory_bytes = document.at("peak_memory");
   outcome.peak_memory_host = document.at("peak_memory_host");
   for (const auto& overflow : document.at("overflows")) outcome.overflows.push_back({overflow[0], overflow[1], overflow[2]});
+  outcome.devices = document.at("devices");
+  outcome.idle_stages = document.at("idle_stages").get<std::vector<int>>();
+  outcome.merged_as = document.at("merged_as");
   return outcome;
 }
 
@@ -535,6 +559,7 @@ nlohmann::ordered_json ranked_json(const std::vector<CandidateOutcome>& outcomes
     item["micro_batches"] = o.micro_batches;
     item["micro_batch_size"] = o.micro_batch_size;
     item["partitioner"] = o.partitioner;
+    item["stages_without_compute"] = o.idle_stages;
     const Candidate& candidate = exploration.candidates[candidate_of_outcome[entry.index]];
     if (candidate.partition) {
       const Partition& partition = exploration.partitions[*candidate.partition].partition;
@@ -582,6 +607,8 @@ CLI::App* add_explore_command(CLI::App& app) {
   command->add_option("--batch-size", options.batch_size, "micro-batch size the profile was measured at (graph.txt)");
   command->add_option("--save-plan", options.save_plan, "write the winner's plan (pipegrid simulate --plan FILE re-runs it)");
   command->add_flag("--json", options.json, "print one JSON object on stdout");
+  command->add_flag("--split-layers", options.split_layers,
+                    "bapipe: split boundary layers between GPUs too (by default only between FPGAs)");
   return command;
 }
 

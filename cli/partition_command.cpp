@@ -25,6 +25,7 @@ struct PartitionOptions {
   std::vector<int> machines;
   std::vector<std::string> bandwidths;
   bool straight = false;
+  bool split_layers = false;
   std::string memory;
   std::string cost_model = "released";
   std::string schedule;
@@ -89,6 +90,8 @@ CLI::App* add_partition_command(CLI::App& app) {
   command->add_option("--bandwidth", options.bandwidths,
                       "bandwidth per level, lowest first: bytes/s or SimGrid units (10Gbps, 1.25GBps)");
   command->add_flag("--straight", options.straight, "no replicated stages");
+  command->add_flag("--split-layers", options.split_layers,
+                    "bapipe: split boundary layers between GPUs too (by default only between FPGAs)");
   command->add_option("--memory", options.memory, "memory per device (bytes or 16GiB): the partition must fit");
   command->add_option("--cost-model", options.cost_model, "pipedream: released (default) or paper");
   command->add_option("--schedule", options.schedule, "the schedule the partition is for (memory estimates)");
@@ -117,6 +120,7 @@ int run_partition_command() {
   input.machines = options.machines;
   input.bandwidths_Bps = bandwidths;
   input.straight = options.straight;
+  input.split_layers = options.split_layers;
   if (!options.memory.empty()) input.memory_limit_bytes = parse_bytes(options.memory, "--memory");
   input.cost_model = options.cost_model;
   input.schedule = options.schedule;
@@ -125,6 +129,18 @@ int run_partition_command() {
 
   if (!options.output.empty()) write_file_atomically(options.output, partition_file_text(output));
   const Profile& profile = output.profile;
+  std::vector<int> idle;
+  for (std::size_t s = 0; s < output.stages.size(); ++s)
+    if (output.stages[s].compute_s == 0) idle.push_back(static_cast<int>(s));
+  std::string idle_note;
+  if (!idle.empty()) {
+    int devices = 0;
+    for (const int s : idle) devices += static_cast<int>(output.stages[s].hosts.size());
+    idle_note = fmt::format("{} {} no compute (its layers take 0 s on its hosts): merged into a neighbour, the pipeline "
+                            "needs {} fewer device{} for the same compute (explore runs that partition too)",
+                            stage_list_text(idle), idle.size() == 1 ? "does" : "do", devices, devices == 1 ? "" : "s");
+    if (idle.size() > 1) idle_note.replace(idle_note.find("its layers take 0 s on its hosts"), 32, "their layers take 0 s on their hosts");
+  }
   if (options.json) {
     nlohmann::ordered_json stages = nlohmann::ordered_json::array();
     for (std::size_t s = 0; s < output.stages.size(); ++s) {
@@ -138,37 +154,62 @@ int run_partition_command() {
       entry["compute_s"] = stage.compute_s;
       entry["communication_s"] = stage.communication_s;
       entry["memory_bytes"] = stage.memory_bytes;
+      if (output.predicted_minibatch_s) entry["stage_time_s"] = stage.stage_time_s;
+      entry["no_compute"] = stage.compute_s == 0;
       stages.push_back(entry);
     }
     nlohmann::ordered_json document;
     document["partitioner"] = options.partitioner;
     document["profile"] = profile.name;
     document["time_per_stage_s"] = output.time_per_stage_s;
+    if (output.predicted_minibatch_s) {
+      document["predicted_minibatch_time_s"] = *output.predicted_minibatch_s;
+      document["predicted_for"] = output.predicted_for;
+    }
     document["bottleneck_stage"] = output.bottleneck_stage;
+    document["stages_without_compute"] = idle;
     document["stages"] = stages;
     if (!output.layer_order.empty()) document["layer_order"] = output.layer_order;
-    document["notes"] = output.notes;
+    nlohmann::ordered_json notes = output.notes;
+    if (!idle_note.empty()) notes.push_back(idle_note);
+    document["notes"] = notes;
     std::cout << document.dump(2) << "\n";
     return 0;
   }
   std::cout << fmt::format("{} partition of {} ({} layers, micro-batch {})\n", options.partitioner, profile.name,
                            profile.layers.size(), profile.micro_batch_size);
   for (const std::string& note : output.notes) std::cout << "  " << note << "\n";
-  std::cout << fmt::format("time per stage (the partitioner's objective): {}\n\n", human_seconds(output.time_per_stage_s));
-  std::cout << fmt::format("{:>5}  {:<9} {:>8}  {:<28} {:>16} {:>13} {:>12}\n", "stage", "layers", "replicas", "hosts",
-                           "compute/replica", "transfer", "memory est.");
+  if (output.predicted_minibatch_s) {
+    std::cout << fmt::format("predicted mini-batch time (the partitioner's objective), {}: {}\n", output.predicted_for,
+                             human_seconds(*output.predicted_minibatch_s));
+    std::cout << fmt::format("time per stage (steady state per micro-batch): {}\n\n", human_seconds(output.time_per_stage_s));
+  } else {
+    std::cout << fmt::format("time per stage (the partitioner's objective): {}\n\n", human_seconds(output.time_per_stage_s));
+  }
+  const bool stage_times = output.predicted_minibatch_s.has_value();
+  std::cout << fmt::format("{:>5}  {:<9} {:>8}  {:<28} {:>16} {:>13} {:>12}{}\n", "stage", "layers", "replicas", "hosts",
+                           "compute/replica", "transfer", "memory est.", stage_times ? fmt::format(" {:>12}", "stage time") : "");
   for (std::size_t s = 0; s < output.stages.size(); ++s) {
     const StageReport& stage = output.stages[s];
     std::string hosts;
     for (const std::string& host : stage.hosts) hosts += (hosts.empty() ? "" : ",") + host;
     if (hosts.size() > 28) hosts = hosts.substr(0, 25) + "...";
-    std::cout << fmt::format("{:>5}  {:<9} {:>8}  {:<28} {:>16} {:>13} {:>12}{}\n", s, layer_range(stage.first_layer, stage.last_layer),
+    std::string marks;
+    if (static_cast<int>(s) == output.bottleneck_stage) marks += "  <- bottleneck";
+    if (stage.compute_s == 0) marks += "  <- no compute";
+    std::cout << fmt::format("{:>5}  {:<9} {:>8}  {:<28} {:>16} {:>13} {:>12}{}{}\n", s, layer_range(stage.first_layer, stage.last_layer),
                              stage.hosts.size(), hosts, human_seconds(stage.compute_s), human_seconds(stage.communication_s),
                              human_bytes(stage.memory_bytes),
-                             static_cast<int>(s) == output.bottleneck_stage ? "  <- bottleneck" : "");
+                             stage_times ? fmt::format(" {:>12}", human_seconds(stage.stage_time_s)) : "", marks);
   }
-  std::cout << "\ncompute/replica: forward + backward of one micro-batch on the stage's slowest host, divided by its replicas;\n"
-               "transfer: the larger of its activation and gradient transfers over the platform's routes.\n";
+  std::cout << "\ncompute/replica: forward + backward of one micro-batch on the stage's slowest host, divided by its replicas;\n";
+  if (stage_times)
+    std::cout << "transfer: its longest activation or gradient transfer, charged with every transfer of a micro-batch sharing "
+                 "its links;\nstage time: the slowest steady-state bound through the stage (its compute, a link it uses, a "
+                 "cycle of stages).\n";
+  else
+    std::cout << "transfer: the larger of its activation and gradient transfers over the platform's routes.\n";
+  if (!idle_note.empty()) std::cout << idle_note << ".\n";
   if (!options.output.empty())
     std::cout << fmt::format("partition file: {} (pipegrid simulate --partition {})\n", options.output, options.output);
   return 0;

@@ -50,6 +50,16 @@ struct HostInfo {
   }
 };
 
+/// One network resource some route crosses: a SimGrid link, or one direction
+/// of a SPLITDUPLEX link (SimGrid names them `id_UP` and `id_DOWN`).
+struct LinkInfo {
+  std::string name;
+  double bandwidth_Bps = 0;
+  /// false for a FATPIPE link (every flow gets the whole bandwidth); true
+  /// when concurrent flows share it.
+  bool shared = true;
+};
+
 struct PlatformSummary {
   std::string file;
   std::vector<HostInfo> hosts;
@@ -57,6 +67,12 @@ struct PlatformSummary {
   /// from hosts[a] to hosts[b] (bytes/s); route_latency_s[a][b]: the sum of
   /// its links' latencies. 0 bandwidth: no route. The diagonal is 0.
   std::vector<std::vector<double>> route_bandwidth_Bps, route_latency_s;
+  /// The links routes cross, and route_links[a][b]: indices into `links` of
+  /// the route from hosts[a] to hosts[b]. Both empty when unknown (a summary
+  /// read back from a plan, or built from --machines): then a cost model
+  /// takes every route as a link of its own.
+  std::vector<LinkInfo> links;
+  std::vector<std::vector<std::vector<int>>> route_links;
   const HostInfo& host(const std::string& name) const;
   /// Index of the named host in `hosts`; InputError when absent.
   int host_index(const std::string& name) const;

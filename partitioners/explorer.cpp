@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "partitioners/partitioners.hpp"
 #include "schedules/schedules.hpp"
 
 namespace pipegrid {
@@ -120,10 +122,37 @@ std::vector<RankedCandidate> rank_candidates(const std::vector<CandidateOutcome>
     else if (!outcome.overflows.empty()) out_of_memory.push_back(i);
     else fitting.push_back(i);
   }
+  // deferred_to[i]: the fitting candidate on fewer devices that candidate i
+  // (with idle stages) ranks right after.
+  std::map<std::size_t, std::size_t> deferred_to;
+  for (const std::size_t i : fitting) {
+    const CandidateOutcome& x = outcomes[i];
+    if (x.idle_stages.empty() || x.merged_as.empty()) continue;
+    for (const std::size_t j : fitting) {
+      const CandidateOutcome& y = outcomes[j];
+      if (y.schedule != x.schedule || y.micro_batches != x.micro_batches || y.micro_batch_size != x.micro_batch_size) continue;
+      bool named = false;
+      for (std::size_t from = 0; from <= y.partitioner.size();) {
+        const std::size_t to = std::min(y.partitioner.find('=', from), y.partitioner.size());
+        named = named || y.partitioner.substr(from, to - from) == x.merged_as;
+        from = to + 1;
+      }
+      if (named && y.throughput_samples_per_s >= kFewerDevicesShare * x.throughput_samples_per_s) deferred_to[i] = j;
+    }
+  }
+  const auto ranked_throughput = [&](std::size_t i) {
+    const auto deferred = deferred_to.find(i);
+    return deferred == deferred_to.end()
+               ? outcomes[i].throughput_samples_per_s
+               : std::min(outcomes[i].throughput_samples_per_s, outcomes[deferred->second].throughput_samples_per_s);
+  };
   std::stable_sort(fitting.begin(), fitting.end(), [&](std::size_t a, std::size_t b) {
     const CandidateOutcome &x = outcomes[a], &y = outcomes[b];
-    if (!same_throughput(x.throughput_samples_per_s, y.throughput_samples_per_s))
-      return x.throughput_samples_per_s > y.throughput_samples_per_s;
+    const double tx = ranked_throughput(a), ty = ranked_throughput(b);
+    if (!same_throughput(tx, ty)) return tx > ty;
+    const auto a_after = deferred_to.find(a), b_after = deferred_to.find(b);
+    if (a_after != deferred_to.end() && a_after->second == b) return false;
+    if (b_after != deferred_to.end() && b_after->second == a) return true;
     if (x.peak_memory_bytes != y.peak_memory_bytes) return x.peak_memory_bytes < y.peak_memory_bytes;
     return a < b;
   });
@@ -135,7 +164,15 @@ std::vector<RankedCandidate> rank_candidates(const std::vector<CandidateOutcome>
   for (std::size_t k = 0; k < fitting.size(); ++k) {
     const CandidateOutcome& outcome = outcomes[fitting[k]];
     std::string verdict = "winner";
-    if (k > 0) {
+    if (const auto deferred = deferred_to.find(fitting[k]); deferred != deferred_to.end()) {
+      const CandidateOutcome& fewer = outcomes[deferred->second];
+      const int saved = outcome.devices - fewer.devices;
+      verdict = fmt::format("{} no compute: the same partition without {} ({}, {} devices) runs at {:.4g} vs {:.4g} "
+                            "samples/s on {} fewer device{}",
+                            stage_list_text(outcome.idle_stages) + (outcome.idle_stages.size() == 1 ? " does" : " do"),
+                            outcome.idle_stages.size() == 1 ? "it" : "them", fewer.partitioner, fewer.devices,
+                            fewer.throughput_samples_per_s, outcome.throughput_samples_per_s, saved, saved == 1 ? "" : "s");
+    } else if (k > 0) {
       const CandidateOutcome& best = outcomes[fitting[0]];
       if (same_throughput(outcome.throughput_samples_per_s, best.throughput_samples_per_s)) {
         verdict = outcome.peak_memory_bytes == best.peak_memory_bytes

@@ -73,6 +73,11 @@ struct CandidateOutcome {
   double peak_memory_bytes = 0;  ///< largest over the devices
   std::string peak_memory_host;
   std::vector<MemoryOverflow> overflows;
+  int devices = 0;               ///< hosts the partition uses
+  std::vector<int> idle_stages;  ///< stages that do no compute (idle_stages())
+  /// The label of the same partition with its idle stages merged away
+  /// (merge_idle_stages()), run as a candidate of its own; empty when none.
+  std::string merged_as;
   bool fits() const { return !error && overflows.empty(); }
 };
 
@@ -83,9 +88,16 @@ struct RankedCandidate {
   std::string verdict;    ///< "winner", or why it lost, for people
 };
 
+/** A candidate with idle stages ranks right after the same partition
+ *  without them (its `merged_as`, same schedule and shape) when that fits
+ *  and reaches at least this share of its throughput. */
+constexpr double kFewerDevicesShare = 0.99;
+
 /** Ranks outcomes[i] for i in `members`: candidates that fit first, by
  *  throughput (higher first; throughputs within 1e-9 relative tie), ties to
- *  the lower peak memory, then to the earlier index; then the ones out of
+ *  the lower peak memory, then to the earlier index; a candidate with idle
+ *  stages whose merged partition fits at kFewerDevicesShare of its
+ *  throughput or more ranks right after it, its verdict saying so; then the ones out of
  *  memory (smallest largest overflow first), then the failed ones. Each
  *  loser's verdict says why: slower than the winner by what fraction, as fast
  *  with more memory, out of memory on which device by how much, or the error. */

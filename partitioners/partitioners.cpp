@@ -4,6 +4,7 @@
 #include "partitioners/partitioners.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,40 @@ std::vector<StageReport> report_stages(const Profile& profile, const Partition& 
     report.memory_bytes = 0;
   }
   return reports;
+}
+
+std::vector<int> idle_stages(const Profile& profile, const Partition& partition, const PlatformSummary& platform) {
+  std::vector<int> idle;
+  const std::vector<StageReport> reports = report_stages(profile, partition, platform);
+  for (int s = 0; s < static_cast<int>(reports.size()); ++s)
+    if (reports[s].compute_s == 0) idle.push_back(s);
+  return idle;
+}
+
+std::optional<Partition> merge_idle_stages(const Profile& profile, const Partition& partition, const PlatformSummary& platform) {
+  const std::vector<int> idle = idle_stages(profile, partition, platform);
+  const int stages = partition.num_stages();
+  if (idle.empty() || static_cast<int>(idle.size()) == stages || !partition.split_last.empty()) return std::nullopt;
+  // new_index[s]: the busy stage stage s's layers go to, numbered among the busy ones.
+  std::vector<int> new_index(stages, -1);
+  int busy = -1;
+  for (int s = 0; s < stages; ++s) {
+    if (std::find(idle.begin(), idle.end(), s) == idle.end()) ++busy;
+    new_index[s] = busy;
+  }
+  for (int s = 0; s < stages && new_index[s] < 0; ++s) new_index[s] = 0;
+  Partition merged;
+  for (const int stage : partition.stage_of_layer) merged.stage_of_layer.push_back(new_index[stage]);
+  for (int s = 0; s < stages; ++s)
+    if (std::find(idle.begin(), idle.end(), s) == idle.end()) merged.hosts.push_back(partition.hosts[s]);
+  return merged;
+}
+
+std::string stage_list_text(const std::vector<int>& stages) {
+  std::string text = stages.size() == 1 ? "stage " : "stages ";
+  for (std::size_t i = 0; i < stages.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == stages.size() ? " and " : ", ") + std::to_string(stages[i]);
+  return text;
 }
 
 namespace {

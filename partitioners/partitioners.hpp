@@ -23,6 +23,9 @@ struct PartitionerInput {
   std::string schedule;
   int micro_batches = 0;
   bool straight = false;                    ///< no replicated stages
+  /// bapipe: split boundary layers between synchronous hosts too (by
+  /// default only between two asynchronous hosts, BaPipe's FPGA technique).
+  bool split_layers = false;
   std::optional<double> memory_limit_bytes;  ///< per device; absent: the hosts' own `memory`
   /// pipedream: the hierarchy, lowest level first (`--machines 4 4
   /// --bandwidth 8e9 1.25e9`: 4 GPUs per server at 8e9 B/s, 4 servers at
@@ -45,6 +48,9 @@ struct StageReport {
   double compute_s = 0;                 ///< forward + backward per replica
   double communication_s = 0;           ///< the larger of its input and output transfer
   double memory_bytes = 0;              ///< the partitioner's estimate of a device's peak
+  /// bapipe: the stage's share of the predicted time per micro-batch
+  /// (PipelineTime::stage_s); 0 where the partitioner does not predict one.
+  double stage_time_s = 0;
 };
 
 struct PartitionerOutput {
@@ -56,7 +62,11 @@ struct PartitionerOutput {
   /// stages are contiguous: profile.layers[i] is the input's layer
   /// layer_order[i]. Empty: the input's order.
   std::vector<int> layer_order;
-  double time_per_stage_s = 0;  ///< the partitioner's objective: its bottleneck stage time
+  double time_per_stage_s = 0;  ///< the partitioner's bottleneck stage time (bapipe: steady state per micro-batch)
+  /// bapipe: the mini-batch time it predicts and minimises, for
+  /// `predicted_for` ("1f1b-so with M = 8"); absent for the others.
+  std::optional<double> predicted_minibatch_s;
+  std::string predicted_for;
   int bottleneck_stage = 0;
   std::vector<StageReport> stages;
   std::vector<std::string> notes;  ///< how the choice was made, for people
@@ -68,6 +78,20 @@ struct PartitionerOutput {
  *  stages' first replicas (latency + bytes / narrowest bandwidth).
  *  memory_bytes is left 0 for the caller to fill. */
 std::vector<StageReport> report_stages(const Profile& profile, const Partition& partition, const PlatformSummary& platform);
+
+/** The stages of `partition` that do no compute: the forward and backward
+ *  of their layers take 0 s on every one of their hosts (PipeDream's
+ *  optimizer gives a lone ReLU a device of its own when that costs nothing). */
+std::vector<int> idle_stages(const Profile& profile, const Partition& partition, const PlatformSummary& platform);
+
+/** `partition` with every idle stage's layers merged into the busy stage
+ *  before it (leading idle stages into the first busy one) and its hosts
+ *  left out: the same pipeline on fewer devices. Nothing when no stage is
+ *  idle, every stage is, or the partition splits a layer. */
+std::optional<Partition> merge_idle_stages(const Profile& profile, const Partition& partition, const PlatformSummary& platform);
+
+/** "stage 3", "stages 3 and 6", "stages 1, 3 and 6". */
+std::string stage_list_text(const std::vector<int>& stages);
 
 /** Names accepted by run_partitioner, in the order explore tries them. */
 const std::vector<std::string>& partitioner_names();

@@ -612,6 +612,8 @@ PlatformSummary load_platform(sg::Engine& engine, const std::string& file, Netwo
                                  name, count, kMaxRouteMatrixHosts));
   summary.route_bandwidth_Bps.assign(count, std::vector<double>(count, 0.0));
   summary.route_latency_s.assign(count, std::vector<double>(count, 0.0));
+  summary.route_links.assign(count, std::vector<std::vector<int>>(count));
+  std::map<std::string, int> link_index;
   for (std::size_t a = 0; a < count; ++a)
     for (std::size_t b = 0; b < count; ++b) {
       if (a == b) continue;
@@ -627,6 +629,13 @@ PlatformSummary load_platform(sg::Engine& engine, const std::string& file, Netwo
       for (const sg::Link* link : links) narrowest = std::min(narrowest, link->get_bandwidth());
       summary.route_bandwidth_Bps[a][b] = narrowest;
       summary.route_latency_s[a][b] = latency;
+      for (const sg::Link* link : links) {
+        const auto [entry, added] = link_index.emplace(link->get_name(), static_cast<int>(summary.links.size()));
+        if (added)
+          summary.links.push_back({link->get_name(), link->get_bandwidth(),
+                                   link->get_sharing_policy() != sg::Link::SharingPolicy::FATPIPE});
+        summary.route_links[a][b].push_back(entry->second);
+      }
     }
   return summary;
 }
@@ -707,6 +716,10 @@ nlohmann::json summary_to_json(const PlatformSummary& summary) {
   if (!summary.route_bandwidth_Bps.empty()) {
     json["route_bandwidth_Bps"] = matrix_bytes(summary.route_bandwidth_Bps);
     json["route_latency_s"] = matrix_bytes(summary.route_latency_s);
+    nlohmann::json links = nlohmann::json::array();
+    for (const LinkInfo& link : summary.links) links.push_back({{"name", link.name}, {"bandwidth_Bps", link.bandwidth_Bps}, {"shared", link.shared}});
+    json["links"] = links;
+    json["route_links"] = summary.route_links;
   }
   return json;
 }
@@ -731,6 +744,11 @@ PlatformSummary summary_from_json(const nlohmann::json& json, const std::string&
   if (json.contains("route_bandwidth_Bps")) {
     summary.route_bandwidth_Bps = matrix_from_bytes(json.at("route_bandwidth_Bps").get_binary(), summary.hosts.size());
     summary.route_latency_s = matrix_from_bytes(json.at("route_latency_s").get_binary(), summary.hosts.size());
+    if (json.contains("links") && json.contains("route_links")) {
+      for (const auto& link : json.at("links"))
+        summary.links.push_back({link.at("name").get<std::string>(), link.at("bandwidth_Bps").get<double>(), link.at("shared").get<bool>()});
+      summary.route_links = json.at("route_links").get<std::vector<std::vector<std::vector<int>>>>();
+    }
   }
   return summary;
 }

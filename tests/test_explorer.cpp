@@ -186,5 +186,37 @@ TEST(ExplorerRanking, NothingFitsMeansNoWinner) {
   EXPECT_TRUE(rank_candidates(outcomes, {}).empty());
 }
 
+TEST(ExplorerRanking, IdleStagesRankAfterTheSamePartitionOnFewerDevices) {
+  // pipedream-straight on 8 devices has stages 3 and 6 doing no compute;
+  // the same partition without them on 6 devices is 0.1% slower: it ranks
+  // first, and the 8-device one right after it, saying why.
+  CandidateOutcome idle = fitting("1f1b-so", 415.7 * 1.001, 10);
+  idle.partitioner = "pipedream-straight";
+  idle.devices = 8;
+  idle.idle_stages = {3, 6};
+  idle.merged_as = "pipedream-straight-merged";
+  CandidateOutcome merged = fitting("1f1b-so", 415.7, 10);
+  merged.partitioner = "uniform=pipedream-straight-merged";
+  merged.devices = 6;
+  const CandidateOutcome other = fitting("1f1b-so", 415.6, 10);
+  std::vector<CandidateOutcome> outcomes = {idle, other, merged};
+  auto ranking = rank_candidates(outcomes, all(outcomes));
+  EXPECT_EQ(ranking[0].index, 2u);
+  EXPECT_EQ(ranking[1].index, 0u);
+  EXPECT_EQ(ranking[1].verdict,
+            "stages 3 and 6 do no compute: the same partition without them (uniform=pipedream-straight-merged, 6 devices) runs at "
+            "415.7 vs 416.1 samples/s on 2 fewer devices");
+  EXPECT_EQ(ranking[2].index, 1u);
+  // Another shape's merged partition does not count.
+  outcomes[2].micro_batches = 2;
+  EXPECT_EQ(rank_candidates(outcomes, all(outcomes))[0].index, 0u);
+  // Slower than kFewerDevicesShare of the idle one's throughput: ranked by throughput alone.
+  outcomes[2].micro_batches = 1;
+  outcomes[2].throughput_samples_per_s = 0.98 * outcomes[0].throughput_samples_per_s;
+  ranking = rank_candidates(outcomes, all(outcomes));
+  EXPECT_EQ(ranking[0].index, 0u);
+  EXPECT_EQ(ranking[0].verdict, "winner");
+}
+
 }  // namespace
 }  // namespace pipegrid
