@@ -13,6 +13,7 @@
 #include "core/io.hpp"
 #include "core/model_graph.hpp"
 #include "partitioners/partitioners.hpp"
+#include "partitioners/pipedream.hpp"
 #include "sim/engine.hpp"
 
 namespace pipegrid::cli {
@@ -42,11 +43,7 @@ PartitionOptions options;
 PlatformSummary machines_platform(const std::vector<int>& machines, const std::vector<double>& bandwidths) {
   PlatformSummary platform;
   platform.file = "--machines";
-  int total = 1;
-  for (const int count : machines) {
-    if (count < 1) throw InputError(fmt::format("--machines: expected counts >= 1, found {}", count));
-    total *= count;
-  }
+  const int total = total_machines(machines);  // bounded: the matrices below are total x total
   for (int d = 0; d < total; ++d) {
     HostInfo host;
     host.name = fmt::format("gpu{}", d);
@@ -101,7 +98,9 @@ CLI::App* add_partition_command(CLI::App& app) {
 
 int run_partition_command() {
   PartitionerInput input;
-  input.graph = read_model_graph(options.profile, options.batch_size);
+  // No partitioner's result depends on the micro-batch size: a graph.txt
+  // whose batch size cannot be inferred is read anyway (reported as unknown).
+  input.graph = read_model_graph(options.profile, options.batch_size, BatchSizeUse::Optional);
   input.profile = input.graph->profile;
   std::vector<double> bandwidths;
   for (const std::string& text : options.bandwidths) bandwidths.push_back(parse_bandwidth(text, "--bandwidth"));
@@ -143,6 +142,9 @@ int run_partition_command() {
     nlohmann::ordered_json document;
     document["partitioner"] = options.partitioner;
     document["profile"] = profile.name;
+    document["micro_batch_size"] =
+        profile.micro_batch_size_known ? nlohmann::ordered_json(profile.micro_batch_size) : nlohmann::ordered_json();
+    if (!profile.micro_batch_size_note.empty()) document["micro_batch_size_note"] = profile.micro_batch_size_note;
     document["time_per_stage_s"] = output.time_per_stage_s;
     document["bottleneck_stage"] = output.bottleneck_stage;
     document["stages"] = stages;
@@ -152,7 +154,11 @@ int run_partition_command() {
     return 0;
   }
   std::cout << fmt::format("{} partition of {} ({} layers, micro-batch {})\n", options.partitioner, profile.name,
-                           profile.layers.size(), profile.micro_batch_size);
+                           profile.layers.size(),
+                           profile.micro_batch_size_known ? std::to_string(profile.micro_batch_size) : "size unknown");
+  if (!profile.micro_batch_size_note.empty())
+    std::cout << fmt::format("  micro-batch size {}{}\n", profile.micro_batch_size_note,
+                             profile.micro_batch_size_known ? "" : " (the partition does not depend on it)");
   for (const std::string& note : output.notes) std::cout << "  " << note << "\n";
   std::cout << fmt::format("time per stage (the partitioner's objective): {}\n\n", human_seconds(output.time_per_stage_s));
   std::cout << fmt::format("{:>5}  {:<9} {:>8}  {:<28} {:>16} {:>13} {:>12}\n", "stage", "layers", "replicas", "hosts",
