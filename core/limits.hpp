@@ -22,12 +22,13 @@ inline constexpr double kMaxPredictionCostSPerByte = 1.0;
 inline constexpr int kMaxStages = 1024;
 /// Devices of a schedule: the stages' replicas summed.
 inline constexpr int kMaxDevices = 4096;
-/// Micro-batches per mini-batch, and mini-batches, each.
-inline constexpr int kMaxMicroBatches = 1000000;
-inline constexpr int kMaxMiniBatches = 1000000;
 /// Work items of a schedule: stages x micro-batches x mini-batches (each
-/// item is a forward and a backward, plus a recompute with --recompute).
-inline constexpr long long kMaxWorkItems = 1000000;
+/// item is a forward and a backward, plus a recompute with --recompute). At
+/// this limit a simulation takes about 10 s and 650 MB (analytic network).
+inline constexpr long long kMaxWorkItems = 250000;
+/// Micro-batches per mini-batch, and mini-batches, each.
+inline constexpr int kMaxMicroBatches = 250000;
+inline constexpr int kMaxMiniBatches = 250000;
 /// Devices x mini-batches (the per-device bookkeeping of a schedule and its
 /// all-reduces grow with it).
 inline constexpr long long kMaxDeviceMiniBatches = 1000000;

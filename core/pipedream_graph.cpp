@@ -173,7 +173,7 @@ GraphNode parse_node_line(std::string_view line, const std::string& where) {
     const double limit = is_time ? limits::kMaxSeconds : limits::kMaxBytes;
     if (*value > limit)
       throw InputError(fmt::format("{}: {}: expected at most {} (docs/formats.md, Limits), found '{}'", where, key,
-                                   is_time ? fmt::format("{} ms", limit * 1000) : fmt::format("{} bytes", limit),
+                                   is_time ? fmt::format("{:g} ms", limit * 1000) : fmt::format("{:g} bytes", limit),
                                    found->second));
     *target = *value;
     metadata.erase(found);

@@ -46,7 +46,7 @@ double limit_of(std::string_view path) {
 std::string bad_value(const std::string& origin, const std::string& path, const std::string& found, bool too_large) {
   const double limit = limit_of(path);
   if (too_large)
-    return fmt::format("{}: {}: expected at most {} {} (docs/formats.md, Limits), found {}", origin, path, limit,
+    return fmt::format("{}: {}: expected at most {:g} {} (docs/formats.md, Limits), found {}", origin, path, limit,
                        limit == limits::kMaxSeconds ? "seconds" : "bytes", found);
   return fmt::format("{}: {}: expected a non-negative number, found {}", origin, path, found);
 }

@@ -41,6 +41,13 @@ bool parse_count(const char* first, const char* last, int& value) {
 }
 bool parse_count(const std::string& text, int& value) { return parse_count(text.data(), text.data() + text.size(), value); }
 
+// "0:" -> "0", true (the text form writes the colon against the count).
+bool split_colon(std::string& word) {
+  if (word.size() < 2 || word.back() != ':') return false;
+  word.pop_back();
+  return true;
+}
+
 // The header's counts, from the text after '#': " pipegrid program: N
 // stages, M micro-batches, K mini-batches" exactly (any spacing); nothing
 // for another comment. Counts are integers >= 0 that fit an int.
@@ -136,7 +143,11 @@ Program parse_program_text(const std::string& text, const std::string& origin) {
         }
       } else if (word == "device") {
         std::string device_word, stage_word, stage_count, replica_word, replica_count, stream_word, stream_count, colon;
-        words >> device_word >> stage_word >> stage_count >> replica_word >> replica_count >> stream_word >> stream_count >> colon;
+        words >> device_word >> stage_word >> stage_count >> replica_word >> replica_count >> stream_word >> stream_count;
+        if (split_colon(stream_count))
+          colon = ":";
+        else
+          words >> colon;
         int device_number = 0, stage = 0, replica = 0, stream_number = 0;
         if (!words || stage_word != "stage" || replica_word != "replica" || stream_word != "stream" || colon != ":" ||
             !parse_count(device_word, device_number) || !parse_count(stage_count, stage) ||
@@ -160,7 +171,11 @@ Program parse_program_text(const std::string& text, const std::string& origin) {
       } else if (word == "allreduce") {
         AllReduce all_reduce;
         std::string stage_word, stage_count, round_word, round_count, word3;
-        words >> stage_word >> stage_count >> round_word >> round_count >> word3;
+        words >> stage_word >> stage_count >> round_word >> round_count;
+        if (split_colon(round_count))
+          word3 = ":";
+        else
+          words >> word3;
         if (!words || !parse_count(stage_count, all_reduce.stage) || !parse_count(round_count, all_reduce.round))
           fail("expected 'allreduce stage S round R [per-layer] : ready <actions> [release <actions>]' (S, R: integers >= 0)");
         if (word3 == "per-layer:") {
