@@ -1,6 +1,6 @@
 #include "core/plan.hpp"
 
-#include <limits>
+#include <cstdint>
 
 #include <nlohmann/json.hpp>
 
@@ -68,7 +68,9 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
     const auto found = document.find(name);
     if (found != document.end()) {
       if (const auto value = json_integer_in(*found, min, max)) return static_cast<int>(*value);
-      if (json_integer_in(*found, max, std::numeric_limits<long long>::max()) || (found->is_number_unsigned()))
+      const bool above = found->is_number_unsigned() ? found->get<std::uint64_t>() > static_cast<std::uint64_t>(max)
+                                                     : found->is_number_integer() && found->get<std::int64_t>() > max;
+      if (above)
         throw InputError(fmt::format("{}: {}: expected at most {} (docs/formats.md, Limits), found {}", origin, name, max,
                                      shown_json(*found)));
     }

@@ -67,8 +67,8 @@ Timeline parse_timeline_csv(const std::string& text, const std::string& origin) 
       const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
       if (text.empty() || error != std::errc() || end != text.data() + text.size() || !std::isfinite(value) ||
           std::fabs(value) > limits::kMaxMagnitude)
-        throw InputError(fmt::format("{}:{}: field '{}': expected a finite number (at most {} in magnitude), found '{}'",
-                                     origin, line_number, name, limits::kMaxMagnitude, text));
+        throw InputError(fmt::format("{}:{}: field '{}': expected a number, found '{}' (finite, at most {:g} in magnitude)",
+                                     origin, line_number, name, text, limits::kMaxMagnitude));
       return value;
     };
     auto integer = [&](int index, const char* name) {

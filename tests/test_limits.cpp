@@ -259,11 +259,11 @@ TEST(TimelineLimits, NumbersMustBeFiniteAndIntegersFitAnInt) {
   EXPECT_CONTAINS(input_error_of([&] { parse_timeline_csv(head + "gpu0,1e300,0,F,0,0,0,1,0,,0\n", "t.csv"); }),
                   "t.csv:2: field 'stream': expected an integer");
   EXPECT_CONTAINS(input_error_of([&] { parse_timeline_csv(head + "gpu0,0,0,F,0,0,0,inf,0,,0\n", "t.csv"); }),
-                  "t.csv:2: field 'end_s': expected a finite number");
+                  "t.csv:2: field 'end_s': expected a number, found 'inf' (finite");
   EXPECT_CONTAINS(input_error_of([&] { parse_timeline_csv(head + "gpu0,0,0,F,0,0,nan,1,0,,0\n", "t.csv"); }),
-                  "t.csv:2: field 'start_s': expected a finite number");
+                  "t.csv:2: field 'start_s': expected a number, found 'nan' (finite");
   EXPECT_CONTAINS(input_error_of([&] { parse_timeline_csv(head + "gpu0,0,0,F,0,0,0,1e400,0,,0\n", "t.csv"); }),
-                  "t.csv:2: field 'end_s': expected a finite number");
+                  "t.csv:2: field 'end_s': expected a number, found '1e400' (finite");
   // Host ids are listed separated by spaces: one with a space would not read back.
   EXPECT_CONTAINS(input_error_of([&] { parse_timeline_csv(head + "gpu 0,0,0,F,0,0,0,1,0,,0\n", "t.csv"); }),
                   "t.csv:2: field 'host': expected a host id without spaces, found 'gpu 0'");
