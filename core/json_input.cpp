@@ -163,6 +163,39 @@ void reject_unknown_json_fields(const nlohmann::json& object, const std::string&
   }
 }
 
+std::optional<std::size_t> first_invalid_utf8(std::string_view text) {
+  // RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF.
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  std::size_t k = 0;
+  while (k < text.size()) {
+    const unsigned char lead = byte(k);
+    std::size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;  // the allowed range of the second byte
+    if (lead < 0x80) {
+      ++k;
+      continue;
+    } else if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;
+      if (lead == 0xED) high = 0x9F;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;
+      if (lead == 0xF4) high = 0x8F;
+    } else {
+      return k;
+    }
+    if (k + length > text.size()) return k;
+    if (byte(k + 1) < low || byte(k + 1) > high) return k;
+    for (std::size_t c = 2; c < length; ++c)
+      if (byte(k + c) < 0x80 || byte(k + c) > 0xBF) return k;
+    k += length;
+  }
+  return std::nullopt;
+}
+
 std::optional<long long> json_integer_in(const nlohmann::json& value, long long min, long long max) {
   if (value.is_number_unsigned()) {
     const std::uint64_t number = value.get<std::uint64_t>();

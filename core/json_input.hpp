@@ -39,6 +39,12 @@ std::optional<long long> json_integer_in(const nlohmann::json& value, long long 
 /** `value` when it is a finite JSON number in [min, max]; nothing otherwise. */
 std::optional<double> json_number_in(const nlohmann::json& value, double min, double max);
 
+/** The offset of the first byte of `text` that is not part of well-formed
+ *  UTF-8 (what a JSON writer cannot encode); nothing when all of it is. Text
+ *  readers whose strings reach JSON outputs (graph.txt names, timeline host
+ *  ids) refuse such text where they read it. */
+std::optional<std::size_t> first_invalid_utf8(std::string_view text);
+
 /** parse_profile_json and parse_partition_json on an already parsed
  *  document (a plan embeds both). */
 Profile parse_profile_json_document(const nlohmann::json& document, const std::string& origin);

@@ -35,6 +35,7 @@
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/json_input.hpp"
 #include "core/limits.hpp"
 #include "core/model_graph.hpp"
 #include "core/profile.hpp"
@@ -203,6 +204,10 @@ Graph parse_graph(const std::string& text, const std::string& path) {
     const std::string_view line = trimmed(raw);
     if (line.empty()) continue;
     const std::string where = fmt::format("{}:{}", path, number);
+    // Names reach JSON outputs (plans, partition --json), which hold UTF-8.
+    if (const auto bad = first_invalid_utf8(raw))
+      throw InputError(fmt::format("{}: expected UTF-8 text, found the byte 0x{:02X} at column {}", where,
+                                   static_cast<unsigned char>(raw[*bad]), *bad + 1));
     if (raw.front() == '\t' || raw.front() == ' ') {
       const auto separator = line.find(kSeparator);
       const std::string_view from = separator == std::string_view::npos ? line : trimmed(line.substr(0, separator));
@@ -298,13 +303,19 @@ std::vector<int> canonical_order(const Graph& graph, const std::string& path) {
   return order;
 }
 
+/// `text` with every byte that is not well-formed UTF-8 replaced by '?'.
+std::string encodable(std::string text) {
+  while (const auto bad = first_invalid_utf8(text)) text[*bad] = '?';
+  return text;
+}
+
 std::string profile_name(const std::string& path) {
   const std::filesystem::path file(path);
   if (file.filename() == "graph.txt") {
     const std::string folder = std::filesystem::absolute(file).parent_path().filename().string();
-    if (!folder.empty()) return folder;
+    if (!folder.empty()) return encodable(folder);
   }
-  return file.stem().string();
+  return encodable(file.stem().string());
 }
 
 /// A batch size read from the tensors of the graph, and how.

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/json_input.hpp"
 #include "core/limits.hpp"
 #include "core/timeline.hpp"
 
@@ -40,6 +41,10 @@ Timeline parse_timeline_csv(const std::string& text, const std::string& origin) 
   while (std::getline(lines, line)) {
     ++line_number;
     if (line.empty()) continue;
+    // Host ids and actions reach JSON outputs (compare --json, Chrome traces).
+    if (const auto bad = first_invalid_utf8(line))
+      throw InputError(fmt::format("{}:{}: expected UTF-8 text, found the byte 0x{:02X} at column {}", origin, line_number,
+                                   static_cast<unsigned char>(line[*bad]), *bad + 1));
     if (line.rfind(kHostsPrefix, 0) == 0) {
       std::istringstream names(line.substr(std::string(kHostsPrefix).size()));
       std::string name;

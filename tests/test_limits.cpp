@@ -325,6 +325,23 @@ TEST(GraphBatchSize, DisagreeingLstmsOrNoneAskForTheBatchSizeUnlessOptional) {
   EXPECT_EQ(graph.profile.micro_batch_size_note.rfind("unknown: ", 0), 0u) << graph.profile.micro_batch_size_note;
 }
 
+TEST(GraphLimits, InvalidUtf8IsRefusedWhereItIsRead) {
+  // Found by fuzz_pipedream_graph: a name with the byte 0xB7 was read, then
+  // profile_to_json (a plan, partition --json) died on it (type_error.316).
+  const TemporaryFile file("utf8.txt", graph_node("node1", "Input0", "602112.0") +
+                                           graph_node("node2", "Lin\xB7" "ear", "8.0") + "\tnode1 -- node2\n");
+  EXPECT_CONTAINS(input_error_of([&] { read_profile(file.path(), std::nullopt); }),
+                  ":2: expected UTF-8 text, found the byte 0xB7 at column 13");
+  EXPECT_EQ(first_invalid_utf8("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"), std::nullopt);
+  EXPECT_EQ(first_invalid_utf8("ab\xC0\xAF"), 2u);      // overlong
+  EXPECT_EQ(first_invalid_utf8("\xED\xA0\x80"), 0u);   // a surrogate
+  EXPECT_EQ(first_invalid_utf8("x\xF4\x90\x80\x80"), 1u);  // above U+10FFFF
+  EXPECT_EQ(first_invalid_utf8("x\xE2\x82"), 1u);       // cut short
+  const std::string head = "host,stream,stage,action,micro_batch,mini_batch,start_s,end_s,bytes,peer,memory_bytes\n";
+  EXPECT_CONTAINS(input_error_of([&] { parse_timeline_csv(head + "gpu\xFF,0,0,F,0,0,0,1,0,,0\n", "t.csv"); }),
+                  "t.csv:2: expected UTF-8 text, found the byte 0xFF at column 4");
+}
+
 // -------------------------------------------------------------- schedules
 
 ScheduleOptions shape(int stages, int micro_batches, int mini_batches) {
