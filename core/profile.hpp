@@ -104,7 +104,8 @@ std::vector<int> profile_micro_batch_sizes(const Profile& profile);
  *  Throws InputError when `size` < 1, when a single-size profile is asked
  *  for another size than its micro_batch_size (no scaling is invented), and
  *  when extrapolation makes a value negative (the message names the layer,
- *  the field and the two sizes; values are never clamped). */
+ *  the field and the two sizes; values are never clamped), and when it
+ *  makes a value exceed the limits of check_profile. */
 Profile profile_at_micro_batch_size(const Profile& profile, int size);
 
 /** Reads a profile JSON file ({"name", "micro_batch_size", "layers": [...]},

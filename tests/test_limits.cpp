@@ -139,6 +139,16 @@ TEST(ProfileLimits, MicroBatchSizeBeyondAnIntIsAnError) {
                   "p.json: micro_batch_size: expected an integer >= 1, found 4294967297");
 }
 
+TEST(ProfileLimits, ExtrapolationBeyondTheLimitsIsAnError) {
+  const Profile profile = parse_profile_json(
+      R"({"name": "p", "micro_batch_sizes": [1, 2], "layers": [{"name": "l0", "forward_s": [1, 2], "backward_s": [1, 2],
+          "output_bytes": [1e17, 2e17], "parameter_bytes": 0}]})",
+      "p.json");
+  EXPECT_EQ(profile_at_micro_batch_size(profile, 10).layers[0].output_bytes, 1e18);
+  EXPECT_CONTAINS(input_error_of([&] { profile_at_micro_batch_size(profile, 11); }),
+                  "profile p at micro-batch size 11: layers[0].output_bytes: expected at most 1e+18 bytes");
+}
+
 // ------------------------------------------------------------- partitions
 
 TEST(PartitionLimits, LayerIndicesBeyondAnIntAreErrorsNotWrapped) {
