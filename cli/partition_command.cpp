@@ -13,6 +13,7 @@
 #include "core/io.hpp"
 #include "core/model_graph.hpp"
 #include "partitioners/partitioners.hpp"
+#include "partitioners/pipedream.hpp"
 #include "sim/engine.hpp"
 
 namespace pipegrid::cli {
@@ -43,11 +44,7 @@ PartitionOptions options;
 PlatformSummary machines_platform(const std::vector<int>& machines, const std::vector<double>& bandwidths) {
   PlatformSummary platform;
   platform.file = "--machines";
-  int total = 1;
-  for (const int count : machines) {
-    if (count < 1) throw InputError(fmt::format("--machines: expected counts >= 1, found {}", count));
-    total *= count;
-  }
+  const int total = total_machines(machines);  // bounded: the matrices below are total x total
   for (int d = 0; d < total; ++d) {
     HostInfo host;
     host.name = fmt::format("gpu{}", d);
@@ -104,7 +101,9 @@ CLI::App* add_partition_command(CLI::App& app) {
 
 int run_partition_command() {
   PartitionerInput input;
-  input.graph = read_model_graph(options.profile, options.batch_size);
+  // No partitioner's result depends on the micro-batch size: a graph.txt
+  // whose batch size cannot be inferred is read anyway (reported as unknown).
+  input.graph = read_model_graph(options.profile, options.batch_size, BatchSizeUse::Optional);
   input.profile = input.graph->profile;
   std::vector<double> bandwidths;
   for (const std::string& text : options.bandwidths) bandwidths.push_back(parse_bandwidth(text, "--bandwidth"));
@@ -161,6 +160,9 @@ int run_partition_command() {
     nlohmann::ordered_json document;
     document["partitioner"] = options.partitioner;
     document["profile"] = profile.name;
+    document["micro_batch_size"] =
+        profile.micro_batch_size_known ? nlohmann::ordered_json(profile.micro_batch_size) : nlohmann::ordered_json();
+    if (!profile.micro_batch_size_note.empty()) document["micro_batch_size_note"] = profile.micro_batch_size_note;
     document["time_per_stage_s"] = output.time_per_stage_s;
     if (output.predicted_minibatch_s) {
       document["predicted_minibatch_time_s"] = *output.predicted_minibatch_s;
@@ -177,7 +179,11 @@ int run_partition_command() {
     return 0;
   }
   std::cout << fmt::format("{} partition of {} ({} layers, micro-batch {})\n", options.partitioner, profile.name,
-                           profile.layers.size(), profile.micro_batch_size);
+                           profile.layers.size(),
+                           profile.micro_batch_size_known ? std::to_string(profile.micro_batch_size) : "size unknown");
+  if (!profile.micro_batch_size_note.empty())
+    std::cout << fmt::format("  micro-batch size {}{}\n", profile.micro_batch_size_note,
+                             profile.micro_batch_size_known ? "" : " (the partition does not depend on it)");
   for (const std::string& note : output.notes) std::cout << "  " << note << "\n";
   if (output.predicted_minibatch_s) {
     std::cout << fmt::format("predicted mini-batch time (the partitioner's objective), {}: {}\n", output.predicted_for,

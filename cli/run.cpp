@@ -306,6 +306,7 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   document["micro_batches"] = plan.micro_batches;
   document["mini_batches"] = plan.mini_batches;
   document["micro_batch_size"] = plan.profile.micro_batch_size;
+  if (!plan.profile.micro_batch_size_note.empty()) document["micro_batch_size_note"] = plan.profile.micro_batch_size_note;
   document["recompute"] = plan.recompute;
   document["optimizer"] = plan.optimizer;
   nlohmann::ordered_json replicas = nlohmann::ordered_json::array();
@@ -359,6 +360,8 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
       plan.platform_file, plan.partition.num_stages(), plan.profile.name, plan.profile.layers.size(),
       plan.profile.micro_batch_size, plan.micro_batches,
       plan.mini_batches > 1 ? fmt::format(", {} mini-batches", plan.mini_batches) : "", plan.network);
+  if (!plan.profile.micro_batch_size_note.empty())
+    text += fmt::format("  micro-batch size  {}\n", plan.profile.micro_batch_size_note);
   if (m.steady_state) {
     const SteadyState& steady = *m.steady_state;
     text += fmt::format("  mini-batch time   {} (steady-state period: {})\n", human_seconds(m.minibatch_time_s), steady.measured_over);

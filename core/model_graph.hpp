@@ -23,9 +23,18 @@ struct ModelGraph {
   std::vector<std::string> descriptions;
 };
 
+/** Whether the caller's result depends on the micro-batch size. */
+enum class BatchSizeUse {
+  Required,  ///< a graph.txt whose batch size cannot be inferred is an InputError (read_pipedream_graph)
+  Optional,  ///< it is read anyway: Profile::micro_batch_size_known false, micro_batch_size 1
+};
+
 /** Reads a profile JSON (a chain) or a PipeDream graph.txt (its node graph,
- *  Input nodes dropped as read_pipedream_graph drops them) with its edges. */
-ModelGraph read_model_graph(const std::string& path, std::optional<int> batch_size);
+ *  Input nodes dropped as read_pipedream_graph drops them) with its edges.
+ *  `use`: what to do when a graph.txt's batch size is neither given nor
+ *  inferable (a profile JSON always states it). */
+ModelGraph read_model_graph(const std::string& path, std::optional<int> batch_size,
+                            BatchSizeUse use = BatchSizeUse::Required);
 
 /** The chain of a plain profile: each layer feeds the next; a layer's own
  *  activation is its output_bytes. */

@@ -10,6 +10,8 @@
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/json_input.hpp"
+#include "core/limits.hpp"
 
 namespace pipegrid {
 
@@ -272,29 +274,41 @@ struct FileStage {
   std::vector<std::string> hosts;
 };
 
-std::vector<FileStage> parse_file_stages(const std::string& text, const std::string& origin) {
-  nlohmann::json document;
-  try {
-    document = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
-    throw InputError(fmt::format("{}: malformed JSON: {}", origin, error.what()));
-  }
+/// Layer indices a partition file may give: an int, and with one more (the
+/// next range's start) still an int.
+constexpr long long kMaxLayerIndex = std::numeric_limits<int>::max() - 1;
+
+/// `layer_count`: an upper bound on the unsplit profile's layers (a range
+/// beyond it is refused before anything is allocated for it).
+std::vector<FileStage> parse_file_stages(const nlohmann::json& document, const std::string& origin,
+                                         std::size_t layer_count) {
   if (!document.is_object() || !document.contains("stages") || !document["stages"].is_array())
     throw InputError(fmt::format("{}: expected an object with a 'stages' array", origin));
+  reject_unknown_json_fields(document, origin, {"stages", "layer_order"});
   std::vector<FileStage> result;
   const auto& stages = document["stages"];
   int next_first = 0;  // where the next range must start
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const auto& stage = stages[s];
     const std::string where = fmt::format("{}: stages[{}]", origin, s);
-    if (!stage.is_object()) throw InputError(fmt::format("{}: expected an object", where));
+    if (!stage.is_object()) throw InputError(fmt::format("{}: expected an object, found {}", where, shown_json(stage)));
+    reject_unknown_json_fields(stage, where, {"layers", "split_last", "hosts"});
     FileStage entry;
     const auto layers = stage.find("layers");
     if (layers == stage.end() || !layers->is_array() || layers->size() != 2 || !(*layers)[0].is_number_integer() ||
         !(*layers)[1].is_number_integer())
-      throw InputError(fmt::format("{}.layers: expected [first, last] layer indices (0-based, inclusive)", where));
-    entry.first = (*layers)[0];
-    entry.last = (*layers)[1];
+      throw InputError(fmt::format("{}.layers: expected [first, last] layer indices (0-based, inclusive), found {}", where,
+                                   layers == stage.end() ? "nothing" : shown_json(*layers)));
+    for (std::size_t end = 0; end < 2; ++end) {
+      const auto index = json_integer_in((*layers)[end], 0, kMaxLayerIndex);
+      if (!index)
+        throw InputError(fmt::format("{}.layers[{}]: expected a layer index in 0..{}, found {}", where, end, kMaxLayerIndex,
+                                     shown_json((*layers)[end])));
+      (end == 0 ? entry.first : entry.last) = static_cast<int>(*index);
+    }
+    if (static_cast<std::size_t>(entry.last) >= layer_count)
+      throw InputError(fmt::format("{}.layers: expected a range within the profile's {} layers (0..{}), found [{}, {}]",
+                                   where, layer_count, static_cast<long long>(layer_count) - 1, entry.first, entry.last));
     const bool shares_first = s > 0 && result.back().split_last > 0;
     if (entry.first != next_first || entry.last < entry.first)
       throw InputError(fmt::format("{}.layers: expected a range starting at layer {}, found [{}, {}]{}", where, next_first,
@@ -306,7 +320,7 @@ std::vector<FileStage> parse_file_stages(const std::string& text, const std::str
       if (!split->is_number() || !(split->get<double>() > 0 && split->get<double>() < 1))
         throw InputError(fmt::format("{}.split_last: expected the fraction of layer {} this stage does, strictly "
                                      "between 0 and 1, found {}",
-                                     where, entry.last, split->dump()));
+                                     where, entry.last, shown_json(*split)));
       if (s + 1 == stages.size())
         throw InputError(fmt::format("{}.split_last: the last stage has no next stage to share layer {} with", where,
                                      entry.last));
@@ -320,7 +334,7 @@ std::vector<FileStage> parse_file_stages(const std::string& text, const std::str
     if (hosts == stage.end() || !hosts->is_array() || hosts->empty())
       throw InputError(fmt::format("{}.hosts: expected a non-empty list of host names", where));
     for (const auto& host : *hosts) {
-      if (!host.is_string()) throw InputError(fmt::format("{}.hosts: expected host names (strings), found {}", where, host.dump()));
+      if (!host.is_string()) throw InputError(fmt::format("{}.hosts: expected host names (strings), found {}", where, shown_json(host)));
       entry.hosts.push_back(host.get<std::string>());
     }
     next_first = entry.split_last > 0 ? entry.last : entry.last + 1;
@@ -349,7 +363,7 @@ Partition partition_over_parts(const std::vector<FileStage>& stages) {
 }  // namespace
 
 PartitionFile parse_partition_file(const std::string& text, const std::string& origin, const Profile& profile) {
-  const std::vector<FileStage> stages = parse_file_stages(text, origin);
+  const std::vector<FileStage> stages = parse_file_stages(parse_json_input(text, origin), origin, profile.layers.size());
   // The ranges against the unsplit profile first (a shared layer counted
   // with the earlier stage), so a range that misses or overruns the chain is
   // reported in the file's own numbering.
@@ -371,20 +385,18 @@ PartitionFile parse_partition_file(const std::string& text, const std::string& o
 }
 
 std::vector<int> parse_partition_layer_order(const std::string& text, const std::string& origin) {
-  nlohmann::json document;
-  try {
-    document = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
-    throw InputError(fmt::format("{}: malformed JSON: {}", origin, error.what()));
-  }
+  const nlohmann::json document = parse_json_input(text, origin);
   std::vector<int> order;
   if (!document.is_object() || !document.contains("layer_order")) return order;
   const nlohmann::json& list = document["layer_order"];
-  if (!list.is_array()) throw InputError(fmt::format("{}: layer_order: expected a list of layer indices, found {}", origin, list.dump()));
+  if (!list.is_array())
+    throw InputError(fmt::format("{}: layer_order: expected a list of layer indices, found {}", origin, shown_json(list)));
   for (std::size_t i = 0; i < list.size(); ++i) {
-    if (!list[i].is_number_integer())
-      throw InputError(fmt::format("{}: layer_order[{}]: expected a layer index, found {}", origin, i, list[i].dump()));
-    order.push_back(list[i].get<int>());
+    const auto index = json_integer_in(list[i], 0, kMaxLayerIndex);
+    if (!index)
+      throw InputError(fmt::format("{}: layer_order[{}]: expected a layer index in 0..{}, found {}", origin, i,
+                                   kMaxLayerIndex, shown_json(list[i])));
+    order.push_back(static_cast<int>(*index));
   }
   return order;
 }
@@ -394,7 +406,11 @@ PartitionFile read_partition_file(const std::string& path, const Profile& profil
 }
 
 Partition parse_partition_json(const std::string& text, const std::string& origin, const Profile& profile) {
-  Partition partition = partition_over_parts(parse_file_stages(text, origin));
+  return parse_partition_json_document(parse_json_input(text, origin), origin, profile);
+}
+
+Partition parse_partition_json_document(const nlohmann::json& document, const std::string& origin, const Profile& profile) {
+  Partition partition = partition_over_parts(parse_file_stages(document, origin, profile.layers.size()));
   check_partition(partition, profile, origin);
   return partition;
 }

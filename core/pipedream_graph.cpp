@@ -35,6 +35,8 @@
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/json_input.hpp"
+#include "core/limits.hpp"
 #include "core/model_graph.hpp"
 #include "core/profile.hpp"
 
@@ -53,6 +55,7 @@ struct GraphNode {
   std::string description;
   double forward_s = 0, backward_s = 0;  ///< converted from the file's milliseconds
   double activation_bytes = 0, parameter_bytes = 0;
+  std::vector<double> outputs;  ///< activation_size's entries (one for a plain number)
   int line = 0;
 };
 
@@ -97,18 +100,22 @@ std::optional<double> parse_milliseconds_as_seconds(std::string_view text) {
   return parse_non_negative(std::string(text) + "e-3");
 }
 
-/// A number, or "[a; b; ...]" whose entries are summed; nothing when malformed.
-std::optional<double> parse_bytes(std::string_view text) {
-  if (text.empty() || text.front() != '[') return parse_non_negative(text);
+/// A number, or "[a; b; ...]": the entries; nothing when malformed.
+std::optional<std::vector<double>> parse_byte_list(std::string_view text) {
+  if (text.empty() || text.front() != '[') {
+    const auto value = parse_non_negative(text);
+    if (!value) return std::nullopt;
+    return std::vector<double>{*value};
+  }
   if (text.back() != ']') return std::nullopt;
   text = text.substr(1, text.size() - 2);
-  double sum = 0;
+  std::vector<double> values;
   while (true) {
     const auto semicolon = text.find(';');
     const auto value = parse_non_negative(trimmed(text.substr(0, semicolon)));
     if (!value) return std::nullopt;
-    sum += *value;
-    if (semicolon == std::string_view::npos) return sum;
+    values.push_back(*value);
+    if (semicolon == std::string_view::npos) return values;
     text.remove_prefix(semicolon + 1);
   }
 }
@@ -149,12 +156,25 @@ GraphNode parse_node_line(std::string_view line, const std::string& where) {
     if (found == metadata.end())
       throw InputError(fmt::format("{}: {}: expected a non-negative number, found nothing", where, key));
     const std::string_view name = key;
-    const auto value = name == "activation_size"   ? parse_bytes(found->second)
-                       : name == "parameter_size" ? parse_non_negative(found->second)
-                                                  : parse_milliseconds_as_seconds(found->second);
+    const bool is_time = name == "forward_compute_time" || name == "backward_compute_time";
+    std::optional<double> value;
+    if (name == "activation_size") {
+      if (auto list = parse_byte_list(found->second)) {
+        value = 0;
+        for (const double bytes : *list) *value += bytes;
+        node.outputs = std::move(*list);
+      }
+    } else {
+      value = is_time ? parse_milliseconds_as_seconds(found->second) : parse_non_negative(found->second);
+    }
     if (!value)
       throw InputError(fmt::format("{}: {}: expected a non-negative number{}, found '{}'", where, key,
                                    name == "activation_size" ? " or a list [a; b; ...] of them" : "",
+                                   found->second));
+    const double limit = is_time ? limits::kMaxSeconds : limits::kMaxBytes;
+    if (*value > limit)
+      throw InputError(fmt::format("{}: {}: expected at most {} (docs/formats.md, Limits), found '{}'", where, key,
+                                   is_time ? fmt::format("{:g} ms", limit * 1000) : fmt::format("{:g} bytes", limit),
                                    found->second));
     *target = *value;
     metadata.erase(found);
@@ -184,6 +204,10 @@ Graph parse_graph(const std::string& text, const std::string& path) {
     const std::string_view line = trimmed(raw);
     if (line.empty()) continue;
     const std::string where = fmt::format("{}:{}", path, number);
+    // Names reach JSON outputs (plans, partition --json), which hold UTF-8.
+    if (const auto bad = first_invalid_utf8(raw))
+      throw InputError(fmt::format("{}: expected UTF-8 text, found the byte 0x{:02X} at column {}", where,
+                                   static_cast<unsigned char>(raw[*bad]), *bad + 1));
     if (raw.front() == '\t' || raw.front() == ' ') {
       const auto separator = line.find(kSeparator);
       const std::string_view from = separator == std::string_view::npos ? line : trimmed(line.substr(0, separator));
@@ -279,30 +303,92 @@ std::vector<int> canonical_order(const Graph& graph, const std::string& path) {
   return order;
 }
 
+/// `text` with every byte that is not well-formed UTF-8 replaced by '?'.
+std::string encodable(std::string text) {
+  while (const auto bad = first_invalid_utf8(text)) text[*bad] = '?';
+  return text;
+}
+
 std::string profile_name(const std::string& path) {
   const std::filesystem::path file(path);
   if (file.filename() == "graph.txt") {
     const std::string folder = std::filesystem::absolute(file).parent_path().filename().string();
-    if (!folder.empty()) return folder;
+    if (!folder.empty()) return encodable(folder);
   }
-  return file.stem().string();
+  return encodable(file.stem().string());
 }
 
-int batch_size_from_input(double input_bytes, bool has_input_node, const std::string& path) {
+/// A batch size read from the tensors of the graph, and how.
+struct InferredBatch {
+  int size = 0;
+  std::string how;  ///< for people: "the input: 77070336 bytes = 128 x 3x224x224 float32 images"
+};
+
+/// The batch from the input, when it is a whole number of 3x224x224 float32
+/// images (the ImageNet models).
+std::optional<InferredBatch> batch_from_images(double input_bytes) {
   const double samples = input_bytes / kImageSampleBytes;
-  if (input_bytes > 0 && std::trunc(samples) == samples && samples <= std::numeric_limits<int>::max())
-    return static_cast<int>(samples);
+  if (!(input_bytes > 0 && std::trunc(samples) == samples && samples <= std::numeric_limits<int>::max()))
+    return std::nullopt;
+  const int size = static_cast<int>(samples);
+  return InferredBatch{size, fmt::format("the input: {} bytes = {} x 3x224x224 float32 images", format_exact(input_bytes),
+                                         size)};
+}
+
+/// The hidden size H of a node described "LSTM(I, H...)"; nothing otherwise.
+std::optional<int> lstm_hidden_size(const std::string& description) {
+  constexpr std::string_view kPrefix = "LSTM(";
+  if (description.rfind(kPrefix, 0) != 0) return std::nullopt;
+  const auto comma = description.find(',');
+  if (comma == std::string::npos) return std::nullopt;
+  const std::string_view rest = trimmed(std::string_view(description).substr(comma + 1));
+  int hidden = 0;
+  const auto [end, error] = std::from_chars(rest.data(), rest.data() + rest.size(), hidden);
+  if (error != std::errc() || hidden < 1 || end == rest.data() || (end != rest.data() + rest.size() && *end != ')' && *end != ','))
+    return std::nullopt;
+  return hidden;
+}
+
+/// The batch from the LSTM nodes (GNMT): an LSTM(I, H) node's outputs end
+/// with its hidden and cell states, (1, B, H) float32 each, so B = bytes /
+/// (4 H). Every LSTM node that lists such outputs must give the same B.
+std::optional<InferredBatch> batch_from_lstm_states(const std::vector<GraphNode>& nodes) {
+  std::optional<int> size;
+  double bytes = 0;
+  int hidden = 0, agreeing = 0;
+  for (const GraphNode& node : nodes) {
+    const auto h = lstm_hidden_size(node.description);
+    if (!h || node.outputs.size() < 3) continue;
+    const double state = node.outputs.back();
+    if (node.outputs[node.outputs.size() - 2] != state) return std::nullopt;
+    const double samples = state / (4.0 * *h);
+    if (!(samples >= 1 && std::trunc(samples) == samples && samples <= std::numeric_limits<int>::max()))
+      return std::nullopt;
+    if (size && *size != static_cast<int>(samples)) return std::nullopt;
+    size = static_cast<int>(samples);
+    bytes = state;
+    hidden = *h;
+    ++agreeing;
+  }
+  if (!size) return std::nullopt;
+  return InferredBatch{*size, fmt::format("the LSTM hidden states: {} bytes = {} x {} float32 ({} LSTM node{})",
+                                          format_exact(bytes), *size, hidden, agreeing, agreeing == 1 ? "" : "s")};
+}
+
+/// Why no batch size could be inferred, for messages.
+std::string no_batch_reason(double input_bytes, bool has_input_node) {
   const std::string found = has_input_node ? fmt::format("the Input nodes hold {} bytes", format_exact(input_bytes))
                                            : std::string("the graph has no Input node");
-  throw InputError(fmt::format(
-      "{}: cannot infer the batch size: expected the input to be a whole number of 3x224x224 float32 images ({} bytes "
-      "each), found that {}; pass --batch-size with the micro-batch size the profile was measured at",
-      path, format_exact(kImageSampleBytes), found));
+  return fmt::format(
+      "expected the input to be a whole number of 3x224x224 float32 images ({} bytes each), or LSTM(I, H) nodes whose "
+      "hidden and cell states (their last two outputs) are a whole number of H float32 values, found that {} and no "
+      "such LSTM nodes",
+      format_exact(kImageSampleBytes), found);
 }
 
 }  // namespace
 
-ModelGraph read_pipedream_model_graph(const std::string& path, std::optional<int> batch_size) {
+ModelGraph read_pipedream_model_graph(const std::string& path, std::optional<int> batch_size, BatchSizeUse use) {
   if (batch_size && *batch_size < 1)
     throw InputError(fmt::format("{}: batch size: expected an integer >= 1, found {}", path, *batch_size));
   const Graph graph = parse_graph(read_text_file(path), path);
@@ -364,13 +450,26 @@ ModelGraph read_pipedream_model_graph(const std::string& path, std::optional<int
                                           graph.nodes[node].activation_bytes != profile.layers[layer].output_bytes)
       profile.layers[layer].activation_bytes = graph.nodes[node].activation_bytes;
 
-  profile.micro_batch_size = batch_size ? *batch_size : batch_size_from_input(profile.input_bytes, has_input_node, path);
+  if (batch_size) {
+    profile.micro_batch_size = *batch_size;
+  } else if (auto inferred = batch_from_images(profile.input_bytes); inferred || (inferred = batch_from_lstm_states(graph.nodes))) {
+    profile.micro_batch_size = inferred->size;
+    profile.micro_batch_size_note = "inferred from " + inferred->how;
+  } else if (use == BatchSizeUse::Optional) {
+    profile.micro_batch_size = 1;
+    profile.micro_batch_size_known = false;
+    profile.micro_batch_size_note = "unknown: " + no_batch_reason(profile.input_bytes, has_input_node);
+  } else {
+    throw InputError(fmt::format("{}: cannot infer the batch size: {}; pass --batch-size with the micro-batch size the "
+                                 "profile was measured at",
+                                 path, no_batch_reason(profile.input_bytes, has_input_node)));
+  }
   check_profile(profile, path);
   return model;
 }
 
 Profile read_pipedream_graph(const std::string& path, std::optional<int> batch_size) {
-  return read_pipedream_model_graph(path, batch_size).profile;
+  return read_pipedream_model_graph(path, batch_size, BatchSizeUse::Required).profile;
 }
 
 ModelGraph chain_graph(const Profile& profile) {
@@ -386,9 +485,9 @@ ModelGraph chain_graph(const Profile& profile) {
   return model;
 }
 
-ModelGraph read_model_graph(const std::string& path, std::optional<int> batch_size) {
+ModelGraph read_model_graph(const std::string& path, std::optional<int> batch_size, BatchSizeUse use) {
   if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) return chain_graph(read_profile(path, batch_size));
-  return read_pipedream_model_graph(path, batch_size);
+  return read_pipedream_model_graph(path, batch_size, use);
 }
 
 Profile reorder_layers(const ModelGraph& graph, const std::vector<int>& order) {

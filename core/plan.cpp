@@ -1,11 +1,15 @@
 #include "core/plan.hpp"
 
+#include <cstdint>
+
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/json_input.hpp"
+#include "core/limits.hpp"
 
 namespace pipegrid {
 
@@ -44,56 +48,70 @@ std::string plan_to_json(const Plan& plan) {
 }
 
 Plan parse_plan_json(const std::string& text, const std::string& origin) {
-  nlohmann::json document;
-  try {
-    document = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
-    throw InputError(fmt::format("{}: malformed JSON: {}", origin, error.what()));
-  }
+  const nlohmann::json document = parse_json_input(text, origin);
   if (!document.is_object() || !document.contains("pipegrid_plan"))
     throw InputError(fmt::format("{}: not a pipegrid plan (expected a 'pipegrid_plan' field)", origin));
   if (document["pipegrid_plan"] != kPlanVersion)
-    throw InputError(fmt::format("{}: pipegrid_plan: expected version {}, found {}", origin, kPlanVersion, document["pipegrid_plan"].dump()));
-  auto field = [&](const char* name, auto check, const char* expected) -> const nlohmann::json& {
+    throw InputError(fmt::format("{}: pipegrid_plan: expected version {}, found {}", origin, kPlanVersion,
+                                 shown_json(document["pipegrid_plan"])));
+  reject_unknown_json_fields(document, origin,
+                             {"pipegrid_plan", "schedule", "micro_batches", "mini_batches", "recompute", "network",
+                              "optimizer", "vertical_sync", "update_interval", "prediction_cost_s_per_byte", "wait_free",
+                              "pipeline_depth", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition",
+                              "profile"});
+  auto field = [&](const char* name, auto check, const std::string& expected) -> const nlohmann::json& {
     if (!document.contains(name) || !check(document[name]))
       throw InputError(fmt::format("{}: {}: expected {}, found {}", origin, name, expected,
-                                   document.contains(name) ? document[name].dump() : "nothing"));
+                                   document.contains(name) ? shown_json(document[name]) : "nothing"));
     return document[name];
   };
+  // An integer field in min..max (limits.hpp: the schedule generator's
+  // limits, so that a plan never asks for more than a command line may).
+  auto integer = [&](const char* name, long long min, long long max) {
+    const auto found = document.find(name);
+    if (found != document.end()) {
+      if (const auto value = json_integer_in(*found, min, max)) return static_cast<int>(*value);
+      const bool above = found->is_number_unsigned() ? found->get<std::uint64_t>() > static_cast<std::uint64_t>(max)
+                                                     : found->is_number_integer() && found->get<std::int64_t>() > max;
+      if (above)
+        throw InputError(fmt::format("{}: {}: expected at most {} (docs/formats.md, Limits), found {}", origin, name, max,
+                                     shown_json(*found)));
+    }
+    throw InputError(fmt::format("{}: {}: expected an integer >= {}, found {}", origin, name, min,
+                                 found == document.end() ? "nothing" : shown_json(*found)));
+  };
   auto is_string = [](const nlohmann::json& j) { return j.is_string(); };
-  auto is_count = [](const nlohmann::json& j) { return j.is_number_integer() && j.get<long long>() >= 1; };
+  auto is_boolean = [](const nlohmann::json& j) { return j.is_boolean(); };
   Plan plan;
   plan.schedule = field("schedule", is_string, "a schedule name").get<std::string>();
-  plan.micro_batches = field("micro_batches", is_count, "an integer >= 1").get<int>();
-  plan.mini_batches = field("mini_batches", is_count, "an integer >= 1").get<int>();
-  plan.recompute = field("recompute", [](const nlohmann::json& j) { return j.is_boolean(); }, "true or false").get<bool>();
+  plan.micro_batches = integer("micro_batches", 1, limits::kMaxMicroBatches);
+  plan.mini_batches = integer("mini_batches", 1, limits::kMaxMiniBatches);
+  plan.recompute = field("recompute", is_boolean, "true or false").get<bool>();
   plan.network = field("network", is_string, "analytic or simgrid").get<std::string>();
   // Fields added with the PipeDream family; plans written before them use the defaults.
-  auto is_boolean = [](const nlohmann::json& j) { return j.is_boolean(); };
   if (document.contains("optimizer")) plan.optimizer = field("optimizer", is_string, "sgd, momentum or adam").get<std::string>();
   optimizer_copies(plan.optimizer);
   if (document.contains("vertical_sync")) plan.vertical_sync = field("vertical_sync", is_boolean, "true or false").get<bool>();
-  if (document.contains("update_interval"))
-    plan.update_interval = field("update_interval", [](const nlohmann::json& j) { return j.is_number_integer() && j.get<long long>() >= 0; },
-                                 "an integer >= 0").get<int>();
+  if (document.contains("update_interval")) plan.update_interval = integer("update_interval", 0, limits::kMaxUpdateInterval);
   if (document.contains("prediction_cost_s_per_byte"))
-    plan.prediction_cost_s_per_byte = field("prediction_cost_s_per_byte", [](const nlohmann::json& j) { return j.is_number() && j.get<double>() >= 0; },
-                                            "a number >= 0").get<double>();
+    plan.prediction_cost_s_per_byte =
+        field("prediction_cost_s_per_byte",
+              [](const nlohmann::json& j) { return json_number_in(j, 0, limits::kMaxPredictionCostSPerByte).has_value(); },
+              fmt::format("a number in 0..{} (seconds per parameter byte)", limits::kMaxPredictionCostSPerByte))
+            .get<double>();
   if (document.contains("wait_free")) plan.wait_free = field("wait_free", is_boolean, "true or false").get<bool>();
-  if (document.contains("pipeline_depth"))
-    plan.pipeline_depth = field("pipeline_depth", [](const nlohmann::json& j) { return j.is_number_integer() && j.get<long long>() >= 0; },
-                                "an integer >= 0").get<int>();
+  if (document.contains("pipeline_depth")) plan.pipeline_depth = integer("pipeline_depth", 0, limits::kMaxPipelineDepth);
   if (document.contains("extend_mini_batches"))
     plan.extend_mini_batches = field("extend_mini_batches", is_boolean, "true or false").get<bool>();
   if (document.contains("memory_bytes"))
-    plan.memory_bytes = field("memory_bytes", [](const nlohmann::json& j) { return j.is_number() && j.get<double>() >= 0 && j.get<double>() < 1e300; },
-                              "a memory capacity in bytes >= 0").get<double>();
+    plan.memory_bytes = field("memory_bytes", [](const nlohmann::json& j) { return json_number_in(j, 0, limits::kMaxBytes).has_value(); },
+                              fmt::format("a memory capacity in bytes in 0..{}", limits::kMaxBytes)).get<double>();
   plan.platform_file = field("platform_file", is_string, "a path").get<std::string>();
   plan.platform_xml = field("platform_xml", is_string, "the platform XML text").get<std::string>();
-  plan.profile = parse_profile_json(field("profile", [](const nlohmann::json& j) { return j.is_object(); }, "a profile object").dump(),
-                                    origin + ": profile");
-  plan.partition = parse_partition_json(field("partition", [](const nlohmann::json& j) { return j.is_object(); }, "a partition object").dump(),
-                                        origin + ": partition", plan.profile);
+  auto is_object = [](const nlohmann::json& j) { return j.is_object(); };
+  plan.profile = parse_profile_json_document(field("profile", is_object, "a profile object"), origin + ": profile");
+  plan.partition =
+      parse_partition_json_document(field("partition", is_object, "a partition object"), origin + ": partition", plan.profile);
   return plan;
 }
 

@@ -121,6 +121,8 @@ Profile profile_at_micro_batch_size(const Profile& profile, int size) {
                                     line.at(times_a.backward_s, times_b.backward_s, device_path + ".backward_s")};
     }
   }
+  // Extrapolated far enough, a value passes the limits a file is held to.
+  check_profile(result, fmt::format("profile {} at micro-batch size {}", profile.name, size));
   return result;
 }
 

@@ -74,6 +74,16 @@ struct Profile {
   /// measured.front()), so code that runs one size never looks here; use
   /// profile_at_micro_batch_size for another size. check_profile checks this.
   std::vector<MeasuredSize> measured = {};
+  /// How micro_batch_size was found when the file does not state it (a
+  /// PipeDream graph.txt read without --batch-size), for people: "inferred
+  /// from the LSTM hidden states: 131072 bytes = 32 x 1024 float32 (8 LSTM
+  /// nodes)"; or, when micro_batch_size_known is false, "unknown: " and why.
+  /// Empty when the file or --batch-size states it. Not written to JSON.
+  std::string micro_batch_size_note = {};
+  /// False only for a graph.txt read with BatchSizeUse::Optional whose batch
+  /// size could not be inferred: micro_batch_size is then 1, a placeholder
+  /// that no result may depend on.
+  bool micro_batch_size_known = true;
 };
 
 /** The layer's forward and backward time on `host` (see Layer::device_times). */
@@ -94,7 +104,8 @@ std::vector<int> profile_micro_batch_sizes(const Profile& profile);
  *  Throws InputError when `size` < 1, when a single-size profile is asked
  *  for another size than its micro_batch_size (no scaling is invented), and
  *  when extrapolation makes a value negative (the message names the layer,
- *  the field and the two sizes; values are never clamped). */
+ *  the field and the two sizes; values are never clamped), and when it
+ *  makes a value exceed the limits of check_profile. */
 Profile profile_at_micro_batch_size(const Profile& profile, int size);
 
 /** Reads a profile JSON file ({"name", "micro_batch_size", "layers": [...]},
@@ -118,8 +129,11 @@ std::string profile_to_json(const Profile& profile);
  *  node after it consumes. Input nodes are zeroed (as PipeDream's optimizer
  *  does); their activation bytes become Profile::input_bytes.
  *  `batch_size`: the micro-batch size the times were measured at; when absent
- *  it is inferred from the input node (see SEMANTICS.md, Batch size), and an
- *  InputError is thrown when it cannot be. */
+ *  it is inferred (docs/formats.md, graph.txt, Batch size: from an input of
+ *  whole 3x224x224 float32 images, or from the LSTM nodes' hidden states)
+ *  and Profile::micro_batch_size_note says how; an InputError is thrown
+ *  when it cannot be. Values beyond core/limits.hpp are InputErrors naming
+ *  the line. */
 Profile read_pipedream_graph(const std::string& path, std::optional<int> batch_size);
 
 /** Reads either format: a file ending in .json is a profile JSON, anything

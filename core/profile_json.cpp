@@ -19,45 +19,51 @@
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/json_input.hpp"
+#include "core/limits.hpp"
 #include "core/profile.hpp"
 
 namespace pipegrid {
 
 namespace {
 
-/// A JSON value as shown after "found" in a message, cut short when long.
-std::string shown(const nlohmann::json& value) {
-  constexpr std::size_t kMaxShown = 60;
-  std::string text = value.dump();
-  if (text.size() > kMaxShown) text = text.substr(0, kMaxShown) + "...";
-  return text;
-}
+std::string shown(const nlohmann::json& value) { return shown_json(value); }
 
-/// Throws unless `object` has only fields named in `known`; `where` prefixes
-/// the message (the file, and the object's path when nested).
 void reject_unknown_fields(const nlohmann::json& object, const std::string& where,
                            std::initializer_list<std::string_view> known) {
-  for (const auto& item : object.items()) {
-    bool is_known = false;
-    for (const std::string_view name : known) is_known = is_known || item.key() == name;
-    if (!is_known) {
-      std::string expected;
-      for (const std::string_view name : known) expected += fmt::format("{}{}", expected.empty() ? "" : ", ", name);
-      throw InputError(fmt::format("{}: expected only the fields {}, found '{}'", where, expected, item.key()));
-    }
-  }
+  reject_unknown_json_fields(object, where, known);
 }
 
-/// The field `name` of `object` as a finite number >= 0; `path` is its JSON
-/// path in messages.
+/// The largest value a field may hold: a time (its name ends in "_s") at
+/// most limits::kMaxSeconds, anything else (bytes) limits::kMaxBytes.
+double limit_of(std::string_view path) {
+  const auto field_end = path.find_first_of("[ ", path.rfind('.') == std::string_view::npos ? 0 : path.rfind('.'));
+  const std::string_view field = path.substr(0, field_end);
+  return field.size() >= 2 && field.substr(field.size() - 2) == "_s" ? limits::kMaxSeconds : limits::kMaxBytes;
+}
+
+/// The message for a value that is not a number in 0..limit_of(path).
+std::string bad_value(const std::string& origin, const std::string& path, const std::string& found, bool too_large) {
+  const double limit = limit_of(path);
+  if (too_large)
+    return fmt::format("{}: {}: expected at most {:g} {} (docs/formats.md, Limits), found {}", origin, path, limit,
+                       limit == limits::kMaxSeconds ? "seconds" : "bytes", found);
+  return fmt::format("{}: {}: expected a non-negative number, found {}", origin, path, found);
+}
+
+/// `value` as a finite number in 0..limit_of(path), or the InputError.
+double checked_number(const nlohmann::json& value, const std::string& origin, const std::string& path) {
+  if (const auto number = json_number_in(value, 0, limit_of(path))) return *number;
+  throw InputError(bad_value(origin, path, shown(value), value.is_number() && value.get<double>() > 0));
+}
+
+/// The field `name` of `object` as a finite number in 0..limit_of(path);
+/// `path` is its JSON path in messages.
 double non_negative_number(const nlohmann::json& object, const char* name, const std::string& origin,
                            const std::string& path) {
   const auto field = object.find(name);
-  if (field == object.end() || !field->is_number() || !std::isfinite(field->get<double>()) ||
-      field->get<double>() < 0)
-    throw InputError(fmt::format("{}: {}: expected a non-negative number, found {}", origin, path,
-                                 field == object.end() ? "nothing" : shown(*field)));
-  return field->get<double>();
+  if (field == object.end()) throw InputError(bad_value(origin, path, "nothing", false));
+  return checked_number(*field, origin, path);
 }
 
 /// How a profile states its sizes: one (plain numbers) or several (a list
@@ -81,13 +87,8 @@ std::vector<double> values_per_size(const nlohmann::json& object, const char* na
         : field->is_array()   ? fmt::format("a list of {}", field->size())
                               : shown(*field)));
   std::vector<double> values;
-  for (std::size_t k = 0; k < field->size(); ++k) {
-    const nlohmann::json& value = (*field)[k];
-    if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0)
-      throw InputError(
-          fmt::format("{}: {}[{}]: expected a non-negative number, found {}", origin, path, k, shown(value)));
-    values.push_back(value.get<double>());
-  }
+  for (std::size_t k = 0; k < field->size(); ++k)
+    values.push_back(checked_number((*field)[k], origin, fmt::format("{}[{}]", path, k)));
   return values;
 }
 
@@ -155,10 +156,10 @@ std::string devices_text(const std::vector<std::string>& types,
   return text + "}";
 }
 
-/// Throws unless `value` is finite and >= 0.
+/// Throws unless `value` is finite, >= 0 and within limit_of(path).
 void check_non_negative(double value, const std::string& origin, const std::string& path) {
-  if (!std::isfinite(value) || value < 0)
-    throw InputError(fmt::format("{}: {}: expected a non-negative number, found {}", origin, path, format_exact(value)));
+  if (!std::isfinite(value) || value < 0 || value > limit_of(path))
+    throw InputError(bad_value(origin, path, format_exact(value), value > 0));
 }
 
 /// Checks a layer's device times: type names a host can have, times >= 0.
@@ -184,17 +185,10 @@ std::vector<std::string> keys_of(const Map& map) {
 }  // namespace
 
 Profile parse_profile_json(const std::string& text, const std::string& origin) {
-  nlohmann::json document;
-  try {
-    document = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {
-    // what() is "[json.exception.parse_error.N] parse error at line L, column C: ..."
-    // (or, for a number too large for a double, "[json.exception.out_of_range.406] ...").
-    std::string message = error.what();
-    if (const auto tag_end = message.find("] "); message.rfind("[json.exception.", 0) == 0 && tag_end != std::string::npos)
-      message.erase(0, tag_end + 2);
-    throw InputError(fmt::format("{}: malformed JSON: {}", origin, message));
-  }
+  return parse_profile_json_document(parse_json_input(text, origin), origin);
+}
+
+Profile parse_profile_json_document(const nlohmann::json& document, const std::string& origin) {
   if (!document.is_object())
     throw InputError(fmt::format("{}: expected a JSON object (a profile), found {}", origin, shown(document)));
   reject_unknown_fields(document, origin, {"name", "model", "micro_batch_size", "micro_batch_sizes", "input_bytes", "layers"});

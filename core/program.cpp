@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/limits.hpp"
 
 namespace pipegrid {
 
@@ -29,11 +32,35 @@ std::string to_string(const Action& action) {
 
 namespace {
 
-// Parses a non-negative decimal integer spanning [first, last); false otherwise.
+// Parses a non-negative decimal integer spanning [first, last) that fits an
+// int; false otherwise.
 bool parse_count(const char* first, const char* last, int& value) {
   if (first == last) return false;
   auto [end, error] = std::from_chars(first, last, value);
   return error == std::errc() && end == last && value >= 0;
+}
+bool parse_count(const std::string& text, int& value) { return parse_count(text.data(), text.data() + text.size(), value); }
+
+// "0:" -> "0", true (the text form writes the colon against the count).
+bool split_colon(std::string& word) {
+  if (word.size() < 2 || word.back() != ':') return false;
+  word.pop_back();
+  return true;
+}
+
+// The header's counts, from the text after '#': " pipegrid program: N
+// stages, M micro-batches, K mini-batches" exactly (any spacing); nothing
+// for another comment. Counts are integers >= 0 that fit an int.
+std::optional<std::tuple<int, int, int>> parse_header(const std::string& rest) {
+  std::istringstream words(rest);
+  std::string pipegrid, program_word, n, stages, m, micro, k, mini, extra;
+  words >> pipegrid >> program_word >> n >> stages >> m >> micro >> k >> mini;
+  if (!words || pipegrid != "pipegrid" || program_word != "program:" || stages != "stages," ||
+      micro != "micro-batches," || mini != "mini-batches" || (words >> extra))
+    return std::nullopt;
+  int counts[3] = {0, 0, 0};
+  if (!parse_count(n, counts[0]) || !parse_count(m, counts[1]) || !parse_count(k, counts[2])) return std::nullopt;
+  return std::tuple{counts[0], counts[1], counts[2]};
 }
 
 }  // namespace
@@ -99,19 +126,35 @@ Program parse_program_text(const std::string& text, const std::string& origin) {
       if (word == "#") {
         std::string rest;
         std::getline(words, rest);
-        if (std::sscanf(rest.c_str(), " pipegrid program: %d stages, %d micro-batches, %d mini-batches",
-                        &program.num_stages, &program.micro_batches, &program.mini_batches) == 3)
+        if (const auto header = parse_header(rest)) {
+          if (have_header) fail("expected one header line '# pipegrid program: ...', found a second one");
+          const auto [stages, micro_batches, mini_batches] = *header;
+          if (stages > limits::kMaxStages || micro_batches > limits::kMaxMicroBatches ||
+              mini_batches > limits::kMaxMiniBatches ||
+              static_cast<long long>(stages) * micro_batches * mini_batches > limits::kMaxWorkItems)
+            fail(fmt::format("expected at most {} stages, {} micro-batches, {} mini-batches and {} stages x micro-batches "
+                             "x mini-batches (docs/formats.md, Limits), found {} stages, {} micro-batches, {} mini-batches",
+                             limits::kMaxStages, limits::kMaxMicroBatches, limits::kMaxMiniBatches, limits::kMaxWorkItems,
+                             stages, micro_batches, mini_batches));
+          program.num_stages = stages;
+          program.micro_batches = micro_batches;
+          program.mini_batches = mini_batches;
           have_header = true;
+        }
       } else if (word == "device") {
-        std::size_t device_index = 0;
-        int stage = 0, replica = 0;
-        std::size_t stream_index = 0;
-        std::string stage_word, replica_word, stream_word;
-        words >> device_index >> stage_word >> stage >> replica_word >> replica >> stream_word >> stream_index;
-        std::string colon;
-        words >> colon;
-        if (!words || stage_word != "stage" || replica_word != "replica" || stream_word != "stream" || colon != ":")
-          fail("expected 'device D stage S replica R stream T : actions...'");
+        std::string device_word, stage_word, stage_count, replica_word, replica_count, stream_word, stream_count, colon;
+        words >> device_word >> stage_word >> stage_count >> replica_word >> replica_count >> stream_word >> stream_count;
+        if (split_colon(stream_count))
+          colon = ":";
+        else
+          words >> colon;
+        int device_number = 0, stage = 0, replica = 0, stream_number = 0;
+        if (!words || stage_word != "stage" || replica_word != "replica" || stream_word != "stream" || colon != ":" ||
+            !parse_count(device_word, device_number) || !parse_count(stage_count, stage) ||
+            !parse_count(replica_count, replica) || !parse_count(stream_count, stream_number))
+          fail("expected 'device D stage S replica R stream T : actions...' (counts: integers >= 0)");
+        const auto device_index = static_cast<std::size_t>(device_number);
+        const auto stream_index = static_cast<std::size_t>(stream_number);
         if (device_index > program.devices.size()) fail(fmt::format("device {} listed before device {}", device_index, program.devices.size()));
         if (device_index == program.devices.size()) program.devices.push_back({stage, replica, {}});
         DeviceProgram& device = program.devices[device_index];
@@ -127,8 +170,14 @@ Program parse_program_text(const std::string& text, const std::string& origin) {
         program.extra_dependencies.push_back({parse_action(before), parse_action(after)});
       } else if (word == "allreduce") {
         AllReduce all_reduce;
-        std::string stage_word, round_word, word3;
-        words >> stage_word >> all_reduce.stage >> round_word >> all_reduce.round >> word3;
+        std::string stage_word, stage_count, round_word, round_count, word3;
+        words >> stage_word >> stage_count >> round_word >> round_count;
+        if (split_colon(round_count))
+          word3 = ":";
+        else
+          words >> word3;
+        if (!words || !parse_count(stage_count, all_reduce.stage) || !parse_count(round_count, all_reduce.round))
+          fail("expected 'allreduce stage S round R [per-layer] : ready <actions> [release <actions>]' (S, R: integers >= 0)");
         if (word3 == "per-layer:") {
           all_reduce.per_layer = true;
           word3 = ":";
@@ -201,6 +250,10 @@ void validate_program(const Program& program) {
   if (program.num_stages < 1 || program.micro_batches < 1 || program.mini_batches < 1)
     throw ProgramError(fmt::format("invalid program: expected at least 1 stage, micro-batch and mini-batch, found {}, {}, {}",
                                    program.num_stages, program.micro_batches, program.mini_batches));
+  if (static_cast<long long>(program.num_stages) * program.micro_batches * program.mini_batches > limits::kMaxWorkItems)
+    throw ProgramError(fmt::format("invalid program: expected at most {} stages x micro-batches x mini-batches "
+                                   "(docs/formats.md, Limits), found {} x {} x {}",
+                                   limits::kMaxWorkItems, program.num_stages, program.micro_batches, program.mini_batches));
 
   std::map<Action, Slot> where;
   for (std::size_t d = 0; d < program.devices.size(); ++d) {

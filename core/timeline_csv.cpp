@@ -1,12 +1,15 @@
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
+#include <charconv>
+#include <cmath>
+#include <limits>
 #include <sstream>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/json_input.hpp"
+#include "core/limits.hpp"
 #include "core/timeline.hpp"
 
 namespace pipegrid {
@@ -38,6 +41,10 @@ Timeline parse_timeline_csv(const std::string& text, const std::string& origin) 
   while (std::getline(lines, line)) {
     ++line_number;
     if (line.empty()) continue;
+    // Host ids and actions reach JSON outputs (compare --json, Chrome traces).
+    if (const auto bad = first_invalid_utf8(line))
+      throw InputError(fmt::format("{}:{}: expected UTF-8 text, found the byte 0x{:02X} at column {}", origin, line_number,
+                                   static_cast<unsigned char>(line[*bad]), *bad + 1));
     if (line.rfind(kHostsPrefix, 0) == 0) {
       std::istringstream names(line.substr(std::string(kHostsPrefix).size()));
       std::string name;
@@ -57,20 +64,32 @@ Timeline parse_timeline_csv(const std::string& text, const std::string& origin) 
     if (!line.empty() && line.back() == ',') fields.emplace_back();
     if (fields.size() != 11)
       throw InputError(fmt::format("{}:{}: expected 11 comma-separated fields, found {}", origin, line_number, fields.size()));
+    // Numbers as the writer writes them: decimal, finite, at most
+    // limits::kMaxMagnitude in magnitude; integers in the range of an int.
     auto number = [&](int index, const char* name) {
-      char* end = nullptr;
-      errno = 0;
-      const double value = std::strtod(fields[index].c_str(), &end);
-      if (fields[index].empty() || *end != '\0' || errno != 0)
-        throw InputError(fmt::format("{}:{}: field '{}': expected a number, found '{}'", origin, line_number, name, fields[index]));
+      const std::string& text = fields[index];
+      double value = 0;
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (text.empty() || error != std::errc() || end != text.data() + text.size() || !std::isfinite(value) ||
+          std::fabs(value) > limits::kMaxMagnitude)
+        throw InputError(fmt::format("{}:{}: field '{}': expected a number, found '{}' (finite, at most {:g} in magnitude)",
+                                     origin, line_number, name, text, limits::kMaxMagnitude));
       return value;
     };
     auto integer = [&](int index, const char* name) {
-      const double value = number(index, name);
-      if (value != static_cast<int>(value))
-        throw InputError(fmt::format("{}:{}: field '{}': expected an integer, found '{}'", origin, line_number, name, fields[index]));
-      return static_cast<int>(value);
+      const std::string& text = fields[index];
+      int value = 0;
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (text.empty() || error != std::errc() || end != text.data() + text.size())
+        throw InputError(fmt::format("{}:{}: field '{}': expected an integer in {}..{}, found '{}'", origin, line_number,
+                                     name, std::numeric_limits<int>::min(), std::numeric_limits<int>::max(), text));
+      return value;
     };
+    // Host ids as the "# hosts:" line lists them: separated by spaces.
+    for (const int index : {0, 9})
+      if (fields[index].find_first_of(" \t\r") != std::string::npos)
+        throw InputError(fmt::format("{}:{}: field '{}': expected a host id without spaces, found '{}'", origin, line_number,
+                                     index == 0 ? "host" : "peer", fields[index]));
     TimelineRecord record;
     record.host = fields[0];
     record.stream = integer(1, "stream");

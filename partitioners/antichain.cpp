@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/limits.hpp"
 
 namespace pipegrid {
 
@@ -46,6 +47,10 @@ Reach reachability(const std::vector<std::vector<int>>& consumers, const std::ve
 StateChain antichain_states(const ModelGraph& graph) {
   const Profile& profile = graph.profile;
   const int count = static_cast<int>(profile.layers.size());
+  if (count > limits::kMaxAntichainLayers)
+    throw InputError(fmt::format("{}: expected at most {} layers for PipeDream's antichain construction (docs/formats.md, "
+                                 "Limits), found {}",
+                                 profile.name, limits::kMaxAntichainLayers, count));
   for (int layer = 0; layer < count; ++layer)
     for (const int consumer : graph.consumers[layer])
       if (consumer <= layer)
@@ -111,6 +116,11 @@ StateChain antichain_states(const ModelGraph& graph) {
   std::vector<std::vector<int>> antichains, augmented_of, successors;
   const auto state_of = [&](const std::vector<int>& antichain) {
     const auto [it, inserted] = index_of.emplace(antichain, static_cast<int>(antichains.size()));
+    if (inserted && static_cast<int>(antichains.size()) >= limits::kMaxAntichainStates)
+      throw InputError(fmt::format("{}: PipeDream's antichain construction over its {} layers reaches more than {} states "
+                                   "(docs/formats.md, Limits): the graph branches too widely; partition it as a chain "
+                                   "(a profile JSON) or with another partitioner",
+                                   profile.name, count, limits::kMaxAntichainStates));
     if (inserted) {
       antichains.push_back(antichain);
       augmented_of.push_back(augment(antichain));

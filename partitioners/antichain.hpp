@@ -40,7 +40,9 @@ struct StateChain {
  *  descendant of the consumer is in the augmented antichain), then drop every
  *  member with a descendant among them; states are the distinct antichains
  *  reached, their edges the replacements. Throws InputError when the last
- *  state misses a layer (a graph the construction cannot cover). */
+ *  state misses a layer (a graph the construction cannot cover), or when
+ *  the graph has more than limits::kMaxAntichainLayers layers or the
+ *  construction more than limits::kMaxAntichainStates states. */
 StateChain antichain_states(const ModelGraph& graph);
 
 }  // namespace pipegrid

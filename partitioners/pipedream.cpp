@@ -12,8 +12,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "core/limits.hpp"
 
 namespace pipegrid {
 
@@ -126,12 +128,36 @@ void expand(const std::vector<Table>& tables, const std::vector<PipeDreamLevel>&
 
 }  // namespace
 
+int total_machines(const std::vector<int>& machines) {
+  for (std::size_t l = 0; l < machines.size(); ++l)
+    if (machines[l] < 1) throw InputError(fmt::format("--machines: expected counts >= 1, found {} at level {}", machines[l], l + 1));
+  long long total = 1;
+  for (const int count : machines) {
+    total *= count;  // total <= kMaxMachines before, count < 2^31: no overflow
+    if (total > limits::kMaxMachines)
+      throw InputError(fmt::format("--machines: expected at most {} machines in all (the product of the counts per level; "
+                                   "docs/formats.md, Limits), found {}",
+                                   limits::kMaxMachines, fmt::join(machines, " x ")));
+  }
+  return static_cast<int>(total);
+}
+
 PipeDreamSolution solve_pipedream(const StateChain& chain, const PipeDreamOptions& options) {
   const int count = static_cast<int>(chain.states.size());
   if (options.levels.empty()) throw InputError("pipedream: expected at least one level of machines");
+  std::vector<int> counts;
+  for (const PipeDreamLevel& level : options.levels) counts.push_back(level.machines);
+  total_machines(counts);
+  // The tables hold (rows x states x machines) cells: every row at the
+  // levels below the top, one row at the top.
+  double cells = 0;
+  for (std::size_t l = 0; l < options.levels.size(); ++l)
+    cells += (l + 1 == options.levels.size() ? 1.0 : count + 1.0) * count * options.levels[l].machines;
+  if (cells > limits::kMaxPipeDreamCells)
+    throw InputError(fmt::format("pipedream: {} states over the machines {} need tables of {:.3g} cells, more than the "
+                                 "limit of {:.3g} (docs/formats.md, Limits): use fewer machines or fewer levels",
+                                 count, fmt::join(counts, " x "), cells, limits::kMaxPipeDreamCells));
   for (std::size_t l = 0; l < options.levels.size(); ++l) {
-    if (options.levels[l].machines < 1)
-      throw InputError(fmt::format("--machines: expected counts >= 1, found {} at level {}", options.levels[l].machines, l + 1));
     if (!(options.levels[l].bandwidth_Bps > 0) || !std::isfinite(options.levels[l].bandwidth_Bps))
       throw InputError(fmt::format("--bandwidth: expected a positive bandwidth, found {} at level {}",
                                    options.levels[l].bandwidth_Bps, l + 1));
@@ -328,8 +354,9 @@ PartitionerOutput pipedream_partition(const PartitionerInput& input) {
   } else {
     options.levels = hierarchy_of(input.platform);
   }
-  int devices = 1;
-  for (const PipeDreamLevel& level : options.levels) devices *= level.machines;
+  std::vector<int> counts;
+  for (const PipeDreamLevel& level : options.levels) counts.push_back(level.machines);
+  const int devices = total_machines(counts);
   if (devices > static_cast<int>(input.platform.hosts.size()))
     throw InputError(fmt::format("pipedream: the hierarchy has {} machines but {} declares {} hosts", devices,
                                  input.platform.file, input.platform.hosts.size()));

@@ -52,9 +52,16 @@ struct PipeDreamOptions {
   PipeDreamCostModel cost_model = PipeDreamCostModel::Released;
 };
 
+/** The machines of a hierarchy: the product of `machines` (counts per
+ *  level). Throws InputError naming --machines when a count is below 1 or
+ *  the product exceeds limits::kMaxMachines (checked level by level, so it
+ *  never overflows). */
+int total_machines(const std::vector<int>& machines);
+
 /** Solves the program. Throws InputError when no stage assignment exists
  *  (more machines than states allow in a straight pipeline, or a memory
- *  limit nothing fits). */
+ *  limit nothing fits), or when the machines or the tables exceed
+ *  limits::kMaxMachines or limits::kMaxPipeDreamCells. */
 PipeDreamSolution solve_pipedream(const StateChain& chain, const PipeDreamOptions& options);
 
 /** The hierarchy of a platform from its routes: hosts grouped by the

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/limits.hpp"
 
 namespace pipegrid {
 
@@ -44,6 +45,39 @@ int update_interval(const std::string& name, const ScheduleOptions& options) {
   if (info.flushed) return 0;
   if (info.name == "pipedream-2bw") return options.update_interval > 0 ? options.update_interval : options.num_stages;
   return 1;
+}
+
+void check_schedule_limits(const ScheduleOptions& options) {
+  const auto limit = [](const std::string& what, long long found, long long most, const std::string& hint) {
+    if (found > most)
+      throw InputError(fmt::format("{}: expected at most {}{} (docs/formats.md, Limits), found {}", what, most, hint, found));
+  };
+  limit("stages (--stages, or the partition's)", options.num_stages, limits::kMaxStages, "");
+  limit("--micro-batches", options.micro_batches, limits::kMaxMicroBatches, "");
+  limit("--mini-batches", options.mini_batches, limits::kMaxMiniBatches, "");
+  limit("--pipeline-depth", options.pipeline_depth, limits::kMaxPipelineDepth, "");
+  limit("--update-interval", options.update_interval, limits::kMaxUpdateInterval, "");
+  const long long items = static_cast<long long>(std::max(options.num_stages, 1)) * std::max(options.micro_batches, 1) *
+                          std::max(options.mini_batches, 1);
+  if (items > limits::kMaxWorkItems)
+    throw InputError(fmt::format(
+        "--micro-batches {} x --mini-batches {} x {} stages: expected at most {} work items (stages x micro-batches x "
+        "mini-batches, each a forward and a backward; docs/formats.md, Limits), found {}",
+        options.micro_batches, options.mini_batches, options.num_stages, limits::kMaxWorkItems, items));
+  if (!options.replicas.empty() && static_cast<int>(options.replicas.size()) != options.num_stages)
+    throw InputError(fmt::format("replicas: expected one count per stage ({}), found {}", options.num_stages,
+                                 options.replicas.size()));
+  long long devices = options.replicas.empty() ? std::max(options.num_stages, 1) : 0;
+  for (const int r : options.replicas) {
+    if (r < 1) throw InputError(fmt::format("replicas: expected at least 1 per stage, found {}", r));
+    devices += r;
+  }
+  limit("devices (--replicas summed over the stages)", devices, limits::kMaxDevices, "");
+  const long long device_mini_batches = devices * std::max(options.mini_batches, 1);
+  if (device_mini_batches > limits::kMaxDeviceMiniBatches)
+    throw InputError(fmt::format("--mini-batches {} on {} devices: expected at most {} devices x mini-batches "
+                                 "(docs/formats.md, Limits), found {}",
+                                 options.mini_batches, devices, limits::kMaxDeviceMiniBatches, device_mini_batches));
 }
 
 namespace {
@@ -95,6 +129,7 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
     throw InputError(fmt::format("--micro-batches: expected at least 1, found {}", options.micro_batches));
   if (options.mini_batches < 1)
     throw InputError(fmt::format("--mini-batches: expected at least 1, found {}", options.mini_batches));
+  check_schedule_limits(options);
   if (!info.flushed && options.micro_batches != 1)
     throw InputError(fmt::format("--micro-batches: {} pipelines whole mini-batches and does not split them; expected 1, "
                                  "found {} (--mini-batches sets how many mini-batches to simulate)",
@@ -113,10 +148,6 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
     throw InputError(fmt::format("--update-interval: expected at least 1, found {}", options.update_interval));
   std::vector<int> replicas = options.replicas;
   if (replicas.empty()) replicas.assign(options.num_stages, 1);
-  if (static_cast<int>(replicas.size()) != options.num_stages)
-    throw InputError(fmt::format("replicas: expected one count per stage ({}), found {}", options.num_stages, replicas.size()));
-  for (int r : replicas)
-    if (r < 1) throw InputError(fmt::format("replicas: expected at least 1 per stage, found {}", r));
 
   const int N = options.num_stages, M = options.micro_batches, K = options.mini_batches;
   Program program;
@@ -170,8 +201,10 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
         const int count = static_cast<int>(all[q].size());
         int warmup = warmup_forwards(name, replicas, stage, count);
         if (options.pipeline_depth > 0) {
-          const int admitted = (options.pipeline_depth * replicas[0] + r - 1) / r;
-          warmup = std::min(count, stage == 0 ? options.pipeline_depth : std::min(warmup, admitted));
+          // 64-bit: depth x replicas may exceed an int; the result is at most `count`.
+          const long long admitted = (static_cast<long long>(options.pipeline_depth) * replicas[0] + r - 1) / r;
+          const long long depth = stage == 0 ? options.pipeline_depth : std::min<long long>(warmup, admitted);
+          warmup = static_cast<int>(std::min<long long>(count, depth));
         }
         device.streams.push_back({one_f_one_b(stage, all[q], warmup, false)});
       }

@@ -47,8 +47,16 @@ const std::vector<ScheduleInfo>& schedule_catalog();
 /** The catalog entry for `name`; InputError listing the known names otherwise. */
 const ScheduleInfo& schedule_info(const std::string& name);
 
+/** Throws InputError naming the flag when the options exceed the limits of
+ *  core/limits.hpp (docs/formats.md, "Limits"): stages, micro-batches,
+ *  mini-batches, pipeline depth, update interval, devices (replicas summed),
+ *  stages x micro-batches x mini-batches and devices x mini-batches; also
+ *  when `replicas` is neither empty nor one count >= 1 per stage. Every
+ *  Program generate_schedule returns is within these limits. */
+void check_schedule_limits(const ScheduleOptions& options);
+
 /** Generates the Program of schedule `name`. Throws InputError on an unknown
- *  name or bad options (stages or micro-batches < 1). */
+ *  name or bad options (stages or micro-batches < 1, check_schedule_limits). */
 Program generate_schedule(const std::string& name, const ScheduleOptions& options);
 
 /** Warm-up forwards of one replica of 0-based stage `stage`, before its first

@@ -459,7 +459,7 @@ TEST(PartitionFile, LayerOrderIsReadWhenPresentAndCheckedForIndices) {
   EXPECT_CONTAINS(testutil::input_error_of([] { parse_partition_layer_order(R"({"layer_order": {"a": 1}})", "p.json"); }),
                   "p.json: layer_order: expected a list of layer indices");
   EXPECT_CONTAINS(testutil::input_error_of([] { parse_partition_layer_order(R"({"layer_order": [0, 1.5]})", "p.json"); }),
-                  "p.json: layer_order[1]: expected a layer index, found 1.5");
+                  "p.json: layer_order[1]: expected a layer index in 0..2147483646, found 1.5");
 }
 
 }  // namespace
