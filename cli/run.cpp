@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/limits.hpp"
 #include "core/model_graph.hpp"
 #include "core/termination.hpp"
 #include "core/platform_check.hpp"
@@ -124,13 +125,30 @@ Plan make_plan(const PlanRequest& request) {
   return plan;
 }
 
+namespace {
+
+// The most mini-batches the schedule limits allow for this plan
+// (core/limits.hpp: work items and device x mini-batch bookkeeping).
+int mini_batches_within_limits(const Plan& plan) {
+  long long devices = 0;
+  for (const auto& replicas : plan.partition.hosts) devices += static_cast<long long>(replicas.size());
+  const long long per_minibatch = std::max<long long>(1, static_cast<long long>(plan.partition.num_stages()) * plan.micro_batches);
+  return static_cast<int>(std::max<long long>(
+      1, std::min({limits::kMaxWorkItems / per_minibatch, limits::kMaxDeviceMiniBatches / std::max<long long>(1, devices),
+                   static_cast<long long>(limits::kMaxMiniBatches)})));
+}
+
+}  // namespace
+
 int default_mini_batches(const Plan& plan) {
   int devices = 0;
   for (const auto& replicas : plan.partition.hosts) devices += static_cast<int>(replicas.size());
-  return std::max(32, 4 * devices);
+  return std::min(std::max(32, 4 * devices), mini_batches_within_limits(plan));
 }
 
-int max_auto_mini_batches(const Plan& plan) { return 16 * default_mini_batches(plan); }
+int max_auto_mini_batches(const Plan& plan) {
+  return std::min(16 * default_mini_batches(plan), mini_batches_within_limits(plan));
+}
 
 namespace {
 
@@ -265,7 +283,7 @@ RunResult run_plan(Plan& plan) {
     if (plan.extend_mini_batches)
       result.warnings.push_back(fmt::format(
           "no steady-state cycle confirmed within {} mini-batches (the most pipegrid simulates unasked: 16 x max(32, "
-          "4 x devices)); {}: an estimate, not an exact period",
+          "4 x devices), within the schedule limits); {}: an estimate, not an exact period",
           plan.mini_batches, measured));
     else
       result.warnings.push_back(fmt::format(
