@@ -486,6 +486,12 @@ std::vector<CandidateOutcome> run_candidates(const Exploration& exploration, int
     }
   }
   progress.finish();
+  // A candidate that hit an internal error (a broken invariant of its
+  // result, say) is a bug: explore reports it instead of ranking around it.
+  for (std::size_t i = 0; i < outcomes.size(); ++i)
+    if (outcomes[i].error && outcomes[i].error->rfind("internal error: ", 0) == 0)
+      throw std::runtime_error(fmt::format("explore: candidate {} ({}): {}", i + 1, exploration.candidates[i].schedule,
+                                           outcomes[i].error->substr(16)));
   return outcomes;
 }
 

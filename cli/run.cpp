@@ -278,6 +278,21 @@ RunResult run_plan(Plan& plan) {
     plan.mini_batches *= 2;
     result = run_plan_once(plan);
   }
+  // A stage whose devices never compute (PipeDream's optimizer can make one
+  // of a single 0 s layer): the devices it holds add nothing.
+  std::map<int, std::pair<double, std::string>> stage_busy;
+  for (const DeviceMetrics& device : result.metrics.devices) {
+    auto& [busy, hosts] = stage_busy[device.stage];
+    busy += device.busy_s;
+    hosts += (hosts.empty() ? "" : ", ") + device.host;
+  }
+  if (plan.partition.num_stages() > 1)
+    for (const auto& [stage, busy_hosts] : stage_busy)
+      if (busy_hosts.first == 0)
+        result.warnings.push_back(fmt::format(
+            "stage {} ({}) does no compute: its layers take 0 s there, so the pipeline would do the same with its "
+            "layers merged into a neighbour on fewer devices (explore runs that partition too)",
+            stage, busy_hosts.second));
   if (const auto& steady = result.metrics.steady_state; steady && !steady->periodic) {
     const std::string measured = fmt::format("the mini-batch time is {}", steady->measured_over);
     if (plan.extend_mini_batches)
