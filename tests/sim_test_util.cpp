@@ -146,4 +146,23 @@ SimOutcome run_case(const SimCase& c, PlatformCache& cache) {
   return run_case(c, cache.get(c.stages, schedule_info(c.schedule).intended_kind, c.hop_s));
 }
 
+std::string star_platform_xml(int num_hosts, double latency_s, double bandwidth_Bps) {
+  std::string xml =
+      "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+      "<platform version=\"4.1\">\n  <zone id=\"star\" routing=\"Full\">\n";
+  for (int h = 0; h < num_hosts; ++h) xml += fmt::format("    <host id=\"h{}\" speed=\"1f\"/>\n", h);
+  for (int h = 0; h < num_hosts; ++h)
+    xml += fmt::format("    <link id=\"l{}\" bandwidth=\"{:.17g}Bps\" latency=\"{:.17g}s\" sharing_policy=\"SPLITDUPLEX\"/>\n",
+                       h, bandwidth_Bps, latency_s);
+  for (int a = 0; a < num_hosts; ++a)
+    for (int b = 0; b < num_hosts; ++b)
+      if (a != b)
+        xml += fmt::format(
+            "    <route src=\"h{}\" dst=\"h{}\" symmetrical=\"NO\"><link_ctn id=\"l{}\" direction=\"UP\"/>"
+            "<link_ctn id=\"l{}\" direction=\"DOWN\"/></route>\n",
+            a, b, a, b);
+  return xml + "  </zone>\n</platform>\n";
+}
+
+
 }  // namespace pipegrid::testutil

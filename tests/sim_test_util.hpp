@@ -41,6 +41,11 @@ std::string chain_host(int index);
  *  whatever the bandwidth (a large one is declared anyway). `hop_s` may be 0. */
 std::string chain_platform_xml(int num_hosts, DeviceKind kind, double hop_s);
 
+/** A star: hosts h0..h{n-1} (1 flop/s), each with its own SPLITDUPLEX link
+ *  l<h> to a switch (latency `latency_s`, bandwidth `bandwidth_Bps`); a route
+ *  crosses the sender's link up and the receiver's link down. */
+std::string star_platform_xml(int num_hosts, double latency_s, double bandwidth_Bps);
+
 /** Stage costs of a balanced pipeline: every stage takes `forward_s` and
  *  `backward_s`; messages carry 0 bytes (latency-only timing); stage s (from 0)
  *  has stash_bytes = stash_unit(s) and weight_bytes = weight_unit(s), distinct

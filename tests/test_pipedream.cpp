@@ -27,29 +27,9 @@ namespace pipegrid {
 namespace {
 
 using testutil::TempFile;
+using testutil::star_platform_xml;
 
 bool near(double actual, double expected) { return std::abs(actual - expected) <= 1e-9 * std::abs(expected) + 1e-12; }
-
-// A star: every host has its own SPLITDUPLEX link to a switch (latency
-// `latency_s`, bandwidth `bandwidth_Bps`); a route crosses the sender's link
-// up and the receiver's link down. Hosts h0..h{n-1}, 1 flop/s.
-std::string star_platform_xml(int num_hosts, double latency_s, double bandwidth_Bps) {
-  std::string xml =
-      "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
-      "<platform version=\"4.1\">\n  <zone id=\"star\" routing=\"Full\">\n";
-  for (int h = 0; h < num_hosts; ++h) xml += fmt::format("    <host id=\"h{}\" speed=\"1f\"/>\n", h);
-  for (int h = 0; h < num_hosts; ++h)
-    xml += fmt::format("    <link id=\"l{}\" bandwidth=\"{:.17g}Bps\" latency=\"{:.17g}s\" sharing_policy=\"SPLITDUPLEX\"/>\n",
-                       h, bandwidth_Bps, latency_s);
-  for (int a = 0; a < num_hosts; ++a)
-    for (int b = 0; b < num_hosts; ++b)
-      if (a != b)
-        xml += fmt::format(
-            "    <route src=\"h{}\" dst=\"h{}\" symmetrical=\"NO\"><link_ctn id=\"l{}\" direction=\"UP\"/>"
-            "<link_ctn id=\"l{}\" direction=\"DOWN\"/></route>\n",
-            a, b, a, b);
-  return xml + "  </zone>\n</platform>\n";
-}
 
 // A ring: host i and host i+1 (mod n) share one SPLITDUPLEX link of latency
 // `latency_s` and bandwidth `bandwidth_Bps`; routes only between neighbours

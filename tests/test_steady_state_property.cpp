@@ -24,25 +24,7 @@ namespace pipegrid {
 namespace {
 
 using testutil::TempFile;
-
-// Hosts h0..h{n-1}, each with its own full-duplex link to a switch.
-std::string star_platform(int hosts, double latency_s, double bandwidth_Bps) {
-  std::string xml =
-      "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
-      "<platform version=\"4.1\">\n  <zone id=\"star\" routing=\"Full\">\n";
-  for (int h = 0; h < hosts; ++h) xml += fmt::format("    <host id=\"h{}\" speed=\"1f\"/>\n", h);
-  for (int h = 0; h < hosts; ++h)
-    xml += fmt::format("    <link id=\"l{}\" bandwidth=\"{:.17g}Bps\" latency=\"{:.17g}s\" sharing_policy=\"SPLITDUPLEX\"/>\n", h,
-                       bandwidth_Bps, latency_s);
-  for (int a = 0; a < hosts; ++a)
-    for (int b = 0; b < hosts; ++b)
-      if (a != b)
-        xml += fmt::format(
-            "    <route src=\"h{}\" dst=\"h{}\" symmetrical=\"NO\"><link_ctn id=\"l{}\" direction=\"UP\"/>"
-            "<link_ctn id=\"l{}\" direction=\"DOWN\"/></route>\n",
-            a, b, a, b);
-  return xml + "  </zone>\n</platform>\n";
-}
+using testutil::star_platform_xml;
 
 struct Case {
   std::string schedule;
@@ -86,7 +68,7 @@ TEST(SteadyStateProperty, TheDefaultRunsPeriodIsTheLongRunsPeriod) {
         c.output_bytes.push_back(bytes(random));
         hosts += c.replicas.back();
       }
-      TempFile platform("pipegrid-property", ".xml", star_platform(hosts, 0.01, 1000));
+      TempFile platform("pipegrid-property", ".xml", star_platform_xml(hosts, 0.01, 1000));
       TempFile profile("pipegrid-property", ".json", profile_json(c));
       cli::PlanRequest request;
       request.platform_file = platform.path();
