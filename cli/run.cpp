@@ -196,11 +196,10 @@ class PlatformCopy {
   std::unique_ptr<RegisteredTemporary> registered_;
 };
 
-// One simulation of exactly plan.mini_batches.
-RunResult run_plan_once(const Plan& plan) {
+// One simulation of exactly plan.mini_batches on `platform_path`, whose
+// hosts `platform` summarises (checked once by run_plan, whatever the count).
+RunResult run_plan_once(const Plan& plan, const std::string& platform_path, const PlatformSummary& platform) {
   RunResult result;
-  PlatformCopy platform_file(plan);
-  check_partition(plan.partition, plan.profile, "partition");
   ScheduleOptions options;
   options.num_stages = plan.partition.num_stages();
   options.micro_batches = plan.micro_batches;
@@ -215,7 +214,7 @@ RunResult run_plan_once(const Plan& plan) {
   validate_program(result.program);
 
   sim::SimulationRequest request;
-  request.platform_file = platform_file.path();
+  request.platform_file = platform_path;
   request.program = result.program;
   request.stages = stage_costs(plan.profile, plan.partition);
   // PipeOptim predicts the weights before each forward: its cost is part of
@@ -231,15 +230,6 @@ RunResult run_plan_once(const Plan& plan) {
   request.network = sim::parse_network_model(plan.network);
   // Where a device without all-reduces updates its weights (optimizer steps).
   request.update_interval = update_interval(plan.schedule, options);
-
-  // Check the hosts before simulating: fbp-as on a GPU is an error, a
-  // schedule meant for the other kind of device a warning.
-  check_one_device_per_host(plan.partition.hosts, "partition");
-  const PlatformSummary platform = sim::read_platform(request.platform_file, sim::PlatformRoutes::None);
-  std::vector<HostInfo> used;
-  for (const auto& replicas : plan.partition.hosts)
-    for (const std::string& host : replicas) used.push_back(platform.host(host));
-  result.warnings = check_schedule_for_hosts(plan.schedule, used);
 
   sim::SimulationResult simulated = sim::simulate(request);
   result.platform = simulated.platform;
@@ -271,13 +261,26 @@ RunResult run_plan_once(const Plan& plan) {
 }  // namespace
 
 RunResult run_plan(Plan& plan) {
-  RunResult result = run_plan_once(plan);
+  // What does not depend on the mini-batch count, once: the platform file
+  // to hand SimGrid, the partition and the hosts. fbp-as on a GPU is an
+  // error, a schedule meant for the other kind of device a warning.
+  PlatformCopy platform_file(plan);
+  check_partition(plan.partition, plan.profile, "partition");
+  check_one_device_per_host(plan.partition.hosts, "partition");
+  const PlatformSummary platform = sim::read_platform(platform_file.path(), sim::PlatformRoutes::None);
+  std::vector<HostInfo> used;
+  for (const auto& replicas : plan.partition.hosts)
+    for (const std::string& host : replicas) used.push_back(platform.host(host));
+  const std::vector<std::string> host_warnings = check_schedule_for_hosts(plan.schedule, used);
+
+  RunResult result = run_plan_once(plan, platform_file.path(), platform);
   const int cap = max_auto_mini_batches(plan);
   while (plan.extend_mini_batches && result.metrics.steady_state && !result.metrics.steady_state->periodic &&
          plan.mini_batches * 2 <= cap) {
     plan.mini_batches *= 2;
-    result = run_plan_once(plan);
+    result = run_plan_once(plan, platform_file.path(), platform);
   }
+  result.warnings = host_warnings;
   // A stage whose devices never compute (PipeDream's optimizer can make one
   // of a single 0 s layer): the devices it holds add nothing.
   std::map<int, std::pair<double, std::string>> stage_busy;
