@@ -22,6 +22,7 @@
 #include "cli/explore_command.hpp"
 #include "cli/partition_command.hpp"
 #include "cli/run.hpp"
+#include "cli/simulate_options.hpp"
 #ifdef PIPEGRID_WITH_TORCH
 #include "cli/validate_command.hpp"
 #endif
@@ -182,30 +183,7 @@ int main_with_exceptions(int argc, char** argv) {
   std::string plan_file;
   OutputFiles outputs;
   simulate->add_option("--plan", plan_file, "re-run a saved plan (other inputs are then taken from it)");
-  simulate->add_option("--platform", request.platform_file, "SimGrid platform XML file");
-  simulate->add_option("--profile", request.profile_file, "profile JSON, or PipeDream graph.txt");
-  simulate->add_option("--schedule", request.schedule, "schedule name (see `pipegrid schedule --list`)");
-  simulate->add_option("--micro-batches", request.micro_batches, "micro-batches per mini-batch (M)");
-  simulate->add_option("--mini-batches", request.mini_batches,
-                       "mini-batches to simulate (default: 1 for flushed schedules, max(32, 4 x devices) for the others)");
-  simulate->add_option("--partition", request.partition, "uniform (default) or a partition file");
-  simulate->add_option("--replicas", request.replicas,
-                       "replicas per stage, e.g. 3,1: stages take hosts in platform order, layers balanced per replica");
-  simulate->add_option("--optimizer", request.optimizer, "sgd (default), momentum or adam: optimizer state in memory");
-  simulate->add_flag("--vertical-sync", request.vertical_sync, "pipedream: every stage uses the input stage's weight version");
-  simulate->add_option("--update-interval", request.update_interval,
-                       "pipedream-2bw: mini-batches per weight update (default: the number of stages)");
-  simulate->add_option("--prediction-cost", request.prediction_cost_s_per_byte,
-                       "pipeoptim: weight-prediction time in seconds per parameter byte (default 0)");
-  simulate->add_flag("--wait-free", request.wait_free, "dp: all-reduce each layer as soon as its backward ends");
-  simulate->add_option("--pipeline-depth", request.pipeline_depth,
-                       "pipedream family: mini-batches admitted per input replica (default NOAM)");
-  simulate->add_option("--memory", request.memory,
-                       "replace every host's memory capacity (bytes, or with a unit: 64GiB, 16GB); drives the OOM verdict");
-  simulate->add_option("--network", request.network, "simgrid (default: SimGrid's realistic model) or analytic (exactly latency + bytes/bandwidth)");
-  simulate->add_flag("--recompute", request.recompute, "activation recomputation (flushed schedules)");
-  simulate->add_option("--batch-size", request.batch_size, "micro-batch size the profile was measured at (graph.txt)");
-  simulate->add_option("--micro-batch-size", request.micro_batch_size, "run micro-batches of N samples (profile times interpolated between its measured sizes)");
+  add_simulate_input_options(*simulate, request);
   add_output_options(*simulate, outputs);
 #endif
 

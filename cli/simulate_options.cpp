@@ -1,0 +1,34 @@
+#include "cli/simulate_options.hpp"
+
+namespace pipegrid::cli {
+
+void add_simulate_input_options(CLI::App& command, PlanRequest& request) {
+  command.add_option("--platform", request.platform_file, "SimGrid platform XML file");
+  command.add_option("--profile", request.profile_file, "profile JSON, or PipeDream graph.txt");
+  command.add_option("--schedule", request.schedule, "schedule name (see `pipegrid schedule --list`)");
+  command.add_option("--micro-batches", request.micro_batches, "micro-batches per mini-batch (M)");
+  command.add_option("--mini-batches", request.mini_batches,
+                     "mini-batches to simulate (default: 1 for flushed schedules, max(32, 4 x devices) for the others)");
+  command.add_option("--partition", request.partition, "uniform (default) or a partition file");
+  command.add_option("--replicas", request.replicas,
+                     "replicas per stage, e.g. 3,1: stages take hosts in platform order, layers balanced per replica");
+  command.add_option("--optimizer", request.optimizer, "sgd (default), momentum or adam: optimizer state in memory");
+  command.add_flag("--vertical-sync", request.vertical_sync, "pipedream: every stage uses the input stage's weight version");
+  command.add_option("--update-interval", request.update_interval,
+                     "pipedream-2bw: mini-batches per weight update (default: the number of stages)");
+  command.add_option("--prediction-cost", request.prediction_cost_s_per_byte,
+                     "pipeoptim: weight-prediction time in seconds per parameter byte (default 0)");
+  command.add_flag("--wait-free", request.wait_free, "dp: all-reduce each layer as soon as its backward ends");
+  command.add_option("--pipeline-depth", request.pipeline_depth,
+                     "pipedream family: mini-batches admitted per input replica (default NOAM)");
+  command.add_option("--memory", request.memory,
+                     "replace every host's memory capacity (bytes, or with a unit: 64GiB, 16GB); drives the OOM verdict");
+  command.add_option("--network", request.network,
+                     "simgrid (default: SimGrid's realistic model) or analytic (exactly latency + bytes/bandwidth)");
+  command.add_flag("--recompute", request.recompute, "activation recomputation (flushed schedules)");
+  command.add_option("--batch-size", request.batch_size, "micro-batch size the profile was measured at (graph.txt)");
+  command.add_option("--micro-batch-size", request.micro_batch_size,
+                     "run micro-batches of N samples (profile times interpolated between its measured sizes)");
+}
+
+}  // namespace pipegrid::cli
