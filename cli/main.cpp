@@ -23,6 +23,7 @@
 #include "cli/partition_command.hpp"
 #include "cli/run.hpp"
 #include "cli/simulate_options.hpp"
+#include "cli/sweep_command.hpp"
 #ifdef PIPEGRID_WITH_TORCH
 #include "cli/validate_command.hpp"
 #endif
@@ -213,6 +214,7 @@ int main_with_exceptions(int argc, char** argv) {
 #ifdef PIPEGRID_WITH_SIMGRID
   CLI::App* partition = add_partition_command(app);
   CLI::App* explore = add_explore_command(app);
+  CLI::App* sweep = add_sweep_command(app);
 #ifdef PIPEGRID_WITH_TORCH
   CLI::App* validate_plan = add_validate_command(app);
 #endif
@@ -292,6 +294,8 @@ int main_with_exceptions(int argc, char** argv) {
 #ifdef PIPEGRID_WITH_SIMGRID
   if (*partition) return run_partition_command();
   if (*explore) return run_explore_command();
+  // A sweep's runs are command lines run as this function runs them.
+  if (*sweep) return run_sweep_command(main_with_exceptions);
 #ifdef PIPEGRID_WITH_TORCH
   if (*validate_plan) return run_validate_command();
 #endif

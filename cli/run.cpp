@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 
 #include <fmt/format.h>
@@ -22,9 +23,34 @@
 
 namespace pipegrid::cli {
 
+namespace {
+
+bool input_cache_enabled = false;
+std::map<std::pair<std::string, std::optional<int>>, Profile> cached_profiles;
+std::map<std::string, PlatformSummary> cached_platforms;
+
+Profile profile_from(const std::string& path, std::optional<int> batch_size) {
+  if (!input_cache_enabled) return read_profile(path, batch_size);
+  const auto key = std::make_pair(path, batch_size);
+  if (const auto found = cached_profiles.find(key); found != cached_profiles.end()) return found->second;
+  return cached_profiles.emplace(key, read_profile(path, batch_size)).first->second;
+}
+
+PlatformSummary platform_from(const std::string& path) {
+  if (!input_cache_enabled) return sim::read_platform(path, sim::PlatformRoutes::None);
+  if (const auto found = cached_platforms.find(path); found != cached_platforms.end()) return found->second;
+  return cached_platforms.emplace(path, sim::read_platform(path, sim::PlatformRoutes::None)).first->second;
+}
+
+}  // namespace
+
+void enable_input_cache() { input_cache_enabled = true; }
+void preload_profile(const std::string& path) { profile_from(path, std::nullopt); }
+void preload_platform(const std::string& path) { platform_from(path); }
+
 Plan make_plan(const PlanRequest& request) {
   Plan plan;
-  plan.profile = read_profile(request.profile_file, request.batch_size);
+  plan.profile = profile_from(request.profile_file, request.batch_size);
   if (request.micro_batch_size && *request.micro_batch_size < 1)
     throw InputError(fmt::format("--micro-batch-size: expected an integer >= 1, found {}", *request.micro_batch_size));
   // The plan runs one size (a multi-size profile's first when none is asked
@@ -70,7 +96,7 @@ Plan make_plan(const PlanRequest& request) {
   plan.pipeline_depth = request.pipeline_depth;
   sim::parse_network_model(request.network);
   plan.network = request.network;
-  const PlatformSummary platform = sim::read_platform(request.platform_file, sim::PlatformRoutes::None);
+  const PlatformSummary platform = platform_from(request.platform_file);
   std::vector<std::string> hosts;
   for (const HostInfo& host : platform.hosts) hosts.push_back(host.name);
   if (!request.replicas.empty() && request.partition != "uniform")
@@ -267,7 +293,7 @@ RunResult run_plan(Plan& plan) {
   PlatformCopy platform_file(plan);
   check_partition(plan.partition, plan.profile, "partition");
   check_one_device_per_host(plan.partition.hosts, "partition");
-  const PlatformSummary platform = sim::read_platform(platform_file.path(), sim::PlatformRoutes::None);
+  const PlatformSummary platform = platform_from(platform_file.path());
   std::vector<HostInfo> used;
   for (const auto& replicas : plan.partition.hosts)
     for (const std::string& host : replicas) used.push_back(platform.host(host));

@@ -43,6 +43,16 @@ struct PlanRequest {
   int pipeline_depth = 0;
 };
 
+/** A sweep reads each input once in its parent process, and its runs (forked
+ *  children) inherit what it read: after this call, profiles and platform
+ *  summaries are kept in memory by path for the life of the process (the
+ *  files must not change meanwhile). Off by default. */
+void enable_input_cache();
+/** Reads a profile (as make_plan does without --batch-size) or a platform's
+ *  summary into the cache. */
+void preload_profile(const std::string& path);
+void preload_platform(const std::string& path);
+
 /** Reads the inputs and pins them into a Plan. Throws InputError. */
 Plan make_plan(const PlanRequest& request);
 

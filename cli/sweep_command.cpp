@@ -1,0 +1,538 @@
+#include "cli/sweep_command.hpp"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/run.hpp"
+#include "cli/simulate_options.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "core/metrics.hpp"
+#include "core/profile.hpp"
+#include "sim/platform_xml.hpp"
+#include "sweep/csv.hpp"
+#include "sweep/experiment.hpp"
+#include "sweep/results.hpp"
+#include "sweep/runner.hpp"
+
+namespace pipegrid::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using sweep::ExperimentPlan;
+using sweep::ParameterSpec;
+using sweep::PlannedRun;
+
+constexpr const char* kVersion = "0.1.0";
+
+struct SweepOptions {
+  std::string file, out, where, shard, run, svg, trace, save_plan, time = "04:00:00";
+  std::vector<std::string> sets;
+  int jobs = 0, shards = 0, cpus = 1;
+  double timeout_s = 0;
+  bool retry_failed = false, fresh = false;
+};
+
+SweepOptions options;
+CLI::App *plan_command, *run_command, *status_command, *merge_command, *report_command, *show_command, *slurm_command;
+
+/// The capabilities this build has, for an experiment's `requires`.
+const std::vector<std::string>& capabilities() {
+  static const std::vector<std::string> list = {"simulate", "partition", "sweep"};
+  return list;
+}
+
+/// The parameters of a command: its own input options, '-' -> '_'.
+std::vector<ParameterSpec> parameters_of(const std::string& command) {
+  CLI::App app;
+  PlanRequest request;
+  if (command != "simulate") throw InputError(fmt::format("command '{}': sweeps run simulate (partition and model come later)", command));
+  add_simulate_input_options(app, request);
+  std::vector<ParameterSpec> parameters;
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->get_lnames().empty() || option->get_lnames().front() == "help") continue;
+    ParameterSpec spec;
+    spec.flag = "--" + option->get_lnames().front();
+    spec.name = option->get_lnames().front();
+    std::replace(spec.name.begin(), spec.name.end(), '-', '_');
+    const std::string type = option->get_type_name();
+    if (option->get_expected_max() == 0) spec.kind = ParameterSpec::Kind::Flag;
+    else if (type == "INT" || type == "UINT") spec.kind = ParameterSpec::Kind::Int;
+    else if (type == "FLOAT") spec.kind = ParameterSpec::Kind::Real;
+    else spec.kind = ParameterSpec::Kind::Text;
+    if (spec.name == "platform" || spec.name == "profile") spec.kind = ParameterSpec::Kind::Path;
+    if (spec.name == "partition") {
+      spec.kind = ParameterSpec::Kind::Path;
+      spec.literals = {"uniform"};
+    }
+    parameters.push_back(spec);
+  }
+  return parameters;
+}
+
+/// Every input read once: children of the sweep inherit the parent's reads.
+struct InputReads {
+  std::map<std::string, std::string> hashes;
+  std::map<std::string, long long> hosts, layers;
+};
+InputReads reads;
+
+std::string file_hash(const std::string& path) {
+  if (const auto found = reads.hashes.find(path); found != reads.hashes.end()) return found->second;
+  const std::string hash = sweep::sha256_hex(read_text_file(path));
+  reads.hashes[path] = hash;
+  return hash;
+}
+
+sweep::InputQueries input_queries() {
+  sweep::InputQueries queries;
+  queries.content_hash = [](const sweep::Setting& setting) { return file_hash(setting.resolved_path); };
+  queries.hosts = [](const sweep::Setting& setting) {
+    const std::string& path = setting.resolved_path;
+    if (const auto found = reads.hosts.find(path); found != reads.hosts.end()) return found->second;
+    const long long count = static_cast<long long>(check_platform_xml(path, read_text_file(path)).hosts);
+    reads.hosts[path] = count;
+    return count;
+  };
+  queries.layers = [](const sweep::Setting& setting) {
+    const std::string& path = setting.resolved_path;
+    if (const auto found = reads.layers.find(path); found != reads.layers.end()) return found->second;
+    const long long count = static_cast<long long>(read_profile(path, std::nullopt).layers.size());
+    reads.layers[path] = count;
+    return count;
+  };
+  return queries;
+}
+
+ExperimentPlan make_experiment_plan(const std::string& file, const std::vector<std::string>& sets, const std::string& where) {
+  sweep::PlanOptions plan_options;
+  plan_options.sets = sets;
+  plan_options.where = where;
+  // The command is read from the file; its parameters decide the rest.
+  return sweep::plan_experiment(file, parameters_of("simulate"), capabilities(), plan_options, input_queries());
+}
+
+/// The command line that reproduces a run (argv[0] excluded).
+std::vector<std::string> command_line_of(const ExperimentPlan& plan, const PlannedRun& run) {
+  std::vector<std::string> args = {plan.command};
+  for (const ParameterSpec& spec : parameters_of(plan.command)) {
+    const auto found = run.settings.find(spec.name);
+    if (found == run.settings.end() || found->second.value.absent()) continue;
+    const sweep::Setting& setting = found->second;
+    if (spec.kind == ParameterSpec::Kind::Flag) {
+      if (setting.value.boolean) args.push_back(spec.flag);
+      continue;
+    }
+    args.push_back(spec.flag);
+    args.push_back(setting.resolved_path.empty() ? setting.value.to_text() : setting.resolved_path);
+  }
+  return args;
+}
+
+std::string shell_quote(const std::string& word) {
+  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@") == std::string::npos)
+    return word;
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+void check_inputs_exist(const ExperimentPlan& plan) {
+  std::vector<std::string> missing;
+  for (const std::string& path : plan.input_files)
+    if (!fs::is_regular_file(path)) missing.push_back(path);
+  if (missing.empty()) return;
+  std::string list;
+  for (const std::string& path : missing) list += "\n  " + path;
+  throw InputError(fmt::format("{}: {} input file{} missing:{}", plan.file, missing.size(), missing.size() == 1 ? " is" : "s are", list));
+}
+
+void check_requires(const ExperimentPlan& plan) {
+  if (plan.missing_capabilities.empty()) return;
+  std::string list;
+  for (const std::string& capability : plan.missing_capabilities) list += (list.empty() ? "" : ", ") + capability;
+  throw InputError(fmt::format("{}: requires {}, which this build of pipegrid lacks (the study is pending)", plan.file, list));
+}
+
+sweep::Shard shard_option(const std::string& text) {
+  if (text.empty()) return {};
+  if (text == "auto") return sweep::shard_from_environment([](const char* name) { return std::getenv(name); });
+  return sweep::parse_shard(text);
+}
+
+int plan_main() {
+  const ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
+  std::cout << fmt::format("experiment {}: {}\n", plan.name, plan.title.empty() ? "(no title)" : plan.title);
+  std::cout << fmt::format("command: {}\n", plan.command);
+  for (const std::string& include : plan.includes) std::cout << fmt::format("includes: {}\n", include);
+  for (const std::string& note : plan.notes) std::cout << fmt::format("note: {}\n", note);
+  for (const sweep::AxisReport& axis : plan.axes) {
+    std::string values;
+    for (const std::string& value : axis.values) values += (values.empty() ? "" : ", ") + value;
+    std::cout << fmt::format("axis {} ({} value{}): {}{}\n", axis.name, axis.values.size(), axis.values.size() == 1 ? "" : "s", values,
+                             axis.when ? fmt::format("  [when {}]", *axis.when) : "");
+  }
+  std::cout << fmt::format("combinations: {}\n", plan.runs_before_where);
+  for (const sweep::WhereReport& rule : plan.where_rules)
+    std::cout << fmt::format("where {} dropped {}{}\n", rule.rule, rule.dropped, rule.why.empty() ? "" : fmt::format(" ({})", rule.why));
+  if (!options.where.empty())
+    std::cout << fmt::format("--where {} dropped {}\n", options.where, plan.runs_after_file_where - static_cast<int>(plan.runs.size()));
+  std::cout << fmt::format("runs: {}\n", plan.runs.size());
+  if (!options.shard.empty()) {
+    const sweep::Shard shard = shard_option(options.shard);
+    std::cout << fmt::format("shard {}/{}: {} runs\n", shard.index, shard.count, sweep::runs_of_shard(plan.runs, shard).size());
+  }
+  int status = 0;
+  if (!plan.missing_capabilities.empty()) {
+    std::string list;
+    for (const std::string& capability : plan.missing_capabilities) list += (list.empty() ? "" : ", ") + capability;
+    std::cerr << fmt::format("pipegrid: error: {}: requires {}, which this build of pipegrid lacks (the study is pending)\n", plan.file, list);
+    status = 2;
+  }
+  try {
+    check_inputs_exist(plan);
+  } catch (const InputError& error) {
+    std::cerr << "pipegrid: error: " << error.what() << "\n";
+    status = 2;
+  }
+  return status;
+}
+
+std::string now_utc() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+std::string read_memfd(int fd) {
+  std::string text;
+  ::lseek(fd, 0, SEEK_SET);
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  return text;
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+std::function<int(int, char**)> dispatch_command;
+
+/// In a run's child: the command line, run as `pipegrid ... --json` would,
+/// its stdout and stderr kept in memory.
+sweep::ChildReport run_child(const ExperimentPlan& plan, const PlannedRun& run) {
+  std::vector<std::string> args = {"pipegrid"};
+  for (const std::string& arg : command_line_of(plan, run)) args.push_back(arg);
+  args.push_back("--json");
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  const int out = memfd_create("stdout", 0), err = memfd_create("stderr", 0);
+  if (out < 0 || err < 0) return {"crashed", "memfd_create failed", ""};
+  ::dup2(out, STDOUT_FILENO);
+  ::dup2(err, STDERR_FILENO);
+  sweep::ChildReport report;
+  try {
+    const int status = dispatch_command(static_cast<int>(args.size()), argv.data());
+    std::cout.flush();
+    std::fflush(nullptr);
+    report.json = read_memfd(out);
+    if (status != 0) return {"error", fmt::format("exit status {}: {}", status, first_line(read_memfd(err))), ""};
+    report.status = "ok";
+    const nlohmann::json document = nlohmann::json::parse(report.json);
+    for (const nlohmann::json& device : document.value("devices", nlohmann::json::array()))
+      if (device.value("oom", false)) {
+        report.status = "oom";
+        report.reason = fmt::format("{} needs {} of {}", device.value("host", "?"), human_bytes(device.value("peak_memory_bytes", 0.0)),
+                                    human_bytes(device.value("memory_capacity_bytes", 0.0)));
+        break;
+      }
+  } catch (const InfeasibleError& error) {
+    return {"infeasible", first_line(error.what()), ""};
+  } catch (const InputError& error) {
+    return {"error", first_line(error.what()), ""};
+  } catch (const ProgramError& error) {
+    return {"error", first_line(error.what()), ""};
+  } catch (const InvariantViolation& error) {
+    return {"crashed", "invariant violated: " + first_line(error.what()), ""};
+  } catch (const std::exception& error) {
+    return {"crashed", "internal error: " + first_line(error.what()), ""};
+  }
+  return report;
+}
+
+/// Reads every input file once in the parent (its children inherit them).
+void read_inputs_once(const ExperimentPlan& plan) {
+  std::set<std::string> profiles, platforms;
+  for (const PlannedRun& run : plan.runs) {
+    if (const auto found = run.settings.find("profile"); found != run.settings.end() && !found->second.resolved_path.empty())
+      profiles.insert(found->second.resolved_path);
+    if (const auto found = run.settings.find("platform"); found != run.settings.end() && !found->second.resolved_path.empty())
+      platforms.insert(found->second.resolved_path);
+  }
+  enable_input_cache();
+  for (const std::string& path : profiles) preload_profile(path);
+  for (const std::string& path : platforms) preload_platform(path);
+}
+
+std::map<std::string, std::string> input_hashes(const ExperimentPlan& plan) {
+  std::map<std::string, std::string> hashes;
+  for (const std::string& path : plan.input_files) hashes[path] = file_hash(path);
+  return hashes;
+}
+
+int run_main() {
+  if (options.out.empty()) throw InputError("sweep run: --out DIR is required");
+  const ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
+  check_requires(plan);
+  check_inputs_exist(plan);
+  const sweep::Shard shard = shard_option(options.shard);
+  std::error_code error;
+  fs::create_directories(options.out, error);
+  if (error) throw InputError(fmt::format("--out {}: cannot create: {}", options.out, error.message()));
+  if (options.fresh)
+    for (const char* name : {"shards", "runs.csv", "devices.csv"}) fs::remove_all(fs::path(options.out) / name);
+  sweep::write_manifest(options.out, sweep::manifest_json(plan, input_hashes(plan), kVersion));
+  const std::vector<PlannedRun> selected = sweep::runs_of_shard(plan.runs, shard);
+  const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out, true);
+  const auto status_column = std::find(recorded.header.begin(), recorded.header.end(), "status");
+  const auto recorded_status = [&](const std::string& key) -> std::string {
+    const auto found = recorded.runs.find(key);
+    if (found == recorded.runs.end() || status_column == recorded.header.end()) return "";
+    return found->second[static_cast<std::size_t>(status_column - recorded.header.begin())];
+  };
+  const auto failed = [](const std::string& status) { return status == "error" || status == "crashed" || status == "timeout"; };
+  std::vector<PlannedRun> todo;
+  int resumed = 0;
+  for (const PlannedRun& run : selected) {
+    const std::string status = recorded_status(run.key);
+    if (!status.empty() && !(options.retry_failed && failed(status))) {
+      ++resumed;
+      continue;
+    }
+    todo.push_back(run);
+  }
+  read_inputs_once(plan);
+  sweep::Journal journal(options.out, shard, sweep::runs_header(plan));
+  sweep::RunnerOptions runner;
+  runner.jobs = options.jobs > 0 ? options.jobs : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  runner.timeout_s = options.timeout_s;
+  runner.progress = isatty(STDERR_FILENO) != 0;
+  std::map<std::string, std::string> new_status;
+  if (resumed > 0) std::cerr << fmt::format("pipegrid: {} of {} runs already have a row in {}: skipped\n", resumed, selected.size(), options.out);
+  const sweep::RunnerSummary summary = sweep::run_in_children(
+      todo, [&](const PlannedRun& run) { return run_child(plan, run); }, runner,
+      [&](const PlannedRun& run, const sweep::RunOutcome& outcome) {
+        journal.append(sweep::rows_of(plan, run, outcome, shard, now_utc(), kVersion));
+        new_status[run.key] = outcome.status;
+      });
+  // The result of every selected run, recorded before or now.
+  std::map<std::string, int> counts;
+  int missing = 0, failures = 0;
+  for (const PlannedRun& run : selected) {
+    const auto found = new_status.find(run.key);
+    const std::string status = found != new_status.end() ? found->second : recorded_status(run.key);
+    if (status.empty()) ++missing;
+    else ++counts[status];
+    if (failed(status)) ++failures;
+  }
+  std::string line;
+  for (const char* status : {"ok", "oom", "infeasible", "error", "timeout", "crashed"})
+    if (counts[status] > 0) line += fmt::format("{}{} {}", line.empty() ? "" : ", ", status, counts[status]);
+  const bool sharded = shard.count > 1 || !options.shard.empty();
+  std::string where = fmt::format("{}/shards/shard-{}-of-{}.csv", options.out, shard.index, shard.count);
+  if (!sharded) {
+    const sweep::MergeResult merged = sweep::merge_results(options.out);
+    where = fmt::format("{}/runs.csv ({} rows) and devices.csv", options.out, merged.rows);
+  }
+  std::cout << fmt::format("{}: {} run{}{}: {}{} -> {}\n", plan.name, selected.size(), selected.size() == 1 ? "" : "s",
+                           sharded ? fmt::format(" in shard {}/{}", shard.index, shard.count) : "", line.empty() ? "none" : line,
+                           missing ? fmt::format(", {} not run", missing) : "", where);
+  if (summary.interrupted) {
+    std::cerr << "pipegrid: stopped by SIGTERM; run the same command again to finish\n";
+    return 128 + SIGTERM;
+  }
+  return failures > 0 ? 1 : 0;
+}
+
+int status_main() {
+  const fs::path manifest_path = fs::path(options.out) / "manifest.json";
+  if (!fs::exists(manifest_path)) throw InputError(fmt::format("{}: no manifest.json: not the output folder of `pipegrid sweep run`", options.out));
+  const nlohmann::json manifest = nlohmann::json::parse(read_text_file(manifest_path.string()));
+  const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out, false);
+  const auto status_column = std::find(recorded.header.begin(), recorded.header.end(), "status");
+  std::map<std::string, int> counts;
+  int missing = 0;
+  for (const nlohmann::json& run : manifest.at("plan")) {
+    const auto found = recorded.runs.find(run.at("key").get<std::string>());
+    if (found == recorded.runs.end() || status_column == recorded.header.end()) ++missing;
+    else ++counts[found->second[static_cast<std::size_t>(status_column - recorded.header.begin())]];
+  }
+  std::cout << fmt::format("{}: {} ({} runs)\n", options.out, manifest.value("name", ""), manifest.at("plan").size());
+  for (const char* status : {"ok", "oom", "infeasible", "error", "timeout", "crashed"})
+    if (counts[status] > 0) std::cout << fmt::format("  {:<11}{}\n", status, counts[status]);
+  std::cout << fmt::format("  {:<11}{}\n", "not run", missing);
+  if (!recorded.conflicts.empty()) std::cout << fmt::format("  {} key(s) recorded with two different results (see sweep merge)\n", recorded.conflicts.size());
+  const bool runs_csv = fs::exists(fs::path(options.out) / "runs.csv");
+  std::cout << fmt::format("  runs.csv: {}\n", runs_csv ? "written" : missing ? "not yet (run the missing shards, then sweep merge)" : "not yet (sweep merge)");
+  return 0;
+}
+
+int merge_main() {
+  const sweep::MergeResult merged = sweep::merge_results(options.out);
+  std::cout << fmt::format("{}/runs.csv: {} rows\n", options.out, merged.rows);
+  if (merged.missing_labels.empty()) return 0;
+  std::cerr << fmt::format("pipegrid: {} run{} of the plan have no row yet:\n", merged.missing_labels.size(), merged.missing_labels.size() == 1 ? "" : "s");
+  for (const std::string& label : merged.missing_labels) std::cerr << "  " << label << "\n";
+  return 1;
+}
+
+nlohmann::json read_manifest(const std::string& dir) {
+  const fs::path path = fs::path(dir) / "manifest.json";
+  if (!fs::exists(path)) throw InputError(fmt::format("{}: no manifest.json: not the output folder of `pipegrid sweep run`", dir));
+  try {
+    return nlohmann::json::parse(read_text_file(path.string()));
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(fmt::format("{}: not valid JSON: {}", path.string(), error.what()));
+  }
+}
+
+int show_main() {
+  const nlohmann::json manifest = read_manifest(options.out);
+  const ExperimentPlan plan = make_experiment_plan(manifest.at("experiment"), manifest.value("sets", std::vector<std::string>{}),
+                                                   manifest.value("where", std::string()));
+  const auto found = std::find_if(plan.runs.begin(), plan.runs.end(),
+                                  [&](const PlannedRun& run) { return run.key == options.run || run.label == options.run; });
+  if (found == plan.runs.end())
+    throw InputError(fmt::format("--run {}: no run of {} has this key or label (see {}/runs.csv)", options.run, plan.file, options.out));
+  std::vector<std::string> args = {"pipegrid"};
+  for (const std::string& arg : command_line_of(plan, *found)) args.push_back(arg);
+  for (const auto& [flag, value] : {std::pair{"--svg", options.svg}, {"--trace", options.trace}, {"--save-plan", options.save_plan}})
+    if (!value.empty()) {
+      args.push_back(flag);
+      args.push_back(value);
+    }
+  std::string line;
+  for (const std::string& arg : args) line += (line.empty() ? "" : " ") + shell_quote(arg);
+  std::cerr << "pipegrid: " << found->label << " [" << found->key << "]: " << line << "\n";
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  return dispatch_command(static_cast<int>(args.size()), argv.data());
+}
+
+int slurm_main() {
+  if (options.out.empty()) throw InputError("sweep slurm: --out DIR is required");
+  if (options.shards < 1) throw InputError(fmt::format("--shards: expected an integer >= 1, found {}", options.shards));
+  if (options.cpus < 1) throw InputError(fmt::format("--cpus: expected an integer >= 1, found {}", options.cpus));
+  const ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
+  check_requires(plan);
+  std::string sets;
+  for (const std::string& set : options.sets) sets += " --set " + shell_quote(set);
+  if (!options.where.empty()) sets += " --where " + shell_quote(options.where);
+  const std::string file = shell_quote(fs::absolute(options.file).lexically_normal().string());
+  const std::string out = shell_quote(fs::absolute(options.out).lexically_normal().string());
+  std::cout << fmt::format(
+      "#!/bin/bash\n"
+      "# {} runs of {} in {} array tasks; submit with: sbatch THIS_FILE\n"
+      "#SBATCH --job-name=pipegrid-{}\n"
+      "#SBATCH --array=0-{}\n"
+      "#SBATCH --cpus-per-task={}\n"
+      "#SBATCH --time={}\n"
+      "#SBATCH --output={}/slurm-%A_%a.log\n"
+      "set -euo pipefail\n"
+      "# Each task takes the runs with run_index % {} == SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN;\n"
+      "# a task resubmitted after a failure resumes where it stopped.\n"
+      "pipegrid sweep run {} --out {} --shard auto --jobs \"${{SLURM_CPUS_PER_TASK:-{}}}\"{}\n"
+      "# When every task has finished:\n"
+      "#   pipegrid sweep merge {}\n"
+      "#   pipegrid sweep report {} --out {}\n",
+      plan.runs.size(), plan.name, options.shards, plan.name, options.shards - 1, options.cpus, options.time, out, options.shards,
+      file, out, options.cpus, sets, out, file, out);
+  return 0;
+}
+
+int report_main() {
+  const ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
+  (void)plan;
+  throw InputError("sweep report: WIP");
+}
+
+}  // namespace
+
+CLI::App* add_sweep_command(CLI::App& app) {
+  CLI::App* sweep = app.add_subcommand("sweep", "run an experiment file's parameter sweep; tables, checks and plots");
+  sweep->require_subcommand(1);
+  const auto add_plan_options = [](CLI::App* command) {
+    command->add_option("FILE", options.file, "experiment file (TOML)")->required();
+    command->add_option("--set", options.sets, "KEY=VALUE: set a parameter (replaces an axis that sets it)");
+    command->add_option("--where", options.where, "keep only the runs for which this expression is true");
+  };
+  plan_command = sweep->add_subcommand("plan", "list the runs an experiment file gives; run nothing");
+  add_plan_options(plan_command);
+  plan_command->add_option("--shard", options.shard, "I/N: show the size of this shard");
+  run_command = sweep->add_subcommand("run", "run every run that has no row yet (one forked process each)");
+  add_plan_options(run_command);
+  run_command->add_option("--out", options.out, "results folder (runs.csv, devices.csv, manifest.json)")->required();
+  run_command->add_option("--jobs", options.jobs, "runs at a time (default: every core)");
+  run_command->add_option("--shard", options.shard, "I/N: the runs with run_index % N == I; auto: from Slurm or MPI variables");
+  run_command->add_option("--timeout", options.timeout_s, "seconds per run; past it the run is killed (status timeout)");
+  run_command->add_flag("--retry-failed", options.retry_failed, "run again the runs recorded as error, crashed or timeout");
+  run_command->add_flag("--fresh", options.fresh, "forget the recorded rows and run everything");
+  status_command = sweep->add_subcommand("status", "count a results folder's runs by status");
+  status_command->add_option("DIR", options.out, "results folder")->required();
+  merge_command = sweep->add_subcommand("merge", "derive runs.csv and devices.csv from the shards' rows");
+  merge_command->add_option("DIR", options.out, "results folder")->required();
+  report_command = sweep->add_subcommand("report", "tables, checks and plots from a results folder (never simulates)");
+  add_plan_options(report_command);
+  report_command->add_option("--out", options.out, "results folder")->required();
+  show_command = sweep->add_subcommand("show", "re-simulate one run to draw it (runs are deterministic)");
+  show_command->add_option("DIR", options.out, "results folder")->required();
+  show_command->add_option("--run", options.run, "the run's key or label")->required();
+  show_command->add_option("--svg", options.svg, "write its timeline as SVG");
+  show_command->add_option("--trace", options.trace, "write its Chrome trace");
+  show_command->add_option("--save-plan", options.save_plan, "write its plan");
+  slurm_command = sweep->add_subcommand("slurm", "print an sbatch job-array script for a sweep (never submits)");
+  add_plan_options(slurm_command);
+  slurm_command->add_option("--out", options.out, "results folder")->required();
+  slurm_command->add_option("--shards", options.shards, "array tasks")->required();
+  slurm_command->add_option("--cpus", options.cpus, "CPUs per task (--jobs of each task; default 1)");
+  slurm_command->add_option("--time", options.time, "time limit per task, HH:MM:SS (default 04:00:00)");
+  return sweep;
+}
+
+int run_sweep_command(const std::function<int(int, char**)>& dispatch) {
+  dispatch_command = dispatch;
+  if (*plan_command) return plan_main();
+  if (*run_command) return run_main();
+  if (*status_command) return status_main();
+  if (*merge_command) return merge_main();
+  if (*report_command) return report_main();
+  if (*show_command) return show_main();
+  if (*slurm_command) return slurm_main();
+  return 0;
+}
+
+}  // namespace pipegrid::cli

@@ -1,0 +1,932 @@
+#include "sweep/experiment.hpp"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <openssl/evp.h>
+#include <toml++/toml.h>
+
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "sweep/expression.hpp"
+#include "sweep/suggest.hpp"
+
+namespace pipegrid::sweep {
+
+Scalar Scalar::of_bool(bool value) {
+  Scalar s;
+  s.kind = Kind::Bool;
+  s.boolean = value;
+  return s;
+}
+Scalar Scalar::of_int(long long value) {
+  Scalar s;
+  s.kind = Kind::Int;
+  s.integer = value;
+  return s;
+}
+Scalar Scalar::of_real(double value) {
+  Scalar s;
+  s.kind = Kind::Real;
+  s.real = value;
+  return s;
+}
+Scalar Scalar::of_text(std::string value) {
+  Scalar s;
+  s.kind = Kind::Text;
+  s.text = std::move(value);
+  return s;
+}
+
+std::string Scalar::to_text() const {
+  switch (kind) {
+    case Kind::Absent: return "";
+    case Kind::Bool: return boolean ? "true" : "false";
+    case Kind::Int: return std::to_string(integer);
+    case Kind::Real: return fmt::format("{}", real);
+    case Kind::Text: return text;
+  }
+  return "";
+}
+
+bool Scalar::operator==(const Scalar& other) const {
+  if (numeric() && other.numeric()) return number() == other.number();
+  return kind == other.kind && to_text() == other.to_text();
+}
+
+std::string SourcePlace::text() const { return line > 0 ? fmt::format("{}:{}", file, line) : file; }
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kTopLevelKeys = {"schema", "name",   "title", "include", "labels", "requires", "command",
+                                                "defaults", "axis", "derive", "where", "table",  "expect",   "report"};
+const std::vector<std::string> kBaseKeys = {"schema", "include", "labels", "defaults", "derive"};
+const std::vector<std::string> kAxisKeys = {"name", "values", "range", "geom", "glob", "when"};
+const std::vector<std::string> kCommands = {"simulate", "partition", "model"};
+
+int line_of(const toml::node& node) { return static_cast<int>(node.source().begin.line); }
+
+SourcePlace place_of(const std::string& file, const toml::node& node) { return {file, line_of(node)}; }
+
+[[noreturn]] void fail(const SourcePlace& place, const std::string& message) {
+  throw InputError(fmt::format("{}: {}", place.text(), message));
+}
+
+std::string type_name(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::boolean: return "a boolean";
+    default: return "a date or time";
+  }
+}
+
+void unknown_key(const SourcePlace& place, const std::string& key, const std::vector<std::string>& known) {
+  fail(place, fmt::format("unknown key '{}'{}", key, did_you_mean(key, known)));
+}
+
+/// A table's entries in the order the file writes them (toml::table sorts).
+std::vector<std::pair<std::string, const toml::node*>> in_file_order(const toml::table& table) {
+  std::vector<std::pair<std::string, const toml::node*>> entries;
+  for (const auto& [key, node] : table) entries.emplace_back(std::string(key.str()), &node);
+  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    const auto pa = a.second->source().begin, pb = b.second->source().begin;
+    return pa.line != pb.line ? pa.line < pb.line : pa.column < pb.column;
+  });
+  return entries;
+}
+
+std::optional<Scalar> scalar_of(const toml::node& node) {
+  if (const auto* v = node.as_boolean()) return Scalar::of_bool(v->get());
+  if (const auto* v = node.as_integer()) return Scalar::of_int(v->get());
+  if (const auto* v = node.as_floating_point()) return Scalar::of_real(v->get());
+  if (const auto* v = node.as_string()) return Scalar::of_text(v->get());
+  return std::nullopt;
+}
+
+/// Reading state shared by the main file and its bases.
+struct Reader {
+  const std::vector<ParameterSpec>& parameters;
+  const InputQueries& queries;
+  std::string main_file;
+  std::vector<std::string> labels;
+  std::vector<std::string> includes;
+
+  const ParameterSpec* parameter(const std::string& name) const {
+    for (const ParameterSpec& spec : parameters)
+      if (spec.name == name) return &spec;
+    return nullptr;
+  }
+  bool is_label(const std::string& name) const { return std::find(labels.begin(), labels.end(), name) != labels.end(); }
+  std::vector<std::string> known_names() const {
+    std::vector<std::string> names = labels;
+    for (const ParameterSpec& spec : parameters) names.push_back(spec.name);
+    return names;
+  }
+  void check_key(const SourcePlace& place, const std::string& key) const {
+    if (parameter(key) || is_label(key)) return;
+    const std::string suggestion = did_you_mean(key, known_names());
+    fail(place, suggestion.empty() ? fmt::format("unknown key '{}' (neither a parameter nor declared in labels)", key)
+                                   : fmt::format("unknown key '{}'{}", key, suggestion));
+  }
+};
+
+/// A value as an experiment file (or --set) gives it, with the folder its
+/// paths are relative to.
+Setting make_setting(const Reader& reader, const std::string& key, const toml::node& node, const SourcePlace& place,
+                     const std::string& base_dir) {
+  Setting setting;
+  const ParameterSpec* spec = reader.parameter(key);
+  if (const auto* table = node.as_table()) {
+    if (key != "platform")
+      fail(place, fmt::format("{}: expected a value, found a table (only platform takes an inline table of cluster options)", key));
+    std::string compact;
+    for (const auto& [option, value] : in_file_order(*table)) {
+      const std::optional<Scalar> scalar = scalar_of(*value);
+      if (!scalar) fail(place_of(place.file, *value), fmt::format("platform.{}: expected a value, found {}", option, type_name(*value)));
+      setting.inline_platform[option] = scalar->to_text();
+      compact += (compact.empty() ? "" : ",") + option + "=" + scalar->to_text();
+    }
+    setting.value = Scalar::of_text("cluster:" + compact);
+    return setting;
+  }
+  const std::optional<Scalar> scalar = scalar_of(node);
+  if (!scalar) fail(place, fmt::format("{}: expected a value, found {}", key, type_name(node)));
+  setting.value = *scalar;
+  if (spec && spec->kind == ParameterSpec::Kind::Path) {
+    if (setting.value.kind != Scalar::Kind::Text) fail(place, fmt::format("{}: expected a file name (a string), found {}", key, type_name(node)));
+    if (std::find(spec->literals.begin(), spec->literals.end(), setting.value.text) == spec->literals.end())
+      setting.resolved_path = (fs::path(base_dir) / setting.value.text).lexically_normal().string();
+  }
+  return setting;
+}
+
+struct AxisValue {
+  std::vector<std::pair<std::string, Setting>> settings;
+  std::vector<std::string> label_parts;
+};
+
+struct Axis {
+  std::string name;
+  SourcePlace place;
+  std::vector<AxisValue> values;
+  std::optional<std::string> when;
+  std::vector<std::string> keys;  ///< parameters/labels it sets, first appearance order
+};
+
+struct DeriveRule {
+  std::string key, expression;
+  SourcePlace place;
+};
+
+struct Experiment {
+  std::vector<std::pair<std::string, Setting>> defaults;  ///< later wins
+  std::vector<std::string> default_order;
+  std::vector<Axis> axes;
+  std::vector<DeriveRule> derive;
+  std::vector<WhereReport> where;
+  std::string name, title, command = "simulate";
+  std::vector<std::string> requires_capabilities;
+};
+
+std::string file_label(const std::string& written, const std::vector<std::string>& all_written) {
+  // The file's stem, or its folder when stems collide (graph.txt).
+  const auto stem = [](const std::string& p) { return fs::path(p).stem().string(); };
+  const auto folder = [](const std::string& p) { return fs::path(p).parent_path().filename().string(); };
+  std::set<std::string> stems, folders;
+  for (const std::string& other : all_written) {
+    stems.insert(stem(other));
+    folders.insert(folder(other));
+  }
+  if (stems.size() == all_written.size()) return stem(written);
+  if (folders.size() == all_written.size()) return folder(written);
+  return fs::path(written).replace_extension().string();
+}
+
+std::string value_label(const std::string& key, const Scalar& value) {
+  if (value.kind == Scalar::Kind::Text) return value.text;
+  if (value.kind == Scalar::Kind::Bool) return value.boolean ? key : "no-" + key;
+  if (key == "micro_batches") return "M=" + value.to_text();
+  return key + "=" + value.to_text();
+}
+
+void read_labels(Reader& reader, const toml::table& root, const std::string& file) {
+  const toml::node* labels = root.get("labels");
+  if (!labels) return;
+  const auto* array = labels->as_array();
+  if (!array) fail(place_of(file, *labels), fmt::format("labels: expected an array of names, found {}", type_name(*labels)));
+  for (const toml::node& item : *array) {
+    const auto* name = item.as_string();
+    if (!name) fail(place_of(file, item), fmt::format("labels: expected a name (a string), found {}", type_name(item)));
+    if (reader.parameter(name->get()))
+      fail(place_of(file, item), fmt::format("labels: '{}' is a parameter; labels name columns that are not parameters", name->get()));
+    if (!reader.is_label(name->get())) reader.labels.push_back(name->get());
+  }
+}
+
+void read_defaults(const Reader& reader, const toml::table& root, const std::string& file, Experiment& experiment) {
+  const toml::node* defaults = root.get("defaults");
+  if (!defaults) return;
+  const auto* table = defaults->as_table();
+  if (!table) fail(place_of(file, *defaults), fmt::format("defaults: expected a table, found {}", type_name(*defaults)));
+  const std::string base_dir = fs::path(file).parent_path().string();
+  for (const auto& [key, node] : in_file_order(*table)) {
+    const SourcePlace place = place_of(file, *node);
+    reader.check_key(place, key);
+    experiment.defaults.emplace_back(key, make_setting(reader, key, *node, place, base_dir));
+    if (std::find(experiment.default_order.begin(), experiment.default_order.end(), key) == experiment.default_order.end())
+      experiment.default_order.push_back(key);
+  }
+}
+
+void read_derive(const Reader& reader, const toml::table& root, const std::string& file, Experiment& experiment) {
+  const toml::node* derive = root.get("derive");
+  if (!derive) return;
+  const auto* table = derive->as_table();
+  if (!table) fail(place_of(file, *derive), fmt::format("derive: expected a table, found {}", type_name(*derive)));
+  for (const auto& [key, node] : in_file_order(*table)) {
+    const SourcePlace place = place_of(file, *node);
+    reader.check_key(place, key);
+    const auto* text = node->as_string();
+    if (!text) fail(place, fmt::format("derive.{}: expected an expression (a string), found {}", key, type_name(*node)));
+    Expression::parse(text->get(), place.text());  // syntax errors now, with their line
+    experiment.derive.push_back({key, text->get(), place});
+  }
+}
+
+void read_file_into(Reader& reader, const std::string& file, bool is_base, Experiment& experiment,
+                    std::vector<std::string>& stack, std::string* text_out);
+
+void read_includes(Reader& reader, const toml::table& root, const std::string& file, Experiment& experiment,
+                   std::vector<std::string>& stack) {
+  const toml::node* include = root.get("include");
+  if (!include) return;
+  const auto* array = include->as_array();
+  if (!array) fail(place_of(file, *include), fmt::format("include: expected an array of file names, found {}", type_name(*include)));
+  for (const toml::node& item : *array) {
+    const auto* name = item.as_string();
+    if (!name) fail(place_of(file, item), fmt::format("include: expected a file name (a string), found {}", type_name(item)));
+    const std::string path = (fs::path(file).parent_path() / name->get()).lexically_normal().string();
+    if (std::find(stack.begin(), stack.end(), path) != stack.end())
+      fail(place_of(file, item), fmt::format("include: '{}' includes itself (through {})", name->get(), stack.back()));
+    read_file_into(reader, path, true, experiment, stack, nullptr);
+  }
+}
+
+toml::table parse_toml(const std::string& file, const std::string& text) {
+  try {
+    return toml::parse(text, file);
+  } catch (const toml::parse_error& error) {
+    throw InputError(fmt::format("{}:{}: not valid TOML: {}", file, error.source().begin.line, error.description()));
+  }
+}
+
+std::vector<Scalar> range_values(const toml::table& spec, const SourcePlace& place, bool geometric) {
+  const char* what = geometric ? "geom" : "range";
+  const std::vector<std::string> keys = geometric ? std::vector<std::string>{"from", "to", "factor"}
+                                                  : std::vector<std::string>{"from", "to", "step"};
+  std::map<std::string, Scalar> numbers;
+  for (const auto& [key, node] : in_file_order(spec)) {
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) unknown_key(place_of(place.file, *node), fmt::format("{}.{}", what, key), keys);
+    const std::optional<Scalar> value = scalar_of(*node);
+    if (!value || !value->numeric() || !std::isfinite(value->number()))
+      fail(place_of(place.file, *node), fmt::format("{}.{}: expected a number, found {}", what, key, type_name(*node)));
+    numbers[key] = *value;
+  }
+  for (const char* required : {"from", "to"})
+    if (!numbers.count(required)) fail(place, fmt::format("{}: '{}' is missing (expected {{from, to, {}}})", what, required, keys[2]));
+  const Scalar from = numbers["from"], to = numbers["to"];
+  const Scalar step = numbers.count(keys[2]) ? numbers[keys[2]] : Scalar::of_int(geometric ? 2 : 1);
+  const bool integers = from.kind == Scalar::Kind::Int && to.kind == Scalar::Kind::Int && step.kind == Scalar::Kind::Int;
+  std::vector<Scalar> values;
+  constexpr std::size_t kMaxValues = 100000;
+  if (geometric) {
+    if (from.number() <= 0) fail(place, fmt::format("geom.from: expected a number > 0, found {}", from.to_text()));
+    if (step.number() <= 1) fail(place, fmt::format("geom.factor: expected a number > 1, found {}", step.to_text()));
+    if (integers) {
+      for (long long v = from.integer; v <= to.integer; v *= step.integer) {
+        values.push_back(Scalar::of_int(v));
+        if (v > to.integer / step.integer) break;
+      }
+    } else {
+      for (int k = 0;; ++k) {
+        const double v = from.number() * std::pow(step.number(), k);
+        if (v > to.number() * (1 + 1e-12) || values.size() > kMaxValues) break;
+        values.push_back(Scalar::of_real(v));
+      }
+    }
+  } else {
+    if (step.number() <= 0) fail(place, fmt::format("range.step: expected a number > 0, found {}", step.to_text()));
+    const double count = std::floor((to.number() - from.number()) / step.number() * (1 + 1e-12)) + 1;
+    if (count > static_cast<double>(kMaxValues)) fail(place, fmt::format("range: {} values, more than {} per axis", count, kMaxValues));
+    for (long long k = 0; k < static_cast<long long>(count); ++k) {
+      if (integers) values.push_back(Scalar::of_int(from.integer + k * step.integer));
+      else values.push_back(Scalar::of_real(from.number() + static_cast<double>(k) * step.number()));
+    }
+  }
+  if (values.size() > kMaxValues) fail(place, fmt::format("{}: more than {} values", what, kMaxValues));
+  if (values.empty()) fail(place, fmt::format("{}: gives no value (from {} is beyond to {})", what, from.to_text(), to.to_text()));
+  return values;
+}
+
+std::vector<std::string> glob_values(const std::string& pattern, const std::string& file, const SourcePlace& place) {
+  const std::string base_dir = fs::path(file).parent_path().string();
+  const std::string full = (fs::path(base_dir) / pattern).string();
+  glob_t matches{};
+  const int status = glob(full.c_str(), 0, nullptr, &matches);
+  std::vector<std::string> values;
+  if (status == 0)
+    for (std::size_t i = 0; i < matches.gl_pathc; ++i)
+      values.push_back(fs::path(matches.gl_pathv[i]).lexically_relative(base_dir.empty() ? "." : base_dir).string());
+  globfree(&matches);
+  if (values.empty()) fail(place, fmt::format("glob '{}': matches no file (relative to {})", pattern, base_dir.empty() ? "." : base_dir));
+  std::sort(values.begin(), values.end());
+  return values;
+}
+
+void read_axes(const Reader& reader, const toml::table& root, const std::string& file, Experiment& experiment) {
+  const toml::node* axes = root.get("axis");
+  if (!axes) return;
+  const auto* array = axes->as_array();
+  if (!array) fail(place_of(file, *axes), fmt::format("axis: expected an array of tables ([[axis]]), found {}", type_name(*axes)));
+  const std::string base_dir = fs::path(file).parent_path().string();
+  std::map<std::string, std::string> set_by;  // parameter -> axis
+  for (const toml::node& axis_node : *array) {
+    const auto* table = axis_node.as_table();
+    const SourcePlace axis_place = place_of(file, axis_node);
+    if (!table) fail(axis_place, fmt::format("axis: expected a table, found {}", type_name(axis_node)));
+    Axis axis;
+    axis.place = axis_place;
+    int generators = 0;
+    for (const auto& [key, node] : in_file_order(*table)) {
+      if (std::find(kAxisKeys.begin(), kAxisKeys.end(), key) == kAxisKeys.end())
+        unknown_key(place_of(file, *node), key, kAxisKeys);
+      if (key == "values" || key == "range" || key == "geom" || key == "glob") ++generators;
+    }
+    const toml::node* name = table->get("name");
+    if (!name || !name->as_string()) fail(axis_place, "axis: 'name' is missing (expected a string)");
+    axis.name = name->as_string()->get();
+    axis.place = place_of(file, *name);
+    if (generators != 1)
+      fail(axis_place, fmt::format("axis '{}': expected exactly one of values, range, geom or glob, found {}", axis.name, generators));
+    if (const toml::node* when = table->get("when")) {
+      if (!when->as_string()) fail(place_of(file, *when), fmt::format("axis '{}': when: expected an expression (a string), found {}", axis.name, type_name(*when)));
+      Expression::parse(when->as_string()->get(), place_of(file, *when).text());
+      axis.when = when->as_string()->get();
+    }
+    const auto add_key = [&](const std::string& key, const SourcePlace& place) {
+      if (std::find(axis.keys.begin(), axis.keys.end(), key) != axis.keys.end()) return;
+      if (const auto found = set_by.find(key); found != set_by.end())
+        fail(place, fmt::format("axis '{}' sets '{}', which axis '{}' sets already: one axis per parameter", axis.name, key, found->second));
+      set_by[key] = axis.name;
+      axis.keys.push_back(key);
+    };
+    if (const toml::node* values = table->get("values")) {
+      const auto* list = values->as_array();
+      if (!list || list->empty()) fail(place_of(file, *values), fmt::format("axis '{}': values: expected a non-empty array", axis.name));
+      for (const toml::node& item : *list) {
+        const SourcePlace place = place_of(file, item);
+        const auto* bundle = item.as_table();
+        const bool inline_platform = bundle && axis.name == "platform" && !bundle->contains("platform") &&
+                                     std::none_of(bundle->begin(), bundle->end(), [&](const auto& entry) {
+                                       return reader.parameter(std::string(entry.first.str())) || reader.is_label(std::string(entry.first.str()));
+                                     });
+        if (!bundle || inline_platform) {
+          reader.check_key(axis.place, axis.name);
+          if (item.as_array()) fail(place, fmt::format("axis '{}': expected a value or a bundle (an inline table), found an array", axis.name));
+          add_key(axis.name, place);
+          AxisValue value;
+          value.settings.emplace_back(axis.name, make_setting(reader, axis.name, item, place, base_dir));
+          axis.values.push_back(std::move(value));
+          continue;
+        }
+        // A bundle: one value sets several keys; a list inside expands.
+        std::vector<AxisValue> expanded(1);
+        for (const auto& [key, node] : in_file_order(*bundle)) {
+          const SourcePlace key_place = place_of(file, *node);
+          reader.check_key(key_place, key);
+          add_key(key, key_place);
+          if (const auto* options = node->as_array()) {
+            if (options->empty()) fail(key_place, fmt::format("axis '{}': {}: an empty list gives no run", axis.name, key));
+            std::vector<AxisValue> next;
+            for (const AxisValue& partial : expanded)
+              for (const toml::node& option : *options) {
+                AxisValue more = partial;
+                more.settings.emplace_back(key, make_setting(reader, key, option, place_of(file, option), base_dir));
+                more.label_parts.push_back(key);
+                next.push_back(std::move(more));
+              }
+            expanded = std::move(next);
+          } else {
+            for (AxisValue& partial : expanded) partial.settings.emplace_back(key, make_setting(reader, key, *node, key_place, base_dir));
+          }
+        }
+        for (AxisValue& value : expanded) axis.values.push_back(std::move(value));
+      }
+    } else {
+      reader.check_key(axis.place, axis.name);
+      add_key(axis.name, axis.place);
+      std::vector<Scalar> scalars;
+      if (const toml::node* range = table->get("range")) {
+        if (!range->as_table()) fail(place_of(file, *range), fmt::format("axis '{}': range: expected {{from, to, step}}", axis.name));
+        scalars = range_values(*range->as_table(), place_of(file, *range), false);
+      } else if (const toml::node* geom = table->get("geom")) {
+        if (!geom->as_table()) fail(place_of(file, *geom), fmt::format("axis '{}': geom: expected {{from, to, factor}}", axis.name));
+        scalars = range_values(*geom->as_table(), place_of(file, *geom), true);
+      } else {
+        const toml::node* pattern = table->get("glob");
+        if (!pattern->as_string()) fail(place_of(file, *pattern), fmt::format("axis '{}': glob: expected a pattern (a string)", axis.name));
+        for (const std::string& path : glob_values(pattern->as_string()->get(), file, place_of(file, *pattern)))
+          scalars.push_back(Scalar::of_text(path));
+      }
+      for (const Scalar& scalar : scalars) {
+        AxisValue value;
+        Setting setting;
+        setting.value = scalar;
+        const ParameterSpec* spec = reader.parameter(axis.name);
+        if (spec && spec->kind == ParameterSpec::Kind::Path && scalar.kind == Scalar::Kind::Text)
+          setting.resolved_path = (fs::path(base_dir) / scalar.text).lexically_normal().string();
+        value.settings.emplace_back(axis.name, setting);
+        axis.values.push_back(std::move(value));
+      }
+    }
+    experiment.axes.push_back(std::move(axis));
+  }
+}
+
+void read_where(const toml::table& root, const std::string& file, Experiment& experiment) {
+  const toml::node* where = root.get("where");
+  if (!where) return;
+  const auto* array = where->as_array();
+  if (!array) fail(place_of(file, *where), fmt::format("where: expected an array of tables ([[where]]), found {}", type_name(*where)));
+  for (const toml::node& item : *array) {
+    const auto* table = item.as_table();
+    if (!table) fail(place_of(file, item), fmt::format("where: expected a table with rule and why, found {}", type_name(item)));
+    WhereReport rule;
+    rule.place = place_of(file, item);
+    for (const auto& [key, node] : in_file_order(*table)) {
+      if (key != "rule" && key != "why") unknown_key(place_of(file, *node), key, {"rule", "why"});
+      if (!node->as_string()) fail(place_of(file, *node), fmt::format("where.{}: expected a string, found {}", key, type_name(*node)));
+      (key == "rule" ? rule.rule : rule.why) = node->as_string()->get();
+      if (key == "rule") rule.place = place_of(file, *node);
+    }
+    if (rule.rule.empty()) fail(rule.place, "where: 'rule' is missing (an expression that keeps a run when true)");
+    Expression::parse(rule.rule, rule.place.text());
+    experiment.where.push_back(rule);
+  }
+}
+
+std::string read_string_key(const toml::table& root, const std::string& file, const char* key) {
+  const toml::node* node = root.get(key);
+  if (!node) return "";
+  if (!node->as_string()) fail(place_of(file, *node), fmt::format("{}: expected a string, found {}", key, type_name(*node)));
+  return node->as_string()->get();
+}
+
+void read_file_into(Reader& reader, const std::string& file, bool is_base, Experiment& experiment,
+                    std::vector<std::string>& stack, std::string* text_out) {
+  const std::string text = read_text_file(file);
+  if (text_out) *text_out = text;
+  const toml::table root = parse_toml(file, text);
+  const std::vector<std::string>& allowed = is_base ? kBaseKeys : kTopLevelKeys;
+  for (const auto& [key, node] : in_file_order(root))
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+      if (is_base && std::find(kTopLevelKeys.begin(), kTopLevelKeys.end(), key) != kTopLevelKeys.end())
+        fail(place_of(file, *node), fmt::format("'{}' is not allowed in an included base (bases hold schema, include, labels, defaults, derive)", key));
+      unknown_key(place_of(file, *node), key, allowed);
+    }
+  if (const toml::node* schema = root.get("schema")) {
+    if (!schema->as_integer() || schema->as_integer()->get() != 1)
+      fail(place_of(file, *schema), "schema: expected 1, the only version of the experiment format");
+  } else if (!is_base) {
+    fail({file, 1}, "schema: missing (expected `schema = 1` at the top)");
+  }
+  stack.push_back(file);
+  if (is_base) reader.includes.push_back(file);
+  read_includes(reader, root, file, experiment, stack);
+  read_labels(reader, root, file);
+  read_defaults(reader, root, file, experiment);
+  read_derive(reader, root, file, experiment);
+  if (!is_base) {
+    experiment.name = read_string_key(root, file, "name");
+    if (experiment.name.empty()) experiment.name = fs::path(file).stem().string();
+    experiment.title = read_string_key(root, file, "title");
+    if (const toml::node* command = root.get("command")) {
+      experiment.command = read_string_key(root, file, "command");
+      if (std::find(kCommands.begin(), kCommands.end(), experiment.command) == kCommands.end())
+        fail(place_of(file, *command), fmt::format("command: expected simulate, partition or model, found '{}'", experiment.command));
+    }
+    if (const toml::node* requires_node = root.get("requires")) {
+      const auto* array = requires_node->as_array();
+      if (!array) fail(place_of(file, *requires_node), "requires: expected an array of capability names");
+      for (const toml::node& item : *array) {
+        if (!item.as_string()) fail(place_of(file, item), "requires: expected a capability name (a string)");
+        experiment.requires_capabilities.push_back(item.as_string()->get());
+      }
+    }
+    read_axes(reader, root, file, experiment);
+    read_where(root, file, experiment);
+  }
+  stack.pop_back();
+}
+
+/// The parameters and labels of one run while it is being expanded.
+using Env = std::map<std::string, Setting>;
+
+/// Looks names up in a run's settings; hosts() and layers() read inputs.
+class EnvScope : public Scope {
+ public:
+  EnvScope(const Env& env, const InputQueries& queries, const std::string& experiment_dir)
+      : env_(env), queries_(queries), experiment_dir_(experiment_dir) {}
+  std::optional<Value> lookup(std::string_view name) const override {
+    const auto found = env_.find(std::string(name));
+    if (found == env_.end() || found->second.value.absent()) return std::nullopt;
+    const Scalar& s = found->second.value;
+    switch (s.kind) {
+      case Scalar::Kind::Bool: return Value(s.boolean);
+      case Scalar::Kind::Int: return Value(static_cast<double>(s.integer));
+      case Scalar::Kind::Real: return Value(s.real);
+      case Scalar::Kind::Text: return Value(s.text);
+      default: return std::nullopt;
+    }
+  }
+  std::optional<Value> call(std::string_view function, const std::vector<Value>& arguments) const override {
+    if (function != "hosts" && function != "layers") return std::nullopt;
+    const std::string parameter = function == "hosts" ? "platform" : "profile";
+    if (arguments.size() != 1 || !std::holds_alternative<std::string>(arguments[0]))
+      throw InputError(fmt::format("{}(): expected one argument, the {}", function, parameter));
+    const std::string& text = std::get<std::string>(arguments[0]);
+    Setting setting;
+    if (const auto found = env_.find(parameter); found != env_.end() && found->second.value.text == text) {
+      setting = found->second;
+    } else {
+      setting.value = Scalar::of_text(text);
+      setting.resolved_path = (fs::path(experiment_dir_) / text).lexically_normal().string();
+    }
+    const auto& query = function == "hosts" ? queries_.hosts : queries_.layers;
+    if (!query) throw InputError(fmt::format("{}(): not available for this command", function));
+    return Value(static_cast<double>(query(setting)));
+  }
+
+ private:
+  const Env& env_;
+  const InputQueries& queries_;
+  std::string experiment_dir_;
+};
+
+Scalar to_scalar(const Value& value) {
+  if (std::holds_alternative<bool>(value)) return Scalar::of_bool(std::get<bool>(value));
+  if (std::holds_alternative<double>(value)) return Scalar::of_real(std::get<double>(value));
+  if (std::holds_alternative<std::string>(value)) return Scalar::of_text(std::get<std::string>(value));
+  return Scalar{};
+}
+
+bool truth_of(const Value& value, const std::string& expression, const SourcePlace& place) {
+  if (!std::holds_alternative<bool>(value))
+    throw InputError(fmt::format("{}: '{}': expected a condition (true or false), found {}", place.text(), expression,
+                                 to_scalar(value).to_text()));
+  return std::get<bool>(value);
+}
+
+Value evaluate_at(const std::string& expression, const SourcePlace& place, const EnvScope& scope, const std::string& run) {
+  try {
+    return Expression::parse(expression, place.text()).evaluate(scope);
+  } catch (const InputError& error) {
+    throw InputError(fmt::format("{}: '{}' for run {}: {}", place.text(), expression, run, error.what()));
+  }
+}
+
+/// A derived or --set value as the parameter's kind wants it.
+Scalar coerce(const Scalar& value, const ParameterSpec* spec, const std::string& key, const std::string& where) {
+  if (!spec || !value.numeric()) return value;
+  if (spec->kind == ParameterSpec::Kind::Int) {
+    const double v = value.number();
+    if (v != std::floor(v) || std::fabs(v) > 9.0e15)
+      throw InputError(fmt::format("{}: {} must be an integer, and comes out {}", where, key, value.to_text()));
+    return Scalar::of_int(static_cast<long long>(v));
+  }
+  if (spec->kind == ParameterSpec::Kind::Real) return Scalar::of_real(value.number());
+  return value;
+}
+
+Scalar parse_set_value(const std::string& text) {
+  if (text == "true") return Scalar::of_bool(true);
+  if (text == "false") return Scalar::of_bool(false);
+  char* end = nullptr;
+  errno = 0;
+  const long long integer = std::strtoll(text.c_str(), &end, 10);
+  if (!text.empty() && end && *end == '\0' && errno == 0) return Scalar::of_int(integer);
+  const double real = std::strtod(text.c_str(), &end);
+  if (!text.empty() && end && *end == '\0' && std::isfinite(real)) return Scalar::of_real(real);
+  return Scalar::of_text(text);
+}
+
+/// Checks each parameter's value against its kind; returns the first problem.
+void check_kinds(const Env& env, const std::vector<ParameterSpec>& parameters, const std::string& run) {
+  for (const ParameterSpec& spec : parameters) {
+    const auto found = env.find(spec.name);
+    if (found == env.end() || found->second.value.absent()) continue;
+    const Scalar& value = found->second.value;
+    const char* expected = nullptr;
+    switch (spec.kind) {
+      case ParameterSpec::Kind::Flag: if (value.kind != Scalar::Kind::Bool) expected = "true or false"; break;
+      case ParameterSpec::Kind::Int: if (value.kind != Scalar::Kind::Int) expected = "an integer"; break;
+      case ParameterSpec::Kind::Real: if (!value.numeric()) expected = "a number"; break;
+      case ParameterSpec::Kind::Path:
+      case ParameterSpec::Kind::Text: if (value.kind == Scalar::Kind::Bool) expected = "a value (not true/false)"; break;
+    }
+    if (expected)
+      throw InputError(fmt::format("run {}: {}: expected {}, found {}", run, spec.name, expected,
+                                   value.kind == Scalar::Kind::Text ? "'" + value.text + "'" : value.to_text()));
+  }
+}
+
+}  // namespace
+
+std::string sha256_hex(const std::string& bytes) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned int length = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), digest.data(), &length, EVP_sha256(), nullptr) != 1)
+    throw std::runtime_error("OpenSSL: SHA-256 failed");
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return hex;
+}
+
+std::string run_key_of(const std::string& canonical_text) { return sha256_hex(canonical_text).substr(0, 16); }
+
+std::string canonical_run_text(const std::string& command, const std::map<std::string, Setting>& settings,
+                               const std::vector<ParameterSpec>& parameters, const InputQueries& queries) {
+  std::string text = fmt::format("pipegrid-run\ncommand={}\nresults_version={}\n", command, kResultsVersion);
+  for (const auto& [name, setting] : settings) {  // std::map: sorted by name
+    const bool is_parameter = std::any_of(parameters.begin(), parameters.end(), [&](const ParameterSpec& p) { return p.name == name; });
+    if (!is_parameter || setting.value.absent()) continue;
+    if (!setting.resolved_path.empty() || !setting.inline_platform.empty())
+      text += fmt::format("{}=sha256:{}\n", name, queries.content_hash(setting));
+    else
+      // Numbers by value (16 and 16.0 are one run), text and booleans tagged.
+      text += fmt::format("{}={}\n", name,
+                          setting.value.numeric() ? "n:" + fmt::format("{}", setting.value.number())
+                                                  : (setting.value.kind == Scalar::Kind::Bool ? "b:" : "s:") + setting.value.to_text());
+  }
+  return text;
+}
+
+ExperimentPlan plan_experiment(const std::string& file, const std::vector<ParameterSpec>& parameters,
+                               const std::vector<std::string>& capabilities, const PlanOptions& options,
+                               const InputQueries& queries) {
+  Reader reader{parameters, queries, file, {}, {}};
+  Experiment experiment;
+  ExperimentPlan plan;
+  plan.file = file;
+  std::vector<std::string> stack;
+  read_file_into(reader, file, false, experiment, stack, &plan.experiment_text);
+  plan.name = experiment.name;
+  plan.title = experiment.title;
+  plan.command = experiment.command;
+  plan.includes = reader.includes;
+  plan.requires_capabilities = experiment.requires_capabilities;
+  for (const std::string& capability : experiment.requires_capabilities)
+    if (std::find(capabilities.begin(), capabilities.end(), capability) == capabilities.end())
+      plan.missing_capabilities.push_back(capability);
+  const std::string experiment_dir = fs::path(file).parent_path().string();
+
+  // --set: replaces an axis that sets the key, or a default.
+  for (const std::string& assignment : options.sets) {
+    const std::size_t equals = assignment.find('=');
+    if (equals == std::string::npos || equals == 0)
+      throw InputError(fmt::format("--set '{}': expected KEY=VALUE", assignment));
+    const std::string key = assignment.substr(0, equals);
+    reader.check_key({"--set", 0}, key);
+    Setting setting;
+    setting.value = coerce(parse_set_value(assignment.substr(equals + 1)), reader.parameter(key), key, "--set " + assignment);
+    if (const ParameterSpec* spec = reader.parameter(key); spec && spec->kind == ParameterSpec::Kind::Path &&
+        std::find(spec->literals.begin(), spec->literals.end(), setting.value.text) == spec->literals.end())
+      setting.resolved_path = (fs::path(options.working_dir) / setting.value.text).lexically_normal().string();
+    bool replaced = false;
+    for (Axis& axis : experiment.axes) {
+      if (std::find(axis.keys.begin(), axis.keys.end(), key) == axis.keys.end()) continue;
+      replaced = true;
+      if (axis.keys.size() == 1) {
+        AxisValue value;
+        value.settings.emplace_back(key, setting);
+        axis.values = {value};
+        plan.notes.push_back(fmt::format("--set {} replaces axis '{}' ({} value{} -> 1)", assignment, axis.name,
+                                         axis.values.size(), axis.values.size() == 1 ? "" : "s"));
+      } else {
+        for (AxisValue& value : axis.values)
+          for (auto& [name, existing] : value.settings)
+            if (name == key) existing = setting;
+        plan.notes.push_back(fmt::format("--set {} replaces '{}' in every value of axis '{}'", assignment, key, axis.name));
+      }
+    }
+    if (!replaced) {
+      experiment.defaults.emplace_back(key, setting);
+      if (std::find(experiment.default_order.begin(), experiment.default_order.end(), key) == experiment.default_order.end())
+        experiment.default_order.push_back(key);
+    }
+  }
+
+  // Columns: axes' keys in file order, then defaults and derived keys.
+  for (const Axis& axis : experiment.axes) {
+    plan.axis_names.push_back(axis.name);
+    for (const std::string& key : axis.keys)
+      if (std::find(plan.columns.begin(), plan.columns.end(), key) == plan.columns.end()) plan.columns.push_back(key);
+  }
+  for (const std::string& key : experiment.default_order)
+    if (std::find(plan.columns.begin(), plan.columns.end(), key) == plan.columns.end()) plan.columns.push_back(key);
+  for (const DeriveRule& rule : experiment.derive)
+    if (std::find(plan.columns.begin(), plan.columns.end(), rule.key) == plan.columns.end()) plan.columns.push_back(rule.key);
+
+  // Per-axis value labels (file stems for paths).
+  std::vector<std::vector<std::string>> value_labels(experiment.axes.size());
+  for (std::size_t a = 0; a < experiment.axes.size(); ++a) {
+    const Axis& axis = experiment.axes[a];
+    std::vector<std::string> written;
+    const ParameterSpec* spec = reader.parameter(axis.name);
+    const bool paths = spec && spec->kind == ParameterSpec::Kind::Path;
+    for (const AxisValue& value : axis.values) written.push_back(value.settings.front().second.value.to_text());
+    AxisReport report{axis.name, {}, axis.when};
+    for (const AxisValue& value : axis.values) {
+      std::vector<std::string> parts;
+      if (value.settings.size() == 1 && value.settings.front().first == axis.name) {
+        const Setting& setting = value.settings.front().second;
+        if (!setting.inline_platform.empty()) {
+          const auto get = [&](const char* k) { const auto f = setting.inline_platform.find(k); return f == setting.inline_platform.end() ? std::string("?") : f->second; };
+          parts.push_back(fmt::format("{}x{}-{}", get("servers"), get("gpus_per_server"), get("device")));
+        } else if (paths && !setting.resolved_path.empty()) {
+          parts.push_back(file_label(setting.value.text, written));
+        } else {
+          parts.push_back(value_label(axis.name, setting.value));
+        }
+      } else {
+        for (const auto& [key, setting] : value.settings)
+          if (key == axis.name) parts.push_back(value_label(key, setting.value));
+        for (const std::string& key : value.label_parts)
+          for (const auto& [name, setting] : value.settings)
+            if (name == key) parts.push_back(value_label(key, setting.value));
+        if (parts.empty())
+          for (const auto& [key, setting] : value.settings) parts.push_back(value_label(key, setting.value));
+      }
+      std::string label;
+      for (const std::string& part : parts) label += (label.empty() ? "" : "|") + part;
+      value_labels[a].push_back(label);
+      report.values.push_back(label);
+    }
+    plan.axes.push_back(report);
+  }
+
+  Env defaults;
+  for (const auto& [key, setting] : experiment.defaults) defaults[key] = setting;
+
+  // The product of the axes, the first outermost; a `when` that is false
+  // leaves its axis out of the run (one branch, its keys absent).
+  std::vector<std::pair<Env, std::string>> expanded;
+  constexpr std::size_t kMaxRuns = 1000000;
+  std::function<void(std::size_t, Env&, std::string&)> expand = [&](std::size_t a, Env& env, std::string& label) {
+    if (expanded.size() > kMaxRuns) throw InputError(fmt::format("{}: the axes give more than {} runs", file, kMaxRuns));
+    if (a == experiment.axes.size()) {
+      expanded.emplace_back(env, label);
+      return;
+    }
+    const Axis& axis = experiment.axes[a];
+    if (axis.when) {
+      const EnvScope scope(env, queries, experiment_dir);
+      const SourcePlace place = axis.place;
+      if (!truth_of(evaluate_at(*axis.when, place, scope, label.empty() ? "(first axes)" : label), *axis.when, place)) {
+        Env without = env;
+        for (const std::string& key : axis.keys) without.erase(key);
+        expand(a + 1, without, label);
+        return;
+      }
+    }
+    for (std::size_t v = 0; v < axis.values.size(); ++v) {
+      Env next = env;
+      for (const auto& [key, setting] : axis.values[v].settings) next[key] = setting;
+      std::string next_label = label.empty() ? value_labels[a][v] : label + "|" + value_labels[a][v];
+      expand(a + 1, next, next_label);
+    }
+  };
+  Env start = defaults;
+  std::string start_label;
+  expand(0, start, start_label);
+  plan.runs_before_where = static_cast<int>(expanded.size());
+
+  plan.where_rules = experiment.where;
+  std::optional<Expression> user_where;
+  if (!options.where.empty()) user_where = Expression::parse(options.where, "--where");
+  std::set<std::string> labels_seen;
+  std::vector<PlannedRun> kept;
+  for (auto& [env, label] : expanded) {
+    const std::string run_name = label.empty() ? plan.name : label;
+    for (const DeriveRule& rule : experiment.derive) {
+      const EnvScope scope(env, queries, experiment_dir);
+      const Value value = evaluate_at(rule.expression, rule.place, scope, run_name);
+      Setting setting;
+      setting.value = coerce(to_scalar(value), reader.parameter(rule.key), rule.key,
+                             fmt::format("{}: derive.{} = '{}' for run {}", rule.place.text(), rule.key, rule.expression, run_name));
+      env[rule.key] = setting;
+    }
+    bool keep = true;
+    for (WhereReport& rule : plan.where_rules) {
+      const EnvScope scope(env, queries, experiment_dir);
+      if (!truth_of(evaluate_at(rule.rule, rule.place, scope, run_name), rule.rule, rule.place)) {
+        ++rule.dropped;
+        keep = false;
+        break;
+      }
+    }
+    if (!keep) continue;
+    PlannedRun run;
+    run.run_index = static_cast<int>(kept.size());
+    run.label = run_name;
+    run.settings = std::move(env);
+    kept.push_back(std::move(run));
+  }
+  plan.runs_after_file_where = static_cast<int>(kept.size());
+  // Labels unique within the plan: repeated ones get their run index.
+  std::map<std::string, int> label_count;
+  for (const PlannedRun& run : kept) ++label_count[run.label];
+  std::set<std::string> input_files;
+  for (PlannedRun& run : kept) {
+    if (label_count[run.label] > 1) run.label += fmt::format("#{}", run.run_index);
+    check_kinds(run.settings, parameters, run.label);
+    for (const auto& [name, setting] : run.settings)
+      if (!setting.resolved_path.empty()) input_files.insert(setting.resolved_path);
+    if (user_where) {
+      const EnvScope scope(run.settings, queries, experiment_dir);
+      if (!truth_of(evaluate_at(options.where, {"--where", 0}, scope, run.label), options.where, {"--where", 0})) continue;
+    }
+    run.key = run_key_of(canonical_run_text(plan.command, run.settings, parameters, queries));
+    plan.runs.push_back(std::move(run));
+  }
+  plan.input_files.assign(input_files.begin(), input_files.end());
+  return plan;
+}
+
+Shard parse_shard(const std::string& text) {
+  const std::size_t slash = text.find('/');
+  const auto number = [&](const std::string& part, long long& out) {
+    char* end = nullptr;
+    errno = 0;
+    out = std::strtoll(part.c_str(), &end, 10);
+    return !part.empty() && end && *end == '\0' && errno == 0;
+  };
+  long long index = 0, count = 0;
+  if (slash == std::string::npos || !number(text.substr(0, slash), index) || !number(text.substr(slash + 1), count) ||
+      count < 1 || count > 1000000 || index < 0 || index >= count)
+    throw InputError(fmt::format("--shard: expected I/N with 0 <= I < N (or auto), found '{}'", text));
+  return {static_cast<int>(index), static_cast<int>(count)};
+}
+
+Shard shard_from_environment(const std::function<const char*(const char*)>& environment) {
+  const auto read = [&](const char* name) -> std::optional<long long> {
+    const char* value = environment(name);
+    if (!value || !*value) return std::nullopt;
+    char* end = nullptr;
+    errno = 0;
+    const long long number = std::strtoll(value, &end, 10);
+    if (!end || *end != '\0' || errno != 0) throw InputError(fmt::format("--shard auto: {}='{}' is not an integer", name, value));
+    return number;
+  };
+  const auto make = [](long long index, long long count, const std::string& from) {
+    if (count < 1 || index < 0 || index >= count)
+      throw InputError(fmt::format("--shard auto: {} gives shard {} of {}", from, index, count));
+    return Shard{static_cast<int>(index), static_cast<int>(count)};
+  };
+  if (const auto task = read("SLURM_ARRAY_TASK_ID")) {
+    const auto count = read("SLURM_ARRAY_TASK_COUNT");
+    if (!count) throw InputError("--shard auto: SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not");
+    return make(*task - read("SLURM_ARRAY_TASK_MIN").value_or(0), *count, "SLURM_ARRAY_TASK_ID/_MIN/_COUNT");
+  }
+  if (const auto rank = read("SLURM_PROCID"); rank && read("SLURM_NTASKS"))
+    return make(*rank, *read("SLURM_NTASKS"), "SLURM_PROCID/SLURM_NTASKS");
+  if (const auto rank = read("OMPI_COMM_WORLD_RANK"); rank && read("OMPI_COMM_WORLD_SIZE"))
+    return make(*rank, *read("OMPI_COMM_WORLD_SIZE"), "OMPI_COMM_WORLD_RANK/_SIZE");
+  if (const auto rank = read("PMI_RANK"); rank && read("PMI_SIZE")) return make(*rank, *read("PMI_SIZE"), "PMI_RANK/PMI_SIZE");
+  throw InputError("--shard auto: no launcher variables found (SLURM_ARRAY_TASK_ID, SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK)");
+}
+
+std::vector<PlannedRun> runs_of_shard(const std::vector<PlannedRun>& runs, const Shard& shard) {
+  std::vector<PlannedRun> selected;
+  for (const PlannedRun& run : runs)
+    if (run.run_index % shard.count == shard.index) selected.push_back(run);
+  return selected;
+}
+
+}  // namespace pipegrid::sweep

@@ -1,0 +1,92 @@
+#pragma once
+// A sweep's result files (EXPERIMENTS.md "Results"): runs.csv, devices.csv,
+// manifest.json, and the per-shard journals a run appends to as it goes
+// (shards/shard-I-of-N.csv, shards/devices-I-of-N.csv; an unsharded run is
+// shard 0 of 1), from which runs.csv and devices.csv are derived.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sweep/experiment.hpp"
+
+namespace pipegrid::sweep {
+
+/// What one run ended with, as the parent records it.
+struct RunOutcome {
+  std::string status;  ///< ok, oom, infeasible, error, timeout, crashed
+  std::string reason;  ///< one line; empty for ok
+  std::string json;    ///< the command's --json output, when it ran to the end
+  double wall_s = 0;
+};
+
+/// The metric columns of a command's rows, after status and reason.
+const std::vector<std::string>& metric_columns(const std::string& command);
+/// The volatile columns, last: they differ between two runs of one plan.
+const std::vector<std::string>& volatile_columns();
+const std::vector<std::string>& devices_columns();
+/// The whole header of runs.csv for a plan.
+std::vector<std::string> runs_header(const ExperimentPlan& plan);
+
+/// Metric cells (and device rows, without their run_key) from the
+/// command's JSON; an out-of-memory run keeps all of them.
+struct ParsedMetrics {
+  std::vector<std::string> cells;
+  std::vector<std::vector<std::string>> devices;
+};
+ParsedMetrics parse_metrics(const std::string& command, const std::string& json);
+
+/** The journal lines of one finished run: its runs.csv row and its
+ *  devices.csv rows. */
+struct RunRows {
+  std::vector<std::string> run;
+  std::vector<std::vector<std::string>> devices;
+};
+RunRows rows_of(const ExperimentPlan& plan, const PlannedRun& run, const RunOutcome& outcome, const Shard& shard,
+                const std::string& finished_at, const std::string& version);
+
+/// Rows already recorded in a results folder (every journal in shards/),
+/// by run key. A torn last line is cut off the file it was in.
+struct RecordedRuns {
+  std::vector<std::string> header;  ///< of the journals (the newest plan's)
+  std::map<std::string, std::vector<std::string>> runs;                  ///< by key
+  std::map<std::string, std::vector<std::vector<std::string>>> devices;  ///< by key
+  std::vector<std::string> conflicts;  ///< keys with two different non-volatile results
+};
+RecordedRuns read_recorded_runs(const std::string& dir, bool repair_torn_lines);
+
+/** Appends whole lines to the shard's journals (one write() per line;
+ *  devices first, then the run, so a run row means its devices are in).
+ *  Creates the folder and headers as needed. */
+class Journal {
+ public:
+  Journal(const std::string& dir, const Shard& shard, const std::vector<std::string>& runs_header);
+  ~Journal();
+  Journal(const Journal&) = delete;
+  Journal& operator=(const Journal&) = delete;
+  void append(const RunRows& rows);
+
+ private:
+  int runs_fd_ = -1, devices_fd_ = -1;
+  std::string runs_path_;
+};
+
+/** Writes runs.csv and devices.csv (all or none) from the journals, in plan
+ *  order (the manifest's plan). Returns the keys of the plan without a row.
+ *  Throws InputError when one key has two different non-volatile results
+ *  (a determinism check) or the folder holds no manifest. */
+struct MergeResult {
+  std::vector<std::string> missing_labels;
+  int rows = 0;
+};
+MergeResult merge_results(const std::string& dir);
+
+/** manifest.json: experiment text and hash, resolved includes, the plan
+ *  (key, index, label of every run), input file hashes, columns, version. */
+std::string manifest_json(const ExperimentPlan& plan, const std::map<std::string, std::string>& input_hashes,
+                          const std::string& version);
+/** Writes it atomically (a temporary, then rename). */
+void write_manifest(const std::string& dir, const std::string& text);
+
+}  // namespace pipegrid::sweep

@@ -1,0 +1,277 @@
+// Experiment files: expansion (bundles, when, derive, where, range, geom,
+// glob, includes, --set), errors with FILE:LINE and the key, run keys.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.hpp"
+#include "sweep/experiment.hpp"
+
+namespace pipegrid::sweep {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<ParameterSpec> parameters() {
+  using K = ParameterSpec::Kind;
+  return {{"platform", "--platform", K::Path, {}},       {"profile", "--profile", K::Path, {}},
+          {"schedule", "--schedule", K::Text, {}},       {"micro_batches", "--micro-batches", K::Int, {}},
+          {"micro_batch_size", "--micro-batch-size", K::Int, {}}, {"partition", "--partition", K::Path, {"uniform"}},
+          {"network", "--network", K::Text, {}},         {"memory", "--memory", K::Text, {}},
+          {"recompute", "--recompute", K::Flag, {}},     {"partitioner", "--partitioner", K::Text, {}},
+          {"prediction_cost", "--prediction-cost", K::Real, {}}};
+}
+
+class SweepExperiment : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("pipegrid-sweep-test-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_ / "p");
+    write("p/a.xml", "<a/>");
+    write("p/b.xml", "<b/>");
+    write("p/c.txt", "c");
+    write("same-as-a.xml", "<a/>");
+    write("m/gnmt/graph.txt", "gnmt");
+    write("m/vgg16/graph.txt", "vgg");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void write(const std::string& name, const std::string& text) {
+    fs::create_directories((dir_ / name).parent_path());
+    std::ofstream(dir_ / name) << text;
+  }
+  InputQueries queries() {
+    InputQueries q;
+    q.content_hash = [](const Setting& s) {
+      std::ifstream in(s.resolved_path);
+      if (!in) throw InputError("missing " + s.resolved_path);
+      std::string text((std::istreambuf_iterator<char>(in)), {});
+      return sha256_hex(text);
+    };
+    q.hosts = [](const Setting& s) -> long long { return s.resolved_path.find("b.xml") != std::string::npos ? 8 : 4; };
+    q.layers = [](const Setting&) -> long long { return 40; };
+    return q;
+  }
+  ExperimentPlan plan(const std::string& text, PlanOptions options = {}) {
+    write("e.toml", text);
+    return plan_experiment((dir_ / "e.toml").string(), parameters(), {"simulate"}, options, queries());
+  }
+  std::string error_of(const std::string& text, PlanOptions options = {}) {
+    try {
+      plan(text, options);
+    } catch (const InputError& error) {
+      return error.what();
+    }
+    return "no error";
+  }
+  fs::path dir_;
+};
+
+const char* kHeader = "schema = 1\nname = \"t\"\n";
+
+TEST_F(SweepExperiment, BundlesWithListsExpandAndLabelsJoinAxisValues) {
+  const ExperimentPlan p = plan(std::string(kHeader) + R"T(labels = ["system"]
+[defaults]
+profile = "p/c.txt"
+[[axis]]
+name = "platform"
+values = ["p/a.xml", "p/b.xml"]
+[[axis]]
+name = "system"
+values = [ { system = "GPipe", schedule = "gpipe" },
+           { system = "BaPipe", schedule = ["1f1b-sno", "1f1b-so"], partitioner = "bapipe" } ]
+[[axis]]
+name = "micro_batches"
+values = [4, 8]
+)T");
+  ASSERT_EQ(p.runs.size(), 2u * 3u * 2u);
+  EXPECT_EQ(p.runs[0].label, "a|GPipe|M=4");
+  EXPECT_EQ(p.runs[2].label, "a|BaPipe|1f1b-sno|M=4");
+  EXPECT_EQ(p.runs[5].label, "a|BaPipe|1f1b-so|M=8");
+  EXPECT_EQ(p.runs[6].label, "b|GPipe|M=4");
+  // Columns: axes' keys in file order, then defaults.
+  EXPECT_EQ(p.columns, (std::vector<std::string>{"platform", "system", "schedule", "partitioner", "micro_batches", "profile"}));
+  EXPECT_EQ(p.runs[0].settings.count("partitioner"), 0u);
+  EXPECT_EQ(p.runs[2].settings.at("partitioner").value.text, "bapipe");
+  for (std::size_t i = 0; i < p.runs.size(); ++i) EXPECT_EQ(p.runs[i].run_index, static_cast<int>(i));
+}
+
+TEST_F(SweepExperiment, ReadingAnAbsentParameterIsAnErrorUnlessGuarded) {
+  const std::string base = std::string(kHeader) + R"T(
+[defaults]
+platform = "p/a.xml"
+[[axis]]
+name = "schedule"
+values = ["dp", "gpipe"]
+[[axis]]
+name = "micro_batches"
+geom = { from = 1, to = 64, factor = 2 }
+when = "schedule != 'dp'"
+)T";
+  const std::string unguarded = base + "[[where]]\nrule = \"micro_batches >= hosts(platform)\"\n";
+  EXPECT_NE(error_of(unguarded).find("micro_batches"), std::string::npos) << error_of(unguarded);
+  const ExperimentPlan p = plan(base + R"T([derive]
+micro_batch_size = "if(has(micro_batches), 256 / micro_batches, 256)"
+[[where]]
+rule = "not has(micro_batches) or micro_batches >= hosts(platform)"
+why = "fewer micro-batches than stages"
+)T");
+  // dp: 1 run; gpipe: M = 1, 2, ..., 64 (7 values), 1 and 2 dropped (4 hosts).
+  ASSERT_EQ(p.runs.size(), 1u + 5u);
+  EXPECT_EQ(p.runs_before_where, 8);
+  ASSERT_EQ(p.where_rules.size(), 1u);
+  EXPECT_EQ(p.where_rules[0].dropped, 2);
+  EXPECT_EQ(p.runs[0].label, "dp");
+  EXPECT_EQ(p.runs[0].settings.at("micro_batch_size").value.integer, 256);
+  EXPECT_EQ(p.runs[1].label, "gpipe|M=4");
+  EXPECT_EQ(p.runs[1].settings.at("micro_batch_size").value.kind, Scalar::Kind::Int);
+  EXPECT_EQ(p.runs[1].settings.at("micro_batch_size").value.integer, 64);
+  EXPECT_EQ(p.runs.back().label, "gpipe|M=64");
+}
+
+TEST_F(SweepExperiment, DerivedIntegerParameterThatIsNotIntegralIsAnError) {
+  const std::string error = error_of(std::string(kHeader) + R"T(
+[[axis]]
+name = "micro_batches"
+values = [3]
+[derive]
+micro_batch_size = "256 / micro_batches"
+)T");
+  EXPECT_NE(error.find("e.toml:6"), std::string::npos) << error;
+  EXPECT_NE(error.find("micro_batch_size must be an integer"), std::string::npos) << error;
+}
+
+TEST_F(SweepExperiment, RangeIsInclusiveGeomHitsToOnlyExactly) {
+  const ExperimentPlan r = plan(std::string(kHeader) + "[[axis]]\nname = \"micro_batches\"\nrange = { from = 2, to = 10, step = 4 }\n");
+  ASSERT_EQ(r.runs.size(), 3u);  // 2, 6, 10
+  EXPECT_EQ(r.runs[2].settings.at("micro_batches").value.integer, 10);
+  const ExperimentPlan g = plan(std::string(kHeader) + "[[axis]]\nname = \"micro_batches\"\ngeom = { from = 3, to = 40, factor = 3 }\n");
+  ASSERT_EQ(g.runs.size(), 3u);  // 3, 9, 27
+  EXPECT_EQ(g.runs[2].settings.at("micro_batches").value.integer, 27);
+  const ExperimentPlan exact = plan(std::string(kHeader) + "[[axis]]\nname = \"micro_batches\"\ngeom = { from = 1, to = 32, factor = 2 }\n");
+  EXPECT_EQ(exact.runs.size(), 6u);
+}
+
+TEST_F(SweepExperiment, GlobIsSortedAndRelativeToTheFile) {
+  const ExperimentPlan p = plan(std::string(kHeader) + "[[axis]]\nname = \"platform\"\nglob = \"p/*.xml\"\n");
+  ASSERT_EQ(p.runs.size(), 2u);
+  EXPECT_EQ(p.runs[0].settings.at("platform").value.text, "p/a.xml");
+  EXPECT_EQ(p.runs[1].settings.at("platform").value.text, "p/b.xml");
+  EXPECT_EQ(p.runs[0].label, "a");
+  EXPECT_NE(error_of(std::string(kHeader) + "[[axis]]\nname = \"platform\"\nglob = \"q/*.xml\"\n").find("matches no file"), std::string::npos);
+}
+
+TEST_F(SweepExperiment, LabelsOfGraphFilesUseTheirFolder) {
+  const ExperimentPlan p = plan(std::string(kHeader) + "[[axis]]\nname = \"profile\"\nvalues = [\"m/gnmt/graph.txt\", \"m/vgg16/graph.txt\"]\n");
+  EXPECT_EQ(p.runs[0].label, "gnmt");
+  EXPECT_EQ(p.runs[1].label, "vgg16");
+}
+
+TEST_F(SweepExperiment, IncludesComeFirstAndTheFileWins) {
+  write("_base/b.toml", "schema = 1\n[defaults]\nnetwork = \"analytic\"\nplatform = \"../p/a.xml\"\nschedule = \"gpipe\"\n");
+  const ExperimentPlan p = plan(std::string(kHeader) + "include = [\"_base/b.toml\"]\n[defaults]\nschedule = \"1f1b-so\"\n");
+  ASSERT_EQ(p.runs.size(), 1u);
+  EXPECT_EQ(p.runs[0].settings.at("network").value.text, "analytic");
+  EXPECT_EQ(p.runs[0].settings.at("schedule").value.text, "1f1b-so");
+  // The base's path is relative to the base.
+  EXPECT_EQ(fs::path(p.runs[0].settings.at("platform").resolved_path), (dir_ / "p/a.xml").lexically_normal());
+  ASSERT_EQ(p.includes.size(), 1u);
+  write("_base/loop.toml", "schema = 1\ninclude = [\"loop.toml\"]\n");
+  EXPECT_NE(error_of(std::string(kHeader) + "include = [\"_base/loop.toml\"]\n").find("includes itself"), std::string::npos);
+}
+
+TEST_F(SweepExperiment, SetReplacesAnAxisAndSaysSo) {
+  PlanOptions options;
+  options.sets = {"micro_batches=16", "network=analytic"};
+  const ExperimentPlan p = plan(std::string(kHeader) + "[[axis]]\nname = \"micro_batches\"\nvalues = [1, 2, 4]\n", options);
+  ASSERT_EQ(p.runs.size(), 1u);
+  EXPECT_EQ(p.runs[0].settings.at("micro_batches").value.integer, 16);
+  EXPECT_EQ(p.runs[0].settings.at("network").value.text, "analytic");
+  ASSERT_EQ(p.notes.size(), 1u);
+  EXPECT_NE(p.notes[0].find("replaces axis 'micro_batches'"), std::string::npos) << p.notes[0];
+  options.sets = {"netwrok=analytic"};
+  EXPECT_NE(error_of(std::string(kHeader), options).find("did you mean 'network'"), std::string::npos);
+}
+
+TEST_F(SweepExperiment, WhereOptionFiltersAfterRunIndex) {
+  PlanOptions options;
+  options.where = "micro_batches > 2";
+  const ExperimentPlan p = plan(std::string(kHeader) + "[[axis]]\nname = \"micro_batches\"\nvalues = [1, 2, 4, 8]\n", options);
+  ASSERT_EQ(p.runs.size(), 2u);
+  EXPECT_EQ(p.runs[0].run_index, 2);
+  EXPECT_EQ(p.runs[1].run_index, 3);
+}
+
+TEST_F(SweepExperiment, ErrorsNameFileLineAndKey) {
+  const std::string typo = error_of(std::string(kHeader) + "[defaults]\nnetwrok = \"simgrid\"\n");
+  EXPECT_NE(typo.find("e.toml:4: unknown key 'netwrok' (did you mean 'network'?)"), std::string::npos) << typo;
+  const std::string top = error_of(std::string(kHeader) + "axes = 3\n");
+  EXPECT_NE(top.find("e.toml:3: unknown key 'axes'"), std::string::npos) << top;
+  const std::string two = error_of(std::string(kHeader) + "[[axis]]\nname = \"schedule\"\nvalues = [\"gpipe\"]\n"
+                                                         "[[axis]]\nname = \"s2\"\nvalues = [{schedule = \"dp\"}]\n");
+  EXPECT_NE(two.find("one axis per parameter"), std::string::npos) << two;
+  const std::string kind = error_of(std::string(kHeader) + "[defaults]\nmicro_batches = \"four\"\n");
+  EXPECT_NE(kind.find("micro_batches: expected an integer"), std::string::npos) << kind;
+  const std::string toml = error_of(std::string(kHeader) + "[defaults\n");
+  EXPECT_NE(toml.find("e.toml:3: not valid TOML"), std::string::npos) << toml;
+  const std::string schema = error_of("name = \"x\"\n");
+  EXPECT_NE(schema.find("schema"), std::string::npos) << schema;
+  const std::string axis = error_of(std::string(kHeader) + "[[axis]]\nname = \"micro_batches\"\nvalue = [1]\n");
+  EXPECT_NE(axis.find("e.toml:5: unknown key 'value' (did you mean 'values'?)"), std::string::npos) << axis;
+  const std::string expression = error_of(std::string(kHeader) + "[[where]]\nrule = \"1 +\"\n");
+  EXPECT_NE(expression.find("e.toml:4"), std::string::npos) << expression;
+  const std::string label = error_of(std::string(kHeader) + "[derive]\nsamples = \"256\"\n");
+  EXPECT_NE(label.find("unknown key 'samples'"), std::string::npos) << label;
+}
+
+TEST_F(SweepExperiment, RunKeysFollowContentNotPaths) {
+  const ExperimentPlan a = plan(std::string(kHeader) + "[defaults]\nplatform = \"p/a.xml\"\nmicro_batches = 4\n");
+  const ExperimentPlan same = plan(std::string(kHeader) + "[defaults]\nplatform = \"same-as-a.xml\"\nmicro_batches = 4\n");
+  const ExperimentPlan other = plan(std::string(kHeader) + "[defaults]\nplatform = \"p/b.xml\"\nmicro_batches = 4\n");
+  ASSERT_EQ(a.runs[0].key.size(), 16u);
+  EXPECT_EQ(a.runs[0].key, same.runs[0].key);
+  EXPECT_NE(a.runs[0].key, other.runs[0].key);
+  write("p/a.xml", "<a />");  // one byte more
+  const ExperimentPlan changed = plan(std::string(kHeader) + "[defaults]\nplatform = \"p/a.xml\"\nmicro_batches = 4\n");
+  EXPECT_NE(a.runs[0].key, changed.runs[0].key);
+  // Labels are not part of the key; the results version is.
+  EXPECT_NE(canonical_run_text("simulate", a.runs[0].settings, parameters(), queries()).find("results_version=1"), std::string::npos);
+}
+
+TEST(SweepRunKey, ResultsVersionGolden) {
+  // Changing the simulator's results for the same inputs means bumping
+  // kResultsVersion, which changes every key: update this golden with it.
+  std::map<std::string, Setting> settings;
+  settings["micro_batches"].value = Scalar::of_int(8);
+  settings["schedule"].value = Scalar::of_text("gpipe");
+  const std::string text = canonical_run_text("simulate", settings, parameters(), {});
+  EXPECT_EQ(text, "pipegrid-run\ncommand=simulate\nresults_version=1\nmicro_batches=n:8\nschedule=s:gpipe\n");
+  EXPECT_EQ(run_key_of(text), "0000000000000000") << "update the golden key: " << run_key_of(text);
+}
+
+TEST(SweepShard, FromLaunchersAndText) {
+  EXPECT_EQ(parse_shard("1/3").index, 1);
+  EXPECT_THROW(parse_shard("3/3"), InputError);
+  EXPECT_THROW(parse_shard("x"), InputError);
+  const auto env = [](std::map<std::string, std::string> vars) {
+    return [vars](const char* name) -> const char* {
+      const auto found = vars.find(name);
+      return found == vars.end() ? nullptr : found->second.c_str();
+    };
+  };
+  Shard slurm = shard_from_environment(env({{"SLURM_ARRAY_TASK_ID", "5"}, {"SLURM_ARRAY_TASK_MIN", "4"}, {"SLURM_ARRAY_TASK_COUNT", "3"}}));
+  EXPECT_EQ(slurm.index, 1);
+  EXPECT_EQ(slurm.count, 3);
+  Shard srun = shard_from_environment(env({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}}));
+  EXPECT_EQ(srun.index, 2);
+  Shard ompi = shard_from_environment(env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}));
+  EXPECT_EQ(ompi.count, 2);
+  Shard mpich = shard_from_environment(env({{"PMI_RANK", "3"}, {"PMI_SIZE", "4"}}));
+  EXPECT_EQ(mpich.index, 3);
+  EXPECT_THROW(shard_from_environment(env({})), InputError);
+}
+
+}  // namespace
+}  // namespace pipegrid::sweep
