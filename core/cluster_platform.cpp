@@ -31,20 +31,27 @@ const Units& speed_units() {
   return units;
 }
 
-// `value` in the largest unit that writes it as a number >= 1 that reads
-// back (number x scale, as SimGrid and pipegrid's check compute it) to
-// exactly `value`; the base unit (scale 1) otherwise.
+// `value` with a unit, as text that reads back (number x scale, as SimGrid
+// and pipegrid's check compute it) to exactly `value`: the shortest such
+// text, or the one in the largest unit whose number is at least 1 and which
+// is at most a character longer ("25Gbps" is written 3.125GBps rather than
+// 3125MBps; half of 5us 2.5us, 0.5 ms 0.5ms). The base unit (scale 1)
+// always reads back.
 std::string quantity_text(double value, const Units& units) {
+  std::vector<std::pair<std::string, bool>> texts;  // reads back, in unit order; whether its number is >= 1
+  std::size_t shortest = std::string::npos;
   for (const auto& [unit, scale] : units) {
     const double scaled = value / scale;
-    if (scaled < 1) continue;
     const std::string number = fmt::format("{}", scaled);
     std::size_t length = 0;
     const std::optional<double> back = scan_number(number, &length);
-    if (back && length == number.size() && *back * scale == value) return number + unit;
+    if (!back || length != number.size() || *back * scale != value) continue;
+    texts.emplace_back(number + unit, scaled >= 1);
+    if (shortest == std::string::npos || texts.back().first.size() < texts[shortest].first.size()) shortest = texts.size() - 1;
   }
-  const auto base = std::find_if(units.begin(), units.end(), [](const auto& unit) { return unit.second == 1; });
-  return fmt::format("{}{}", value, base->first);
+  for (const auto& [text, at_least_one] : texts)
+    if (at_least_one && text.size() <= texts[shortest].first.size() + 1) return text;
+  return texts[shortest].first;
 }
 
 std::string canonical_key(std::string key) {
@@ -199,11 +206,11 @@ std::string cluster_platform_xml(const ClusterSpec& spec) {
   // (No user text in the comment: a name may hold "--", which ends none.)
   xml += fmt::format("  Written by pipegrid platform cluster: {} server{} x {} GPU{} ({} hosts).\n", S, S == 1 ? "" : "s", G,
                      G == 1 ? "" : "s", S * G);
-  if (per_gpu)
+  if (G > 1 && per_gpu)
     xml += fmt::format("  Inside a server: each GPU its own full-duplex link sK-gpuG-link ({}, {}); GPU a to GPU b\n"
                        "  crosses a's link up and b's link down: {} + bytes / {} alone on its route.\n",
                        intra_bandwidth, half_intra_latency, intra_latency, intra_bandwidth);
-  else
+  else if (G > 1)
     xml += fmt::format("  Inside a server: one link sK-bus ({}, {}) that every transfer inside the server shares,\n"
                        "  both directions: {} + bytes / {} alone on its route.\n",
                        intra_bandwidth, intra_latency, intra_latency, intra_bandwidth);
