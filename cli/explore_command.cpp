@@ -151,42 +151,30 @@ void build_candidates(Exploration& exploration) {
     std::string error;
   };
   std::map<std::pair<int, std::string>, Fixed> fixed;
-  const auto partitioner_input = [&](int size) {
-    PartitionerInput input;
+  // The inputs explore's partitions are made from at a size (the same
+  // partition_for_run that simulate --partitioner calls).
+  const auto partition_input = [&](int size) {
+    RunPartitionInput input;
     input.graph = graph_at_size.at(size);
-    input.profile = input.graph->profile;
     input.platform = platform;
+    input.memory_limit_bytes = exploration.memory_limit_bytes;
     return input;
   };
   // PipeDream's memory constraint (its stash formula) describes its own
   // pipeline: the stale-weight schedules also get the partition it chooses
   // under the memory in force, when every device's memory is known.
-  std::optional<double> capacity = exploration.memory_limit_bytes;
-  if (!capacity && std::all_of(platform.hosts.begin(), platform.hosts.end(), [](const HostInfo& h) { return h.memory_bytes.has_value(); }))
-    for (const HostInfo& host : platform.hosts) capacity = capacity ? std::min(*capacity, *host.memory_bytes) : *host.memory_bytes;
+  const bool memory_known = pipedream_memory_capacity(platform, exploration.memory_limit_bytes).has_value();
   for (const int size : sizes) {
     for (const std::string& name : partitioners) {
       if (name == "bapipe") continue;
       std::vector<std::string> labels = {name};
-      if (name == "pipedream") labels = capacity ? std::vector<std::string>{"pipedream", "pipedream-straight", "pipedream-memory"}
-                                                 : std::vector<std::string>{"pipedream", "pipedream-straight"};
+      if (name == "pipedream") labels = memory_known ? std::vector<std::string>{"pipedream", "pipedream-straight", "pipedream-memory"}
+                                                     : std::vector<std::string>{"pipedream", "pipedream-straight"};
       for (const std::string& label : labels) {
-        const bool straight = label == "pipedream-straight";
         Fixed entry;
         try {
-          if (name == "uniform") {
-            const Profile& profile = graph_at_size.at(size).profile;
-            if (host_names.size() > profile.layers.size())
-              throw InputError(fmt::format("uniform: {} hosts, one stage each, but only {} layers", host_names.size(),
-                                           profile.layers.size()));
-            entry.choice = PartitionChoice{label, profile, uniform_partition(profile, host_names, static_cast<int>(host_names.size()))};
-          } else {
-            PartitionerInput input = partitioner_input(size);
-            input.straight = straight;
-            if (label == "pipedream-memory") input.memory_limit_bytes = capacity;
-            PartitionerOutput output = run_partitioner(name, input);
-            entry.choice = PartitionChoice{label, std::move(output.profile), std::move(output.partition)};
-          }
+          PartitionerOutput output = partition_for_run(label, partition_input(size));
+          entry.choice = PartitionChoice{label, std::move(output.profile), std::move(output.partition)};
         } catch (const InputError& error) {
           entry.error = fmt::format("no {} partition: {}", label, error.what());
         }
@@ -225,12 +213,11 @@ void build_candidates(Exploration& exploration) {
           // BaPipe plans flushed pipelines; the PipeDream family has its own.
           if (!schedule_info(schedule.name).flushed) continue;
           try {
-            PartitionerInput input = partitioner_input(shape.micro_batch_size);
+            RunPartitionInput input = partition_input(shape.micro_batch_size);
             input.schedule = schedule.name;
             input.micro_batches = schedule_info(schedule.name).flushed ? shape.micro_batches : 1;
-            input.memory_limit_bytes = exploration.memory_limit_bytes;
             input.split_layers = options.split_layers;
-            PartitionerOutput output = run_partitioner("bapipe", input);
+            PartitionerOutput output = partition_for_run("bapipe", input);
             choice = PartitionChoice{label, std::move(output.profile), std::move(output.partition)};
           } catch (const InputError& error) {
             failures.push_back(error.what());

@@ -1,5 +1,5 @@
 // pipegrid: predict, draw and check pipeline-parallel DNN training.
-// Subcommands: simulate, schedule, partition, explore, compare, demo, execute, calibrate, validate (the last three in LibTorch builds).
+// Subcommands: simulate, schedule, partition, explore, compare, platform, demo, execute, calibrate, validate (the last three in LibTorch builds).
 // Flag spellings are stable: users script against them.
 
 #include <sys/stat.h>
@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "cli/compare_command.hpp"
+#include "cli/platform_command.hpp"
 #ifdef PIPEGRID_WITH_TORCH
 #include "cli/calibrate_command.hpp"
 #include "cli/execute_command.hpp"
@@ -207,6 +208,7 @@ int main_with_exceptions(int argc, char** argv) {
   schedule->add_option("--check", program_to_check, "parse and validate a Program text file, then print it");
 
   CLI::App* compare = add_compare_command(app);
+  CLI::App* platform = add_platform_command(app);
 #ifdef PIPEGRID_WITH_TORCH
   CLI::App* execute = add_execute_command(app);
   CLI::App* calibrate = add_calibrate_command(app);
@@ -287,6 +289,7 @@ int main_with_exceptions(int argc, char** argv) {
     return 0;
   }
   if (*compare) return run_compare_command();
+  if (*platform) return run_platform_command();
 #ifdef PIPEGRID_WITH_TORCH
   if (*execute) return run_execute_command();
   if (*calibrate) return run_calibrate_command();

@@ -18,6 +18,7 @@
 #include "core/model_graph.hpp"
 #include "core/termination.hpp"
 #include "core/platform_check.hpp"
+#include "partitioners/partitioners.hpp"
 #include "schedules/schedules.hpp"
 #include "sim/engine.hpp"
 
@@ -27,7 +28,7 @@ namespace {
 
 bool input_cache_enabled = false;
 std::map<std::pair<std::string, std::optional<int>>, Profile> cached_profiles;
-std::map<std::string, PlatformSummary> cached_platforms;
+std::map<std::pair<std::string, sim::PlatformRoutes>, PlatformSummary> cached_platforms;
 
 Profile profile_from(const std::string& path, std::optional<int> batch_size) {
   if (!input_cache_enabled) return read_profile(path, batch_size);
@@ -36,31 +37,71 @@ Profile profile_from(const std::string& path, std::optional<int> batch_size) {
   return cached_profiles.emplace(key, read_profile(path, batch_size)).first->second;
 }
 
-PlatformSummary platform_from(const std::string& path) {
-  if (!input_cache_enabled) return sim::read_platform(path, sim::PlatformRoutes::None);
-  if (const auto found = cached_platforms.find(path); found != cached_platforms.end()) return found->second;
-  return cached_platforms.emplace(path, sim::read_platform(path, sim::PlatformRoutes::None)).first->second;
+PlatformSummary platform_from(const std::string& path, sim::PlatformRoutes routes = sim::PlatformRoutes::None) {
+  if (!input_cache_enabled) return sim::read_platform(path, routes);
+  const auto key = std::make_pair(path, routes);
+  if (const auto found = cached_platforms.find(key); found != cached_platforms.end()) return found->second;
+  return cached_platforms.emplace(key, sim::read_platform(path, routes)).first->second;
+}
+
+
+bool is_json_path(const std::string& path) { return path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0; }
+
+// The model a partitioner sees at the plan's size: a graph.txt's own graph
+// (its branches kept; at a size the scaling rule derived, its activations
+// scaled like the profile's), the chain of the plan's profile otherwise.
+ModelGraph partitioner_graph(const PlanRequest& request, const Plan& plan, int measured_size) {
+  if (is_json_path(request.profile_file)) return chain_graph(plan.profile);
+  ModelGraph graph = read_model_graph(request.profile_file, request.batch_size);
+  const int size = plan.profile.micro_batch_size;
+  if (size != measured_size)
+    for (double& bytes : graph.activation_bytes) bytes = bytes * size / measured_size;
+  graph.profile = plan.profile;
+  return graph;
 }
 
 }  // namespace
 
 void enable_input_cache() { input_cache_enabled = true; }
 void preload_profile(const std::string& path) { profile_from(path, std::nullopt); }
-void preload_platform(const std::string& path) { platform_from(path); }
+void preload_platform(const std::string& path, bool with_routes) {
+  platform_from(path);
+  if (with_routes) platform_from(path, sim::PlatformRoutes::All);
+}
 
 Plan make_plan(const PlanRequest& request) {
   Plan plan;
   plan.profile = profile_from(request.profile_file, request.batch_size);
   if (request.micro_batch_size && *request.micro_batch_size < 1)
     throw InputError(fmt::format("--micro-batch-size: expected an integer >= 1, found {}", *request.micro_batch_size));
+  const MicroBatchScaling& scaling = micro_batch_scaling(request.micro_batch_scaling);
+  if (!request.partitioner.empty()) {
+    const std::vector<std::string>& names = run_partitioner_names();
+    if (std::find(names.begin(), names.end(), request.partitioner) == names.end()) {
+      std::string known;
+      for (const std::string& name : names) known += (known.empty() ? "" : ", ") + name;
+      throw InputError(fmt::format("--partitioner: expected one of {}, found '{}'", known, printable(request.partitioner)));
+    }
+    if (request.partition != "uniform")
+      throw InputError("--partitioner and --partition FILE both say how to partition the model: give one");
+    if (!request.replicas.empty())
+      throw InputError("--partitioner and --replicas both say how to place stages: give one");
+  }
+  if (request.split_layers && request.partitioner != "bapipe")
+    throw InputError(fmt::format("--split-layers: applies to --partitioner bapipe, not {}",
+                                 request.partitioner.empty() ? "a run without --partitioner" : request.partitioner));
   // The plan runs one size (a multi-size profile's first when none is asked
   // for) and embeds the profile at that size only.
   const int micro_batch_size = request.micro_batch_size.value_or(plan.profile.micro_batch_size);
+  const int measured_size = plan.profile.micro_batch_size;
   try {
-    plan.profile = profile_at_micro_batch_size(plan.profile, micro_batch_size);
+    ProfileAtSize at_size = profile_at_micro_batch_size(plan.profile, micro_batch_size, scaling);
+    plan.profile = std::move(at_size.profile);
+    plan.micro_batch_scaling_note = std::move(at_size.note);
   } catch (const InputError& error) {
     throw InputError(fmt::format("--micro-batch-size {}: {}: {}", micro_batch_size, request.profile_file, error.what()));
   }
+  plan.micro_batch_scaling = scaling.name();
   // The path goes into JSON outputs (metrics, plans), which must be UTF-8.
   if (!valid_utf8(request.platform_file))
     throw InputError(fmt::format("--platform '{}': the path is not valid UTF-8, and pipegrid writes it into its JSON "
@@ -96,7 +137,11 @@ Plan make_plan(const PlanRequest& request) {
   plan.pipeline_depth = request.pipeline_depth;
   sim::parse_network_model(request.network);
   plan.network = request.network;
-  const PlatformSummary platform = platform_from(request.platform_file);
+  if (!request.memory.empty()) plan.memory_bytes = parse_bytes(request.memory, "--memory");
+  // Partitioners other than uniform weigh the routes between every pair of hosts.
+  const bool needs_routes = !request.partitioner.empty() && request.partitioner != "uniform" && !info.single_stage;
+  const PlatformSummary platform =
+      platform_from(request.platform_file, needs_routes ? sim::PlatformRoutes::All : sim::PlatformRoutes::None);
   std::vector<std::string> hosts;
   for (const HostInfo& host : platform.hosts) hosts.push_back(host.name);
   if (!request.replicas.empty() && request.partition != "uniform")
@@ -105,13 +150,39 @@ Plan make_plan(const PlanRequest& request) {
     // Data parallelism: the whole model, one replica per host.
     if (request.partition != "uniform" || !request.replicas.empty())
       throw InputError(fmt::format("--schedule {}: runs the whole model on every host of the platform; drop --partition and --replicas", plan.schedule));
+    if (!request.partitioner.empty())
+      throw InputError(fmt::format("--schedule {}: runs the whole model on every host of the platform; drop --partitioner", plan.schedule));
     plan.partition.stage_of_layer.assign(plan.profile.layers.size(), 0);
     plan.partition.hosts = {hosts};
+  } else if (!request.partitioner.empty()) {
+    // As explore makes the partition (partition_for_run), for this schedule,
+    // M, micro-batch size and memory.
+    RunPartitionInput input;
+    input.graph = partitioner_graph(request, plan, measured_size);
+    input.platform = platform;
+    // Partitioners name the platform in their messages by its file name, as
+    // in explore, so that a reason reads the same wherever the file lies.
+    input.platform.file = request.platform_file.substr(request.platform_file.find_last_of('/') + 1);
+    input.schedule = plan.schedule;
+    input.micro_batches = plan.micro_batches;
+    input.memory_limit_bytes = plan.memory_bytes;
+    input.split_layers = request.split_layers;
+    PartitionerOutput chosen;
+    try {
+      chosen = partition_for_run(request.partitioner, input);
+    } catch (const InfeasibleError& error) {
+      throw InfeasibleError(fmt::format("--partitioner {}: no feasible partition: {}", request.partitioner, error.what()));
+    } catch (const InputError& error) {
+      throw InputError(fmt::format("--partitioner {}: {}", request.partitioner, error.what()));
+    }
+    plan.profile = std::move(chosen.profile);
+    plan.partition = std::move(chosen.partition);
+    plan.partitioner = request.partitioner;
   } else if (!request.replicas.empty()) {
     plan.partition = replicated_partition(plan.profile, platform.hosts, parse_replicas(request.replicas));
   } else if (request.partition == "uniform") {
     if (hosts.size() > plan.profile.layers.size())
-      throw InputError(fmt::format(
+      throw InfeasibleError(fmt::format(
           "--partition uniform: {} declares {} hosts, one stage each, but profile {} has only {} layers: give a "
           "partition file with at most {} stages",
           request.platform_file, hosts.size(), request.profile_file, plan.profile.layers.size(),
@@ -124,8 +195,7 @@ Plan make_plan(const PlanRequest& request) {
     // on GNMT): the ranges then count in that order.
     const std::string text = read_text_file(request.partition);
     if (const std::vector<int> order = parse_partition_layer_order(text, request.partition); !order.empty()) {
-      const bool json_profile = request.profile_file.size() >= 5 &&
-                                request.profile_file.compare(request.profile_file.size() - 5, 5, ".json") == 0;
+      const bool json_profile = is_json_path(request.profile_file);
       const ModelGraph graph = json_profile ? chain_graph(plan.profile) : read_model_graph(request.profile_file, request.batch_size);
       try {
         plan.profile = reorder_layers(graph, order);
@@ -145,7 +215,6 @@ Plan make_plan(const PlanRequest& request) {
       }
     check_one_device_per_host(plan.partition.hosts, request.partition);
   }
-  if (!request.memory.empty()) plan.memory_bytes = parse_bytes(request.memory, "--memory");
   plan.extend_mini_batches = !request.mini_batches && !info.flushed;
   plan.mini_batches = request.mini_batches ? *request.mini_batches : info.flushed ? 1 : default_mini_batches(plan);
   return plan;
@@ -369,6 +438,10 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   document["mini_batches"] = plan.mini_batches;
   document["micro_batch_size"] = plan.profile.micro_batch_size;
   if (!plan.profile.micro_batch_size_note.empty()) document["micro_batch_size_note"] = plan.profile.micro_batch_size_note;
+  // Present only when set: runs without them print what they printed before.
+  if (plan.micro_batch_scaling != "none") document["micro_batch_scaling"] = plan.micro_batch_scaling;
+  if (!plan.micro_batch_scaling_note.empty()) document["micro_batch_scaling_note"] = plan.micro_batch_scaling_note;
+  if (!plan.partitioner.empty()) document["partitioner"] = plan.partitioner;
   document["recompute"] = plan.recompute;
   document["optimizer"] = plan.optimizer;
   nlohmann::ordered_json replicas = nlohmann::ordered_json::array();
@@ -424,6 +497,10 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
       plan.mini_batches > 1 ? fmt::format(", {} mini-batches", plan.mini_batches) : "", plan.network);
   if (!plan.profile.micro_batch_size_note.empty())
     text += fmt::format("  micro-batch size  {}\n", plan.profile.micro_batch_size_note);
+  if (!plan.micro_batch_scaling_note.empty())
+    text += fmt::format("  scaling           {} (--micro-batch-scaling {})\n", plan.micro_batch_scaling_note, plan.micro_batch_scaling);
+  if (!plan.partitioner.empty())
+    text += fmt::format("  partitioner       {}\n", plan.partitioner);
   if (m.steady_state) {
     const SteadyState& steady = *m.steady_state;
     text += fmt::format("  mini-batch time   {} (steady-state period: {})\n", human_seconds(m.minibatch_time_s), steady.measured_over);

@@ -23,6 +23,10 @@ struct PlanRequest {
   /// activation bytes are taken at this size (profile_at_micro_batch_size).
   /// Absent: the profile's own micro_batch_size.
   std::optional<int> micro_batch_size;
+  /// The rule for a micro_batch_size the profile does not cover
+  /// (micro_batch_scaling(): "none" refuses it, "linear" scales the nearest
+  /// measured size).
+  std::string micro_batch_scaling = "none";
   std::string schedule;
   int micro_batches = 1;
   /// Absent: 1 for flushed schedules; for the others, start at
@@ -33,6 +37,11 @@ struct PlanRequest {
   std::string memory;
   std::string partition = "uniform";  ///< "uniform" or a partition file
   std::string replicas;               ///< "3,1": replicated stages, layers balanced per replica
+  /// Choose the partition as explore does (partition_for_run: uniform,
+  /// pipedream, pipedream-straight, pipedream-memory, bapipe); empty: from
+  /// `partition` or `replicas`, which it excludes.
+  std::string partitioner;
+  bool split_layers = false;  ///< partitioner bapipe: split boundary layers between GPUs too
   std::string network = "simgrid";
   bool recompute = false;
   std::string optimizer = "sgd";
@@ -49,11 +58,12 @@ struct PlanRequest {
  *  files must not change meanwhile). Off by default. */
 void enable_input_cache();
 /** Reads a profile (as make_plan does without --batch-size) or a platform's
- *  summary into the cache. */
+ *  summary (with its routes too, as partitioners need them) into the cache. */
 void preload_profile(const std::string& path);
-void preload_platform(const std::string& path);
+void preload_platform(const std::string& path, bool with_routes);
 
-/** Reads the inputs and pins them into a Plan. Throws InputError. */
+/** Reads the inputs and pins them into a Plan. Throws InputError, and
+ *  InfeasibleError when the partitioner finds no partition. */
 Plan make_plan(const PlanRequest& request);
 
 struct RunResult {

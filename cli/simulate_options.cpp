@@ -29,6 +29,14 @@ void add_simulate_input_options(CLI::App& command, PlanRequest& request) {
   command.add_option("--batch-size", request.batch_size, "micro-batch size the profile was measured at (graph.txt)");
   command.add_option("--micro-batch-size", request.micro_batch_size,
                      "run micro-batches of N samples (profile times interpolated between its measured sizes)");
+  command.add_option("--micro-batch-scaling", request.micro_batch_scaling,
+                     "none (default: refuse a size the profile does not cover) or linear (scale the nearest measured size: "
+                     "times and activations proportional to the samples)");
+  command.add_option("--partitioner", request.partitioner,
+                     "uniform, pipedream, pipedream-straight, pipedream-memory or bapipe: partition as explore does (not with "
+                     "--partition FILE)");
+  command.add_flag("--split-layers", request.split_layers,
+                   "--partitioner bapipe: split boundary layers between GPUs too (by default only between FPGAs)");
 }
 
 }  // namespace pipegrid::cli

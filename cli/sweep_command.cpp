@@ -54,7 +54,7 @@ CLI::App *plan_command, *run_command, *status_command, *merge_command, *report_c
 
 /// The capabilities this build has, for an experiment's `requires`.
 const std::vector<std::string>& capabilities() {
-  static const std::vector<std::string> list = {"simulate", "partition", "sweep"};
+  static const std::vector<std::string> list = {"simulate", "sweep", "simulate-partitioner", "micro-batch-scaling", "platform-cluster"};
   return list;
 }
 
@@ -287,7 +287,11 @@ sweep::ChildReport run_child(const ExperimentPlan& plan, const PlannedRun& run) 
 /// Reads every input file once in the parent (its children inherit them).
 void read_inputs_once(const ExperimentPlan& plan) {
   std::set<std::string> profiles, platforms;
+  bool partitioners = false;
   for (const PlannedRun& run : plan.runs) {
+    if (const auto found = run.settings.find("partitioner"); found != run.settings.end() && !found->second.value.absent() &&
+        found->second.value.text != "uniform")
+      partitioners = true;
     if (const auto found = run.settings.find("profile"); found != run.settings.end() && !found->second.resolved_path.empty())
       profiles.insert(found->second.resolved_path);
     if (const auto found = run.settings.find("platform"); found != run.settings.end() && !found->second.resolved_path.empty())
@@ -295,7 +299,7 @@ void read_inputs_once(const ExperimentPlan& plan) {
   }
   enable_input_cache();
   for (const std::string& path : profiles) preload_profile(path);
-  for (const std::string& path : platforms) preload_platform(path);
+  for (const std::string& path : platforms) preload_platform(path, partitioners);
 }
 
 std::map<std::string, std::string> input_hashes(const ExperimentPlan& plan) {

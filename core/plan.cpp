@@ -1,5 +1,6 @@
 #include "core/plan.hpp"
 
+#include <algorithm>
 #include <cstdint>
 
 #include <nlohmann/json.hpp>
@@ -40,6 +41,10 @@ std::string plan_to_json(const Plan& plan) {
   document["prediction_cost_s_per_byte"] = plan.prediction_cost_s_per_byte;
   document["wait_free"] = plan.wait_free;
   document["pipeline_depth"] = plan.pipeline_depth;
+  // Written only when set, so that plans without them read as before.
+  if (!plan.partitioner.empty()) document["partitioner"] = plan.partitioner;
+  if (plan.micro_batch_scaling != "none") document["micro_batch_scaling"] = plan.micro_batch_scaling;
+  if (!plan.micro_batch_scaling_note.empty()) document["micro_batch_scaling_note"] = plan.micro_batch_scaling_note;
   document["platform_file"] = plan.platform_file;
   document["platform_xml"] = plan.platform_xml;
   document["partition"] = nlohmann::ordered_json::parse(partition_to_json(plan.partition));
@@ -57,8 +62,8 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
   reject_unknown_json_fields(document, origin,
                              {"pipegrid_plan", "schedule", "micro_batches", "mini_batches", "recompute", "network",
                               "optimizer", "vertical_sync", "update_interval", "prediction_cost_s_per_byte", "wait_free",
-                              "pipeline_depth", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition",
-                              "profile"});
+                              "pipeline_depth", "partitioner", "micro_batch_scaling", "micro_batch_scaling_note",
+                              "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
   auto field = [&](const char* name, auto check, const std::string& expected) -> const nlohmann::json& {
     if (!document.contains(name) || !check(document[name]))
       throw InputError(fmt::format("{}: {}: expected {}, found {}", origin, name, expected,
@@ -101,6 +106,20 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
             .get<double>();
   if (document.contains("wait_free")) plan.wait_free = field("wait_free", is_boolean, "true or false").get<bool>();
   if (document.contains("pipeline_depth")) plan.pipeline_depth = integer("pipeline_depth", 0, limits::kMaxPipelineDepth);
+  if (document.contains("partitioner")) {
+    plan.partitioner = field("partitioner", is_string, "a partitioner name").get<std::string>();
+    if (plan.partitioner.empty())
+      throw InputError(fmt::format("{}: partitioner: expected a partitioner name, found {}", origin, shown_json(document["partitioner"])));
+  }
+  if (document.contains("micro_batch_scaling")) {
+    plan.micro_batch_scaling = field("micro_batch_scaling", is_string, "a micro-batch scaling rule").get<std::string>();
+    const std::vector<std::string>& rules = micro_batch_scaling_names();
+    if (std::find(rules.begin(), rules.end(), plan.micro_batch_scaling) == rules.end())
+      throw InputError(fmt::format("{}: micro_batch_scaling: expected a rule of --micro-batch-scaling, found {}", origin,
+                                   shown_json(document["micro_batch_scaling"])));
+  }
+  if (document.contains("micro_batch_scaling_note"))
+    plan.micro_batch_scaling_note = field("micro_batch_scaling_note", is_string, "a note").get<std::string>();
   if (document.contains("extend_mini_batches"))
     plan.extend_mini_batches = field("extend_mini_batches", is_boolean, "true or false").get<bool>();
   if (document.contains("memory_bytes"))

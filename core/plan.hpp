@@ -34,6 +34,16 @@ struct Plan {
   double prediction_cost_s_per_byte = 0;  ///< pipeoptim: prediction time per parameter byte
   bool wait_free = false;            ///< dp: per-layer all-reduces during the backward
   int pipeline_depth = 0;            ///< PipeDream family: admitted per input replica (0: NOAM)
+  /// The partitioner that chose `partition` (simulate --partitioner: uniform,
+  /// pipedream, ...); empty when it came from --partition or --replicas.
+  /// Informative: `partition` is what runs.
+  std::string partitioner;
+  /// The micro-batch scaling rule the profile was taken to its size with
+  /// (micro_batch_scaling(): none or linear), and what it did when it
+  /// derived the size ("" when the profile covers the size). Informative:
+  /// `profile` is embedded at the size it runs.
+  std::string micro_batch_scaling = "none";
+  std::string micro_batch_scaling_note;
 };
 
 /** Weight copies of optimizer state: sgd 0, momentum 1, adam 2; InputError

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/platform_check.hpp"
 #include "core/profile.hpp"
 
 namespace pipegrid {
@@ -42,7 +43,8 @@ class SizeLine {
     if (value < 0)
       throw InputError(fmt::format(
           "profile {}: {}: extrapolating to micro-batch size {} along the line through sizes {} ({}) and {} ({}) gives "
-          "{} (expected a non-negative value): measure the profile at a size nearer {}",
+          "{} (expected a non-negative value): measure the profile at a size nearer {}, or scale the nearest measured "
+          "size with --micro-batch-scaling linear",
           profile_.name, field, size_, a_.micro_batch_size, value_a, b_.micro_batch_size, value_b, value, size_));
     return value;
   }
@@ -75,24 +77,10 @@ Profile profile_at_measured(const Profile& profile, const MeasuredSize& m) {
   return result;
 }
 
-}  // namespace
-
-Profile profile_at_micro_batch_size(const Profile& profile, int size) {
-  if (size < 1)
-    throw InputError(fmt::format("profile {}: micro-batch size: expected an integer >= 1, found {}", profile.name, size));
-  if (profile.measured.empty()) {
-    if (size != profile.micro_batch_size)
-      throw InputError(fmt::format(
-          "profile {}: measured at micro-batch size {} only, so it has no times at size {} (give times at several "
-          "sizes, \"micro_batch_sizes\", to interpolate)",
-          profile.name, profile.micro_batch_size, size));
-    return profile;
-  }
-  check_profile(profile, fmt::format("profile {}", profile.name));
+/// The single-size profile at `size` along the line through the measured
+/// sizes around it, or through the two nearest when it lies outside them.
+Profile profile_on_line(const Profile& profile, int size) {
   const std::vector<MeasuredSize>& measured = profile.measured;
-  for (const MeasuredSize& m : measured)
-    if (m.micro_batch_size == size) return profile_at_measured(profile, m);
-  // The two measured sizes around `size`, or the two nearest outside them.
   std::size_t b = 1;
   while (b + 1 < measured.size() && measured[b].micro_batch_size < size) ++b;
   const SizeLine line(profile, b - 1, b, size);
@@ -124,6 +112,103 @@ Profile profile_at_micro_batch_size(const Profile& profile, int size) {
   // Extrapolated far enough, a value passes the limits a file is held to.
   check_profile(result, fmt::format("profile {} at micro-batch size {}", profile.name, size));
   return result;
+}
+
+/// Rule none: no size is invented for a single-size profile; a multi-size
+/// one is extrapolated along the line through its two nearest sizes.
+class NoScaling final : public MicroBatchScaling {
+ public:
+  const std::string& name() const override {
+    static const std::string name = "none";
+    return name;
+  }
+  ProfileAtSize outside_measured(const Profile& profile, int size) const override {
+    if (profile.measured.empty())
+      throw InputError(fmt::format(
+          "profile {}: measured at micro-batch size {} only, so it has no times at size {} (give times at several "
+          "sizes, \"micro_batch_sizes\", to interpolate, or derive them from size {} with --micro-batch-scaling "
+          "linear: times and activation bytes proportional to the samples)",
+          profile.name, profile.micro_batch_size, size, profile.micro_batch_size));
+    return {profile_on_line(profile, size), ""};
+  }
+};
+
+/// Rule linear: the nearest measured size's values, those that grow with
+/// the samples scaled by size / measured size.
+class LinearScaling final : public MicroBatchScaling {
+ public:
+  const std::string& name() const override {
+    static const std::string name = "linear";
+    return name;
+  }
+  ProfileAtSize outside_measured(const Profile& profile, int size) const override {
+    Profile result = profile;
+    if (!profile.measured.empty())
+      result = profile_at_measured(profile, size < profile.measured.front().micro_batch_size ? profile.measured.front()
+                                                                                            : profile.measured.back());
+    const int measured = result.micro_batch_size;
+    const auto scaled = [&](double value) { return value * size / measured; };
+    result.micro_batch_size = size;
+    result.input_bytes = scaled(result.input_bytes);
+    for (Layer& layer : result.layers) {
+      layer.forward_s = scaled(layer.forward_s);
+      layer.backward_s = scaled(layer.backward_s);
+      layer.output_bytes = scaled(layer.output_bytes);
+      if (layer.activation_bytes) layer.activation_bytes = scaled(*layer.activation_bytes);
+      for (auto& [device, times] : layer.device_times) times = {scaled(times.forward_s), scaled(times.backward_s)};
+    }
+    check_profile(result, fmt::format("profile {} scaled linearly to micro-batch size {}", profile.name, size));
+    return {std::move(result),
+            fmt::format("{} samples derived from the measured {} by linear scaling: times, activation and input bytes "
+                        "x {}/{}, parameter bytes unchanged",
+                        size, measured, size, measured)};
+  }
+};
+
+const std::vector<const MicroBatchScaling*>& scaling_rules() {
+  static const NoScaling none;
+  static const LinearScaling linear;
+  static const std::vector<const MicroBatchScaling*> rules = {&none, &linear};
+  return rules;
+}
+
+}  // namespace
+
+const std::vector<std::string>& micro_batch_scaling_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> all;
+    for (const MicroBatchScaling* rule : scaling_rules()) all.push_back(rule->name());
+    return all;
+  }();
+  return names;
+}
+
+const MicroBatchScaling& micro_batch_scaling(const std::string& name) {
+  for (const MicroBatchScaling* rule : scaling_rules())
+    if (rule->name() == name) return *rule;
+  std::string known;
+  for (const std::string& each : micro_batch_scaling_names()) known += (known.empty() ? "" : " or ") + each;
+  throw InputError(fmt::format("--micro-batch-scaling: expected {}, found '{}'", known, printable(name)));
+}
+
+ProfileAtSize profile_at_micro_batch_size(const Profile& profile, int size, const MicroBatchScaling& rule) {
+  if (size < 1)
+    throw InputError(fmt::format("profile {}: micro-batch size: expected an integer >= 1, found {}", profile.name, size));
+  if (profile.measured.empty()) {
+    if (size == profile.micro_batch_size) return {profile, ""};
+    return rule.outside_measured(profile, size);
+  }
+  check_profile(profile, fmt::format("profile {}", profile.name));
+  const std::vector<MeasuredSize>& measured = profile.measured;
+  for (const MeasuredSize& m : measured)
+    if (m.micro_batch_size == size) return {profile_at_measured(profile, m), ""};
+  if (size < measured.front().micro_batch_size || size > measured.back().micro_batch_size)
+    return rule.outside_measured(profile, size);
+  return {profile_on_line(profile, size), ""};
+}
+
+Profile profile_at_micro_batch_size(const Profile& profile, int size) {
+  return profile_at_micro_batch_size(profile, size, micro_batch_scaling("none")).profile;
 }
 
 }  // namespace pipegrid

@@ -93,8 +93,55 @@ LayerTimes layer_times_on(const Layer& layer, const HostInfo& host);
  *  a single-size profile). */
 std::vector<int> profile_micro_batch_sizes(const Profile& profile);
 
+/** A profile taken to a micro-batch size, and how, for people: empty when
+ *  the values are measured or interpolated between measured sizes (or, rule
+ *  none, extrapolated from a multi-size profile); set when a
+ *  MicroBatchScaling rule derived them ("32 samples from the measured 4 by
+ *  linear scaling: ..."). */
+struct ProfileAtSize {
+  Profile profile;
+  std::string note;
+};
+
+/** A rule for the micro-batch sizes a profile does not cover: every size
+ *  but its own for a single-size profile; below the smallest or above the
+ *  largest measured size for a multi-size one (sizes in between are always
+ *  interpolated, measured sizes always taken as measured). Rules are pure
+ *  and registered by name (micro_batch_scaling): `simulate
+ *  --micro-batch-scaling NAME` picks one; an analytic compute model would be
+ *  another rule. */
+class MicroBatchScaling {
+ public:
+  virtual ~MicroBatchScaling() = default;
+  virtual const std::string& name() const = 0;
+  /** The single-size profile at `size`, a size `profile` does not cover (see
+   *  above; `size` >= 1). Throws InputError when the rule cannot give one. */
+  virtual ProfileAtSize outside_measured(const Profile& profile, int size) const = 0;
+};
+
+/** The registered rules, in the order `--micro-batch-scaling` lists them:
+ *  - none (the default): a single-size profile has no other size (an
+ *    InputError that names --micro-batch-scaling linear); a multi-size
+ *    profile is extrapolated along the line through its two nearest measured
+ *    sizes (profile_at_micro_batch_size below);
+ *  - linear: the profile at the nearest measured size a (its only size, or
+ *    the smallest or largest), with every value that grows with the samples
+ *    multiplied by size / a, computed as v x size / a: forward and backward
+ *    times, device times, output_bytes, activation_bytes and input_bytes.
+ *    Parameter bytes and names stay; check_profile's limits still apply. */
+const std::vector<std::string>& micro_batch_scaling_names();
+
+/** The rule registered as `name`; InputError naming --micro-batch-scaling and
+ *  listing the rules otherwise. */
+const MicroBatchScaling& micro_batch_scaling(const std::string& name);
+
+/** The single-size profile at `size`: measured values at a measured size,
+ *  interpolated between two measured sizes (as below), `rule` outside them.
+ *  Throws InputError when `size` < 1 or the rule cannot give the size. */
+ProfileAtSize profile_at_micro_batch_size(const Profile& profile, int size, const MicroBatchScaling& rule);
+
 /** The single-size profile with micro-batches of `size` samples (SEMANTICS.md,
- *  Batch size). At a measured size, that size's values exactly. Otherwise
+ *  Batch size), rule none. At a measured size, that size's values exactly. Otherwise
  *  every time and activation size (forward_s, backward_s, output_bytes,
  *  activation_bytes, device times, input_bytes) is interpolated linearly between the two
  *  measured sizes around `size`, or extrapolated along the line through the
@@ -102,8 +149,8 @@ std::vector<int> profile_micro_batch_sizes(const Profile& profile);
  *    v(size) = v(a) + (v(b) - v(a)) * (size - a) / (b - a).
  *  Names and parameter bytes are unchanged; the result has no `measured`.
  *  Throws InputError when `size` < 1, when a single-size profile is asked
- *  for another size than its micro_batch_size (no scaling is invented), and
- *  when extrapolation makes a value negative (the message names the layer,
+ *  for another size than its micro_batch_size (no scaling is invented; the
+ *  message names --micro-batch-scaling linear), and when extrapolation makes a value negative (the message names the layer,
  *  the field and the two sizes; values are never clamped), and when it
  *  makes a value exceed the limits of check_profile. */
 Profile profile_at_micro_batch_size(const Profile& profile, int size);

@@ -516,7 +516,7 @@ std::vector<std::string> moves(const Chain& chain, const Layout& before, const L
 
 void check_one_stage_per_host(const Profile& profile, const PlatformSummary& platform) {
   if (profile.layers.size() < platform.hosts.size())
-    throw InputError(fmt::format("partitioner bapipe: profile '{}' has {} layers, fewer than the {} hosts of {} (one stage per host)",
+    throw InfeasibleError(fmt::format("partitioner bapipe: profile '{}' has {} layers, fewer than the {} hosts of {} (one stage per host)",
                                  profile.name, profile.layers.size(), platform.hosts.size(), platform.file));
 }
 
@@ -625,7 +625,7 @@ std::optional<Layout> fine_tune(const Context& context, std::vector<std::string>
 /// The InputError for a platform on which no whole-layer split fits: the
 /// split with the smallest largest share of a host's capacity, and its
 /// fullest host.
-InputError nothing_fits(const Context& context, const std::string& bound_text) {
+InfeasibleError nothing_fits(const Context& context, const std::string& bound_text) {
   const Chain& chain = context.chain;
   const auto share = [&](int s, int, int, const Figures& f) {
     return context.capacity[s] == kInfinity ? 0.0 : f.memory / context.capacity[s];
@@ -633,7 +633,7 @@ InputError nothing_fits(const Context& context, const std::string& bound_text) {
   const Layout closest = whole_layers(*min_max_split(chain, share, std::nullopt));
   const Evaluation best = evaluate(context, closest);
   const int worst = best.fullest_stage;
-  return InputError(fmt::format(
+  return InfeasibleError(fmt::format(
       "partitioner bapipe: no partition of profile '{}' into whole layers fits the memory of {} ({}): the best found, "
       "layers {}, needs {} on {} (stage {}), which has {}",
       chain.profile().name, chain.platform().file, bound_text, layout_text(closest),

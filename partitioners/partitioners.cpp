@@ -126,4 +126,59 @@ PartitionerOutput run_partitioner(const std::string& name, const PartitionerInpu
   throw InputError(fmt::format("--partitioner: expected one of {}, found '{}'", known, name));
 }
 
+const std::vector<std::string>& run_partitioner_names() {
+  static const std::vector<std::string> names = {"uniform", "pipedream", "pipedream-straight", "pipedream-memory", "bapipe"};
+  return names;
+}
+
+std::optional<double> pipedream_memory_capacity(const PlatformSummary& platform, std::optional<double> memory_limit_bytes) {
+  if (memory_limit_bytes) return memory_limit_bytes;
+  std::optional<double> capacity;
+  for (const HostInfo& host : platform.hosts) {
+    if (!host.memory_bytes) return std::nullopt;
+    capacity = capacity ? std::min(*capacity, *host.memory_bytes) : *host.memory_bytes;
+  }
+  return capacity;
+}
+
+PartitionerOutput partition_for_run(const std::string& name, const RunPartitionInput& input) {
+  const std::vector<std::string>& names = run_partitioner_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    std::string known;
+    for (const std::string& each : names) known += (known.empty() ? "" : ", ") + each;
+    throw InputError(fmt::format("--partitioner: expected one of {}, found '{}'", known, name));
+  }
+  const Profile& profile = input.graph.profile;
+  if (name == "uniform") {
+    std::vector<std::string> hosts;
+    for (const HostInfo& host : input.platform.hosts) hosts.push_back(host.name);
+    if (hosts.size() > profile.layers.size())
+      throw InfeasibleError(fmt::format("uniform: {} hosts, one stage each, but only {} layers", hosts.size(), profile.layers.size()));
+    PartitionerOutput output;
+    output.profile = profile;
+    output.partition = uniform_partition(profile, hosts, static_cast<int>(hosts.size()));
+    return output;
+  }
+  PartitionerInput partitioner;
+  partitioner.graph = input.graph;
+  partitioner.profile = profile;
+  partitioner.platform = input.platform;
+  if (name == "bapipe") {
+    partitioner.schedule = input.schedule;
+    partitioner.micro_batches = input.micro_batches;
+    partitioner.memory_limit_bytes = input.memory_limit_bytes;
+    partitioner.split_layers = input.split_layers;
+    return run_partitioner("bapipe", partitioner);
+  }
+  partitioner.straight = name == "pipedream-straight";
+  if (name == "pipedream-memory") {
+    partitioner.memory_limit_bytes = pipedream_memory_capacity(input.platform, input.memory_limit_bytes);
+    if (!partitioner.memory_limit_bytes)
+      throw InputError(fmt::format("pipedream-memory: partitions within the devices' memory, and {} gives no `memory` for "
+                                   "every host: give --memory",
+                                   input.platform.file));
+  }
+  return run_partitioner("pipedream", partitioner);
+}
+
 }  // namespace pipegrid

@@ -96,8 +96,50 @@ std::string stage_list_text(const std::vector<int>& stages);
 /** Names accepted by run_partitioner, in the order explore tries them. */
 const std::vector<std::string>& partitioner_names();
 
-/** Runs the named partitioner. Throws InputError for an unknown name or when
- *  no partition exists (more stages than layers, an unreachable memory limit). */
+/** Runs the named partitioner. Throws InputError for an unknown name, and
+ *  InfeasibleError (an InputError) when no partition exists (more stages than
+ *  layers, an unreachable memory limit). */
 PartitionerOutput run_partitioner(const std::string& name, const PartitionerInput& input);
+
+/** The partitions `explore` tries for a run, by name, and what `simulate
+ *  --partitioner NAME` runs: "uniform", "pipedream", "pipedream-straight",
+ *  "pipedream-memory", "bapipe". */
+const std::vector<std::string>& run_partitioner_names();
+
+/** What a run's partition is chosen from (explore's candidate, simulate's
+ *  plan). */
+struct RunPartitionInput {
+  /// The model at the run's micro-batch size (its profile is what the run
+  /// simulates; a branching graph.txt keeps its edges for PipeDream).
+  ModelGraph graph;
+  /// Routes included (sim::read_platform with PlatformRoutes::All).
+  PlatformSummary platform;
+  std::string schedule;  ///< bapipe plans for it (a flushed schedule)
+  int micro_batches = 1; ///< bapipe: M of the flushed schedule
+  /// --memory: every device's capacity in place of the hosts' own.
+  std::optional<double> memory_limit_bytes;
+  bool split_layers = false;  ///< bapipe: --split-layers
+};
+
+/** The memory pipedream-memory partitions within: `memory_limit_bytes` when
+ *  given, else the smallest host `memory` when every host has one; absent
+ *  otherwise (explore then does not try pipedream-memory). */
+std::optional<double> pipedream_memory_capacity(const PlatformSummary& platform, std::optional<double> memory_limit_bytes);
+
+/** The partition `name` (run_partitioner_names) chooses, exactly as explore
+ *  makes it:
+ *  - uniform: one stage per host in platform order, layers split by count
+ *    (uniform_partition); InfeasibleError when there are more hosts than
+ *    layers;
+ *  - pipedream: PipeDream's optimizer with replication, the hierarchy taken
+ *    from the routes, no memory limit; pipedream-straight: the same without
+ *    replicated stages; pipedream-memory: with replication, every stage's
+ *    stash within pipedream_memory_capacity (InputError when there is none);
+ *  - bapipe: BaPipe's partition for `schedule` with `micro_batches`, within
+ *    `memory_limit_bytes` or the hosts' own memory, splitting layers as
+ *    `split_layers` says.
+ *  InfeasibleError when the partitioner finds no partition; InputError for
+ *  an unknown name or input it cannot take. */
+PartitionerOutput partition_for_run(const std::string& name, const RunPartitionInput& input);
 
 }  // namespace pipegrid

@@ -278,14 +278,14 @@ PipeDreamSolution solve_pipedream(const StateChain& chain, const PipeDreamOption
     int total = 1;
     for (const PipeDreamLevel& level : options.levels) total *= level.machines;
     if (options.memory_bytes)
-      throw InputError(fmt::format("pipedream: no partition of {} states over {} machines keeps every stage's stash within "
+      throw InfeasibleError(fmt::format("pipedream: no partition of {} states over {} machines keeps every stage's stash within "
                                    "--memory {} bytes",
                                    count, total, *options.memory_bytes));
     if (options.straight && total > count)
-      throw InputError(fmt::format("pipedream: a straight pipeline over {} machines needs at least {} states (one per "
+      throw InfeasibleError(fmt::format("pipedream: a straight pipeline over {} machines needs at least {} states (one per "
                                    "stage), found {}: use fewer machines or drop --straight",
                                    total, total, count));
-    throw InputError(fmt::format("pipedream: no partition of {} states over {} machines", count, total));
+    throw InfeasibleError(fmt::format("pipedream: no partition of {} states over {} machines", count, total));
   }
   PipeDreamSolution solution;
   solution.time_per_stage_s = goal.time;

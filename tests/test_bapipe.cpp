@@ -18,6 +18,7 @@
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/model_graph.hpp"
 #include "core/partition.hpp"
 #include "expect_input_error.hpp"
 #include "partitioners/bapipe.hpp"
@@ -656,6 +657,101 @@ TEST(Bapipe, SplitsBetweenAsynchronousHostsByDefault) {
   input.platform.hosts[1].execution = Execution::Sync;
   input.schedule = "1f1b-so";
   EXPECT_TRUE(bapipe_partition(input).partition.split_last.empty());
+}
+
+// The partitions explore tries and simulate --partitioner runs
+// (partition_for_run): the names, and infeasible runs told apart from bad
+// input.
+
+/// Runs `action`, expects an InfeasibleError, and returns its message.
+std::string infeasible_error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const InfeasibleError& error) {
+    return error.what();
+  } catch (const InputError& error) {
+    ADD_FAILURE() << "expected an InfeasibleError, found an InputError: " << error.what();
+    return {};
+  }
+  ADD_FAILURE() << "expected an InfeasibleError, none was thrown";
+  return {};
+}
+
+RunPartitionInput run_input(const Profile& profile, const PlatformSummary& summary) {
+  RunPartitionInput input;
+  input.graph = chain_graph(profile);
+  input.platform = summary;
+  input.schedule = "1f1b-so";
+  input.micro_batches = 2;
+  return input;
+}
+
+TEST(PartitionForRun, NamesAndWhatEachChooses) {
+  EXPECT_EQ(run_partitioner_names(),
+            (std::vector<std::string>{"uniform", "pipedream", "pipedream-straight", "pipedream-memory", "bapipe"}));
+  const Profile profile = with_work({1, 1, 1, 1});
+  RunPartitionInput input = run_input(profile, platform({1, 1}));
+  const PartitionerOutput uniform = partition_for_run("uniform", input);
+  EXPECT_EQ(uniform.partition.stage_of_layer, (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(uniform.partition.hosts, (std::vector<std::vector<std::string>>{{"h0"}, {"h1"}}));
+  // bapipe: the same as run_partitioner with the run's schedule and M.
+  PartitionerInput direct = input_for(profile, input.platform);
+  direct.schedule = "1f1b-so";
+  direct.micro_batches = 2;
+  EXPECT_EQ(partition_for_run("bapipe", input).partition.stage_of_layer,
+            run_partitioner("bapipe", direct).partition.stage_of_layer);
+  // pipedream-straight: no replicated stage.
+  for (const auto& hosts : partition_for_run("pipedream-straight", input).partition.hosts) EXPECT_EQ(hosts.size(), 1u);
+  EXPECT_EQ(input_error_of([&] { partition_for_run("metis", input); }),
+            "--partitioner: expected one of uniform, pipedream, pipedream-straight, pipedream-memory, bapipe, found 'metis'");
+}
+
+TEST(PartitionForRun, NoPartitionIsInfeasibleBadInputIsNot) {
+  const Profile two_layers = with_work({1, 1});
+  const RunPartitionInput three_hosts = run_input(two_layers, platform({1, 1, 1}));
+  EXPECT_EQ(infeasible_error_of([&] { partition_for_run("uniform", three_hosts); }),
+            "uniform: 3 hosts, one stage each, but only 2 layers");
+  EXPECT_CONTAINS(infeasible_error_of([&] { partition_for_run("bapipe", three_hosts); }),
+                  "partitioner bapipe: profile 'work' has 2 layers, fewer than the 3 hosts of test.xml");
+  EXPECT_CONTAINS(infeasible_error_of([&] { partition_for_run("pipedream-straight", three_hosts); }),
+                  "pipedream: a straight pipeline over 3 machines needs at least 3 states");
+  RunPartitionInput tight = run_input(with_work({1, 1, 1, 1}), platform({1, 1}));
+  tight.memory_limit_bytes = 1;
+  EXPECT_CONTAINS(infeasible_error_of([&] { partition_for_run("bapipe", tight); }),
+                  "partitioner bapipe: no partition of profile 'work' into whole layers fits the memory of test.xml");
+  EXPECT_CONTAINS(infeasible_error_of([&] { partition_for_run("pipedream-memory", tight); }),
+                  "pipedream: no partition of 4 states over 2 machines keeps every stage's stash within --memory 1 bytes");
+  // No memory known: pipedream-memory cannot run (bad input, not infeasible).
+  const RunPartitionInput unknown = run_input(with_work({1, 1, 1, 1}), platform({1, 1}));
+  EXPECT_EQ(pipedream_memory_capacity(unknown.platform, std::nullopt), std::nullopt);
+  const std::string message = input_error_of([&] { partition_for_run("pipedream-memory", unknown); });
+  EXPECT_CONTAINS(message, "pipedream-memory: partitions within the devices' memory, and test.xml gives no `memory` for every host");
+  try {
+    partition_for_run("pipedream-memory", unknown);
+  } catch (const InfeasibleError&) {
+    ADD_FAILURE() << "a missing memory is bad input, not an infeasible run";
+  } catch (const InputError&) {
+  }
+  // A flushed schedule for bapipe is input, not infeasibility.
+  RunPartitionInput stale = run_input(with_work({1, 1, 1, 1}), platform({1, 1}));
+  stale.schedule = "pipedream";
+  try {
+    partition_for_run("bapipe", stale);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InfeasibleError& error) {
+    ADD_FAILURE() << "not infeasible: " << error.what();
+  } catch (const InputError& error) {
+    EXPECT_CONTAINS(std::string(error.what()), "partitioner bapipe: plans pipelines that flush every mini-batch");
+  }
+}
+
+TEST(PartitionForRun, MemoryCapacityIsTheLimitOrTheSmallestHost) {
+  PlatformSummary summary = platform({1, 1});
+  summary.hosts[0].memory_bytes = 300;
+  EXPECT_EQ(pipedream_memory_capacity(summary, std::nullopt), std::nullopt);
+  summary.hosts[1].memory_bytes = 200;
+  EXPECT_EQ(pipedream_memory_capacity(summary, std::nullopt), 200);
+  EXPECT_EQ(pipedream_memory_capacity(summary, 1000), 1000);
 }
 
 }  // namespace

@@ -219,6 +219,28 @@ TEST(PlanLimits, CountsUnknownKeysAndNumbers) {
   EXPECT_EQ(message.find("json.exception"), std::string::npos) << message;
 }
 
+TEST(PlanLimits, PartitionerAndScalingFieldsRoundTripAndAreChecked) {
+  Plan plan = parse_plan_json(plan_text(""), "plan.json");
+  EXPECT_EQ(plan.partitioner, "");
+  EXPECT_EQ(plan.micro_batch_scaling, "none");
+  // Written only when set: a plan without them reads back the same text.
+  EXPECT_EQ(plan_to_json(parse_plan_json(plan_to_json(plan), "again.json")), plan_to_json(plan));
+  EXPECT_EQ(plan_to_json(plan).find("partitioner"), std::string::npos);
+  EXPECT_EQ(plan_to_json(plan).find("micro_batch_scaling"), std::string::npos);
+  plan.partitioner = "bapipe";
+  plan.micro_batch_scaling = "linear";
+  plan.micro_batch_scaling_note = "2 samples derived from the measured 1 by linear scaling";
+  const Plan back = parse_plan_json(plan_to_json(plan), "again.json");
+  EXPECT_EQ(back.partitioner, "bapipe");
+  EXPECT_EQ(back.micro_batch_scaling, "linear");
+  EXPECT_EQ(back.micro_batch_scaling_note, plan.micro_batch_scaling_note);
+  EXPECT_EQ(plan_to_json(back), plan_to_json(plan));
+  EXPECT_CONTAINS(input_error_of([] { parse_plan_json(plan_text(R"("micro_batch_scaling": "cubic",)"), "plan.json"); }),
+                  "plan.json: micro_batch_scaling: expected a rule of --micro-batch-scaling, found \"cubic\"");
+  EXPECT_CONTAINS(input_error_of([] { parse_plan_json(plan_text(R"("partitioner": 3,)"), "plan.json"); }),
+                  "plan.json: partitioner: expected a partitioner name, found 3");
+}
+
 // --------------------------------------------------------------- programs
 
 TEST(ProgramLimits, HeaderCountsAreBounded) {

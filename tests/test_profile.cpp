@@ -1024,5 +1024,120 @@ TEST(ShippedPipeDreamProfiles, GnmtBatchSizeComesFromItsLstmStates) {
   EXPECT_EQ(profile.input_bytes, 0);  // its Input nodes carry no bytes
 }
 
+
+// Micro-batch scaling rules (simulate --micro-batch-scaling).
+
+TEST(MicroBatchScaling, RegistryListsNoneAndLinear) {
+  EXPECT_EQ(micro_batch_scaling_names(), (std::vector<std::string>{"none", "linear"}));
+  EXPECT_EQ(micro_batch_scaling("none").name(), "none");
+  EXPECT_EQ(micro_batch_scaling("linear").name(), "linear");
+  EXPECT_EQ(input_error_of([] { micro_batch_scaling("cubic"); }),
+            "--micro-batch-scaling: expected none or linear, found 'cubic'");
+}
+
+TEST(MicroBatchScaling, NoneRefusesASizeASingleSizeProfileLacksAndNamesLinear) {
+  const Profile tiny = parse_profile_json(kTinyText, "tiny.json");
+  EXPECT_EQ(input_error_of([&] { profile_at_micro_batch_size(tiny, 8, micro_batch_scaling("none")); }),
+            "profile tiny: measured at micro-batch size 4 only, so it has no times at size 8 (give times at several "
+            "sizes, \"micro_batch_sizes\", to interpolate, or derive them from size 4 with --micro-batch-scaling linear: "
+            "times and activation bytes proportional to the samples)");
+  // Its own size needs no rule.
+  const ProfileAtSize own = profile_at_micro_batch_size(tiny, 4, micro_batch_scaling("none"));
+  EXPECT_EQ(profile_to_json(own.profile), profile_to_json(tiny));
+  EXPECT_EQ(own.note, "");
+}
+
+TEST(MicroBatchScaling, LinearScalesASingleSizeProfileExactly) {
+  const Profile tiny = parse_profile_json(kTinyText, "tiny.json");
+  const MicroBatchScaling& linear = micro_batch_scaling("linear");
+  const ProfileAtSize at8 = profile_at_micro_batch_size(tiny, 8, linear);
+  const Profile& p = at8.profile;
+  EXPECT_EQ(p.micro_batch_size, 8);
+  EXPECT_TRUE(p.measured.empty());
+  EXPECT_EQ(p.input_bytes, 80);
+  EXPECT_EQ(p.layers[0].forward_s, 1.0);
+  EXPECT_EQ(p.layers[0].backward_s, 2.0);
+  EXPECT_EQ(p.layers[0].output_bytes, 50);
+  EXPECT_EQ(p.layers[0].parameter_bytes, 100);  // unchanged
+  EXPECT_EQ(p.layers[1].forward_s, 0.5);
+  EXPECT_EQ(p.layers[1].backward_s, 1.5);
+  EXPECT_EQ(p.layers[1].output_bytes, 0);
+  EXPECT_EQ(p.layers[1].parameter_bytes, 50);
+  EXPECT_EQ(p.layers[1].name, "fc");
+  EXPECT_EQ(at8.note,
+            "8 samples derived from the measured 4 by linear scaling: times, activation and input bytes x 8/4, "
+            "parameter bytes unchanged");
+  // Down, and to a size that is no multiple: v x size / measured.
+  const Profile p6 = profile_at_micro_batch_size(tiny, 6, linear).profile;
+  EXPECT_EQ(p6.input_bytes, 60);
+  EXPECT_EQ(p6.layers[0].forward_s, 0.75);
+  EXPECT_EQ(p6.layers[0].output_bytes, 37.5);
+  EXPECT_EQ(p6.layers[1].backward_s, 1.125);
+  const Profile p1 = profile_at_micro_batch_size(tiny, 1, linear).profile;
+  EXPECT_EQ(p1.input_bytes, 10);
+  EXPECT_EQ(p1.layers[0].forward_s, 0.125);
+  EXPECT_EQ(p1.layers[0].output_bytes, 6.25);
+  // Its own size: as measured, no note.
+  EXPECT_EQ(profile_at_micro_batch_size(tiny, 4, linear).note, "");
+}
+
+TEST(MicroBatchScaling, LinearScalesActivationAndDeviceTimes) {
+  const Profile profile = parse_profile_json(
+      tiny_with_layers(R"({"name": "a", "forward_s": 1, "backward_s": 2, "output_bytes": 8, "activation_bytes": 12, )"
+                       R"("parameter_bytes": 7, "devices": {"V100": {"forward_s": 0.5, "backward_s": 0.25}}})"),
+      "a.json");
+  const Profile p = profile_at_micro_batch_size(profile, 12, micro_batch_scaling("linear")).profile;
+  EXPECT_EQ(p.layers[0].forward_s, 3);
+  EXPECT_EQ(p.layers[0].backward_s, 6);
+  EXPECT_EQ(p.layers[0].output_bytes, 24);
+  ASSERT_TRUE(p.layers[0].activation_bytes.has_value());
+  EXPECT_EQ(*p.layers[0].activation_bytes, 36);
+  EXPECT_EQ(p.layers[0].parameter_bytes, 7);
+  EXPECT_EQ(p.layers[0].device_times.at("V100").forward_s, 1.5);
+  EXPECT_EQ(p.layers[0].device_times.at("V100").backward_s, 0.75);
+}
+
+TEST(MicroBatchScaling, LinearScalesAMultiSizeProfileFromTheNearestEndOnly) {
+  const Profile profile = parse_profile_json(kSizesText, "sizes.json");
+  const MicroBatchScaling& linear = micro_batch_scaling("linear");
+  // Above 16: the values at 16, x 32/16.
+  const ProfileAtSize at32 = profile_at_micro_batch_size(profile, 32, linear);
+  const Profile& p = at32.profile;
+  EXPECT_EQ(p.input_bytes, 320);
+  EXPECT_EQ(p.layers[0].forward_s, 3);
+  EXPECT_EQ(p.layers[0].backward_s, 5);
+  EXPECT_EQ(p.layers[0].output_bytes, 200);
+  EXPECT_EQ(p.layers[1].forward_s, 2);
+  EXPECT_EQ(p.layers[1].device_times.at("VCU129").forward_s, 0.6);
+  EXPECT_EQ(p.layers[1].device_times.at("VCU129").backward_s, 1.4);
+  EXPECT_EQ(p.layers[2].forward_s, 1.25);
+  EXPECT_EQ(p.layers[2].parameter_bytes, 50);
+  EXPECT_EQ(at32.note,
+            "32 samples derived from the measured 16 by linear scaling: times, activation and input bytes x 32/16, "
+            "parameter bytes unchanged");
+  // Below 4: the values at 4, x 2/4 (rule none extrapolates along the line
+  // through 4 and 8 instead: conv1's forward 0.375, not 0.25).
+  const Profile p2 = profile_at_micro_batch_size(profile, 2, linear).profile;
+  EXPECT_EQ(p2.input_bytes, 20);
+  EXPECT_EQ(p2.layers[0].forward_s, 0.25);
+  EXPECT_EQ(p2.layers[1].device_times.at("VCU129").backward_s, 0.125);
+  EXPECT_EQ(profile_at_micro_batch_size(profile, 2, micro_batch_scaling("none")).profile.layers[0].forward_s, 0.375);
+  // Measured and in-between sizes do not depend on the rule.
+  for (const int size : {4, 6, 8, 12, 16}) {
+    const ProfileAtSize scaled = profile_at_micro_batch_size(profile, size, linear);
+    EXPECT_EQ(profile_to_json(scaled.profile), profile_to_json(profile_at_micro_batch_size(profile, size))) << size;
+    EXPECT_EQ(scaled.note, "") << size;
+  }
+}
+
+TEST(MicroBatchScaling, LinearKeepsTheProfileLimits) {
+  const Profile profile = parse_profile_json(
+      R"({"name": "big", "micro_batch_size": 1, "layers": [{"name": "a", "forward_s": 1e6, "backward_s": 1, )"
+      R"("output_bytes": 0, "parameter_bytes": 0}]})",
+      "big.json");
+  EXPECT_CONTAINS(input_error_of([&] { profile_at_micro_batch_size(profile, 10000, micro_batch_scaling("linear")); }),
+                  "profile big scaled linearly to micro-batch size 10000");
+}
+
 }  // namespace
 }  // namespace pipegrid

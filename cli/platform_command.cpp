@@ -1,0 +1,61 @@
+#include "cli/platform_command.hpp"
+
+#include <iostream>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/cluster_platform.hpp"
+#include "core/io.hpp"
+
+namespace pipegrid::cli {
+namespace {
+
+struct PlatformCommandOptions {
+  CLI::App* cluster = nullptr;
+  /// Every option's text, by flag; only those given reach the spec.
+  std::map<std::string, std::string> values;
+  std::string output;
+};
+
+PlatformCommandOptions options;
+
+}  // namespace
+
+CLI::App* add_platform_command(CLI::App& app) {
+  auto* command = app.add_subcommand("platform", "write SimGrid platform files");
+  command->require_subcommand(1);
+  auto* cluster = command->add_subcommand("cluster", "a cluster of identical GPU servers: a zone per server, routes complete");
+  options.cluster = cluster;
+  const std::vector<std::pair<std::string, std::string>> flags = {
+      {"--servers", "servers (zones)"},
+      {"--gpus-per-server", "GPU hosts per server"},
+      {"--device", "each host's `device` property (a profile's per-device times), such as V100"},
+      {"--memory", "each GPU's memory (bytes, or with a unit: 16GiB, 80GB)"},
+      {"--intra", "between two GPUs of a server: BANDWIDTH[,LATENCY] (150GBps,2us; latency 0 when omitted)"},
+      {"--inter", "between GPUs of two servers: BANDWIDTH[,LATENCY] (25Gbps,5us)"},
+      {"--intra-link", "per-gpu (default: each GPU its own full-duplex link) or shared (one link per server for all)"},
+      {"--speed", "host speed in flop/s with a SimGrid unit (default 1Tf; not used for profile-timed work)"},
+  };
+  for (const auto& [flag, help] : flags) cluster->add_option(flag, options.values[flag], help);
+  cluster->add_option("--output", options.output, "the platform file to write")->required();
+  return command;
+}
+
+int run_platform_command() {
+  std::map<std::string, std::string> given;
+  for (const auto& [flag, value] : options.values)
+    if (options.cluster->count(flag) > 0) given[flag] = value;
+  const ClusterSpec spec = cluster_spec_from_options(given, "platform cluster");
+  write_file_atomically(options.output, cluster_platform_xml(spec));
+  std::cout << fmt::format("{}: {} hosts, {} server{} x {} GPU{} (s0-gpu0 ... s{}-gpu{}), device {}, memory {} each\n",
+                           options.output, spec.servers * spec.gpus_per_server, spec.servers, spec.servers == 1 ? "" : "s",
+                           spec.gpus_per_server, spec.gpus_per_server == 1 ? "" : "s", spec.servers - 1,
+                           spec.gpus_per_server - 1, spec.device, spec.memory);
+  return 0;
+}
+
+}  // namespace pipegrid::cli

@@ -1,0 +1,282 @@
+#include "core/cluster_platform.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/platform.hpp"
+#include "core/platform_check.hpp"
+
+namespace pipegrid {
+
+namespace {
+
+using Units = std::vector<std::pair<const char*, double>>;  ///< largest first
+
+const Units& bandwidth_units() {
+  static const Units units = {{"TBps", 1e12}, {"GBps", 1e9}, {"MBps", 1e6}, {"kBps", 1e3}, {"Bps", 1}};
+  return units;
+}
+const Units& time_units() {
+  static const Units units = {{"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}, {"ps", 1e-12}};
+  return units;
+}
+const Units& speed_units() {
+  static const Units units = {{"Ef", 1e18}, {"Pf", 1e15}, {"Tf", 1e12}, {"Gf", 1e9}, {"Mf", 1e6}, {"kf", 1e3}, {"f", 1}};
+  return units;
+}
+
+// `value` with a unit, as text that reads back (number x scale, as SimGrid
+// and pipegrid's check compute it) to exactly `value`: the shortest such
+// text, or the one in the largest unit whose number is at least 1 and which
+// is at most a character longer ("25Gbps" is written 3.125GBps rather than
+// 3125MBps; half of 5us 2.5us, 0.5 ms 0.5ms). The base unit (scale 1)
+// always reads back.
+std::string quantity_text(double value, const Units& units) {
+  std::vector<std::pair<std::string, bool>> texts;  // reads back, in unit order; whether its number is >= 1
+  std::size_t shortest = std::string::npos;
+  for (const auto& [unit, scale] : units) {
+    const double scaled = value / scale;
+    const std::string number = fmt::format("{}", scaled);
+    std::size_t length = 0;
+    const std::optional<double> back = scan_number(number, &length);
+    if (!back || length != number.size() || *back * scale != value) continue;
+    texts.emplace_back(number + unit, scaled >= 1);
+    if (shortest == std::string::npos || texts.back().first.size() < texts[shortest].first.size()) shortest = texts.size() - 1;
+  }
+  for (const auto& [text, at_least_one] : texts)
+    if (at_least_one && text.size() <= texts[shortest].first.size() + 1) return text;
+  return texts[shortest].first;
+}
+
+std::string canonical_key(std::string key) {
+  if (key.rfind("--", 0) == 0) key.erase(0, 2);
+  std::replace(key.begin(), key.end(), '-', '_');
+  return key;
+}
+
+std::string trimmed(const std::string& text) {
+  std::size_t begin = 0, end = text.size();
+  while (begin < end && std::isspace(static_cast<unsigned char>(text[begin]))) ++begin;
+  while (end > begin && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
+  return text.substr(begin, end - begin);
+}
+
+int integer_option(const std::string& text, int max, const std::string& what) {
+  const std::string value = trimmed(text);
+  bool digits = !value.empty() && value.size() <= 9;
+  for (const char c : value) digits = digits && std::isdigit(static_cast<unsigned char>(c));
+  const long number = digits ? std::stol(value) : 0;
+  if (!digits || number < 1 || number > max)
+    throw InputError(fmt::format("{}: expected an integer from 1 to {}, found '{}'", what, max, printable(text)));
+  return static_cast<int>(number);
+}
+
+ClusterLink link_option(const std::string& text, const std::string& what) {
+  const std::size_t comma = text.find(',');
+  const std::string bandwidth = trimmed(text.substr(0, comma));
+  const std::string latency = comma == std::string::npos ? "" : trimmed(text.substr(comma + 1));
+  if (bandwidth.empty() || (comma != std::string::npos && latency.empty()))
+    throw InputError(fmt::format("{}: expected BANDWIDTH or BANDWIDTH,LATENCY (such as 25Gbps,5us), found '{}'", what,
+                                 printable(text)));
+  ClusterLink link;
+  link.bandwidth_Bps = parse_bandwidth(bandwidth, what + " (bandwidth)");
+  if (link.bandwidth_Bps < 1)
+    throw InputError(fmt::format("{} (bandwidth): expected at least 1 B/s, found '{}'", what, printable(bandwidth)));
+  if (!latency.empty()) {
+    link.latency_s = parse_duration(latency, what + " (latency)");
+    if (link.latency_s > 1e9)
+      throw InputError(fmt::format("{} (latency): expected at most 1e9 s, found '{}'", what, printable(latency)));
+  }
+  return link;
+}
+
+double speed_option(const std::string& text, const std::string& what) {
+  const std::string value = trimmed(text);
+  std::size_t length = 0;
+  const std::optional<double> number = scan_number(value, &length);
+  double scale = 0;
+  if (number) {
+    const std::string unit = value.substr(length);
+    if (unit.empty() || unit == "flops") scale = 1;
+    for (const auto& [name, factor] : speed_units())
+      if (unit == name) scale = factor;
+  }
+  const double flops = number ? *number * scale : 0;
+  if (!number || scale == 0 || !(flops >= 1e-6 && flops <= 1e24))
+    throw InputError(fmt::format("{}: expected a speed in flop/s from 1e-6 to 1e24, optionally with a SimGrid unit (f, kf, "
+                                 "Mf, Gf, Tf, Pf, Ef), found '{}'",
+                                 what, printable(text)));
+  return flops;
+}
+
+}  // namespace
+
+const std::vector<std::string>& cluster_option_names() {
+  static const std::vector<std::string> names = {"servers", "gpus_per_server", "device", "memory",
+                                                 "intra",   "inter",           "intra_link", "speed"};
+  return names;
+}
+
+ClusterSpec cluster_spec_from_options(const std::map<std::string, std::string>& options, const std::string& where) {
+  const std::vector<std::string>& names = cluster_option_names();
+  // canonical name -> (the key as given, its value)
+  std::map<std::string, std::pair<std::string, std::string>> given;
+  for (const auto& [key, value] : options) {
+    const std::string name = canonical_key(key);
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      std::string nearest;
+      std::size_t best = 3;
+      for (const std::string& candidate : names) {
+        const std::size_t distance = edit_distance(name, candidate);
+        if (distance < best || (nearest.empty() && name.size() >= 3 && candidate.rfind(name, 0) == 0))
+          nearest = candidate, best = std::min(best, distance);
+      }
+      std::string known;
+      for (const std::string& candidate : names) known += (known.empty() ? "" : ", ") + candidate;
+      throw InputError(nearest.empty()
+                           ? fmt::format("{}: unknown key '{}' (expected one of {})", where, printable(key), known)
+                           : fmt::format("{}: unknown key '{}' (did you mean '{}'?)", where, printable(key), nearest));
+    }
+    const auto [it, added] = given.emplace(name, std::pair{key, value});
+    if (!added)
+      throw InputError(fmt::format("{}: '{}' and '{}' both give {}: give it once", where, printable(it->second.first),
+                                   printable(key), name));
+  }
+  for (const char* required : {"servers", "gpus_per_server", "device", "memory", "intra", "inter"})
+    if (!given.count(required))
+      throw InputError(fmt::format("{}: missing '{}' (required: servers, gpus_per_server, device, memory, intra, inter)", where,
+                                   required));
+  const auto what = [&](const std::string& name) { return fmt::format("{}: {}", where, printable(given.at(name).first)); };
+  const auto value = [&](const std::string& name) -> const std::string& { return given.at(name).second; };
+
+  ClusterSpec spec;
+  spec.servers = integer_option(value("servers"), kMaxClusterServers, what("servers"));
+  spec.gpus_per_server = integer_option(value("gpus_per_server"), kMaxClusterGpusPerServer, what("gpus_per_server"));
+  if (spec.servers * spec.gpus_per_server > kMaxClusterHosts)
+    throw InputError(fmt::format("{}: {} servers x {} GPUs make {} hosts; a platform has at most {}", where, spec.servers,
+                                 spec.gpus_per_server, spec.servers * spec.gpus_per_server, kMaxClusterHosts));
+  spec.device = trimmed(value("device"));
+  const bool device_ok = !spec.device.empty() && spec.device.size() <= 64 &&
+                         std::all_of(spec.device.begin(), spec.device.end(), [](char c) {
+                           return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '+' || c == '-';
+                         });
+  if (!device_ok)
+    throw InputError(fmt::format("{}: expected a device type name of at most 64 letters, digits, '.', '_', '+' or '-' "
+                                 "(such as V100), found '{}'",
+                                 what("device"), printable(value("device"))));
+  spec.memory = trimmed(value("memory"));
+  if (!(parse_bytes(spec.memory, what("memory")) > 0))
+    throw InputError(fmt::format("{}: expected a memory size above 0 (such as 16GiB), found '{}'", what("memory"),
+                                 printable(value("memory"))));
+  spec.intra = link_option(value("intra"), what("intra"));
+  spec.inter = link_option(value("inter"), what("inter"));
+  if (given.count("intra_link")) {
+    const std::string link = trimmed(value("intra_link"));
+    if (link == "per-gpu") spec.intra_link = IntraLink::PerGpu;
+    else if (link == "shared") spec.intra_link = IntraLink::Shared;
+    else
+      throw InputError(fmt::format("{}: expected per-gpu or shared, found '{}'", what("intra_link"), printable(value("intra_link"))));
+  }
+  if (given.count("speed")) spec.speed_flops = speed_option(value("speed"), what("speed"));
+  return spec;
+}
+
+std::string cluster_platform_xml(const ClusterSpec& spec) {
+  const int S = spec.servers, G = spec.gpus_per_server;
+  const bool per_gpu = spec.intra_link == IntraLink::PerGpu;
+  const std::string intra_bandwidth = quantity_text(spec.intra.bandwidth_Bps, bandwidth_units());
+  const std::string inter_bandwidth = quantity_text(spec.inter.bandwidth_Bps, bandwidth_units());
+  const std::string intra_latency = quantity_text(spec.intra.latency_s, time_units());
+  const std::string inter_latency = quantity_text(spec.inter.latency_s, time_units());
+  const std::string half_intra_latency = quantity_text(spec.intra.latency_s / 2, time_units());
+  const std::string half_inter_latency = quantity_text(spec.inter.latency_s / 2, time_units());
+  const std::string speed = quantity_text(spec.speed_flops, speed_units());
+  const auto host = [](int s, int g) { return fmt::format("s{}-gpu{}", s, g); };
+
+  std::string xml;
+  xml += "<?xml version='1.0'?>\n";
+  xml += "<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n";
+  xml += "<!--\n";
+  // (No user text in the comment: a name may hold "--", which ends none.)
+  xml += fmt::format("  Written by pipegrid platform cluster: {} server{} x {} GPU{} ({} hosts).\n", S, S == 1 ? "" : "s", G,
+                     G == 1 ? "" : "s", S * G);
+  if (G > 1 && per_gpu)
+    xml += fmt::format("  Inside a server: each GPU its own full-duplex link sK-gpuG-link ({}, {}); GPU a to GPU b\n"
+                       "  crosses a's link up and b's link down: {} + bytes / {} alone on its route.\n",
+                       intra_bandwidth, half_intra_latency, intra_latency, intra_bandwidth);
+  else if (G > 1)
+    xml += fmt::format("  Inside a server: one link sK-bus ({}, {}) that every transfer inside the server shares,\n"
+                       "  both directions: {} + bytes / {} alone on its route.\n",
+                       intra_bandwidth, intra_latency, intra_latency, intra_bandwidth);
+  if (S > 1)
+    xml += fmt::format("  Between servers: the sender's NIC sK-nic up ({}, {}), the non-blocking switch, the receiver's\n"
+                       "  NIC down: {} + bytes / {} alone on its route; a server's sends share its NIC, so do its receives.\n",
+                       inter_bandwidth, half_inter_latency, inter_latency, inter_bandwidth);
+  xml += fmt::format("  Host speed {}: not used for profile-timed work. Hosts in pipeline order: s0-gpu0, ..., s{}-gpu{}.\n", speed,
+                     S - 1, G - 1);
+  xml += "-->\n";
+  xml += "<platform version=\"4.1\">\n";
+  xml += "  <zone id=\"cluster\" routing=\"Full\">\n";
+  for (int s = 0; s < S; ++s) {
+    xml += fmt::format("    <zone id=\"server{}\" routing=\"Full\">\n", s);
+    for (int g = 0; g < G; ++g) {
+      xml += fmt::format("      <host id=\"{}\" speed=\"{}\">\n", host(s, g), speed);
+      xml += "        <prop id=\"kind\" value=\"gpu\"/>\n";
+      xml += fmt::format("        <prop id=\"device\" value=\"{}\"/>\n", spec.device);
+      xml += fmt::format("        <prop id=\"memory\" value=\"{}\"/>\n", spec.memory);
+      xml += "      </host>\n";
+    }
+    const std::string router = fmt::format("s{}-router", s);
+    if (S > 1) xml += fmt::format("      <router id=\"{}\"/>\n", router);
+    if (G > 1) {
+      if (per_gpu)
+        for (int g = 0; g < G; ++g)
+          xml += fmt::format("      <link id=\"{}-link\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SPLITDUPLEX\"/>\n",
+                             host(s, g), intra_bandwidth, half_intra_latency);
+      else
+        xml += fmt::format("      <link id=\"s{}-bus\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SHARED\"/>\n", s,
+                           intra_bandwidth, intra_latency);
+    }
+    if (S > 1)
+      xml += fmt::format("      <link id=\"s{}-nic\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SPLITDUPLEX\"/>\n", s,
+                         inter_bandwidth, half_inter_latency);
+    for (int a = 0; a < G; ++a)
+      for (int b = 0; b < G; ++b) {
+        if (a == b) continue;
+        const std::string links =
+            per_gpu ? fmt::format("<link_ctn id=\"{}-link\" direction=\"UP\"/><link_ctn id=\"{}-link\" direction=\"DOWN\"/>",
+                                  host(s, a), host(s, b))
+                    : fmt::format("<link_ctn id=\"s{}-bus\"/>", s);
+        xml += fmt::format("      <route src=\"{}\" dst=\"{}\" symmetrical=\"NO\">{}</route>\n", host(s, a), host(s, b), links);
+      }
+    if (S > 1)
+      for (int g = 0; g < G; ++g) {
+        xml += fmt::format("      <route src=\"{}\" dst=\"{}\" symmetrical=\"NO\"><link_ctn id=\"s{}-nic\" direction=\"UP\"/></route>\n",
+                           host(s, g), router, s);
+        xml += fmt::format("      <route src=\"{}\" dst=\"{}\" symmetrical=\"NO\"><link_ctn id=\"s{}-nic\" direction=\"DOWN\"/></route>\n",
+                           router, host(s, g), s);
+      }
+    xml += "    </zone>\n";
+  }
+  if (S > 1) {
+    xml += fmt::format("    <link id=\"switch\" bandwidth=\"{}\" latency=\"0s\" sharing_policy=\"FATPIPE\"/>\n", inter_bandwidth);
+    for (int a = 0; a < S; ++a)
+      for (int b = 0; b < S; ++b) {
+        if (a == b) continue;
+        xml += fmt::format("    <zoneRoute src=\"server{}\" dst=\"server{}\" gw_src=\"s{}-router\" gw_dst=\"s{}-router\" "
+                           "symmetrical=\"NO\"><link_ctn id=\"switch\"/></zoneRoute>\n",
+                           a, b, a, b);
+      }
+  }
+  xml += "  </zone>\n";
+  xml += "</platform>\n";
+  return xml;
+}
+
+}  // namespace pipegrid
