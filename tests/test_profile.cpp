@@ -984,7 +984,7 @@ TEST(ShippedPipeDreamProfiles, Vgg16) {
   EXPECT_EQ(profile.layers.back().output_bytes, 0);
 }
 
-TEST(ShippedPipeDreamProfiles, AllFourParse) {
+TEST(ShippedPipeDreamProfiles, AllSixParse) {
   struct Expected {
     const char* model;
     std::optional<int> batch_size;
@@ -992,7 +992,8 @@ TEST(ShippedPipeDreamProfiles, AllFourParse) {
     int micro_batch_size;
   };
   for (const Expected& expected : {Expected{"alexnet", std::nullopt, 22, 256}, Expected{"vgg16", std::nullopt, 40, 128},
-                                   Expected{"resnet50", std::nullopt, 176, 128}, Expected{"gnmt", 64, 45, 64}}) {
+                                   Expected{"resnet50", std::nullopt, 176, 128}, Expected{"gnmt", 64, 45, 64},
+                                   Expected{"gnmt_large", std::nullopt, 93, 128}, Expected{"resnet101", std::nullopt, 346, 64}}) {
     SCOPED_TRACE(expected.model);
     const Profile profile = read_profile(shipped(expected.model), expected.batch_size);
     EXPECT_EQ(profile.name, expected.model);
