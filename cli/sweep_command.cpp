@@ -15,10 +15,12 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/partition_command.hpp"
 #include "cli/run.hpp"
 #include "cli/simulate_options.hpp"
 #include "core/error.hpp"
@@ -54,25 +56,32 @@ CLI::App *plan_command, *run_command, *status_command, *merge_command, *report_c
 
 /// The capabilities this build has, for an experiment's `requires`.
 const std::vector<std::string>& capabilities() {
-  static const std::vector<std::string> list = {"simulate", "sweep", "simulate-partitioner", "micro-batch-scaling", "platform-cluster"};
+  static const std::vector<std::string> list = {"simulate", "partition", "sweep", "simulate-partitioner", "micro-batch-scaling", "platform-cluster"};
   return list;
 }
 
-/// The parameters of a command: its own input options, '-' -> '_'.
-std::vector<ParameterSpec> parameters_of(const std::string& command) {
+/// The parameters of a command: its own input options, '-' -> '_' (not
+/// its output flags). nullopt: this build has no such command.
+std::optional<std::vector<ParameterSpec>> parameters_of(const std::string& command) {
   CLI::App app;
   PlanRequest request;
-  if (command != "simulate") throw InputError(fmt::format("command '{}': sweeps run simulate (partition and model come later)", command));
-  add_simulate_input_options(app, request);
+  CLI::App* options_of = &app;
+  if (command == "simulate") add_simulate_input_options(app, request);
+  else if (command == "partition") options_of = add_partition_command(app);
+  else return std::nullopt;
   std::vector<ParameterSpec> parameters;
-  for (const CLI::Option* option : app.get_options()) {
-    if (option->get_lnames().empty() || option->get_lnames().front() == "help") continue;
+  for (const CLI::Option* option : options_of->get_options()) {
+    if (option->get_lnames().empty()) continue;
+    const std::string long_name = option->get_lnames().front();
+    if (long_name == "help" || long_name == "json" || long_name == "output") continue;
     ParameterSpec spec;
-    spec.flag = "--" + option->get_lnames().front();
-    spec.name = option->get_lnames().front();
+    spec.flag = "--" + long_name;
+    spec.name = long_name;
     std::replace(spec.name.begin(), spec.name.end(), '-', '_');
     const std::string type = option->get_type_name();
+    spec.several = option->get_expected_max() > 1;
     if (option->get_expected_max() == 0) spec.kind = ParameterSpec::Kind::Flag;
+    else if (spec.several) spec.kind = ParameterSpec::Kind::Text;
     else if (type == "INT" || type == "UINT") spec.kind = ParameterSpec::Kind::Int;
     else if (type == "FLOAT") spec.kind = ParameterSpec::Kind::Real;
     else spec.kind = ParameterSpec::Kind::Text;
@@ -125,13 +134,13 @@ ExperimentPlan make_experiment_plan(const std::string& file, const std::vector<s
   plan_options.sets = sets;
   plan_options.where = where;
   // The command is read from the file; its parameters decide the rest.
-  return sweep::plan_experiment(file, parameters_of("simulate"), capabilities(), plan_options, input_queries());
+  return sweep::plan_experiment(file, parameters_of, capabilities(), plan_options, input_queries());
 }
 
 /// The command line that reproduces a run (argv[0] excluded).
 std::vector<std::string> command_line_of(const ExperimentPlan& plan, const PlannedRun& run) {
   std::vector<std::string> args = {plan.command};
-  for (const ParameterSpec& spec : parameters_of(plan.command)) {
+  for (const ParameterSpec& spec : plan.parameters) {
     const auto found = run.settings.find(spec.name);
     if (found == run.settings.end() || found->second.value.absent()) continue;
     const sweep::Setting& setting = found->second;
@@ -140,6 +149,11 @@ std::vector<std::string> command_line_of(const ExperimentPlan& plan, const Plann
       continue;
     }
     args.push_back(spec.flag);
+    if (spec.several && setting.value.kind == sweep::Scalar::Kind::Text) {
+      std::istringstream words(setting.value.text);
+      for (std::string word; words >> word;) args.push_back(word);
+      continue;
+    }
     args.push_back(setting.resolved_path.empty() ? setting.value.to_text() : setting.resolved_path);
   }
   return args;

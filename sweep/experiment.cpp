@@ -121,7 +121,8 @@ std::optional<Scalar> scalar_of(const toml::node& node) {
 
 /// Reading state shared by the main file and its bases.
 struct Reader {
-  const std::vector<ParameterSpec>& parameters;
+  std::vector<ParameterSpec> parameters;
+  bool any_key = false;  ///< the command is missing from this build: keys are not checked
   const InputQueries& queries;
   std::string main_file;
   std::vector<std::string> labels;
@@ -139,7 +140,7 @@ struct Reader {
     return names;
   }
   void check_key(const SourcePlace& place, const std::string& key) const {
-    if (parameter(key) || is_label(key)) return;
+    if (any_key || parameter(key) || is_label(key)) return;
     const std::string suggestion = did_you_mean(key, known_names());
     fail(place, suggestion.empty() ? fmt::format("unknown key '{}' (neither a parameter nor declared in labels)", key)
                                    : fmt::format("unknown key '{}'{}", key, suggestion));
@@ -510,6 +511,19 @@ void read_file_into(Reader& reader, const std::string& file, bool is_base, Exper
         fail(place_of(file, *node), fmt::format("'{}' is not allowed in an included base (bases hold schema, include, labels, defaults, derive)", key));
       unknown_key(place_of(file, *node), key, allowed);
     }
+  if (!is_base) {
+    if (const toml::node* command = root.get("command")) {
+      experiment.command = read_string_key(root, file, "command");
+      if (std::find(kCommands.begin(), kCommands.end(), experiment.command) == kCommands.end())
+        fail(place_of(file, *command), fmt::format("command: expected simulate, partition or model, found '{}'", experiment.command));
+    }
+    if (std::optional<std::vector<ParameterSpec>> parameters = reader.parameters_of(experiment.command)) {
+      reader.parameters = std::move(*parameters);
+    } else {
+      reader.any_key = true;
+      experiment.requires_capabilities.push_back(experiment.command + "-command");
+    }
+  }
   if (const toml::node* schema = root.get("schema")) {
     if (!schema->as_integer() || schema->as_integer()->get() != 1)
       fail(place_of(file, *schema), "schema: expected 1, the only version of the experiment format");
@@ -518,19 +532,15 @@ void read_file_into(Reader& reader, const std::string& file, bool is_base, Exper
   }
   stack.push_back(file);
   if (is_base) reader.includes.push_back(file);
-  read_includes(reader, root, file, experiment, stack);
+  // Labels first: a base's defaults may set a label the including file declares.
   read_labels(reader, root, file);
+  read_includes(reader, root, file, experiment, stack);
   read_defaults(reader, root, file, experiment);
   read_derive(reader, root, file, experiment);
   if (!is_base) {
     experiment.name = read_string_key(root, file, "name");
     if (experiment.name.empty()) experiment.name = fs::path(file).stem().string();
     experiment.title = read_string_key(root, file, "title");
-    if (const toml::node* command = root.get("command")) {
-      experiment.command = read_string_key(root, file, "command");
-      if (std::find(kCommands.begin(), kCommands.end(), experiment.command) == kCommands.end())
-        fail(place_of(file, *command), fmt::format("command: expected simulate, partition or model, found '{}'", experiment.command));
-    }
     if (const toml::node* requires_node = root.get("requires")) {
       const auto* array = requires_node->as_array();
       if (!array) fail(place_of(file, *requires_node), "requires: expected an array of capability names");
@@ -687,10 +697,10 @@ std::string canonical_run_text(const std::string& command, const std::map<std::s
   return text;
 }
 
-ExperimentPlan plan_experiment(const std::string& file, const std::vector<ParameterSpec>& parameters,
+ExperimentPlan plan_experiment(const std::string& file, const ParametersOf& parameters_of,
                                const std::vector<std::string>& capabilities, const PlanOptions& options,
                                const InputQueries& queries) {
-  Reader reader{parameters, queries, file, {}, {}};
+  Reader reader{{}, false, parameters_of, queries, file, {}, {}};
   Experiment experiment;
   ExperimentPlan plan;
   plan.file = file;
@@ -701,6 +711,10 @@ ExperimentPlan plan_experiment(const std::string& file, const std::vector<Parame
   plan.command = experiment.command;
   plan.includes = reader.includes;
   plan.requires_capabilities = experiment.requires_capabilities;
+  plan.parameters = reader.parameters;
+  plan.sets = options.sets;
+  plan.where = options.where;
+  const std::vector<ParameterSpec>& parameters = reader.parameters;
   for (const std::string& capability : experiment.requires_capabilities)
     if (std::find(capabilities.begin(), capabilities.end(), capability) == capabilities.end())
       plan.missing_capabilities.push_back(capability);

@@ -44,6 +44,9 @@ struct ParameterSpec {
   Kind kind = Kind::Text;
   /// For Path parameters: values that name no file (partition = "uniform").
   std::vector<std::string> literals;
+  /// The option takes several values (partition's --machines 4 4): a text
+  /// value is split at spaces into them.
+  bool several = false;
 };
 
 /// Where a value came from, for errors: FILE:LINE.
@@ -116,12 +119,20 @@ struct ExperimentPlan {
   std::vector<std::string> notes;  ///< e.g. "--set micro_batches=4 replaces axis 'micro_batches'"
   std::vector<std::string> input_files;  ///< every distinct resolved input file, sorted
   std::string experiment_text;           ///< the file as read
+  std::vector<ParameterSpec> parameters;  ///< of the command
+  std::vector<std::string> sets;          ///< the --set options it was planned with
+  std::string where;                      ///< the --where option
 };
 
-/** Reads and expands an experiment file. `parameters` are the command's
- *  parameters; `capabilities` what this build can do (for `requires`).
- *  Throws InputError naming FILE:LINE and the key on any error. */
-ExperimentPlan plan_experiment(const std::string& file, const std::vector<ParameterSpec>& parameters,
+/// The parameters of a command (its input options), or nullopt when this
+/// build lacks the command: its keys are then not checked, and the plan
+/// lists the command as a missing capability.
+using ParametersOf = std::function<std::optional<std::vector<ParameterSpec>>(const std::string& command)>;
+
+/** Reads and expands an experiment file. `parameters_of` gives the file's
+ *  command's parameters; `capabilities` what this build can do (for
+ *  `requires`). Throws InputError naming FILE:LINE and the key on any error. */
+ExperimentPlan plan_experiment(const std::string& file, const ParametersOf& parameters_of,
                                const std::vector<std::string>& capabilities, const PlanOptions& options,
                                const InputQueries& queries);
 

@@ -130,11 +130,18 @@ ParsedMetrics parse_metrics(const std::string& command, const std::string& json_
   if (json_text.empty()) return parsed;
   const nlohmann::json document = nlohmann::json::parse(json_text);
   if (command == "partition") {
+    // partition --json: the stages at the top level, each with its layers and replicas.
     parsed.cells[0] = cell_of(document.value("time_per_stage_s", nlohmann::json()));
-    if (document.contains("partition")) {
-      parsed.cells[1] = std::to_string(document["partition"].value("stages", nlohmann::json::array()).size());
-      parsed.cells[2] = compact_partition(document["partition"]);
+    std::string compact;
+    const nlohmann::json stages = document.value("stages", nlohmann::json::array());
+    for (const nlohmann::json& stage : stages) {
+      const nlohmann::json layers = stage.value("layers", nlohmann::json::array());
+      compact += (compact.empty() ? "" : "|") +
+                 (layers.size() == 2 ? fmt::format("{}-{}", cell_of(layers[0]), cell_of(layers[1])) : layers.dump()) + ":" +
+                 cell_of(stage.value("replicas", nlohmann::json(1)));
     }
+    parsed.cells[1] = std::to_string(stages.size());
+    parsed.cells[2] = compact;
     return parsed;
   }
   if (command == "model") {
@@ -366,6 +373,8 @@ std::string manifest_json(const ExperimentPlan& plan, const std::map<std::string
   manifest["pipegrid_version"] = version;
   manifest["columns"] = runs_header(plan);
   manifest["axes"] = plan.axis_names;
+  manifest["sets"] = plan.sets;
+  manifest["where"] = plan.where;
   nlohmann::ordered_json inputs = nlohmann::ordered_json::object();
   for (const auto& [path, hash] : input_hashes) inputs[path] = hash;
   manifest["input_sha256"] = inputs;

@@ -56,7 +56,7 @@ class SweepExperiment : public ::testing::Test {
   }
   ExperimentPlan plan(const std::string& text, PlanOptions options = {}) {
     write("e.toml", text);
-    return plan_experiment((dir_ / "e.toml").string(), parameters(), {"simulate"}, options, queries());
+    return plan_experiment((dir_ / "e.toml").string(), [](const std::string&) { return std::optional(parameters()); }, {"simulate"}, options, queries());
   }
   std::string error_of(const std::string& text, PlanOptions options = {}) {
     try {
@@ -139,7 +139,7 @@ values = [3]
 [derive]
 micro_batch_size = "256 / micro_batches"
 )T");
-  EXPECT_NE(error.find("e.toml:6"), std::string::npos) << error;
+  EXPECT_NE(error.find("e.toml:8: derive.micro_batch_size"), std::string::npos) << error;
   EXPECT_NE(error.find("micro_batch_size must be an integer"), std::string::npos) << error;
 }
 
@@ -248,7 +248,7 @@ TEST(SweepRunKey, ResultsVersionGolden) {
   settings["schedule"].value = Scalar::of_text("gpipe");
   const std::string text = canonical_run_text("simulate", settings, parameters(), {});
   EXPECT_EQ(text, "pipegrid-run\ncommand=simulate\nresults_version=1\nmicro_batches=n:8\nschedule=s:gpipe\n");
-  EXPECT_EQ(run_key_of(text), "0000000000000000") << "update the golden key: " << run_key_of(text);
+  EXPECT_EQ(run_key_of(text), "f5032221e6019a91") << "update the golden key: " << run_key_of(text);
 }
 
 TEST(SweepShard, FromLaunchersAndText) {

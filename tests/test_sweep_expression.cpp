@@ -38,6 +38,7 @@ TEST(SweepExpression, ComparisonsLogicAndFunctions) {
   MapScope scope;
   scope.values["schedule"] = std::string("dp");
   scope.values["micro_batches"] = 8.0;
+  scope.values["platform"] = std::string("p.xml");
   EXPECT_EQ(eval("schedule != 'dp'", scope), Value(false));
   EXPECT_EQ(eval("divides(micro_batches, 256) and micro_batches >= hosts(platform)", scope), Value(true));
   EXPECT_EQ(eval("divides(3, 256)"), Value(false));
