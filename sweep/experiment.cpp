@@ -123,6 +123,7 @@ std::optional<Scalar> scalar_of(const toml::node& node) {
 struct Reader {
   std::vector<ParameterSpec> parameters;
   bool any_key = false;  ///< the command is missing from this build: keys are not checked
+  ParametersOf parameters_of;
   const InputQueries& queries;
   std::string main_file;
   std::vector<std::string> labels;
@@ -716,7 +717,8 @@ ExperimentPlan plan_experiment(const std::string& file, const ParametersOf& para
   plan.where = options.where;
   const std::vector<ParameterSpec>& parameters = reader.parameters;
   for (const std::string& capability : experiment.requires_capabilities)
-    if (std::find(capabilities.begin(), capabilities.end(), capability) == capabilities.end())
+    if (std::find(capabilities.begin(), capabilities.end(), capability) == capabilities.end() &&
+        std::find(plan.missing_capabilities.begin(), plan.missing_capabilities.end(), capability) == plan.missing_capabilities.end())
       plan.missing_capabilities.push_back(capability);
   const std::string experiment_dir = fs::path(file).parent_path().string();
 

@@ -166,7 +166,8 @@ ParsedMetrics parse_metrics(const std::string& command, const std::string& json_
       for (std::size_t r = 0; r < stages[s]["hosts"].size(); ++r)
         placement[stages[s]["hosts"][r].get<std::string>()] = {static_cast<int>(s), static_cast<int>(r)};
   }
-  for (const nlohmann::json& device : document.value("devices", nlohmann::json::array())) {
+  const nlohmann::json devices = document.value("devices", nlohmann::json::array());
+  for (const nlohmann::json& device : devices) {
     if (!peak || device.value("peak_memory_bytes", 0.0) > peak->value("peak_memory_bytes", 0.0)) peak = &device;
     const std::string host = device.value("host", "");
     std::string stages;
