@@ -1,5 +1,5 @@
 #pragma once
-// The expression language of experiment files (docs/experiments.md,
+// The expression language of experiment files (docs/experiments-report.md,
 // "Expressions"): `when`, `[derive]`, `[[where]]`, `--where`, and the
 // report's `[[expect]]` assertions.
 //

@@ -123,8 +123,10 @@ std::vector<AssertOutcome> run_expects(const ReportSpec& spec, const Results& ru
   for (const ExpectSpec& expect : spec.expects) {
     const std::string context = fmt::format("{}:{}", spec.file, expect.line);
     if (!expect.table.empty()) {
-      const ComputedTable& table = *std::find_if(tables.begin(), tables.end(),
-                                                 [&](const ComputedTable& t) { return t.spec->name == expect.table; });
+      const auto found = std::find_if(tables.begin(), tables.end(),
+                                      [&](const ComputedTable& t) { return t.spec->name == expect.table; });
+      if (found == tables.end()) throw InputError(fmt::format("{}: [[expect]]: no [[table]] named '{}'", context, expect.table));
+      const ComputedTable& table = *found;
       std::vector<std::string> known;
       for (std::size_t c = 0; c < table.col_raw.size(); ++c)
         for (const std::string* name : {&table.col_raw[c], &table.col_display[c]})
@@ -232,6 +234,11 @@ std::vector<std::string> dead_axes(const ReportContext& context, const Results& 
 // ---------------------------------------------------------------- documents
 
 std::string inline_svg(std::string svg) {
+  // An XML declaration is not allowed inside HTML.
+  if (svg.rfind("<?xml", 0) == 0) {
+    const std::size_t end = svg.find("?>");
+    svg.erase(0, end == std::string::npos ? svg.size() : svg.find_first_not_of("\r\n", end + 2));
+  }
   // HTML parses <svg> into the SVG namespace by itself; drop the namespace
   // declarations so that the page names no external address at all.
   for (const std::string attribute : {" xmlns=\"http://www.w3.org/2000/svg\"", " xmlns:xlink=\"http://www.w3.org/1999/xlink\""}) {

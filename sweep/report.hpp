@@ -1,6 +1,6 @@
 #pragma once
 // `pipegrid sweep report`: tables, checks and plots from a sweep's results
-// (docs/experiments.md, "Reports"). Reads only OUT/runs.csv and
+// (docs/experiments-report.md). Reads only OUT/runs.csv and
 // OUT/devices.csv; never simulates.
 //
 // The experiment file's report sections:
@@ -76,7 +76,7 @@ struct ExpectSpec {
 };
 
 /** One plot of [report] plots. Which keys a kind takes is in
- *  docs/experiments.md; a key a kind does not take is an InputError. */
+ *  docs/experiments-report.md; a key a kind does not take is an InputError. */
 struct PlotSpec {
   std::size_t line = 0;
   std::string kind;        ///< line bars memory bubble heatmap pareto scaling
@@ -119,7 +119,6 @@ struct ReportContext {
   std::string name;                            ///< the experiment's name
   std::string title;                           ///< its title; empty: the name
   std::vector<ReportAxis> axes;                ///< in file order
-  std::vector<std::string> parameter_columns;  ///< parameters and labels, in runs.csv order
   /// Columns holding file paths: tables and plots print them shortened to
   /// their stems (with parent folders where stems collide).
   std::vector<std::string> path_columns = {"platform", "profile", "partition", "plan"};

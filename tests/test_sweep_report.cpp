@@ -54,7 +54,6 @@ ReportContext fixture_context() {
   context.name = "report-fixture";
   context.title = "GPipe vs BaPipe on 2 and 4 V100 (fixture)";
   context.axes = {{"platform", {}}, {"system", {"system", "schedule", "partitioner"}}, {"micro_batches", {}}, {"tag", {}}};
-  context.parameter_columns = {"platform", "system", "schedule", "partitioner", "micro_batches", "tag", "profile"};
   return context;
 }
 
