@@ -9,6 +9,8 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/timeline_compare.hpp"
+#include "render/timeline_csv.hpp"
+#include "render/timeline_svg.hpp"
 
 namespace pipegrid::cli {
 namespace {

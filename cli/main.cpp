@@ -33,6 +33,9 @@
 #include "core/partition.hpp"
 #include "core/program.hpp"
 #include "core/termination.hpp"
+#include "render/chrome_trace.hpp"
+#include "render/timeline_csv.hpp"
+#include "render/timeline_svg.hpp"
 #include "schedules/schedules.hpp"
 
 namespace pipegrid::cli {

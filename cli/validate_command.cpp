@@ -18,6 +18,8 @@
 #include "core/io.hpp"
 #include "core/termination.hpp"
 #include "core/timeline_compare.hpp"
+#include "render/timeline_csv.hpp"
+#include "render/timeline_svg.hpp"
 #include "schedules/schedules.hpp"
 #include "validate/executor.hpp"
 #include "validate/model_zoo.hpp"

@@ -103,9 +103,4 @@ std::string comparison_to_table(const std::vector<TimelineComparison>& runs, con
  *  runs). */
 std::string comparison_to_json(const std::vector<TimelineComparison>& runs, const std::string& simulated_origin);
 
-/** The two timelines stacked on one time axis (each shifted to start at 0):
- *  the simulated devices under a "simulated" heading on top, the measured
- *  ones under "measured" below, drawn by timeline_to_svg. */
-std::string comparison_to_svg(const Timeline& simulated, const Timeline& measured, const std::string& title);
-
 }  // namespace pipegrid

@@ -4,11 +4,15 @@
 // Common contract of every *_svg function below:
 // - Deterministic: the same input gives the same bytes (fixed number
 //   formatting, no locale, no clock, no randomness).
-// - Self-contained SVG 1.1 text (one <svg> element with an XML declaration),
-//   every caller-given string XML-escaped, a title, labelled axes with "nice"
-//   ticks (1, 2, 2.5, 5 x 10^k; powers of 2 on a log2 axis), a legend when
-//   there is more than one series, colours from one fixed palette (series
-//   i gets palette colour i mod its size, in the order given).
+// - Self-contained SVG 1.1 text: one <svg> element, no XML declaration, so
+//   it can be written to a .svg file or inlined in HTML as is. Every
+//   caller-given string is XML-escaped; a title, labelled axes with "nice"
+//   ticks (1, 2, 2.5, 5 x 10^k, k/M/G suffixes for large values; powers of 2
+//   on a log2 axis), a legend in a column right of the plot (one entry per
+//   named series, plus entries for what else is drawn: out of memory,
+//   capacity, ideal, closed form, paper, front), colours from one fixed
+//   palette (series i gets palette colour i mod its size, in the order given;
+//   line charts: in order of first appearance of the name).
 // - Never throws on data: values that cannot be drawn (NaN, infinities, x <= 0
 //   on a log2 axis, y <= 0 where the chart needs positive values) are skipped
 //   and counted in a note under the chart ("2 points not drawn: x <= 0 on
@@ -133,7 +137,8 @@ std::string memory_chart_svg(const MemoryChart& chart);
 // ---------------------------------------------------------------- bubble
 
 /** Bubble fraction vs number of micro-batches: the measured points of each
- *  series as markers joined by solid lines, and each closed-form curve (points
+ *  series as markers (joined by a solid line unless a closed form of the same
+ *  name is given, which would hide the dashed curve), and each closed-form curve (points
  *  sampled by the caller) as a dashed line without markers. A closed-form
  *  series whose name equals a measured series' name takes its colour (legend
  *  "<name> (closed form)"); others take the next palette colours. */

@@ -23,6 +23,7 @@
 
 #include "core/error.hpp"
 #include "core/timeline.hpp"
+#include "render/timeline_csv.hpp"
 #include "schedules/schedules.hpp"
 #include "sim/engine.hpp"
 #include "sim_test_util.hpp"

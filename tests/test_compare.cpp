@@ -7,6 +7,7 @@
 
 #include "core/timeline_compare.hpp"
 #include "expect_input_error.hpp"
+#include "render/timeline_svg.hpp"
 
 namespace pipegrid {
 namespace {

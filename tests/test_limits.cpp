@@ -26,6 +26,7 @@
 #include "expect_input_error.hpp"
 #include "partitioners/antichain.hpp"
 #include "partitioners/pipedream.hpp"
+#include "render/timeline_csv.hpp"
 #include "schedules/schedules.hpp"
 
 namespace pipegrid {

@@ -13,6 +13,9 @@
 
 #include "core/error.hpp"
 #include "core/timeline.hpp"
+#include "render/chrome_trace.hpp"
+#include "render/timeline_csv.hpp"
+#include "render/timeline_svg.hpp"
 
 namespace pipegrid {
 namespace {

@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/timeline.hpp"
+#include "render/timeline_csv.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <string>
 
-#include "core/timeline_compare.hpp"
+#include "render/timeline_svg.hpp"
 
 namespace pipegrid {
 

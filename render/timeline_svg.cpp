@@ -53,7 +53,7 @@
 
 #include <fmt/format.h>
 
-#include "core/timeline.hpp"
+#include "render/timeline_svg.hpp"
 
 namespace pipegrid {
 

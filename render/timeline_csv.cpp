@@ -10,7 +10,7 @@
 #include "core/io.hpp"
 #include "core/json_input.hpp"
 #include "core/limits.hpp"
-#include "core/timeline.hpp"
+#include "render/timeline_csv.hpp"
 
 namespace pipegrid {
 

@@ -36,7 +36,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/timeline.hpp"
+#include "render/chrome_trace.hpp"
 
 namespace pipegrid {
 
