@@ -203,18 +203,13 @@ std::string ComputedTable::text(std::size_t row, std::size_t col) const {
 
 namespace {
 
-std::size_t index_of(std::vector<std::string>& keys, const std::string& key) {
-  const auto found = std::find(keys.begin(), keys.end(), key);
-  if (found != keys.end()) return static_cast<std::size_t>(found - keys.begin());
-  keys.push_back(key);
-  return keys.size() - 1;
-}
-
-std::size_t index_of(std::vector<std::vector<std::string>>& keys, const std::vector<std::string>& key) {
-  const auto found = std::find(keys.begin(), keys.end(), key);
-  if (found != keys.end()) return static_cast<std::size_t>(found - keys.begin());
-  keys.push_back(key);
-  return keys.size() - 1;
+/// Index of `key` in `keys` (appended when new), through `index` (a map of
+/// the same keys) so that large sweeps stay linear.
+template <typename Key>
+std::size_t index_of(std::vector<Key>& keys, std::map<Key, std::size_t>& index, const Key& key) {
+  const auto [found, inserted] = index.try_emplace(key, keys.size());
+  if (inserted) keys.push_back(key);
+  return found->second;
 }
 
 }  // namespace
@@ -236,11 +231,13 @@ ComputedTable compute_table(const TableSpec& spec, const Results& runs) {
   // Rows and columns in order of first appearance (plan order); each cell's
   // runs, and those that fit.
   std::vector<std::vector<std::vector<std::size_t>>> all, fit;  // [row][col] -> runs
+  std::map<std::vector<std::string>, std::size_t> row_index;
+  std::map<std::string, std::size_t> col_index;
   for (std::size_t run = 0; run < runs.size(); ++run) {
     std::vector<std::string> key;
     for (const std::size_t c : row_cols) key.push_back(runs.cell(run, c));
-    const std::size_t r = index_of(table.row_raw, key);
-    const std::size_t c = has_cols ? index_of(table.col_raw, runs.cell(run, col_col)) : index_of(table.col_raw, "value");
+    const std::size_t r = index_of(table.row_raw, row_index, key);
+    const std::size_t c = index_of(table.col_raw, col_index, has_cols ? runs.cell(run, col_col) : std::string("value"));
     if (all.size() <= r) all.resize(r + 1), fit.resize(r + 1);
     if (all[r].size() <= c) all[r].resize(c + 1), fit[r].resize(c + 1);
     all[r][c].push_back(run);
