@@ -552,7 +552,7 @@ std::string xy_svg(XYSpec spec) {
   const std::size_t n = spec.panels.size();
   const double panel_w = n == 1 ? 480 : n == 2 ? 400 : 340;
   const double panel_h = 300;
-  const double panel_gap = 28;
+  const double panel_gap = 36;
   double tick_w = 0;
   for (const std::string& l : ty.labels) tick_w = std::max(tick_w, text_width(l, kTickFont));
   const bool has_panel_titles =
@@ -1173,13 +1173,20 @@ std::string heatmap_svg(const Heatmap& chart) {
   double col_label_w = 0;
   for (const std::string& x : chart.x_values)
     col_label_w = std::max(col_label_w, text_width(shorten(x, kMaxTickLabelChars), kTickFont));
-  const double cell_w = std::clamp(std::max(text_w + 12, 44.0), 44.0, 160.0);
+  // Wide enough for the values and, up to a limit, for the column headers
+  // (longer headers are rotated).
+  const double cell_w = std::clamp(std::max({text_w + 12, col_label_w + 10, 48.0}), 48.0, 160.0);
   const bool rotate = col_label_w > cell_w - 4;
   const double cell_h = 28;
   double row_label_w = 0;
   for (const std::string& y : chart.y_values)
     row_label_w = std::max(row_label_w, text_width(shorten(y, kMaxTickLabelChars), kTickFont));
-  const double left = 16 + (chart.y_label.empty() ? 0 : 22) + row_label_w + 8;
+  // A rotated first header reaches left of the grid by about cos(30 deg) of its width.
+  const double left = std::max(16 + (chart.y_label.empty() ? 0 : 22) + row_label_w + 8,
+                               rotate && cols > 0
+                                   ? 12 + 0.87 * text_width(shorten(chart.x_values[0], kMaxTickLabelChars), kTickFont) -
+                                         cell_w / 2
+                                   : 0.0);
   const double top = chart.title.empty() ? 16 : 46;
   const double grid_w = std::max(cell_w * static_cast<double>(cols), 120.0);
   const double grid_h = std::max(cell_h * static_cast<double>(rows), 60.0);

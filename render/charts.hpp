@@ -102,7 +102,7 @@ struct BarChart {
   Axis y;               ///< scale is ignored (always linear from 0)
   std::vector<std::string> groups;  ///< group names, left to right
   std::vector<std::string> series;  ///< bar names within a group (legend)
-  std::vector<std::vector<Bar>> bars;  ///< [group][series]; missing entries: no bar
+  std::vector<std::vector<Bar>> bars;  ///< [group][series]; missing entries: no bar; entries beyond groups/series: ignored
   /// A dashed horizontal reference line (1.0 for a speed-up table, say).
   std::optional<double> baseline;
 };
@@ -168,7 +168,7 @@ struct Heatmap {
   std::string value_label;  ///< names the colour scale
   std::vector<std::string> x_values;  ///< column headers
   std::vector<std::string> y_values;  ///< row headers
-  std::vector<std::vector<HeatCell>> cells;  ///< [row][column]; missing entries: blank
+  std::vector<std::vector<HeatCell>> cells;  ///< [row][column]; missing entries: blank; entries beyond the headers: ignored
 };
 std::string heatmap_svg(const Heatmap& chart);
 

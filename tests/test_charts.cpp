@@ -255,12 +255,6 @@ TEST(LineChart, EscapesText) {
   EXPECT_NE(std::find(legend.begin(), legend.end(), "x<y>&"), legend.end());
 }
 
-TEST(Charts, Deterministic) {
-  EXPECT_EQ(line_chart_svg(throughput_chart()), line_chart_svg(throughput_chart()));
-  LineChart other = throughput_chart();
-  other.panels[0].series[0].points[1].y += 1;
-  EXPECT_NE(line_chart_svg(throughput_chart()), line_chart_svg(other));
-}
 
 // ---- bars ----------------------------------------------------------------------
 
@@ -492,6 +486,48 @@ TEST(ScalingChart, IdealDashedFromFirstPoint) {
   c.ideal = false;
   EXPECT_EQ(count(scaling_chart_svg(c), "polyline", {"ideal"}), 0u);
   expect_clean(scaling_chart_svg(ScalingChart{}));
+}
+
+TEST(Charts, EveryKindDeterministicAndClean) {
+  EXPECT_EQ(line_chart_svg(throughput_chart()), line_chart_svg(throughput_chart()));
+  LineChart other = throughput_chart();
+  other.panels[0].series[0].points[1].y += 1;
+  EXPECT_NE(line_chart_svg(throughput_chart()), line_chart_svg(other));
+
+  const std::vector<std::function<std::string()>> kinds = {
+      [] { return bar_chart_svg(speedup_chart()); },
+      [] { return memory_chart_svg(memory_chart(32 * GiB)); },
+      [] {
+        BubbleChart c;
+        c.measured.push_back(series("a", {1, 2}, {0.5, 0.3}));
+        c.closed_form.push_back(series("a", {1, 2}, {0.5, 0.3}));
+        return bubble_chart_svg(c);
+      },
+      [] {
+        Heatmap h;
+        h.x_values = {"1", "2"};
+        h.y_values = {"a"};
+        h.cells = {{{1.0, false, ""}, {2.0, true, ""}}};
+        return heatmap_svg(h);
+      },
+      [] {
+        ParetoChart c;
+        c.series = {Series{"a", {{GiB, 5, false, ""}, {2 * GiB, 6, true, ""}}}};
+        c.capacity_bytes = 1.5 * GiB;
+        return pareto_chart_svg(c);
+      },
+      [] {
+        ScalingChart c;
+        c.series.push_back(series("a", {1, 2, 4}, {1, 1.8, 3}));
+        return scaling_chart_svg(c);
+      },
+  };
+  for (const auto& kind : kinds) {
+    const std::string svg = kind();
+    expect_clean(svg);
+    EXPECT_EQ(svg, kind());
+    EXPECT_EQ(svg.rfind("<svg ", 0), 0u);  // no XML declaration: inlines in HTML
+  }
 }
 
 }  // namespace
