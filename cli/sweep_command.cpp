@@ -30,6 +30,7 @@
 #include "sim/platform_xml.hpp"
 #include "sweep/csv.hpp"
 #include "sweep/experiment.hpp"
+#include "sweep/report.hpp"
 #include "sweep/results.hpp"
 #include "sweep/runner.hpp"
 
@@ -190,8 +191,11 @@ sweep::Shard shard_option(const std::string& text) {
   return sweep::parse_shard(text);
 }
 
+sweep::ReportSpec report_spec_of(const ExperimentPlan& plan);
+
 int plan_main() {
   const ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
+  report_spec_of(plan);
   std::cout << fmt::format("experiment {}: {}\n", plan.name, plan.title.empty() ? "(no title)" : plan.title);
   std::cout << fmt::format("command: {}\n", plan.command);
   for (const std::string& include : plan.includes) std::cout << fmt::format("includes: {}\n", include);
@@ -327,6 +331,7 @@ int run_main() {
   const ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
   check_requires(plan);
   check_inputs_exist(plan);
+  report_spec_of(plan);
   const sweep::Shard shard = shard_option(options.shard);
   std::error_code error;
   fs::create_directories(options.out, error);
@@ -492,10 +497,33 @@ int slurm_main() {
   return 0;
 }
 
+/// The file's [[table]], [[expect]] and [report] sections (checked: a typo
+/// there is an error before anything runs).
+sweep::ReportSpec report_spec_of(const ExperimentPlan& plan) {
+  toml::table root;
+  try {
+    root = toml::parse(plan.experiment_text, plan.file);
+  } catch (const toml::parse_error& error) {
+    throw InputError(fmt::format("{}:{}: not valid TOML: {}", plan.file, error.source().begin.line, error.description()));
+  }
+  return sweep::parse_report_spec(root, plan.file);
+}
+
 int report_main() {
   const ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
-  (void)plan;
-  throw InputError("sweep report: WIP");
+  const sweep::ReportSpec spec = report_spec_of(plan);
+  sweep::ReportContext context;
+  context.name = plan.name;
+  context.title = plan.title;
+  for (const sweep::AxisReport& axis : plan.axes) context.axes.push_back({axis.name, axis.keys});
+  const auto& metrics = sweep::metric_columns(plan.command);
+  context.metric_columns.assign(metrics.begin(), metrics.end());
+  const sweep::ReportResult result = sweep::write_report(spec, context, options.out);
+  for (const std::string& warning : result.warnings) std::cerr << "pipegrid: warning: " << warning << "\n";
+  for (const std::string& failure : result.failures) std::cerr << "pipegrid: expect broken: " << failure << "\n";
+  std::cout << fmt::format("{}: {} runs, {} files in {} (report.md, report.html); expects: {} checked, {} broken\n", plan.name,
+                           result.runs, result.files.size(), options.out, result.checked_expects, result.broken_expects);
+  return result.broken_expects > 0 ? 1 : 0;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config libsimgrid-dev libboost-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+          libtomlplusplus-dev libssl-dev
           libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev libopenblas0-openmp
           clang libclang-rt-dev)  # clang: the sanitizer build of .ci/run
 missing=()

@@ -22,6 +22,12 @@
 #include "sweep/suggest.hpp"
 
 namespace pipegrid::sweep {
+using pipegrid::Expression;
+using pipegrid::Scope;
+using pipegrid::Value;
+}  // namespace pipegrid::sweep
+
+namespace pipegrid::sweep {
 
 Scalar Scalar::of_bool(bool value) {
   Scalar s;
@@ -564,20 +570,20 @@ class EnvScope : public Scope {
  public:
   EnvScope(const Env& env, const InputQueries& queries, const std::string& experiment_dir)
       : env_(env), queries_(queries), experiment_dir_(experiment_dir) {}
-  std::optional<Value> lookup(std::string_view name) const override {
+  Value lookup(std::string_view name) const override {
     const auto found = env_.find(std::string(name));
-    if (found == env_.end() || found->second.value.absent()) return std::nullopt;
+    if (found == env_.end()) return std::monostate{};
     const Scalar& s = found->second.value;
     switch (s.kind) {
-      case Scalar::Kind::Bool: return Value(s.boolean);
-      case Scalar::Kind::Int: return Value(static_cast<double>(s.integer));
-      case Scalar::Kind::Real: return Value(s.real);
-      case Scalar::Kind::Text: return Value(s.text);
-      default: return std::nullopt;
+      case Scalar::Kind::Bool: return s.boolean;
+      case Scalar::Kind::Int: return static_cast<double>(s.integer);
+      case Scalar::Kind::Real: return s.real;
+      case Scalar::Kind::Text: return s.text;
+      default: return std::monostate{};
     }
   }
-  std::optional<Value> call(std::string_view function, const std::vector<Value>& arguments) const override {
-    if (function != "hosts" && function != "layers") return std::nullopt;
+  Value call(std::string_view function, const std::vector<Value>& arguments) const override {
+    if (function != "hosts" && function != "layers") return Scope::call(function, arguments);
     const std::string parameter = function == "hosts" ? "platform" : "profile";
     if (arguments.size() != 1 || !std::holds_alternative<std::string>(arguments[0]))
       throw InputError(fmt::format("{}(): expected one argument, the {}", function, parameter));
@@ -591,7 +597,7 @@ class EnvScope : public Scope {
     }
     const auto& query = function == "hosts" ? queries_.hosts : queries_.layers;
     if (!query) throw InputError(fmt::format("{}(): not available for this command", function));
-    return Value(static_cast<double>(query(setting)));
+    return static_cast<double>(query(setting));
   }
 
  private:
@@ -609,8 +615,7 @@ Scalar to_scalar(const Value& value) {
 
 bool truth_of(const Value& value, const std::string& expression, const SourcePlace& place) {
   if (!std::holds_alternative<bool>(value))
-    throw InputError(fmt::format("{}: '{}': expected a condition (true or false), found {}", place.text(), expression,
-                                 to_scalar(value).to_text()));
+    throw InputError(fmt::format("{}: '{}': expected a condition (true or false), found {}", place.text(), expression, describe(value)));
   return std::get<bool>(value);
 }
 
@@ -618,7 +623,7 @@ Value evaluate_at(const std::string& expression, const SourcePlace& place, const
   try {
     return Expression::parse(expression, place.text()).evaluate(scope);
   } catch (const InputError& error) {
-    throw InputError(fmt::format("{}: '{}' for run {}: {}", place.text(), expression, run, error.what()));
+    throw InputError(fmt::format("{} (run {})", error.what(), run));
   }
 }
 
@@ -777,7 +782,7 @@ ExperimentPlan plan_experiment(const std::string& file, const ParametersOf& para
     const ParameterSpec* spec = reader.parameter(axis.name);
     const bool paths = spec && spec->kind == ParameterSpec::Kind::Path;
     for (const AxisValue& value : axis.values) written.push_back(value.settings.front().second.value.to_text());
-    AxisReport report{axis.name, {}, axis.when};
+    AxisReport report{axis.name, axis.keys, {}, axis.when};
     for (const AxisValue& value : axis.values) {
       std::vector<std::string> parts;
       if (value.settings.size() == 1 && value.settings.front().first == axis.name) {

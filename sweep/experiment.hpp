@@ -83,6 +83,7 @@ struct WhereReport {
 
 struct AxisReport {
   std::string name;
+  std::vector<std::string> keys;    ///< the columns it sets (a bundle sets several)
   std::vector<std::string> values;  ///< as labels print them
   std::optional<std::string> when;
 };

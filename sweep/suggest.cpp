@@ -2,16 +2,19 @@
 
 #include <algorithm>
 
-#include "core/platform_check.hpp"  // edit_distance
+#include "core/platform_check.hpp"
 
 namespace pipegrid {
 
 std::optional<std::string> closest_match(std::string_view word, const std::vector<std::string>& candidates) {
   std::optional<std::string> best;
   std::size_t best_distance = 0;
+  if (word.size() > 64) return best;
   for (const auto& candidate : candidates) {
     const std::size_t longer = std::max(word.size(), candidate.size());
     const std::size_t allowed = std::max<std::size_t>(1, std::min<std::size_t>(3, longer / 3));
+    const std::size_t gap = word.size() > candidate.size() ? word.size() - candidate.size() : candidate.size() - word.size();
+    if (gap > allowed || candidate.size() > 64) continue;
     const std::size_t distance = edit_distance(word, candidate);
     if (distance == 0 || distance > allowed) continue;
     if (!best || distance < best_distance) {

@@ -10,8 +10,9 @@
 namespace pipegrid {
 
 /** The candidate closest to `word` when it is close enough to be a likely
- *  typo: distance at most max(1, min(3, size/3)) of the longer of the two;
- *  ties go to the earliest candidate. nullopt when none is close. */
+ *  typo: edit_distance (core/platform_check.hpp) at most max(1, min(3, size/3)) of the longer of the two;
+ *  ties go to the earliest candidate. nullopt when none is close, and for
+ *  words longer than 64 characters (no typo of a key). */
 std::optional<std::string> closest_match(std::string_view word, const std::vector<std::string>& candidates);
 
 /** " (did you mean 'x'?)" when closest_match finds x, else "". Meant to be
