@@ -191,7 +191,7 @@ sweep::Shard shard_option(const std::string& text) {
   return sweep::parse_shard(text);
 }
 
-sweep::ReportSpec report_spec_of(const ExperimentPlan& plan);
+ReportSpec report_spec_of(const ExperimentPlan& plan);
 
 int plan_main() {
   const ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
@@ -499,26 +499,26 @@ int slurm_main() {
 
 /// The file's [[table]], [[expect]] and [report] sections (checked: a typo
 /// there is an error before anything runs).
-sweep::ReportSpec report_spec_of(const ExperimentPlan& plan) {
+ReportSpec report_spec_of(const ExperimentPlan& plan) {
   toml::table root;
   try {
     root = toml::parse(plan.experiment_text, plan.file);
   } catch (const toml::parse_error& error) {
     throw InputError(fmt::format("{}:{}: not valid TOML: {}", plan.file, error.source().begin.line, error.description()));
   }
-  return sweep::parse_report_spec(root, plan.file);
+  return parse_report_spec(root, plan.file);
 }
 
 int report_main() {
   const ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
-  const sweep::ReportSpec spec = report_spec_of(plan);
-  sweep::ReportContext context;
+  const ReportSpec spec = report_spec_of(plan);
+  ReportContext context;
   context.name = plan.name;
   context.title = plan.title;
   for (const sweep::AxisReport& axis : plan.axes) context.axes.push_back({axis.name, axis.keys});
   const auto& metrics = sweep::metric_columns(plan.command);
   context.metric_columns.assign(metrics.begin(), metrics.end());
-  const sweep::ReportResult result = sweep::write_report(spec, context, options.out);
+  const ReportResult result = write_report(spec, context, options.out);
   for (const std::string& warning : result.warnings) std::cerr << "pipegrid: warning: " << warning << "\n";
   for (const std::string& failure : result.failures) std::cerr << "pipegrid: expect broken: " << failure << "\n";
   std::cout << fmt::format("{}: {} runs, {} files in {} (report.md, report.html); expects: {} checked, {} broken\n", plan.name,
