@@ -419,7 +419,7 @@ int run_main() {
     if (counts[status] > 0) line += fmt::format("{}{} {}", line.empty() ? "" : ", ", status, counts[status]);
   const bool sharded = shard.count > 1 || !options.shard.empty();
   std::string where = fmt::format("{}/shards/shard-{}-of-{}.csv", options.out, shard.index, shard.count);
-  if (!sharded) {
+  if (!sharded && !summary.interrupted) {
     const sweep::MergeResult merged = sweep::merge_results(options.out);
     where = fmt::format("{}/runs.csv ({} rows) and devices.csv", options.out, merged.rows);
   }
