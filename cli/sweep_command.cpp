@@ -391,6 +391,10 @@ int run_main() {
     todo.push_back(run);
   }
   read_inputs_once(plan);
+  const fs::path partitions = fs::path(options.out) / "cache" / "partitions";
+  fs::create_directories(partitions, error);
+  if (error) throw InputError(fmt::format("{}: cannot create: {}", partitions.string(), error.message()));
+  set_partition_cache(partitions.string());
   sweep::Journal journal(options.out, shard, sweep::runs_header(plan));
   sweep::RunnerOptions runner;
   runner.jobs = options.jobs > 0 ? options.jobs : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
