@@ -430,9 +430,10 @@ RunResult run_plan(Plan& plan) {
     int count = 0;
     for (const DeviceMetrics& device : result.metrics.devices)
       if (device.busy_s == 0) {
-        idle += (idle.empty() ? "" : ", ") + device.host;
+        if (count < 6) idle += (idle.empty() ? "" : ", ") + device.host;
         ++count;
       }
+    if (count > 6) idle += fmt::format(" and {} more", count - 6);
     if (count > 0)
       result.warnings.push_back(fmt::format(
           "{} of {} hosts do no compute ({}): {} micro-batches leave them without work; give --micro-batches of at "
