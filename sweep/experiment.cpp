@@ -695,7 +695,9 @@ std::string run_key_of(const std::string& canonical_text) { return sha256_hex(ca
 std::string canonical_run_text(const std::string& command, const std::map<std::string, Setting>& settings,
                                const std::vector<ParameterSpec>& parameters, const InputQueries& queries) {
   std::string text = fmt::format("pipegrid-run\ncommand={}\nresults_version={}\n", command, kResultsVersion);
-  for (const auto& [name, setting] : settings) {  // std::map: sorted by name
+  for (const auto& entry : settings) {  // std::map: sorted by name
+    const std::string& name = entry.first;
+    const Setting& setting = entry.second;
     const bool is_parameter = std::any_of(parameters.begin(), parameters.end(), [&](const ParameterSpec& p) { return p.name == name; });
     if (!is_parameter || setting.value.absent()) continue;
     if (!setting.resolved_path.empty() || !setting.inline_platform.empty())
