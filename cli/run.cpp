@@ -313,8 +313,10 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   request.program = result.program;
   request.stages = stage_costs(plan.profile, plan.partition);
   // PipeOptim predicts the weights before each forward: its cost is part of
-  // the forward.
-  for (StageCost& stage : request.stages) stage.forward_s += plan.prediction_cost_s_per_byte * stage.weight_bytes;
+  // the forward. The last stage's version gap is D - rank - 1 = 0: it
+  // predicts nothing (PipeOptim section 4).
+  for (std::size_t s = 0; s + 1 < request.stages.size(); ++s)
+    request.stages[s].forward_s += plan.prediction_cost_s_per_byte * request.stages[s].weight_bytes;
   request.stage_layers.resize(request.stages.size());
   for (std::size_t l = 0; l < plan.profile.layers.size(); ++l) {
     const Layer& layer = plan.profile.layers[l];
@@ -383,6 +385,22 @@ RunResult run_plan(Plan& plan) {
     auto& [busy, hosts] = stage_busy[device.stage];
     busy += device.busy_s;
     hosts += (hosts.empty() ? "" : ", ") + device.host;
+  }
+  // Data parallelism with fewer micro-batches than hosts: the others idle
+  // (and stay out of the all-reduce).
+  if (plan.partition.num_stages() == 1 && plan.partition.hosts[0].size() > 1) {
+    std::string idle;
+    int count = 0;
+    for (const DeviceMetrics& device : result.metrics.devices)
+      if (device.busy_s == 0) {
+        idle += (idle.empty() ? "" : ", ") + device.host;
+        ++count;
+      }
+    if (count > 0)
+      result.warnings.push_back(fmt::format(
+          "{} of {} hosts do no compute ({}): {} micro-batches leave them without work; give --micro-batches of at "
+          "least {} to use every host",
+          count, plan.partition.hosts[0].size(), idle, plan.micro_batches, plan.partition.hosts[0].size()));
   }
   if (plan.partition.num_stages() > 1)
     for (const auto& [stage, busy_hosts] : stage_busy)

@@ -39,10 +39,13 @@ std::map<std::string, VersionTrack> weight_versions(const Timeline& timeline, co
   std::map<std::string, VersionTrack> tracks;
   if (model.versioning == WeightVersioning::Single) return tracks;
   if (model.versioning == WeightVersioning::Prediction) {
-    // The predicted version lives while a forward runs.
+    // The predicted version lives while a forward runs; the last stage's
+    // version gap is 0 (PipeOptim: s = D - rank - 1), so it keeps one.
+    int last_stage = 0;
+    for (const TimelineRecord& r : timeline.records) last_stage = std::max(last_stage, r.stage);
     std::map<std::string, std::vector<std::pair<double, int>>> events;
     for (const TimelineRecord& r : timeline.records)
-      if (r.action == "F") {
+      if (r.action == "F" && (r.stage < last_stage || last_stage == 0)) {
         events[r.host].push_back({r.start_s, +1});
         events[r.host].push_back({r.end_s, -1});
       }

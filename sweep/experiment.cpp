@@ -800,7 +800,7 @@ ExperimentPlan plan_experiment(const std::string& file, const ParametersOf& para
           if (key == axis.name) parts.push_back(value_label(key, setting.value));
         for (const std::string& key : value.label_parts)
           for (const auto& [name, setting] : value.settings)
-            if (name == key) parts.push_back(value_label(key, setting.value));
+            if (name == key && key != axis.name) parts.push_back(value_label(key, setting.value));
         if (parts.empty())
           for (const auto& [key, setting] : value.settings) parts.push_back(value_label(key, setting.value));
       }
