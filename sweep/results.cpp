@@ -112,12 +112,21 @@ const std::vector<std::string>& devices_columns() {
   return columns;
 }
 
+std::vector<std::string> metric_header(const ExperimentPlan& plan) {
+  std::vector<std::string> header;
+  for (const std::string& metric : metric_columns(plan.command)) {
+    const bool taken = std::find(plan.columns.begin(), plan.columns.end(), metric) != plan.columns.end();
+    header.push_back(taken ? metric + "_result" : metric);
+  }
+  return header;
+}
+
 std::vector<std::string> runs_header(const ExperimentPlan& plan) {
   std::vector<std::string> header = kRunPrefix;
   header.insert(header.end(), plan.columns.begin(), plan.columns.end());
   header.push_back("status");
   header.push_back("reason");
-  const auto& metrics = metric_columns(plan.command);
+  const std::vector<std::string> metrics = metric_header(plan);
   header.insert(header.end(), metrics.begin(), metrics.end());
   header.insert(header.end(), volatile_columns().begin(), volatile_columns().end());
   return header;
