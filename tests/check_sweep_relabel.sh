@@ -12,10 +12,8 @@ trap 'rm -rf "$out"' EXIT
 "$pipegrid" sweep run "$experiment" --out "$out" --jobs 2 >/dev/null 2>&1 || { echo "first run failed" >&2; exit 1; }
 "$pipegrid" sweep run "$experiment" --out "$out" --jobs 2 --set class=relabelled >"$out/log" 2>&1 || { cat "$out/log" >&2; exit 1; }
 grep -q "4 of 4 runs already have a row" "$out/log" || { echo "expected the second run to resume:" >&2; cat "$out/log" >&2; exit 1; }
-column=$(head -n 1 "$out/runs.csv" | tr ',' '\n' | grep -n '^class$' | cut -d: -f1)
-[ -n "$column" ] || { echo "runs.csv has no column 'class'" >&2; exit 1; }
-values=$(tail -n +2 "$out/runs.csv" | cut -d, -f"$column" | sort -u)
-if [ "$values" != "relabelled" ]; then
-  echo "runs.csv kept the old label values after resuming: class = $values (expected relabelled)" >&2
+rows=$(grep -c ',relabelled,' "$out/runs.csv")
+if [ "$rows" != 4 ]; then
+  echo "runs.csv kept the old label values after resuming: $rows of 4 rows have class = relabelled" >&2
   exit 1
 fi
