@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -20,6 +21,7 @@
 #include "core/platform_check.hpp"
 #include "partitioners/partitioners.hpp"
 #include "schedules/schedules.hpp"
+#include "sweep/experiment.hpp"
 #include "sim/engine.hpp"
 
 namespace pipegrid::cli {
@@ -63,6 +65,12 @@ ModelGraph partitioner_graph(const PlanRequest& request, const Plan& plan, int m
 }  // namespace
 
 void enable_input_cache() { input_cache_enabled = true; }
+
+namespace {
+std::string partition_cache_folder;
+}  // namespace
+
+void set_partition_cache(const std::string& folder) { partition_cache_folder = folder; }
 void preload_profile(const std::string& path) { profile_from(path, std::nullopt); }
 void preload_platform(const std::string& path, bool with_routes) {
   platform_from(path);
@@ -167,13 +175,42 @@ Plan make_plan(const PlanRequest& request) {
     input.micro_batches = plan.micro_batches;
     input.memory_limit_bytes = plan.memory_bytes;
     input.split_layers = request.split_layers;
+    // A sweep keeps each partition (or the reason there is none) by the hash
+    // of everything the partitioner reads: runs differing elsewhere share it.
+    std::string cache_path;
+    if (!partition_cache_folder.empty()) {
+      const std::string key = fmt::format(
+          "partitioner={}\nschedule={}\nmicro_batches={}\nmemory={}\nsplit_layers={}\nplatform_name={}\nplatform={}\n"
+          "profile_file={}\nprofile={}\n",
+          request.partitioner, input.schedule, input.micro_batches,
+          input.memory_limit_bytes ? fmt::format("{}", *input.memory_limit_bytes) : "-", input.split_layers,
+          input.platform.file, sweep::sha256_hex(plan.platform_xml), sweep::sha256_hex(read_text_file(request.profile_file)),
+          sweep::sha256_hex(profile_to_json(plan.profile)));
+      cache_path = fmt::format("{}/{}.json", partition_cache_folder, sweep::sha256_hex(key).substr(0, 32));
+    }
     PartitionerOutput chosen;
-    try {
-      chosen = partition_for_run(request.partitioner, input);
-    } catch (const InfeasibleError& error) {
-      throw InfeasibleError(fmt::format("--partitioner {}: no feasible partition: {}", request.partitioner, error.what()));
-    } catch (const InputError& error) {
-      throw InputError(fmt::format("--partitioner {}: {}", request.partitioner, error.what()));
+    bool cached = false;
+    if (!cache_path.empty() && std::filesystem::exists(cache_path)) {
+      const nlohmann::json entry = nlohmann::json::parse(read_text_file(cache_path));
+      if (entry.contains("infeasible")) throw InfeasibleError(entry["infeasible"].get<std::string>());
+      chosen.profile = parse_profile_json(entry.at("profile").dump(), cache_path);
+      chosen.partition = parse_partition_json(entry.at("partition").dump(), cache_path, chosen.profile);
+      cached = true;
+    }
+    if (!cached) {
+      try {
+        chosen = partition_for_run(request.partitioner, input);
+      } catch (const InfeasibleError& error) {
+        const std::string reason = fmt::format("--partitioner {}: no feasible partition: {}", request.partitioner, error.what());
+        if (!cache_path.empty()) write_file_atomically(cache_path, nlohmann::json{{"infeasible", reason}}.dump() + "\n");
+        throw InfeasibleError(reason);
+      } catch (const InputError& error) {
+        throw InputError(fmt::format("--partitioner {}: {}", request.partitioner, error.what()));
+      }
+      if (!cache_path.empty())
+        write_file_atomically(cache_path, nlohmann::json{{"profile", nlohmann::json::parse(profile_to_json(chosen.profile))},
+                                                         {"partition", nlohmann::json::parse(partition_to_json(chosen.partition))}}
+                                              .dump() + "\n");
     }
     plan.profile = std::move(chosen.profile);
     plan.partition = std::move(chosen.partition);

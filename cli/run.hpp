@@ -62,6 +62,11 @@ void enable_input_cache();
 void preload_profile(const std::string& path);
 void preload_platform(const std::string& path, bool with_routes);
 
+/** A sweep's runs keep the partitions a --partitioner chose (and the reasons
+ *  it found none) as files in `folder`, by the hash of everything the
+ *  partitioner reads, and reuse them. Empty (the default): no cache. */
+void set_partition_cache(const std::string& folder);
+
 /** Reads the inputs and pins them into a Plan. Throws InputError, and
  *  InfeasibleError when the partitioner finds no partition. */
 Plan make_plan(const PlanRequest& request);

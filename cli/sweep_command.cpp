@@ -25,7 +25,9 @@
 #include "cli/simulate_options.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/cluster_platform.hpp"
 #include "core/metrics.hpp"
+#include "core/platform_check.hpp"
 #include "core/profile.hpp"
 #include "sim/platform_xml.hpp"
 #include "sweep/csv.hpp"
@@ -103,6 +105,12 @@ struct InputReads {
 };
 InputReads reads;
 
+/// A platform an experiment gives as an inline table of `platform cluster`
+/// options: the XML it generates.
+std::string inline_platform_xml(const sweep::Setting& setting) {
+  return cluster_platform_xml(cluster_spec_from_options(setting.inline_platform, "platform (inline table)"));
+}
+
 std::string file_hash(const std::string& path) {
   if (const auto found = reads.hashes.find(path); found != reads.hashes.end()) return found->second;
   const std::string hash = sweep::sha256_hex(read_text_file(path));
@@ -112,8 +120,13 @@ std::string file_hash(const std::string& path) {
 
 sweep::InputQueries input_queries() {
   sweep::InputQueries queries;
-  queries.content_hash = [](const sweep::Setting& setting) { return file_hash(setting.resolved_path); };
+  queries.content_hash = [](const sweep::Setting& setting) {
+    if (!setting.inline_platform.empty()) return sweep::sha256_hex(inline_platform_xml(setting));
+    return file_hash(setting.resolved_path);
+  };
   queries.hosts = [](const sweep::Setting& setting) {
+    if (!setting.inline_platform.empty())
+      return static_cast<long long>(check_platform_xml(setting.value.text, inline_platform_xml(setting)).hosts);
     const std::string& path = setting.resolved_path;
     if (const auto found = reads.hosts.find(path); found != reads.hosts.end()) return found->second;
     const long long count = static_cast<long long>(check_platform_xml(path, read_text_file(path)).hosts);
@@ -302,6 +315,24 @@ sweep::ChildReport run_child(const ExperimentPlan& plan, const PlannedRun& run) 
   return report;
 }
 
+/// Writes each inline platform table's XML into DIR/platforms/ (named by its
+/// hash: the same table is one file) and points the runs at it.
+void materialize_inline_platforms(std::vector<PlannedRun>& runs, const std::string& dir) {
+  for (PlannedRun& run : runs) {
+    const auto found = run.settings.find("platform");
+    if (found == run.settings.end() || found->second.inline_platform.empty()) continue;
+    const std::string xml = inline_platform_xml(found->second);
+    const fs::path path = fs::path(dir) / "platforms" / (sweep::sha256_hex(xml).substr(0, 16) + ".xml");
+    if (!fs::exists(path)) {
+      std::error_code error;
+      fs::create_directories(path.parent_path(), error);
+      if (error) throw InputError(fmt::format("{}: cannot create: {}", path.parent_path().string(), error.message()));
+      write_file_atomically(path.string(), xml);
+    }
+    found->second.resolved_path = path.string();
+  }
+}
+
 /// Reads every input file once in the parent (its children inherit them).
 void read_inputs_once(const ExperimentPlan& plan) {
   std::set<std::string> profiles, platforms;
@@ -328,7 +359,7 @@ std::map<std::string, std::string> input_hashes(const ExperimentPlan& plan) {
 
 int run_main() {
   if (options.out.empty()) throw InputError("sweep run: --out DIR is required");
-  const ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
+  ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
   check_requires(plan);
   check_inputs_exist(plan);
   report_spec_of(plan);
@@ -336,6 +367,7 @@ int run_main() {
   std::error_code error;
   fs::create_directories(options.out, error);
   if (error) throw InputError(fmt::format("--out {}: cannot create: {}", options.out, error.message()));
+  materialize_inline_platforms(plan.runs, options.out);
   if (options.fresh)
     for (const char* name : {"shards", "runs.csv", "devices.csv"}) fs::remove_all(fs::path(options.out) / name);
   sweep::write_manifest(options.out, sweep::manifest_json(plan, input_hashes(plan), kVersion));
@@ -359,6 +391,10 @@ int run_main() {
     todo.push_back(run);
   }
   read_inputs_once(plan);
+  const fs::path partitions = fs::path(options.out) / "cache" / "partitions";
+  fs::create_directories(partitions, error);
+  if (error) throw InputError(fmt::format("{}: cannot create: {}", partitions.string(), error.message()));
+  set_partition_cache(partitions.string());
   sweep::Journal journal(options.out, shard, sweep::runs_header(plan));
   sweep::RunnerOptions runner;
   runner.jobs = options.jobs > 0 ? options.jobs : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
@@ -387,7 +423,7 @@ int run_main() {
     if (counts[status] > 0) line += fmt::format("{}{} {}", line.empty() ? "" : ", ", status, counts[status]);
   const bool sharded = shard.count > 1 || !options.shard.empty();
   std::string where = fmt::format("{}/shards/shard-{}-of-{}.csv", options.out, shard.index, shard.count);
-  if (!sharded) {
+  if (!sharded && !summary.interrupted) {
     const sweep::MergeResult merged = sweep::merge_results(options.out);
     where = fmt::format("{}/runs.csv ({} rows) and devices.csv", options.out, merged.rows);
   }
@@ -445,8 +481,9 @@ nlohmann::json read_manifest(const std::string& dir) {
 
 int show_main() {
   const nlohmann::json manifest = read_manifest(options.out);
-  const ExperimentPlan plan = make_experiment_plan(manifest.at("experiment"), manifest.value("sets", std::vector<std::string>{}),
-                                                   manifest.value("where", std::string()));
+  ExperimentPlan plan = make_experiment_plan(manifest.at("experiment"), manifest.value("sets", std::vector<std::string>{}),
+                                             manifest.value("where", std::string()));
+  materialize_inline_platforms(plan.runs, options.out);
   const auto found = std::find_if(plan.runs.begin(), plan.runs.end(),
                                   [&](const PlannedRun& run) { return run.key == options.run || run.label == options.run; });
   if (found == plan.runs.end())

@@ -16,6 +16,7 @@
 #include <openssl/evp.h>
 #include <toml++/toml.h>
 
+#include "core/cluster_platform.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "sweep/expression.hpp"
@@ -410,9 +411,14 @@ void read_axes(const Reader& reader, const toml::table& root, const std::string&
       for (const toml::node& item : *list) {
         const SourcePlace place = place_of(file, item);
         const auto* bundle = item.as_table();
-        const bool inline_platform = bundle && axis.name == "platform" && !bundle->contains("platform") &&
-                                     std::none_of(bundle->begin(), bundle->end(), [&](const auto& entry) {
-                                       return reader.parameter(std::string(entry.first.str())) || reader.is_label(std::string(entry.first.str()));
+        // On the platform axis, a table of `platform cluster` options is a
+        // platform, not a bundle.
+        const bool inline_platform = bundle && axis.name == "platform" && !bundle->empty() &&
+                                     std::all_of(bundle->begin(), bundle->end(), [&](const auto& entry) {
+                                       std::string key(entry.first.str());
+                                       std::replace(key.begin(), key.end(), '-', '_');
+                                       const auto& names = cluster_option_names();
+                                       return std::find(names.begin(), names.end(), key) != names.end();
                                      });
         if (!bundle || inline_platform) {
           reader.check_key(axis.place, axis.name);

@@ -45,6 +45,7 @@ class SweepExperiment : public ::testing::Test {
   InputQueries queries() {
     InputQueries q;
     q.content_hash = [](const Setting& s) {
+      if (!s.inline_platform.empty()) return sha256_hex(s.value.text);
       std::ifstream in(s.resolved_path);
       if (!in) throw InputError("missing " + s.resolved_path);
       std::string text((std::istreambuf_iterator<char>(in)), {});
@@ -224,6 +225,20 @@ TEST_F(SweepExperiment, ErrorsNameFileLineAndKey) {
   EXPECT_NE(expression.find("e.toml:4"), std::string::npos) << expression;
   const std::string label = error_of(std::string(kHeader) + "[derive]\nsamples = \"256\"\n");
   EXPECT_NE(label.find("unknown key 'samples'"), std::string::npos) << label;
+}
+
+TEST_F(SweepExperiment, InlinePlatformTablesAreClusterOptionsNotBundles) {
+  const ExperimentPlan p = plan(std::string(kHeader) + R"T([[axis]]
+name = "platform"
+values = [ { servers = 2, gpus_per_server = 4, device = "V100", memory = "16GiB", intra = "12GBps", inter = "25Gbps" },
+           { platform = "p/a.xml", memory = "8GiB" } ]
+)T");
+  ASSERT_EQ(p.runs.size(), 2u);
+  EXPECT_EQ(p.runs[0].label, "2x4-V100");
+  EXPECT_EQ(p.runs[0].settings.at("platform").inline_platform.at("gpus_per_server"), "4");
+  EXPECT_EQ(p.runs[0].settings.count("memory"), 0u);  // a cluster option, not the memory parameter
+  EXPECT_EQ(p.runs[1].settings.at("memory").value.text, "8GiB");  // a bundle
+  EXPECT_TRUE(p.runs[1].settings.at("platform").inline_platform.empty());
 }
 
 TEST_F(SweepExperiment, RunKeysFollowContentNotPaths) {
