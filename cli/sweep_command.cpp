@@ -553,8 +553,7 @@ int report_main() {
   context.name = plan.name;
   context.title = plan.title;
   for (const sweep::AxisReport& axis : plan.axes) context.axes.push_back({axis.name, axis.keys});
-  const auto& metrics = sweep::metric_columns(plan.command);
-  context.metric_columns.assign(metrics.begin(), metrics.end());
+  context.metric_columns = sweep::metric_header(plan);
   const ReportResult result = write_report(spec, context, options.out);
   for (const std::string& warning : result.warnings) std::cerr << "pipegrid: warning: " << warning << "\n";
   for (const std::string& failure : result.failures) std::cerr << "pipegrid: expect broken: " << failure << "\n";

@@ -300,15 +300,46 @@ ReportResult write_report(const ReportSpec& spec, const ReportContext& context, 
   namespace fs = std::filesystem;
   const std::string runs_path = (fs::path(out_dir) / "runs.csv").string();
   const Results runs(read_csv_file(runs_path), context, spec.file);
+  const std::string devices_path = (fs::path(out_dir) / "devices.csv").string();
+  std::optional<CsvTable> devices_csv;
+  auto read_devices = [&]() -> const CsvTable& {
+    if (!devices_csv) devices_csv = read_csv_file(devices_path);
+    return *devices_csv;
+  };
   std::optional<Results> devices;
-  if (std::any_of(spec.plots.begin(), spec.plots.end(), plot_needs_devices))
-    devices.emplace(read_csv_file((fs::path(out_dir) / "devices.csv").string()), context, spec.file);
+  if (std::any_of(spec.plots.begin(), spec.plots.end(), plot_needs_devices)) devices.emplace(read_devices(), context, spec.file);
 
   ReportResult result;
   result.runs = runs.size();
 
+  // A table reads devices.csv (joined with runs.csv) when it says so, or when
+  // it names a column that runs.csv lacks and devices.csv has.
+  std::optional<Results> joined;
+  auto per_device = [&](const TableSpec& table) {
+    if (!table.from.empty()) return table.from == "devices";
+    std::vector<std::string> names = table.rows;
+    if (!table.cols.empty()) names.push_back(table.cols);
+    if (!table.metric.empty()) names.push_back(table.metric);
+    if (table.metric_expression) names.insert(names.end(), table.metric_expression->names().begin(), table.metric_expression->names().end());
+    if (table.where) names.insert(names.end(), table.where->names().begin(), table.where->names().end());
+    names.insert(names.end(), table.annotate.begin(), table.annotate.end());
+    for (const std::string& name : names) {
+      if (runs.find(name)) continue;
+      std::error_code error;
+      if (!fs::exists(devices_path, error)) return false;  // runs.csv's message names the missing column
+      if (read_devices().column(name)) return true;
+    }
+    return false;
+  };
   std::vector<ComputedTable> tables;
-  for (const TableSpec& table : spec.tables) tables.push_back(compute_table(table, runs));
+  for (const TableSpec& table : spec.tables) {
+    if (per_device(table)) {
+      if (!joined) joined.emplace(join_devices(read_devices(), runs.csv()), context, spec.file);
+      tables.push_back(compute_table(table, *joined, true));
+    } else {
+      tables.push_back(compute_table(table, runs));
+    }
+  }
   const std::vector<AssertOutcome> outcomes = run_expects(spec, runs, tables);
   for (const AssertOutcome& outcome : outcomes) {
     result.checked_expects += outcome.checked;

@@ -9,8 +9,12 @@
 //   name  = "speedup"              file names: tables/<name>.{md,csv,tex}
 //   rows  = ["platform"]           columns whose values make the rows (or one string)
 //   cols  = "system"               optional: a column whose values make the columns
-//   value = "max(throughput_samples_per_s)"   agg(column), agg in max min mean sum count first,
-//                                  over the runs of the cell with status "ok" (runs that fit)
+//   value = "max(throughput_samples_per_s)"   agg(column) or agg(EXPR), agg in max min mean sum
+//                                  count first, over the runs of the cell with status "ok" (runs that
+//                                  fit); EXPR is evaluated per run over that run's columns
+//   where = "schedule != 'dp'"     optional: only the runs where this holds
+//   from  = "devices"              optional: one entry per devices.csv row (with its run's columns);
+//                                  default: devices when the table names a column only devices.csv has
 //   relative_to = { system = "GPipe" }   optional: each row divided by its cell in that column
 //   format = "{:.2f}x"             optional fmt format of one number (default: 4 significant digits)
 //   annotate = ["schedule", "micro_batches"]  optional (max, min, first): the chosen run's values under each cell
@@ -60,8 +64,11 @@ struct TableSpec {
   std::vector<std::string> rows;
   std::string cols;                     ///< empty: one column, "value"
   std::string aggregate;                ///< max, min, mean, sum, count, first
-  std::string metric;                   ///< the runs.csv column aggregated
+  std::string metric;                   ///< the column aggregated; empty when metric_expression is set
+  std::optional<Expression> metric_expression;  ///< agg(EXPR): evaluated per run, over its columns
   std::string value_text;               ///< as written: "max(throughput_samples_per_s)"
+  std::optional<Expression> where;      ///< only the runs (device rows) where this holds
+  std::string from;                     ///< "runs", "devices", or empty: devices when a name is only there
   std::optional<std::string> relative_to;  ///< the cols value whose cell divides each row
   std::string format;                   ///< empty: the default number format
   std::vector<std::string> annotate;
@@ -86,8 +93,9 @@ struct PlotSpec {
   std::string x_scale, y_scale;  ///< linear or log2; empty: the kind's default
   std::string agg = "max"; ///< how runs that share a point are combined (max min mean sum count first)
   std::string table;       ///< bars: the table drawn
-  std::string value_text;  ///< heatmap: "agg(column)", as in a table
-  std::string aggregate, metric;  ///< heatmap: value_text's parts
+  std::string value_text;  ///< heatmap: "agg(column)" or "agg(EXPR)", as in a table
+  std::string aggregate, metric;  ///< heatmap: value_text's parts (metric empty for an EXPR)
+  std::optional<Expression> metric_expression;  ///< heatmap: agg(EXPR)
   std::string format;      ///< heatmap: the cell text format
   std::optional<Expression> where;  ///< only the runs where this holds
 };
@@ -140,7 +148,7 @@ struct ReportResult {
 };
 
 /** Reads OUT/runs.csv and OUT/devices.csv (devices.csv only when a memory or
- *  scaling plot needs it) and writes, all or none (OutputFileSet), into
+ *  scaling plot or a devices table needs it) and writes, all or none (OutputFileSet), into
  *  `out_dir`: report.md, report.html (self-contained: tables, plots inline,
  *  every run's label and status), tables/<name>.{md,csv,tex} and
  *  plots/<name or index>-<kind>.svg. A column named by the spec that

@@ -3,6 +3,7 @@
 // Not part of the module's interface.
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -60,10 +61,45 @@ struct Aggregate {
   std::optional<double> value;
   std::optional<std::size_t> chosen;
 };
-/** agg over the finite values of `column` among `runs` (in order). count
+/** A run's value, or none. */
+using RunValue = std::function<std::optional<double>(std::size_t run)>;
+/** agg over the finite values `value` gives among `runs` (in order). count
  *  counts them (0 when none); the others give no value when none. */
+Aggregate aggregate(const std::string& agg, const std::vector<std::size_t>& runs, const RunValue& value);
+/** aggregate() over the numbers of `column`. */
 Aggregate aggregate(const std::string& agg, const Results& results, const std::vector<std::size_t>& runs,
                     std::size_t column);
+
+/** The columns of one row of `results` as an expression reads them
+ *  (infer_value); a name that is no column is an InputError with a
+ *  suggestion. */
+class ResultsScope : public Scope {
+ public:
+  ResultsScope(const Results& results, std::size_t run) : results_(results), run_(run) {}
+  Value lookup(std::string_view name) const override;
+
+ private:
+  const Results& results_;
+  std::size_t run_;
+};
+
+/** Every name `expression` reads must be a column of `results`
+ *  (InputError "SPEC:LINE: WHAT: no column ..." otherwise). */
+void check_columns(const Expression& expression, const Results& results, std::size_t line, std::string_view what);
+
+/** The per-run value of agg(column) or agg(EXPR): the column's number (none
+ *  when empty or not a number), or EXPR evaluated over the run's columns,
+ *  which must give a number; none when it reads an empty cell. Any other
+ *  evaluation error is an InputError naming the run. Names are checked up
+ *  front against `results`. */
+RunValue run_value(const Results& results, const std::string& column, const std::optional<Expression>& expression,
+                   std::size_t line, std::string_view what);
+
+/** devices.csv joined with runs.csv: one row per device row whose run_key is
+ *  in runs.csv, devices.csv's columns first (they win where both files have
+ *  one: peak_memory_bytes, bubble_fraction, stages, ...), then the run's
+ *  other columns. The file name reads "DEVICES joined with RUNS". */
+CsvTable join_devices(const CsvTable& devices, const CsvTable& runs);
 
 /** Formats one number with a table's format (default: integers as integers,
  *  4 significant digits otherwise, no exponent from 1e-4 up). */
@@ -91,7 +127,9 @@ struct ComputedTable {
   std::string annotation(std::size_t row, std::size_t col) const;
 };
 
-ComputedTable compute_table(const TableSpec& spec, const Results& runs);
+/** The table over `runs` (runs.csv, or join_devices' rows when
+ *  `per_device`: the note then says so). */
+ComputedTable compute_table(const TableSpec& spec, const Results& runs, bool per_device = false);
 std::string table_markdown(const ComputedTable& table);
 std::string table_csv(const ComputedTable& table);
 std::string table_latex(const ComputedTable& table, const std::string& experiment);

@@ -253,7 +253,7 @@ std::string heatmap_svg(const PlotSpec& plot, std::size_t index0, const Results&
   const std::string what = fmt::format("plot {} (heatmap)", index0 + 1);
   const std::size_t x = runs.column(plot.x, plot.line, what);
   const std::size_t y = runs.column(plot.y, plot.line, what);
-  const std::size_t metric = runs.column(plot.metric, plot.line, what);
+  const RunValue metric = run_value(runs, plot.metric, plot.metric_expression, plot.line, what);
   charts::Heatmap chart;
   chart.title = plot.title.empty() ? fmt::format("{} by {} and {}", plot.value_text, plot.x, plot.y) : plot.title;
   chart.x_label = plot.x;
@@ -276,7 +276,7 @@ std::string heatmap_svg(const PlotSpec& plot, std::size_t index0, const Results&
       else if (runs.status(run) == "oom") oom.push_back(run);
     }
     charts::HeatCell& cell = chart.cells[key.first][key.second];
-    cell.value = aggregate(plot.aggregate, runs, fit, metric).value;
+    cell.value = aggregate(plot.aggregate, fit, metric).value;
     if (fit.empty() && !oom.empty()) cell.oom = true;
     if (cell.value && !plot.format.empty()) cell.text = format_value(plot.format, *cell.value);
     if (!cell.value && cell.oom) cell.text = "oom";

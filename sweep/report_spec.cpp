@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <set>
 
 #include "core/error.hpp"
@@ -93,28 +95,62 @@ class Reader {
     return Expression::parse(text, fmt::format("{}:{}", file_, line_of(node)));
   }
 
-  /// "agg(column)" -> (agg, column).
-  std::pair<std::string, std::string> aggregate(const toml::node& node, std::string_view where) const {
+  /// "agg(column)" or "agg(EXPR)": the aggregate, and the column or the
+  /// expression (evaluated per run). The aggregate's parentheses must enclose
+  /// the whole rest of the text.
+  struct Measure {
+    std::string aggregate, column;
+    std::optional<Expression> expression;
+  };
+  Measure aggregate(const toml::node& node, std::string_view where) const {
     const std::string text = string(node, "value", where);
-    const std::size_t open = text.find('('), close = text.rfind(')');
-    auto trim = [](std::string s) {
-      const auto first = s.find_first_not_of(" \t");
-      const auto last = s.find_last_not_of(" \t");
+    auto trim = [](const std::string& s) {
+      const auto first = s.find_first_not_of(" \t\r\n");
+      const auto last = s.find_last_not_of(" \t\r\n");
       return first == std::string::npos ? std::string() : s.substr(first, last - first + 1);
     };
-    if (open == std::string::npos || close == std::string::npos || close < open ||
-        !trim(text.substr(close + 1)).empty())
-      fail(line_of(node), fmt::format("{}: 'value' must read 'agg(column)' with agg one of {}, found \"{}\"", where,
-                                      report_detail::aggregate_list(), text));
+    const std::string usage = fmt::format("'value' must read 'agg(column)' or 'agg(expression)' with agg one of {}",
+                                          report_detail::aggregate_list());
+    const std::size_t open = text.find('(');
+    if (open == std::string::npos) fail(line_of(node), fmt::format("{}: {}, found \"{}\"", where, usage, text));
+    // The parenthesis that closes `open`, skipping quoted strings and names.
+    std::size_t depth = 0, close = std::string::npos;
+    char quote = 0;
+    for (std::size_t i = open; i < text.size() && close == std::string::npos; ++i) {
+      const char c = text[i];
+      if (quote) {
+        if (c == quote) quote = 0;
+      } else if (c == '\'' || c == '`') {
+        quote = c;
+      } else if (c == '(') {
+        ++depth;
+      } else if (c == ')' && --depth == 0) {
+        close = i;
+      }
+    }
     const std::string agg = trim(text.substr(0, open));
-    const std::string column = trim(text.substr(open + 1, close - open - 1));
+    if (close == std::string::npos) fail(line_of(node), fmt::format("{}: {}, found \"{}\" (unbalanced parentheses)", where, usage, text));
+    if (!trim(text.substr(close + 1)).empty())
+      fail(line_of(node), fmt::format("{}: {}, found \"{}\": the aggregate must enclose the whole value (write {}(... {}))",
+                                      where, usage, text, agg.empty() ? "agg" : agg, trim(text.substr(close + 1))));
     const auto& known = report_detail::aggregates();
     if (std::find(known.begin(), known.end(), agg) == known.end())
       fail(line_of(node), fmt::format("{}: unknown aggregate '{}' in \"{}\" (expected one of {}){}", where, agg, text,
                                       report_detail::aggregate_list(), did_you_mean(agg, known)));
-    if (column.empty() || column.find_first_of("() ,") != std::string::npos)
-      fail(line_of(node), fmt::format("{}: 'value' must name one column inside {}(), found \"{}\"", where, agg, text));
-    return {agg, column};
+    Measure measure;
+    measure.aggregate = agg;
+    const std::string inner = trim(text.substr(open + 1, close - open - 1));
+    if (inner.empty()) fail(line_of(node), fmt::format("{}: {}(): a column or an expression is missing, in \"{}\"", where, agg, text));
+    const bool identifier = (std::isalpha(static_cast<unsigned char>(inner[0])) || inner[0] == '_') &&
+                            std::all_of(inner.begin(), inner.end(), [](char c) {
+                              return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                            });
+    const bool quoted = inner.size() >= 2 && inner.front() == '`' && inner.back() == '`' &&
+                        inner.find('`', 1) == inner.size() - 1;
+    if (identifier && inner != "true" && inner != "false") measure.column = inner;
+    else if (quoted) measure.column = inner.substr(1, inner.size() - 2);
+    else measure.expression = Expression::parse(inner, fmt::format("{}:{}", file_, line_of(node)));
+    return measure;
   }
 
   std::string format(const toml::node& node, std::string_view where) const {
@@ -155,8 +191,8 @@ std::vector<const toml::table*> tables_of(const Reader& reader, const toml::tabl
 TableSpec parse_table(const Reader& reader, const toml::table& table) {
   TableSpec spec;
   spec.line = line_of(table);
-  static const std::vector<std::string> keys = {"name",     "rows",     "cols", "value", "relative_to",
-                                                "format",   "annotate", "paper"};
+  static const std::vector<std::string> keys = {"name",   "rows",     "cols",  "value", "relative_to",
+                                                "format", "annotate", "paper", "where", "from"};
   const toml::node* name = table.get("name");
   if (!name) reader.fail(spec.line, "[[table]] needs a 'name' (its file name under tables/)");
   spec.name = reader.string(*name, "name", "[[table]]");
@@ -176,8 +212,20 @@ TableSpec parse_table(const Reader& reader, const toml::table& table) {
   }
   const toml::node* value = table.get("value");
   if (!value) reader.fail(spec.line, fmt::format("{} needs 'value' (e.g. \"max(throughput_samples_per_s)\")", where));
-  std::tie(spec.aggregate, spec.metric) = reader.aggregate(*value, where);
+  {
+    auto measure = reader.aggregate(*value, where);
+    spec.aggregate = std::move(measure.aggregate);
+    spec.metric = std::move(measure.column);
+    spec.metric_expression = std::move(measure.expression);
+  }
   spec.value_text = *value->value<std::string>();
+  if (const toml::node* condition = table.get("where")) spec.where = reader.expression(*condition, "where", where);
+  if (const toml::node* from = table.get("from")) {
+    spec.from = reader.string(*from, "from", where);
+    if (spec.from != "runs" && spec.from != "devices")
+      reader.fail(line_of(*from), fmt::format("{}: 'from' must be \"runs\" (runs.csv) or \"devices\" (devices.csv), found \"{}\"",
+                                              where, spec.from));
+  }
 
   if (const toml::node* relative = table.get("relative_to")) {
     const toml::table* inline_table = relative->as_table();
@@ -342,7 +390,10 @@ PlotSpec parse_plot(const Reader& reader, const toml::table& table, std::size_t 
     reader.fail(line_of(*table.get("agg")), fmt::format("{}: unknown 'agg' \"{}\" (expected one of {}){}", where, spec.agg,
                                                         report_detail::aggregate_list(), did_you_mean(spec.agg, aggregates)));
   if (const toml::node* value = table.get("value")) {
-    std::tie(spec.aggregate, spec.metric) = reader.aggregate(*value, where);
+    auto measure = reader.aggregate(*value, where);
+    spec.aggregate = std::move(measure.aggregate);
+    spec.metric = std::move(measure.column);
+    spec.metric_expression = std::move(measure.expression);
     spec.value_text = *value->value<std::string>();
   }
   if (const toml::node* format = table.get("format")) spec.format = reader.format(*format, where);

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <map>
 #include <set>
+#include <variant>
 
 #include "core/error.hpp"
 #include "sweep/report_internal.hpp"
@@ -134,14 +136,13 @@ const std::string& Results::display(std::size_t column, const std::string& raw) 
 
 // ---------------------------------------------------------------- aggregate
 
-Aggregate aggregate(const std::string& agg, const Results& results, const std::vector<std::size_t>& runs,
-                    std::size_t column) {
+Aggregate aggregate(const std::string& agg, const std::vector<std::size_t>& runs, const RunValue& get) {
   Aggregate out;
   double sum = 0;
   std::size_t count = 0;
   for (const std::size_t run : runs) {
-    const auto value = results.number(run, column);
-    if (!value) continue;
+    const auto value = get(run);
+    if (!value || !std::isfinite(*value)) continue;
     ++count;
     sum += *value;
     if (agg == "first") {
@@ -157,6 +158,80 @@ Aggregate aggregate(const std::string& agg, const Results& results, const std::v
   if (agg == "sum") return {sum, std::nullopt};
   if (agg == "mean") return {sum / static_cast<double>(count), std::nullopt};
   return out;
+}
+
+Aggregate aggregate(const std::string& agg, const Results& results, const std::vector<std::size_t>& runs,
+                    std::size_t column) {
+  return aggregate(agg, runs, [&](std::size_t run) { return results.number(run, column); });
+}
+
+Value ResultsScope::lookup(std::string_view name) const {
+  const auto column = results_.find(std::string(name));
+  if (!column)
+    throw InputError(fmt::format("no column '{}' in {}{}", name, results_.csv().file,
+                                 did_you_mean(std::string(name), results_.csv().header)));
+  return infer_value(results_.cell(run_, *column));
+}
+
+void check_columns(const Expression& expression, const Results& results, std::size_t line, std::string_view what) {
+  for (const std::string& name : expression.names()) (void)results.column(name, line, what);
+}
+
+RunValue run_value(const Results& results, const std::string& column, const std::optional<Expression>& expression,
+                   std::size_t line, std::string_view what) {
+  if (!expression) {
+    const std::size_t index = results.column(column, line, what);
+    return [&results, index](std::size_t run) { return results.number(run, index); };
+  }
+  check_columns(*expression, results, line, what);
+  std::vector<std::size_t> read;
+  for (const std::string& name : expression->names()) read.push_back(*results.find(name));
+  return [&results, expression = *expression, read, what = std::string(what)](std::size_t run) -> std::optional<double> {
+    auto run_name = [&] {
+      const auto index = results.find("run_index");
+      const auto label = results.find("label");
+      return fmt::format("run {}{}", index ? results.cell(run, *index) : std::to_string(run),
+                         label ? fmt::format(" ({})", results.cell(run, *label)) : "");
+    };
+    Value value;
+    try {
+      value = expression.evaluate(ResultsScope(results, run));
+    } catch (const InputError& error) {
+      // An empty cell read makes the run's value absent, as an empty cell of
+      // a plain column does; any other error is the expression's.
+      for (const std::size_t column : read)
+        if (results.cell(run, column).empty()) return std::nullopt;
+      throw InputError(fmt::format("{} ({}, on {})", error.what(), what, run_name()));
+    }
+    if (std::holds_alternative<std::monostate>(value)) return std::nullopt;
+    if (const double* number = std::get_if<double>(&value)) return *number;
+    throw InputError(expression.message(fmt::format("gives {} on {}, where {} needs a number", describe(value), run_name(), what)));
+  };
+}
+
+CsvTable join_devices(const CsvTable& devices, const CsvTable& runs) {
+  CsvTable joined;
+  joined.file = fmt::format("{} joined with {}", devices.file, runs.file);
+  const std::size_t device_key = devices.require_column("run_key");
+  const std::size_t run_key = runs.require_column("run_key");
+  joined.header = devices.header;
+  std::vector<std::size_t> run_columns;
+  for (std::size_t c = 0; c < runs.header.size(); ++c)
+    if (!devices.column(runs.header[c])) {
+      joined.header.push_back(runs.header[c]);
+      run_columns.push_back(c);
+    }
+  std::map<std::string, std::size_t> run_of;
+  for (std::size_t r = 0; r < runs.rows.size(); ++r) run_of.try_emplace(runs.rows[r][run_key], r);
+  for (std::size_t d = 0; d < devices.rows.size(); ++d) {
+    const auto found = run_of.find(devices.rows[d][device_key]);
+    if (found == run_of.end()) continue;  // a run of another plan
+    std::vector<std::string> row = devices.rows[d];
+    for (const std::size_t c : run_columns) row.push_back(runs.rows[found->second][c]);
+    joined.rows.push_back(std::move(row));
+    joined.row_lines.push_back(d < devices.row_lines.size() ? devices.row_lines[d] : 0);
+  }
+  return joined;
 }
 
 std::string format_value(const std::string& format, double value) {
@@ -214,7 +289,7 @@ std::size_t index_of(std::vector<Key>& keys, std::map<Key, std::size_t>& index, 
 
 }  // namespace
 
-ComputedTable compute_table(const TableSpec& spec, const Results& runs) {
+ComputedTable compute_table(const TableSpec& spec, const Results& runs, bool per_device) {
   ComputedTable table;
   table.spec = &spec;
   table.row_columns = spec.rows;
@@ -224,7 +299,8 @@ ComputedTable compute_table(const TableSpec& spec, const Results& runs) {
   constexpr std::size_t no_column = static_cast<std::size_t>(-1);
   const std::size_t col_col = spec.cols.empty() ? no_column : runs.column(spec.cols, spec.line, what);
   const bool has_cols = col_col != no_column;
-  const std::size_t metric = runs.column(spec.metric, spec.line, what);
+  const RunValue metric = run_value(runs, spec.metric, spec.metric_expression, spec.line, what);
+  if (spec.where) check_columns(*spec.where, runs, spec.line, what);
   std::vector<std::size_t> annotate_cols;
   for (const std::string& name : spec.annotate) annotate_cols.push_back(runs.column(name, spec.line, what));
 
@@ -234,6 +310,7 @@ ComputedTable compute_table(const TableSpec& spec, const Results& runs) {
   std::map<std::vector<std::string>, std::size_t> row_index;
   std::map<std::string, std::size_t> col_index;
   for (std::size_t run = 0; run < runs.size(); ++run) {
+    if (spec.where && !spec.where->evaluate_bool(ResultsScope(runs, run))) continue;
     std::vector<std::string> key;
     for (const std::size_t c : row_cols) key.push_back(runs.cell(run, c));
     const std::size_t r = index_of(table.row_raw, row_index, key);
@@ -258,7 +335,7 @@ ComputedTable compute_table(const TableSpec& spec, const Results& runs) {
       const std::vector<std::size_t> none;
       const auto& cell_all = c < all[r].size() ? all[r][c] : none;
       const auto& cell_fit = c < fit[r].size() ? fit[r][c] : none;
-      const Aggregate result = aggregate(spec.aggregate, runs, cell_fit, metric);
+      const Aggregate result = aggregate(spec.aggregate, cell_fit, metric);
       cell.value = result.value;
       if (result.chosen)
         for (std::size_t i = 0; i < annotate_cols.size(); ++i) {
@@ -327,7 +404,9 @@ ComputedTable compute_table(const TableSpec& spec, const Results& runs) {
     table.cells[*row][*col].paper = paper.value;
   }
 
-  std::string note = fmt::format("Each cell: {} over the runs of the cell that fit (status ok)", spec.value_text);
+  std::string note = fmt::format("Each cell: {} over the {} of the cell that fit (status ok)", spec.value_text,
+                                 per_device ? "devices (devices.csv rows) of the runs" : "runs");
+  if (spec.where) note += fmt::format(", where {}", spec.where->text());
   if (spec.relative_to) note += fmt::format(", divided by the row's {} = {} cell", spec.cols, runs.display(col_col, *spec.relative_to));
   note += ".";
   if (!spec.annotate.empty())

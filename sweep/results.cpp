@@ -112,12 +112,21 @@ const std::vector<std::string>& devices_columns() {
   return columns;
 }
 
+std::vector<std::string> metric_header(const ExperimentPlan& plan) {
+  std::vector<std::string> header;
+  for (const std::string& metric : metric_columns(plan.command)) {
+    const bool taken = std::find(plan.columns.begin(), plan.columns.end(), metric) != plan.columns.end();
+    header.push_back(taken ? metric + "_result" : metric);
+  }
+  return header;
+}
+
 std::vector<std::string> runs_header(const ExperimentPlan& plan) {
   std::vector<std::string> header = kRunPrefix;
   header.insert(header.end(), plan.columns.begin(), plan.columns.end());
   header.push_back("status");
   header.push_back("reason");
-  const auto& metrics = metric_columns(plan.command);
+  const std::vector<std::string> metrics = metric_header(plan);
   header.insert(header.end(), metrics.begin(), metrics.end());
   header.insert(header.end(), volatile_columns().begin(), volatile_columns().end());
   return header;
@@ -331,6 +340,14 @@ MergeResult merge_results(const std::string& dir) {
                                  dir, recorded.conflicts.size() == 1 ? "" : "s", keys, dir));
   }
   std::vector<std::string> header = manifest.at("columns").get<std::vector<std::string>>();
+  // header index -> index in each run's "cells" (the plan's parameter and label columns)
+  std::vector<std::optional<std::size_t>> plan_cell(header.size());
+  if (manifest.contains("plan_columns")) {
+    const auto plan_columns = manifest.at("plan_columns").get<std::vector<std::string>>();
+    for (std::size_t i = 0; i < header.size(); ++i)
+      for (std::size_t c = 0; c < plan_columns.size(); ++c)
+        if (header[i] == plan_columns[c]) plan_cell[i] = c;
+  }
   std::string runs = csv_record(header), devices = csv_record(devices_columns());
   MergeResult result;
   for (const nlohmann::json& run : manifest.at("plan")) {
@@ -347,6 +364,8 @@ MergeResult merge_results(const std::string& dir) {
       if (column != recorded.header.end()) row[i] = found->second[static_cast<std::size_t>(column - recorded.header.begin())];
       if (header[i] == "run_index") row[i] = std::to_string(run.at("index").get<int>());
       if (header[i] == "label") row[i] = run.at("label").get<std::string>();
+      if (plan_cell[i] && run.contains("cells") && *plan_cell[i] < run.at("cells").size())
+        row[i] = run.at("cells").at(*plan_cell[i]).get<std::string>();
     }
     runs += csv_record(row);
     ++result.rows;
@@ -380,7 +399,18 @@ std::string manifest_json(const ExperimentPlan& plan, const std::map<std::string
   for (const auto& [path, hash] : input_hashes) inputs[path] = hash;
   manifest["input_sha256"] = inputs;
   nlohmann::ordered_json runs = nlohmann::ordered_json::array();
-  for (const PlannedRun& run : plan.runs) runs.push_back({{"key", run.key}, {"index", run.run_index}, {"label", run.label}});
+  // Each run's parameter and label cells, in plan_columns order: merge writes
+  // them from here, so a label edited in the file (same run key) does not
+  // keep the value of the row recorded before.
+  manifest["plan_columns"] = plan.columns;
+  for (const PlannedRun& run : plan.runs) {
+    nlohmann::ordered_json cells = nlohmann::ordered_json::array();
+    for (const std::string& column : plan.columns) {
+      const auto found = run.settings.find(column);
+      cells.push_back(found == run.settings.end() ? std::string() : found->second.value.to_text());
+    }
+    runs.push_back({{"key", run.key}, {"index", run.run_index}, {"label", run.label}, {"cells", std::move(cells)}});
+  }
   manifest["plan"] = runs;
   return manifest.dump(2) + "\n";
 }

@@ -26,6 +26,10 @@ const std::vector<std::string>& metric_columns(const std::string& command);
 /// The volatile columns, last: they differ between two runs of one plan.
 const std::vector<std::string>& volatile_columns();
 const std::vector<std::string>& devices_columns();
+/// The metric columns as runs.csv names them for a plan: a metric whose
+/// name a parameter or label column already has (`partition`, when a study
+/// sets partition files) gets "_result" appended (`partition_result`).
+std::vector<std::string> metric_header(const ExperimentPlan& plan);
 /// The whole header of runs.csv for a plan.
 std::vector<std::string> runs_header(const ExperimentPlan& plan);
 

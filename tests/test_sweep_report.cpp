@@ -262,8 +262,8 @@ TEST(SweepReportSpec, WrongTypesAndValues) {
             "exp.toml:4: [[table]] 't': unknown aggregate 'maximum' in \"maximum(x)\" (expected one of max, min, mean, "
             "sum, count, first)");
   EXPECT_EQ(spec_error("[[table]]\nname = \"t\"\nrows = [\"a\"]\nvalue = \"throughput\"\n"),
-            "exp.toml:4: [[table]] 't': 'value' must read 'agg(column)' with agg one of max, min, mean, sum, count, "
-            "first, found \"throughput\"");
+            "exp.toml:4: [[table]] 't': 'value' must read 'agg(column)' or 'agg(expression)' with agg one of max, min, "
+            "mean, sum, count, first, found \"throughput\"");
   EXPECT_CONTAINS(spec_error("[[table]]\nname = \"t\"\nrows = [\"a\"]\nvalue = \"max(x)\"\nformat = \"{:.2q}\"\n"),
                   "exp.toml:5: [[table]] 't': 'format' \"{:.2q}\" is no format of one number");
   EXPECT_EQ(spec_error("[[table]]\nname = \"t\"\nrows = [\"a\"]\nvalue = \"mean(x)\"\nannotate = [\"b\"]\n"),
@@ -302,6 +302,180 @@ TEST(SweepReportSpec, ReadsTheFixture) {
   EXPECT_EQ(spec.plots[3].x, "micro_batches");  // bubble defaults
   EXPECT_EQ(spec.plots[3].x_scale, "log2");
   EXPECT_EQ(spec.plots[6].x, "devices");
+}
+
+// ---------------------------------------------------------------- agg(EXPR), where, devices tables
+
+/// tables/NAME.csv of a report over the fixture with `text` as its sections.
+std::string table_csv_of(const std::string& text, const std::string& name, const std::string& out_name) {
+  TempOut out(out_name);
+  write_report(spec_of(text), fixture_context(), out.str());
+  return slurp(out.path() / "tables" / (name + ".csv"));
+}
+
+TEST(SweepReport, AggregateOfAnExpressionPerRun) {
+  // Throughput per micro-batch, then the largest per cell: GPipe on 2 GPUs
+  // 80 / 4; BaPipe on 4 GPUs 128.5714 / 4 (SO, M = 4) of SNO and SO, M 4 and 16.
+  const std::string csv = table_csv_of(R"toml(
+[[table]]
+name = "t"
+rows = ["platform"]
+cols = "system"
+value = "max(throughput_samples_per_s / micro_batches)"
+)toml", "t", "expr");
+  EXPECT_EQ(csv, "platform,GPipe,BaPipe\nbapipe-2xv100,20,25\nbapipe-4xv100,9.47368125,32.14285\n");
+  // The outer call is the aggregate; inner max/min are the expression's.
+  const std::string nested = table_csv_of(R"toml(
+[[table]]
+name = "t"
+rows = ["platform"]
+value = "max(min(micro_batches, 8) * 2)"
+)toml", "t", "nested");
+  EXPECT_EQ(nested, "platform,value\nbapipe-2xv100,8\nbapipe-4xv100,16\n");
+}
+
+TEST(SweepReport, AggregateOfAColumnIsUnchanged) {
+  const std::string column = table_csv_of(R"toml(
+[[table]]
+name = "t"
+rows = ["platform"]
+cols = "system"
+value = "max(throughput_samples_per_s)"
+)toml", "t", "column");
+  const std::string expression = table_csv_of(R"toml(
+[[table]]
+name = "t"
+rows = ["platform"]
+cols = "system"
+value = "max(throughput_samples_per_s * 1)"
+)toml", "t", "column-expr");
+  EXPECT_EQ(column, expression);
+  EXPECT_EQ(column, "platform,GPipe,BaPipe\nbapipe-2xv100,80,100\nbapipe-4xv100,151.5789,189.4737\n");
+}
+
+TEST(SweepReport, AnExpressionReadingAnEmptyCellGivesNoValue) {
+  // `reason` is empty on every run that fits: no value, so count is 0 and
+  // max shows the cell's status ("no value").
+  EXPECT_EQ(table_csv_of(R"toml(
+[[table]]
+name = "t"
+rows = ["platform"]
+value = "count(if(reason == 'x', 1, 0))"
+)toml", "t", "empty"),
+            "platform,value\nbapipe-2xv100,0\nbapipe-4xv100,0\n");
+}
+
+TEST(SweepReport, AnExpressionThatIsNoNumberIsAnErrorNamingTheRun) {
+  TempOut out("bool");
+  const ReportSpec spec = spec_of(R"toml(
+[[table]]
+name = "t"
+rows = ["platform"]
+value = "max(micro_batches > 4)"
+)toml");
+  EXPECT_EQ(input_error_of([&] { write_report(spec, fixture_context(), out.str()); }),
+            "exp.toml:5: expression 'micro_batches > 4': gives false on run 0 (bapipe-2xv100|GPipe|gpipe|M=4|x), where "
+            "[[table]] 't' needs a number");
+  const ReportSpec unknown = spec_of(R"toml(
+[[table]]
+name = "t"
+rows = ["platform"]
+value = "max(throughput_samples_per_s / micro_batchs)"
+)toml");
+  EXPECT_CONTAINS(input_error_of([&] { write_report(unknown, fixture_context(), out.str()); }),
+                  "exp.toml:2: [[table]] 't': no column 'micro_batchs' in ");
+  EXPECT_FALSE(fs::exists(out.path() / "report.md"));  // all or none
+}
+
+TEST(SweepReport, TableWhereSelectsRuns) {
+  EXPECT_EQ(table_csv_of(R"toml(
+[[table]]
+name = "t"
+rows = ["platform"]
+cols = "system"
+value = "max(throughput_samples_per_s)"
+where = "micro_batches == 4 and schedule != '1f1b-so'"
+)toml", "t", "where"),
+            "platform,GPipe,BaPipe\nbapipe-2xv100,80,88\nbapipe-4xv100,error,113.1429\n");
+}
+
+TEST(SweepReport, DevicesTableJoinsTheRunColumns) {
+  // peak_stashed is only in devices.csv: one entry per device, with its
+  // run's columns (system, platform); cols = host gives a column per device.
+  const std::string text = R"toml(
+[[table]]
+name = "stash"
+rows = ["platform"]
+cols = "host"
+value = "max(peak_stashed)"
+where = "system == 'BaPipe'"
+
+[[table]]
+name = "memory"
+rows = ["platform"]
+cols = "host"
+value = "max(peak_memory_bytes / 1e9)"
+from = "devices"
+
+[[expect]]
+table = "stash"
+assert = ["gpu0 >= gpu1", "not has(gpu2) or gpu2 == 2"]
+)toml";
+  TempOut out("devices");
+  const ReportResult result = write_report(spec_of(text), fixture_context(), out.str());
+  EXPECT_EQ(result.broken_expects, 0u) << (result.failures.empty() ? "" : result.failures.front());
+  EXPECT_EQ(result.checked_expects, 4u);
+  EXPECT_EQ(slurp(out.path() / "tables/stash.csv"),
+            "platform,gpu0,gpu1,gpu2,gpu3\nbapipe-2xv100,2,1,,\nbapipe-4xv100,4,3,2,1\n");
+  // devices.csv's own peak_memory_bytes (per device), not the run's maximum.
+  const std::string memory = slurp(out.path() / "tables/memory.csv");
+  EXPECT_CONTAINS(memory, "platform,gpu0,gpu1,gpu2,gpu3\nbapipe-2xv100,16,14.4,,\n");
+  EXPECT_CONTAINS(slurp(out.path() / "tables/stash.md"), "over the devices (devices.csv rows) of the runs");
+}
+
+TEST(SweepReport, FromRunsKeepsRunsCsv) {
+  TempOut out("from-runs");
+  const ReportSpec spec = spec_of(R"toml(
+[[table]]
+name = "t"
+rows = ["platform"]
+value = "max(peak_stashed)"
+from = "runs"
+)toml");
+  EXPECT_CONTAINS(input_error_of([&] { write_report(spec, fixture_context(), out.str()); }),
+                  "exp.toml:2: [[table]] 't': no column 'peak_stashed' in ");
+}
+
+TEST(SweepReportSpec, AggregateOfAnExpressionIsParsed) {
+  const ReportSpec spec = spec_of(
+      "[[table]]\nname = \"t\"\nrows = [\"a\"]\nvalue = \"max(max(x / y - 1, 1 - x / y))\"\n"
+      "[[table]]\nname = \"u\"\nrows = [\"a\"]\nvalue = \" sum( `odd name` ) \"\n"
+      "[[table]]\nname = \"v\"\nrows = [\"a\"]\nvalue = \"first(if(s == ')', 1, 0))\"\n");
+  ASSERT_EQ(spec.tables.size(), 3u);
+  EXPECT_EQ(spec.tables[0].aggregate, "max");
+  EXPECT_TRUE(spec.tables[0].metric.empty());
+  ASSERT_TRUE(spec.tables[0].metric_expression.has_value());
+  EXPECT_EQ(spec.tables[0].metric_expression->text(), "max(x / y - 1, 1 - x / y)");
+  EXPECT_EQ(spec.tables[1].metric, "odd name");  // a backquoted column
+  EXPECT_FALSE(spec.tables[1].metric_expression.has_value());
+  ASSERT_TRUE(spec.tables[2].metric_expression.has_value());  // a ')' inside a string
+  EXPECT_EQ(spec.tables[2].metric_expression->names(), std::vector<std::string>{"s"});
+}
+
+TEST(SweepReportSpec, AggregateMustEncloseTheValue) {
+  EXPECT_EQ(spec_error("[[table]]\nname = \"t\"\nrows = [\"a\"]\nvalue = \"min(bytes_per_sample) / 1e6\"\n"),
+            "exp.toml:4: [[table]] 't': 'value' must read 'agg(column)' or 'agg(expression)' with agg one of max, min, "
+            "mean, sum, count, first, found \"min(bytes_per_sample) / 1e6\": the aggregate must enclose the whole value "
+            "(write min(... / 1e6))");
+  EXPECT_CONTAINS(spec_error("[[table]]\nname = \"t\"\nrows = [\"a\"]\nvalue = \"max((x)\"\n"), "(unbalanced parentheses)");
+  EXPECT_EQ(spec_error("[[table]]\nname = \"t\"\nrows = [\"a\"]\nvalue = \"max()\"\n"),
+            "exp.toml:4: [[table]] 't': max(): a column or an expression is missing, in \"max()\"");
+  EXPECT_EQ(spec_error("[[table]]\nname = \"t\"\nrows = [\"a\"]\nvalue = \"max(x +)\"\n"),
+            "exp.toml:4: expression 'x +': at column 4: expected a value, found the end of the expression");
+  EXPECT_EQ(spec_error("[[table]]\nname = \"t\"\nrows = [\"a\"]\nvalue = \"max(x)\"\nfrom = \"device\"\n"),
+            "exp.toml:5: [[table]] 't': 'from' must be \"runs\" (runs.csv) or \"devices\" (devices.csv), found \"device\"");
+  EXPECT_EQ(spec_error("[[table]]\nname = \"t\"\nrows = [\"a\"]\nvalue = \"max(x)\"\nwhere = \"a ==\"\n"),
+            "exp.toml:5: expression 'a ==': at column 5: expected a value, found the end of the expression");
 }
 
 // ---------------------------------------------------------------- details
