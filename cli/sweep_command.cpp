@@ -27,6 +27,7 @@
 #include "core/io.hpp"
 #include "core/metrics.hpp"
 #include "core/profile.hpp"
+#include "core/termination.hpp"
 #include "sim/platform_xml.hpp"
 #include "sweep/csv.hpp"
 #include "sweep/experiment.hpp"
@@ -371,6 +372,9 @@ int run_main() {
       [&](const PlannedRun& run, const sweep::RunOutcome& outcome) {
         journal.append(sweep::rows_of(plan, run, outcome, shard, now_utc(), kVersion));
         new_status[run.key] = outcome.status;
+        // Test hook (tests/check_sweep.sh resume): the parent stops for good
+        // once three rows are in its journal, to be killed there.
+        if (new_status.size() == 3) hold_if_injected("hold-sweep-after-3-rows");
       });
   // The result of every selected run, recorded before or now.
   std::map<std::string, int> counts;
