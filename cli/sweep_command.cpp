@@ -341,7 +341,9 @@ int run_main() {
     for (const char* name : {"shards", "runs.csv", "devices.csv"}) fs::remove_all(fs::path(options.out) / name);
   sweep::write_manifest(options.out, sweep::manifest_json(plan, input_hashes(plan), kVersion));
   const std::vector<PlannedRun> selected = sweep::runs_of_shard(plan.runs, shard);
-  const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out, true);
+  // Other shards may be appending to their journals in this folder: only
+  // this shard's own journals are repaired (Journal, below).
+  const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out, false);
   const auto status_column = std::find(recorded.header.begin(), recorded.header.end(), "status");
   const auto recorded_status = [&](const std::string& key) -> std::string {
     const auto found = recorded.runs.find(key);
