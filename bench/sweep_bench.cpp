@@ -1,5 +1,5 @@
 // Times `pipegrid sweep run` on a sweep of 10,240 small runs (5 generated
-// 4-GPU platforms x 8 profiles of 8 layers x 4 schedules x M = 1..64, 4
+// 4-GPU platforms x 8 profiles of 8 layers x 4 schedules (GPipe with and without recomputation, 1F1B-SNO, 1F1B-SO) x M = 1..64, 4
 // stages each) with --jobs 2, and the same runs' cost as separate
 // `pipegrid simulate --json` processes (a sample of every 40th run, one at a
 // time). Prints runs per second, the sweep's CPU-seconds per run against a
@@ -103,7 +103,8 @@ int main(int argc, char** argv) {
   write(dir / "experiment.toml",
         "schema = 1\nname = \"sweep-bench\"\n[[axis]]\nname = \"platform\"\nglob = \"platform-*.xml\"\n"
         "[[axis]]\nname = \"profile\"\nglob = \"profile-*.json\"\n"
-        "[[axis]]\nname = \"schedule\"\nvalues = [\"gpipe\", \"1f1b-sno\", \"1f1b-so\", \"pipedream\"]\n"
+        "[[axis]]\nname = \"schedule\"\nvalues = [ { schedule = \"gpipe\" }, { schedule = \"1f1b-sno\" }, { schedule = \"1f1b-so\" },\n"
+        "  { schedule = \"gpipe\", recompute = true } ]\n"
         "[[axis]]\nname = \"micro_batches\"\nrange = { from = 1, to = 64 }\n");
   const std::string experiment = (dir / "experiment.toml").string();
   const Timing plan = run({"sweep", "plan", experiment}, (dir / "plan.txt").string());
@@ -120,14 +121,16 @@ int main(int argc, char** argv) {
   std::printf("  sweep plan alone (expansion, keys, hashes): %.2f s\n", plan.wall_s);
 
   // The same runs as separate simulate processes: every 40th run of the plan.
-  const std::vector<std::string> schedules = {"gpipe", "1f1b-sno", "1f1b-so", "pipedream"};
+  const std::vector<std::string> schedules = {"gpipe", "1f1b-sno", "1f1b-so", "gpipe"};
   double simulate_wall = 0, simulate_cpu = 0;
   int sampled = 0;
   for (int index = 0; index < kRuns; index += 40) {
     const int m = index % 64 + 1, s = index / 64 % 4, f = index / 256 % 8, p = index / 2048;
-    const Timing one = run({"simulate", "--platform", (dir / ("platform-" + std::to_string(p) + ".xml")).string(), "--profile",
-                            (dir / ("profile-" + std::to_string(f) + ".json")).string(), "--schedule", schedules[s],
-                            "--micro-batches", std::to_string(m), "--json"});
+    std::vector<std::string> args = {"simulate", "--platform", (dir / ("platform-" + std::to_string(p) + ".xml")).string(), "--profile",
+                                     (dir / ("profile-" + std::to_string(f) + ".json")).string(), "--schedule", schedules[s],
+                                     "--micro-batches", std::to_string(m), "--json"};
+    if (s == 3) args.push_back("--recompute");
+    const Timing one = run(args);
     simulate_wall += one.wall_s;
     simulate_cpu += one.cpu_s;
     ++sampled;

@@ -697,7 +697,8 @@ std::string canonical_run_text(const std::string& command, const std::map<std::s
                                const std::vector<ParameterSpec>& parameters, const InputQueries& queries) {
   std::string text = fmt::format("pipegrid-run\ncommand={}\nresults_version={}\n", command, kResultsVersion);
   for (const auto& [name, setting] : settings) {  // std::map: sorted by name
-    const bool is_parameter = std::any_of(parameters.begin(), parameters.end(), [&](const ParameterSpec& p) { return p.name == name; });
+    const std::string& key = name;  // clang before 16 cannot capture a structured binding
+    const bool is_parameter = std::any_of(parameters.begin(), parameters.end(), [&](const ParameterSpec& p) { return p.name == key; });
     if (!is_parameter || setting.value.absent()) continue;
     if (!setting.resolved_path.empty() || !setting.inline_platform.empty())
       text += fmt::format("{}=sha256:{}\n", name, queries.content_hash(setting));
