@@ -431,6 +431,7 @@ void read_axes(const Reader& reader, const toml::table& root, const std::string&
           continue;
         }
         // A bundle: one value sets several keys; a list inside expands.
+        if (bundle->empty()) fail(place, fmt::format("axis '{}': an empty bundle {{}} sets nothing", axis.name));
         std::vector<AxisValue> expanded(1);
         for (const auto& [key, node] : in_file_order(*bundle)) {
           const SourcePlace key_place = place_of(file, *node);

@@ -126,15 +126,16 @@ resume)
   stderr_has "resume skips the journalled runs" "3 of 18 runs already have a row in out: skipped"
   check_results "resume after SIGKILL" out
 
-  # A torn last line (half a row, no line break) in both journals: cut off,
-  # its run rerun.
+  # A run killed while writing its last device row: its device rows, the
+  # last one torn (half a row, no line break), and no run row (moved to the
+  # end of the run journal, torn too). Torn lines are cut off, the run's
+  # whole device rows dropped, the run rerun.
   rm out/runs.csv out/devices.csv
-  for journal in out/shards/shard-0-of-1.csv out/shards/devices-0-of-1.csv; do
-    last=$(tail -1 "$journal")
-    head -n -1 "$journal" >torn.csv
-    printf '%s' "${last:0:25}" >>torn.csv
-    mv torn.csv "$journal"
-  done
+  runs=out/shards/shard-0-of-1.csv devices=out/shards/devices-0-of-1.csv
+  last=$(tail -1 "$devices") key=${last%%,*}
+  row=$(grep "^$key," "$runs")
+  grep -v "^$key," "$runs" >torn.csv && printf '%s' "${row:0:25}" >>torn.csv && mv torn.csv "$runs"
+  head -n -1 "$devices" >torn.csv && printf '%s' "${last:0:25}" >>torn.csv && mv torn.csv "$devices"
   expect_status "status with a torn line" 0 "$PIPEGRID" sweep status out
   grep -q "not run *1$" "$scratch/out.txt" && ok "status counts the torn run as not run" || { fail "status: torn run"; cat "$scratch/out.txt"; }
   expect_status "resume after a torn line" 0 "$PIPEGRID" sweep run "$E2E/experiment.toml" --out out --jobs 1
