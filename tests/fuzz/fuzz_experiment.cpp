@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <set>
 #include <string>
@@ -50,14 +51,17 @@ std::vector<ParameterSpec> simulate_parameters() {
   return specs;
 }
 
-/// A private folder for the input file, made once.
+/// A private folder for the input file, made once and removed at exit (the
+/// name is never destroyed: the exit hook runs after static destructors).
 const std::string& folder() {
-  static const std::string path = [] {
+  static const std::string* const path = [] {
     char pattern[] = "/tmp/pipegrid-fuzz-experiment-XXXXXX";
     if (!mkdtemp(pattern)) std::abort();
-    return std::string(pattern);
+    const std::string* name = new std::string(pattern);
+    std::atexit([] { std::filesystem::remove_all(folder()); });
+    return name;
   }();
-  return path;
+  return *path;
 }
 
 }  // namespace
