@@ -29,6 +29,7 @@
 #include "core/metrics.hpp"
 #include "core/platform_check.hpp"
 #include "core/profile.hpp"
+#include "core/termination.hpp"
 #include "sim/platform_xml.hpp"
 #include "sweep/csv.hpp"
 #include "sweep/experiment.hpp"
@@ -372,7 +373,9 @@ int run_main() {
     for (const char* name : {"shards", "runs.csv", "devices.csv"}) fs::remove_all(fs::path(options.out) / name);
   sweep::write_manifest(options.out, sweep::manifest_json(plan, input_hashes(plan), kVersion));
   const std::vector<PlannedRun> selected = sweep::runs_of_shard(plan.runs, shard);
-  const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out, true);
+  // Other shards may be appending to their journals in this folder: only
+  // this shard's own journals are repaired (Journal, below).
+  const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out, false);
   const auto status_column = std::find(recorded.header.begin(), recorded.header.end(), "status");
   const auto recorded_status = [&](const std::string& key) -> std::string {
     const auto found = recorded.runs.find(key);
@@ -407,6 +410,9 @@ int run_main() {
       [&](const PlannedRun& run, const sweep::RunOutcome& outcome) {
         journal.append(sweep::rows_of(plan, run, outcome, shard, now_utc(), kVersion));
         new_status[run.key] = outcome.status;
+        // Test hook (tests/check_sweep.sh resume): the parent stops for good
+        // once three rows are in its journal, to be killed there.
+        if (new_status.size() == 3) hold_if_injected("hold-sweep-after-3-rows");
       });
   // The result of every selected run, recorded before or now.
   std::map<std::string, int> counts;

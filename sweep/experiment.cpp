@@ -293,6 +293,10 @@ void read_includes(Reader& reader, const toml::table& root, const std::string& f
     const std::string path = (fs::path(file).parent_path() / name->get()).lexically_normal().string();
     if (std::find(stack.begin(), stack.end(), path) != stack.end())
       fail(place_of(file, item), fmt::format("include: '{}' includes itself (through {})", name->get(), stack.back()));
+    // Not a device or a folder: /dev/zero would be read forever.
+    std::error_code error;
+    if (!fs::is_regular_file(path, error))
+      fail(place_of(file, item), fmt::format("include: '{}' ({}): {}", name->get(), path, fs::exists(path, error) ? "not a regular file" : "no such file"));
     read_file_into(reader, path, true, experiment, stack, nullptr);
   }
 }
@@ -344,7 +348,10 @@ std::vector<Scalar> range_values(const toml::table& spec, const SourcePlace& pla
     const double count = std::floor((to.number() - from.number()) / step.number() * (1 + 1e-12)) + 1;
     if (count > static_cast<double>(kMaxValues)) fail(place, fmt::format("range: {} values, more than {} per axis", count, kMaxValues));
     for (long long k = 0; k < static_cast<long long>(count); ++k) {
-      if (integers) values.push_back(Scalar::of_int(from.integer + k * step.integer));
+      long long offset = 0, value = 0;
+      if (integers && (__builtin_mul_overflow(k, step.integer, &offset) || __builtin_add_overflow(from.integer, offset, &value)))
+        fail(place, fmt::format("range: values beyond the 64-bit integers (from {} to {} by {})", from.to_text(), to.to_text(), step.to_text()));
+      if (integers) values.push_back(Scalar::of_int(value));
       else values.push_back(Scalar::of_real(from.number() + static_cast<double>(k) * step.number()));
     }
   }
@@ -430,6 +437,7 @@ void read_axes(const Reader& reader, const toml::table& root, const std::string&
           continue;
         }
         // A bundle: one value sets several keys; a list inside expands.
+        if (bundle->empty()) fail(place, fmt::format("axis '{}': an empty bundle {{}} sets nothing", axis.name));
         std::vector<AxisValue> expanded(1);
         for (const auto& [key, node] : in_file_order(*bundle)) {
           const SourcePlace key_place = place_of(file, *node);
@@ -892,8 +900,13 @@ ExperimentPlan plan_experiment(const std::string& file, const ParametersOf& para
   std::map<std::string, int> label_count;
   for (const PlannedRun& run : kept) ++label_count[run.label];
   std::set<std::string> input_files;
-  for (PlannedRun& run : kept) {
+  for (PlannedRun& run : kept)
     if (label_count[run.label] > 1) run.label += fmt::format("#{}", run.run_index);
+  // A suffixed label may meet a label written that way ('a#1'): suffix again.
+  std::set<std::string> unique_labels;
+  for (PlannedRun& run : kept)
+    while (!unique_labels.insert(run.label).second) run.label += fmt::format("#{}", run.run_index);
+  for (PlannedRun& run : kept) {
     check_kinds(run.settings, parameters, run.label);
     for (const auto& [name, setting] : run.settings)
       if (!setting.resolved_path.empty()) input_files.insert(setting.resolved_path);

@@ -299,14 +299,48 @@ RecordedRuns read_recorded_runs(const std::string& dir, bool repair_torn_lines) 
   return recorded;
 }
 
+namespace {
+
+/// Drops the device rows of runs that have no run row in the shard's run
+/// journal: a run killed between its two writes (devices first), or whose
+/// run row was torn, is run again and appends its devices again.
+void drop_orphan_device_rows(const std::string& devices_path, const std::string& runs_path) {
+  if (!fs::exists(devices_path)) return;
+  const std::string text = read_text_file(devices_path);
+  const std::string_view whole = csv_whole_records(text);
+  if (whole.empty()) return;
+  std::set<std::string> keys;
+  if (fs::exists(runs_path)) {
+    const std::string runs_text = read_text_file(runs_path);
+    const std::string_view runs_whole = csv_whole_records(runs_text);
+    if (!runs_whole.empty()) {
+      const CsvTable runs = parse_csv(runs_whole, runs_path);
+      const std::size_t key = runs.require_column("run_key");
+      for (const auto& row : runs.rows) keys.insert(row[key]);
+    }
+  }
+  const CsvTable devices = parse_csv(whole, devices_path);
+  std::string kept = csv_record(devices.header);
+  bool dropped = false;
+  for (const auto& row : devices.rows) {
+    if (keys.count(row[0])) kept += csv_record(row);
+    else dropped = true;
+  }
+  if (dropped) write_file_atomically(devices_path, kept);
+}
+
+}  // namespace
+
 Journal::Journal(const std::string& dir, const Shard& shard, const std::vector<std::string>& runs_header) {
   const fs::path shards = fs::path(dir) / "shards";
   std::error_code error;
   fs::create_directories(shards, error);
   if (error) throw InputError(fmt::format("{}: cannot create: {}", shards.string(), error.message()));
   runs_path_ = (shards / fmt::format("shard-{}-of-{}.csv", shard.index, shard.count)).string();
-  devices_fd_ = open_journal((shards / fmt::format("devices-{}-of-{}.csv", shard.index, shard.count)).string(), devices_columns());
+  const std::string devices_path = (shards / fmt::format("devices-{}-of-{}.csv", shard.index, shard.count)).string();
   runs_fd_ = open_journal(runs_path_, runs_header);
+  drop_orphan_device_rows(devices_path, runs_path_);
+  devices_fd_ = open_journal(devices_path, devices_columns());
 }
 
 Journal::~Journal() {
