@@ -385,13 +385,14 @@ int run_main() {
   const auto failed = [](const std::string& status) { return status == "error" || status == "crashed" || status == "timeout"; };
   std::vector<PlannedRun> todo;
   int resumed = 0;
+  std::set<std::string> keys_to_run;  // runs equal but for their labels run once
   for (const PlannedRun& run : selected) {
     const std::string status = recorded_status(run.key);
     if (!status.empty() && !(options.retry_failed && failed(status))) {
       ++resumed;
       continue;
     }
-    todo.push_back(run);
+    if (keys_to_run.insert(run.key).second) todo.push_back(run);
   }
   read_inputs_once(plan);
   const fs::path partitions = fs::path(options.out) / "cache" / "partitions";

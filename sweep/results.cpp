@@ -80,11 +80,14 @@ bool is_volatile(const std::string& column) {
   return std::find(columns.begin(), columns.end(), column) != columns.end();
 }
 
-/// A row's non-volatile cells by column name (for the determinism check).
+/// A row's result by column name: status, reason and the metrics, not the
+/// volatile columns (the determinism check). Parameters and labels are the
+/// plan's: two runs of one key may differ only in their labels.
 std::map<std::string, std::string> stable_cells(const std::vector<std::string>& header, const std::vector<std::string>& row) {
   std::map<std::string, std::string> cells;
-  for (std::size_t i = 0; i < header.size() && i < row.size(); ++i)
-    if (!is_volatile(header[i]) && header[i] != "run_index" && header[i] != "label") cells[header[i]] = row[i];
+  const auto status = std::find(header.begin(), header.end(), "status");
+  for (auto i = static_cast<std::size_t>(status - header.begin()); i < header.size() && i < row.size(); ++i)
+    if (!is_volatile(header[i])) cells[header[i]] = row[i];
   return cells;
 }
 
