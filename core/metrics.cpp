@@ -150,7 +150,7 @@ void raise_to_lower_bound(SteadyState& steady, const SteadyStateHints& hints) {
   steady.estimate_s = steady.period_s;
   if (steady.periodic || !(steady.period_s < hints.lower_bound_s)) return;
   steady.measured_over += fmt::format(
-      ", {:.7g} s, raised to {:.7g} s, the least the period can be ({})", steady.period_s, hints.lower_bound_s,
+      ", {:.9g} s, raised to {:.9g} s, the least the period can be ({})", steady.period_s, hints.lower_bound_s,
       hints.lower_bound_from.empty() ? std::string("the slowest device's compute per mini-batch") : hints.lower_bound_from);
   steady.period_s = hints.lower_bound_s;
 }
@@ -229,7 +229,7 @@ SteadyState steady_state_of(std::vector<double> completions, double run_start_s,
   steady.window_gaps = static_cast<int>(counted);
   steady.period_s = (steady.window_end_s - steady.window_start_s) / static_cast<double>(counted);
   steady.measured_over = fmt::format("the mean of the last {} of {} gaps between completions before the drain{}", counted, G,
-                                     whole_rounds ? fmt::format(" ({} rounds of {} replicas)", counted / rotation, rotation)
+                                     whole_rounds ? fmt::format(" ({} round{} of {} replicas)", counted / rotation, counted == rotation ? "" : "s", rotation)
                                                   : std::string());
   raise_to_lower_bound(steady, hints);
   return steady;
