@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <numeric>
 #include <set>
 #include <tuple>
 
@@ -142,9 +144,21 @@ std::map<std::string, VersionTrack> weight_versions(const Timeline& timeline, co
   return tracks;
 }
 
+// An estimate (no cycle confirmed) below the proven lower bound of the
+// period is raised to it: the long-run period cannot be shorter.
+void raise_to_lower_bound(SteadyState& steady, const SteadyStateHints& hints) {
+  steady.estimate_s = steady.period_s;
+  if (steady.periodic || !(steady.period_s < hints.lower_bound_s)) return;
+  steady.measured_over += fmt::format(
+      ", {:.9g} s, raised to {:.9g} s, the least the period can be ({})", steady.period_s, hints.lower_bound_s,
+      hints.lower_bound_from.empty() ? std::string("the slowest device's compute per mini-batch") : hints.lower_bound_from);
+  steady.period_s = hints.lower_bound_s;
+}
+
 }  // namespace
 
-SteadyState steady_state_of(std::vector<double> completions, double run_start_s, double drain_start_s) {
+SteadyState steady_state_of(std::vector<double> completions, double run_start_s, double drain_start_s,
+                            const SteadyStateHints& hints) {
   SteadyState steady;
   steady.drain_start_s = drain_start_s;
   std::sort(completions.begin(), completions.end());
@@ -169,6 +183,7 @@ SteadyState steady_state_of(std::vector<double> completions, double run_start_s,
     steady.period_s = (steady.window_end_s - steady.window_start_s) / steady.window_gaps;
     steady.measured_over = n >= 2 ? fmt::format("all {} completions: fewer than 2 before the drain", n)
                                   : "the one completion from the start of the run";
+    raise_to_lower_bound(steady, hints);
     return steady;
   }
   const std::size_t G = valid.size() - 1;  // gaps h[i] = valid[i+1] - valid[i]
@@ -199,19 +214,76 @@ SteadyState steady_state_of(std::vector<double> completions, double run_start_s,
     steady.warmup_minibatches = static_cast<int>(first);
     steady.warmup_s = valid[first] - run_start_s;
     steady.measured_over = fmt::format("{} whole cycles of {} before the drain", whole / L, L == 1 ? std::string("1 mini-batch") : fmt::format("{} mini-batches", L));
+    steady.estimate_s = steady.period_s;
     return steady;
   }
-  // No cycle confirmed: the mean gap over the last half of the steady part.
-  const std::size_t counted = std::max<std::size_t>(1, needed_half);
+  // No cycle confirmed: the mean gap over the last half of the steady part,
+  // widened to whole rounds of the replicas' round robin when there are
+  // that many gaps (a part of a round is biased by the replicas' phase).
+  std::size_t counted = std::max<std::size_t>(1, needed_half);
+  const std::size_t rotation = static_cast<std::size_t>(std::max(1, hints.rotation));
+  const bool whole_rounds = rotation > 1 && G >= rotation;
+  if (whole_rounds) counted = std::min((counted + rotation - 1) / rotation, G / rotation) * rotation;
   steady.window_start_s = valid[G - counted];
   steady.window_end_s = valid[G];
   steady.window_gaps = static_cast<int>(counted);
   steady.period_s = (steady.window_end_s - steady.window_start_s) / static_cast<double>(counted);
-  steady.measured_over = fmt::format("the mean of the last {} of {} gaps between completions before the drain", counted, G);
+  steady.measured_over = fmt::format("the mean of the last {} of {} gaps between completions before the drain{}", counted, G,
+                                     whole_rounds ? fmt::format(" ({} round{} of {} replicas)", counted / rotation, counted == rotation ? "" : "s", rotation)
+                                                  : std::string());
+  raise_to_lower_bound(steady, hints);
   return steady;
 }
 
+SteadyStateHints steady_state_hints(const Timeline& timeline, const std::map<std::string, int>& stage_of_host) {
+  SteadyStateHints hints;
+  std::map<int, int> replicas_of_stage;
+  for (const auto& [host, stage] : stage_of_host) ++replicas_of_stage[stage];
+  long long rotation = 1;
+  for (const auto& [stage, replicas] : replicas_of_stage) {
+    rotation = std::lcm(rotation, static_cast<long long>(replicas));
+    if (rotation > std::numeric_limits<int>::max()) {
+      rotation = 1;  // no run is that long: whole rounds cannot be had anyway
+      break;
+    }
+  }
+  hints.rotation = static_cast<int>(rotation);
+  // The same quantities as compute_metrics's invariant, computed the same way.
+  std::map<std::string, std::vector<std::pair<double, double>>> busy;
+  std::map<std::string, std::set<int>> handled;
+  for (const TimelineRecord& r : timeline.records) {
+    if (r.kind() != RecordKind::Compute) continue;
+    busy[r.host].push_back({r.start_s, r.end_s});
+    if (r.action == "F") handled[r.host].insert(r.mini_batch);
+  }
+  for (const auto& [host, minibatches] : handled) {
+    if (minibatches.empty()) continue;
+    const auto stage = stage_of_host.find(host);
+    const int s = stage == stage_of_host.end() ? 0 : stage->second;
+    const int replicas = replicas_of_stage.count(s) ? replicas_of_stage[s] : 1;
+    const double bound = busy_time(busy[host], 0, 0).total_s / static_cast<double>(minibatches.size()) / replicas;
+    if (bound > hints.lower_bound_s) {
+      hints.lower_bound_s = bound;
+      hints.lower_bound_from = fmt::format("device {}'s compute per mini-batch{}", host,
+                                           replicas > 1 ? fmt::format(" / {} replicas of stage {}", replicas, s) : std::string());
+    }
+  }
+  return hints;
+}
+
 SteadyState steady_state_of(const Timeline& timeline) {
+  // The stages' hosts as the timeline shows them: each host that computes
+  // for one stage only.
+  std::map<std::string, std::set<int>> stages_of_host;
+  for (const TimelineRecord& r : timeline.records)
+    if (r.kind() == RecordKind::Compute) stages_of_host[r.host].insert(r.stage);
+  std::map<std::string, int> stage_of_host;
+  for (const auto& [host, stages] : stages_of_host)
+    if (stages.size() == 1) stage_of_host[host] = *stages.begin();
+  return steady_state_of(timeline, stage_of_host);
+}
+
+SteadyState steady_state_of(const Timeline& timeline, const std::map<std::string, int>& stage_of_host) {
   std::map<int, double> completion;
   std::map<std::string, double> last_forward_start;
   double first = 0;
@@ -231,7 +303,7 @@ SteadyState steady_state_of(const Timeline& timeline) {
   for (const auto& [k, end] : completion) completions.push_back(end);
   double drain = completions.empty() ? 0 : *std::max_element(completions.begin(), completions.end());
   for (const auto& [host, start] : last_forward_start) drain = std::min(drain, start);
-  return steady_state_of(std::move(completions), first, drain);
+  return steady_state_of(std::move(completions), first, drain, steady_state_hints(timeline, stage_of_host));
 }
 
 bool minibatches_overlap(const Timeline& timeline) {
@@ -419,7 +491,7 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std:
   metrics.mean_minibatch_span_s = mini_batches > 0 ? span / mini_batches : 0;
   metrics.minibatch_time_s = metrics.mean_minibatch_span_s;
   if (steady_state && any) {
-    metrics.steady_state = steady_state_of(timeline);
+    metrics.steady_state = steady_state_of(timeline, stage_of_host);
     metrics.minibatch_time_s = metrics.steady_state->period_s;
   }
   metrics.throughput_samples_per_s = metrics.minibatch_time_s > 0 ? samples_per_minibatch / metrics.minibatch_time_s : 0;
@@ -455,7 +527,9 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std:
     if (metrics.steady_state) {
       // In steady state a device of a stage with r replicas handles one
       // mini-batch in r, so the period is at least its compute per
-      // mini-batch it handles divided by r.
+      // mini-batch it handles divided by r. An estimate (no cycle
+      // confirmed) was raised to this bound by steady_state_of; a confirmed
+      // cycle below it is a bug.
       const auto handled = minibatches_of_host.find(host);
       const int replicas = replicas_of_stage.count(device.stage) ? replicas_of_stage[device.stage] : 1;
       if (handled != minibatches_of_host.end() && !handled->second.empty()) {

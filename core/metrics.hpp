@@ -61,10 +61,14 @@ struct SteadyState {
   /// true: the gaps between the last steady completions repeat with a cycle
   /// of `cycle_minibatches` (relative tolerance 1e-9) over at least 3 cycles
   /// and at least the last half of the steady completions. false: no cycle
-  /// was confirmed; the period is the mean gap over the last half of the
-  /// steady completions (see `measured_over`).
+  /// was confirmed; the period is an estimate, the mean gap over the last
+  /// half of the steady completions in whole rounds of the replicas, never
+  /// below the devices' lower bound (see SteadyStateHints, `measured_over`).
   bool periodic = false;
   double period_s = 0;
+  /// The mean gap over the window: `period_s` itself, except when an
+  /// estimate (not periodic) below the devices' lower bound was raised to it.
+  double estimate_s = 0;
   int cycle_minibatches = 0;   ///< completions per cycle (0 when not periodic)
   int warmup_minibatches = 0;  ///< completions before the first periodic one (periodic only)
   double warmup_s = 0;         ///< from the first operation to the first periodic completion
@@ -79,15 +83,46 @@ struct SteadyState {
   std::string measured_over;
 };
 
+/** What the devices tell about the period beyond the completion times; it
+ *  matters only when no cycle is confirmed. */
+struct SteadyStateHints {
+  /// Completions per round of the replicas' round robin (mini-batch b goes
+  /// to replica b mod r): the least common multiple of the stages' replica
+  /// counts. Completions of one round come from different replicas, in
+  /// bursts, so an estimate over a part of a round is biased by the phase;
+  /// the estimate is taken over whole rounds.
+  int rotation = 1;
+  /// A proven lower bound of the steady-state period: the largest, over
+  /// devices, compute per mini-batch it handles divided by its stage's
+  /// replicas (in steady state a replica takes one mini-batch in r). While
+  /// the pipeline settles (the lag between the slowest device and the
+  /// completions shrinking), completions can come faster than that for a
+  /// long time; an estimate below it is raised to it.
+  double lower_bound_s = 0;
+  std::string lower_bound_from;  ///< the device it comes from, for `measured_over`
+};
+
 /** Finds the steady state of mini-batch completion times (any order).
  *  `run_start_s` is the start of the first operation; completions later than
- *  `drain_start_s` are left out. */
-SteadyState steady_state_of(std::vector<double> completions, double run_start_s, double drain_start_s);
+ *  `drain_start_s` are left out. Without a confirmed cycle the estimate is
+ *  the mean gap over whole rounds of `hints.rotation` completions covering
+ *  at least the last half of the gaps (when there are that many), never
+ *  below `hints.lower_bound_s`. */
+SteadyState steady_state_of(std::vector<double> completions, double run_start_s, double drain_start_s,
+                            const SteadyStateHints& hints = {});
 
 /** The steady state of a timeline: completions are the ends of each
  *  mini-batch's last compute record, the drain starts at the earliest start,
- *  over hosts, of a host's last forward ("F"). */
+ *  over hosts, of a host's last forward ("F"). The hints come from
+ *  `stage_of_host` (every host of the plan, computing or not) or, without
+ *  it, from the hosts that run one stage's compute records. */
 SteadyState steady_state_of(const Timeline& timeline);
+SteadyState steady_state_of(const Timeline& timeline, const std::map<std::string, int>& stage_of_host);
+
+/** The hints of a timeline: the rotation from the replica counts of
+ *  `stage_of_host`, the lower bound from each host's compute (the union of
+ *  its compute records) per mini-batch it runs a forward of. */
+SteadyStateHints steady_state_hints(const Timeline& timeline, const std::map<std::string, int>& stage_of_host);
 
 /** Length of the union of `intervals` (busy time of a device whose
  *  streams may overlap), in all and inside [window_start_s, window_end_s]. */
@@ -157,7 +192,9 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model,
  *  Checks the result's invariants and throws InvariantViolation naming the
  *  one broken: every device's busy time within the run's span; bubble
  *  fractions in [0, 1]; without a flush, the period at least every device's
- *  compute per mini-batch it handles divided by its stage's replicas. */
+ *  compute per mini-batch it handles divided by its stage's replicas (an
+ *  estimate, no cycle confirmed, below it was raised to it: see
+ *  SteadyStateHints; a confirmed cycle below it is a bug). */
 Metrics compute_metrics(Timeline& timeline, const MemoryModel& model,
                         const std::map<std::string, int>& stage_of_host, int mini_batches,
                         int samples_per_minibatch, bool steady_state = false);
