@@ -71,7 +71,16 @@ std::string partition_cache_folder;
 }  // namespace
 
 void set_partition_cache(const std::string& folder) { partition_cache_folder = folder; }
-void preload_profile(const std::string& path) { profile_from(path, std::nullopt); }
+
+std::string input_file_sha256(const std::string& path) {
+  static std::map<std::string, std::string> hashes;
+  if (const auto found = hashes.find(path); found != hashes.end()) return found->second;
+  return hashes.emplace(path, sweep::sha256_hex(read_text_file(path))).first->second;
+}
+void preload_profile(const std::string& path) {
+  profile_from(path, std::nullopt);
+  input_file_sha256(path);
+}
 void preload_platform(const std::string& path, bool with_routes) {
   platform_from(path);
   if (with_routes) platform_from(path, sim::PlatformRoutes::All);
@@ -184,7 +193,7 @@ Plan make_plan(const PlanRequest& request) {
           "profile_file={}\nprofile={}\n",
           request.partitioner, input.schedule, input.micro_batches,
           input.memory_limit_bytes ? fmt::format("{}", *input.memory_limit_bytes) : "-", input.split_layers,
-          input.platform.file, sweep::sha256_hex(plan.platform_xml), sweep::sha256_hex(read_text_file(request.profile_file)),
+          input.platform.file, sweep::sha256_hex(plan.platform_xml), input_file_sha256(request.profile_file),
           sweep::sha256_hex(profile_to_json(plan.profile)));
       cache_path = fmt::format("{}/{}.json", partition_cache_folder, sweep::sha256_hex(key).substr(0, 32));
     }

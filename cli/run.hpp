@@ -62,6 +62,9 @@ void enable_input_cache();
 void preload_profile(const std::string& path);
 void preload_platform(const std::string& path, bool with_routes);
 
+/** SHA-256 (hex) of a file's content, read once per process. */
+std::string input_file_sha256(const std::string& path);
+
 /** A sweep's runs keep the partitions a --partitioner chose (and the reasons
  *  it found none) as files in `folder`, by the hash of everything the
  *  partitioner reads, and reuse them. Empty (the default): no cache. */

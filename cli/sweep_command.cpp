@@ -101,7 +101,6 @@ std::optional<std::vector<ParameterSpec>> parameters_of(const std::string& comma
 
 /// Every input read once: children of the sweep inherit the parent's reads.
 struct InputReads {
-  std::map<std::string, std::string> hashes;
   std::map<std::string, long long> hosts, layers;
 };
 InputReads reads;
@@ -112,18 +111,12 @@ std::string inline_platform_xml(const sweep::Setting& setting) {
   return cluster_platform_xml(cluster_spec_from_options(setting.inline_platform, "platform (inline table)"));
 }
 
-std::string file_hash(const std::string& path) {
-  if (const auto found = reads.hashes.find(path); found != reads.hashes.end()) return found->second;
-  const std::string hash = sweep::sha256_hex(read_text_file(path));
-  reads.hashes[path] = hash;
-  return hash;
-}
 
 sweep::InputQueries input_queries() {
   sweep::InputQueries queries;
   queries.content_hash = [](const sweep::Setting& setting) {
     if (!setting.inline_platform.empty()) return sweep::sha256_hex(inline_platform_xml(setting));
-    return file_hash(setting.resolved_path);
+    return input_file_sha256(setting.resolved_path);
   };
   queries.hosts = [](const sweep::Setting& setting) {
     if (!setting.inline_platform.empty())
@@ -354,7 +347,7 @@ void read_inputs_once(const ExperimentPlan& plan) {
 
 std::map<std::string, std::string> input_hashes(const ExperimentPlan& plan) {
   std::map<std::string, std::string> hashes;
-  for (const std::string& path : plan.input_files) hashes[path] = file_hash(path);
+  for (const std::string& path : plan.input_files) hashes[path] = input_file_sha256(path);
   return hashes;
 }
 
@@ -444,10 +437,18 @@ int run_main() {
   return failures > 0 ? 1 : 0;
 }
 
+nlohmann::json read_manifest(const std::string& dir) {
+  const fs::path path = fs::path(dir) / "manifest.json";
+  if (!fs::exists(path)) throw InputError(fmt::format("{}: no manifest.json: not the output folder of `pipegrid sweep run`", dir));
+  try {
+    return nlohmann::json::parse(read_text_file(path.string()));
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(fmt::format("{}: not valid JSON: {}", path.string(), error.what()));
+  }
+}
+
 int status_main() {
-  const fs::path manifest_path = fs::path(options.out) / "manifest.json";
-  if (!fs::exists(manifest_path)) throw InputError(fmt::format("{}: no manifest.json: not the output folder of `pipegrid sweep run`", options.out));
-  const nlohmann::json manifest = nlohmann::json::parse(read_text_file(manifest_path.string()));
+  const nlohmann::json manifest = read_manifest(options.out);
   const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out, false);
   const auto status_column = std::find(recorded.header.begin(), recorded.header.end(), "status");
   std::map<std::string, int> counts;
@@ -476,15 +477,6 @@ int merge_main() {
   return 1;
 }
 
-nlohmann::json read_manifest(const std::string& dir) {
-  const fs::path path = fs::path(dir) / "manifest.json";
-  if (!fs::exists(path)) throw InputError(fmt::format("{}: no manifest.json: not the output folder of `pipegrid sweep run`", dir));
-  try {
-    return nlohmann::json::parse(read_text_file(path.string()));
-  } catch (const nlohmann::json::exception& error) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", path.string(), error.what()));
-  }
-}
 
 int show_main() {
   const nlohmann::json manifest = read_manifest(options.out);

@@ -9,6 +9,7 @@
 // so text is given generous room.
 
 #include "render/charts.hpp"
+#include "render/svg_text.hpp"
 
 #include <algorithm>
 #include <array>
@@ -53,33 +54,9 @@ constexpr std::size_t kMaxTickLabelChars = 24;
 
 // ---- text --------------------------------------------------------------------
 
-/// Fixed-format coordinate: two decimals, never "-0.00".
-std::string num(double value) {
-  if (!std::isfinite(value)) value = 0;  // never reached with checked data; keeps "nan" out regardless
-  if (std::fabs(value) < 0.005) value = 0;
-  return fmt::format("{:.2f}", value);
-}
+std::string num(double value) { return svg_number(value); }
 
-std::string escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        // Control characters are not allowed in XML 1.0 text.
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r')
-          out += '?';
-        else
-          out += c;
-    }
-  }
-  return out;
-}
+std::string escape(std::string_view text) { return escape_xml(text); }
 
 std::size_t char_count(std::string_view text) {
   std::size_t chars = 0;

@@ -54,6 +54,7 @@
 #include <fmt/format.h>
 
 #include "render/timeline_svg.hpp"
+#include "render/svg_text.hpp"
 
 namespace pipegrid {
 
@@ -111,32 +112,8 @@ constexpr const char* kSeparator = "#c8c8c8";
 constexpr const char* kHeadingBand = "#f0f0f0";
 constexpr const char* kFont = "Helvetica, Arial, sans-serif";
 
-/// Fixed-format coordinate: two decimals, never "-0.00".
-std::string num(double value) {
-  if (std::fabs(value) < 0.005) value = 0;
-  return fmt::format("{:.2f}", value);
-}
+std::string num(double value) { return svg_number(value); }
 
-std::string escape_xml(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        // Control characters are not allowed in XML 1.0 text; show a '?'.
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r')
-          out += '?';
-        else
-          out += c;
-    }
-  }
-  return out;
-}
 
 /// Estimated rendered width of `text` at `font_size` (px). UTF-8
 /// continuation bytes do not count as characters.

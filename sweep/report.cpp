@@ -404,7 +404,7 @@ ReportResult write_report(const ReportSpec& spec, const ReportContext& context, 
 
   // ---- report.html
   std::string html =
-      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" + html_escape(title) +
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" + escape_xml(title) +
       "</title>\n<style>\n"
       "body{font-family:sans-serif;max-width:1400px;margin:1em auto;padding:0 1em;color:#222}\n"
       "table{border-collapse:collapse;margin:.5em 0}\n"
@@ -419,20 +419,20 @@ ReportResult write_report(const ReportSpec& spec, const ReportContext& context, 
       ".pass{color:#070}\n"
       ".plot{margin:1em 0;overflow-x:auto}\n"
       "</style>\n</head>\n<body>\n";
-  html += "<h1>" + html_escape(title) + "</h1>\n";
-  html += fmt::format("<p>Experiment <code>{}</code> ({}): {} run{} in runs.csv: {}. {}</p>\n", html_escape(context.name),
-                      html_escape(spec.file), runs.size(), runs.size() == 1 ? "" : "s", html_escape(status_summary(runs)),
-                      html_escape(fit_note));
+  html += "<h1>" + escape_xml(title) + "</h1>\n";
+  html += fmt::format("<p>Experiment <code>{}</code> ({}): {} run{} in runs.csv: {}. {}</p>\n", escape_xml(context.name),
+                      escape_xml(spec.file), runs.size(), runs.size() == 1 ? "" : "s", escape_xml(status_summary(runs)),
+                      escape_xml(fit_note));
   if (!result.warnings.empty()) {
     html += "<h2>Warnings</h2>\n<ul>\n";
-    for (const auto& warning : result.warnings) html += "<li class=\"warning\">" + html_escape(warning) + "</li>\n";
+    for (const auto& warning : result.warnings) html += "<li class=\"warning\">" + escape_xml(warning) + "</li>\n";
     html += "</ul>\n";
   }
   if (!tables.empty()) {
     html += "<h2>Tables</h2>\n";
     for (const ComputedTable& table : tables)
-      html += "<h3>" + html_escape(table.spec->name) + "</h3>\n" + table_html(table) + "<p class=\"note\">" +
-              html_escape(table.note) + "</p>\n";
+      html += "<h3>" + escape_xml(table.spec->name) + "</h3>\n" + table_html(table) + "<p class=\"note\">" +
+              escape_xml(table.note) + "</p>\n";
   }
   if (!outcomes.empty()) {
     html += fmt::format("<h2>Checks</h2>\n<p>{} checks of {} assertions: {} broken.</p>\n<ul>\n", result.checked_expects,
@@ -440,10 +440,10 @@ ReportResult write_report(const ReportSpec& spec, const ReportContext& context, 
     for (const AssertOutcome& outcome : outcomes) {
       html += fmt::format("<li><span class=\"{}\">{}</span> <code>{}</code> on {} ({} checked, {} broken)",
                           outcome.broken.empty() ? "pass" : "fail", outcome.broken.empty() ? "PASS" : "FAIL",
-                          html_escape(outcome.text), html_escape(outcome.subject), outcome.checked, outcome.broken.size());
+                          escape_xml(outcome.text), escape_xml(outcome.subject), outcome.checked, outcome.broken.size());
       if (!outcome.broken.empty()) {
         html += "<ul>\n";
-        for (const auto& message : outcome.broken) html += "<li>" + html_escape(message) + "</li>\n";
+        for (const auto& message : outcome.broken) html += "<li>" + escape_xml(message) + "</li>\n";
         html += "</ul>";
       }
       html += "</li>\n";
@@ -453,16 +453,16 @@ ReportResult write_report(const ReportSpec& spec, const ReportContext& context, 
   if (!plots.empty()) {
     html += "<h2>Plots</h2>\n";
     for (const PlotOutput& plot : plots) {
-      html += "<h3>" + html_escape(plot.title) + "</h3>\n<div class=\"plot\">\n" + inline_svg(plot.svg) + "\n</div>\n";
-      for (const auto& note : plot.notes) html += "<p class=\"note\">Note: " + html_escape(note) + "</p>\n";
+      html += "<h3>" + escape_xml(plot.title) + "</h3>\n<div class=\"plot\">\n" + inline_svg(plot.svg) + "\n</div>\n";
+      for (const auto& note : plot.notes) html += "<p class=\"note\">Note: " + escape_xml(note) + "</p>\n";
     }
   }
   html += "<h2>Runs</h2>\n<table>\n<thead><tr><th class=\"num\">run</th><th>label</th><th>status</th><th>reason</th></tr></thead>\n<tbody>\n";
   for (std::size_t run = 0; run < runs.size(); ++run)
     html += fmt::format("<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                        html_escape(run_index ? runs.cell(run, *run_index) : std::to_string(run)),
-                        html_escape(label ? runs.cell(run, *label) : ""), html_escape(runs.status(run)),
-                        html_escape(reason ? runs.cell(run, *reason) : ""));
+                        escape_xml(run_index ? runs.cell(run, *run_index) : std::to_string(run)),
+                        escape_xml(label ? runs.cell(run, *label) : ""), escape_xml(runs.status(run)),
+                        escape_xml(reason ? runs.cell(run, *reason) : ""));
   html += "</tbody>\n</table>\n</body>\n</html>\n";
 
   // ---- files, all or none

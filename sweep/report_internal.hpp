@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "render/svg_text.hpp"
 #include "sweep/csv.hpp"
 #include "sweep/expression.hpp"
 #include "sweep/report.hpp"
@@ -134,8 +135,6 @@ std::string table_markdown(const ComputedTable& table);
 std::string table_csv(const ComputedTable& table);
 std::string table_latex(const ComputedTable& table, const std::string& experiment);
 std::string table_html(const ComputedTable& table);
-
-std::string html_escape(std::string_view text);
 
 /** The SVG of one plot. `devices` is devices.csv (nullptr when absent);
  *  `tables` the computed tables (bars). Adds notes (runs left out, say) to

@@ -449,20 +449,6 @@ std::string latex_escape(std::string_view text) {
 
 }  // namespace
 
-std::string html_escape(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 std::string table_markdown(const ComputedTable& table) {
   std::string out = "|";
@@ -538,17 +524,17 @@ std::string table_latex(const ComputedTable& table, const std::string& experimen
 
 std::string table_html(const ComputedTable& table) {
   std::string out = "<table>\n<thead><tr>";
-  for (const auto& name : table.row_columns) out += "<th>" + html_escape(name) + "</th>";
-  for (const auto& name : table.col_display) out += "<th class=\"num\">" + html_escape(name) + "</th>";
+  for (const auto& name : table.row_columns) out += "<th>" + escape_xml(name) + "</th>";
+  for (const auto& name : table.col_display) out += "<th class=\"num\">" + escape_xml(name) + "</th>";
   out += "</tr></thead>\n<tbody>\n";
   for (std::size_t r = 0; r < table.row_raw.size(); ++r) {
     out += "<tr>";
     for (std::size_t i = 0; i < table.row_display[r].size(); ++i)
-      out += "<td title=\"" + html_escape(table.row_raw[r][i]) + "\">" + html_escape(table.row_display[r][i]) + "</td>";
+      out += "<td title=\"" + escape_xml(table.row_raw[r][i]) + "\">" + escape_xml(table.row_display[r][i]) + "</td>";
     for (std::size_t c = 0; c < table.col_raw.size(); ++c) {
       const TableCell& cell = table.cells[r][c];
-      out += std::string("<td class=\"num") + (cell.value ? "" : " missing") + "\">" + html_escape(table.text(r, c));
-      if (!cell.annotation.empty()) out += "<br><small>" + html_escape(table.annotation(r, c)) + "</small>";
+      out += std::string("<td class=\"num") + (cell.value ? "" : " missing") + "\">" + escape_xml(table.text(r, c));
+      if (!cell.annotation.empty()) out += "<br><small>" + escape_xml(table.annotation(r, c)) + "</small>";
       out += "</td>";
     }
     out += "</tr>\n";

@@ -34,14 +34,18 @@ std::string cell_of(const nlohmann::json& value) {
   return value.dump();
 }
 
-/// "0-14:3|15-39:1": layers and replicas per stage.
-std::string compact_partition(const nlohmann::json& partition) {
+/// "0-14:3|15-39:1": layers and replicas per stage, from a list of stages
+/// that give their replicas as a count (partition --json) or as their hosts
+/// (simulate --json's partition).
+std::string compact_partition(const nlohmann::json& stages) {
   std::string text;
-  if (!partition.is_object() || !partition.contains("stages")) return text;
-  for (const nlohmann::json& stage : partition["stages"]) {
-    const nlohmann::json& layers = stage.at("layers");
+  if (!stages.is_array()) return text;
+  for (const nlohmann::json& stage : stages) {
+    const nlohmann::json layers = stage.value("layers", nlohmann::json::array());
     const std::string range = layers.size() == 2 ? fmt::format("{}-{}", cell_of(layers[0]), cell_of(layers[1])) : layers.dump();
-    text += (text.empty() ? "" : "|") + fmt::format("{}:{}", range, stage.at("hosts").size());
+    const std::string replicas =
+        stage.contains("replicas") ? cell_of(stage["replicas"]) : std::to_string(stage.value("hosts", nlohmann::json::array()).size());
+    text += (text.empty() ? "" : "|") + range + ":" + replicas;
   }
   return text;
 }
@@ -144,16 +148,9 @@ ParsedMetrics parse_metrics(const std::string& command, const std::string& json_
   if (command == "partition") {
     // partition --json: the stages at the top level, each with its layers and replicas.
     parsed.cells[0] = cell_of(document.value("time_per_stage_s", nlohmann::json()));
-    std::string compact;
     const nlohmann::json stages = document.value("stages", nlohmann::json::array());
-    for (const nlohmann::json& stage : stages) {
-      const nlohmann::json layers = stage.value("layers", nlohmann::json::array());
-      compact += (compact.empty() ? "" : "|") +
-                 (layers.size() == 2 ? fmt::format("{}-{}", cell_of(layers[0]), cell_of(layers[1])) : layers.dump()) + ":" +
-                 cell_of(stage.value("replicas", nlohmann::json(1)));
-    }
     parsed.cells[1] = std::to_string(stages.size());
-    parsed.cells[2] = compact;
+    parsed.cells[2] = compact_partition(stages);
     return parsed;
   }
   if (command == "model") {
@@ -168,7 +165,8 @@ ParsedMetrics parse_metrics(const std::string& command, const std::string& json_
     if (document.contains(key)) set(key, cell_of(document[key]));
   if (document.contains("steady_state") && document["steady_state"].is_object())
     set("steady_period_s", cell_of(document["steady_state"].value("period_s", nlohmann::json())));
-  if (document.contains("partition")) set("partition", compact_partition(document["partition"]));
+  if (document.contains("partition") && document["partition"].is_object())
+    set("partition", compact_partition(document["partition"].value("stages", nlohmann::json::array())));
   // The device with the highest peak (the first one on a tie).
   const nlohmann::json* peak = nullptr;
   std::map<std::string, std::pair<int, int>> placement;  // host -> stage, replica
