@@ -1,17 +1,27 @@
 #pragma once
-// Program: a schedule made concrete. For each device (a stage replica), one
-// or more ordered action lists (streams) plus explicit extra dependencies a
-// generator may add. Data dependencies are implied by the actions themselves
-// and derived by the engines:
+// Program: a schedule made concrete. For each device (one replica of one or
+// more stages), one or more ordered action lists (streams) plus explicit
+// extra dependencies a generator may add. Stages are global ids; a device
+// holds one stage (the classic pipeline), several in a loop (interleaved:
+// device r holds r, r+p, r+2p, ...) or in a V (device r holds r and
+// 2p-1-r). Data dependencies are implied by the actions themselves and
+// derived by the engines:
 //   F(s,m) needs the output of F(s-1,m);
-//   B(s,m) needs F(s,m) (its stash) and the gradient of B(s+1,m) (s < last);
-//   R(s,m) needs F(s,m); a B preceded by its R on the same device needs it.
-// Engines interpret this data and know nothing of schedule names.
+//   the gradient of stage s+1 is its B or its I (whichever it runs);
+//   B(s,m) and I(s,m) need F(s,m) (the stash) and the gradient of s+1 (s < last);
+//   W(s,m) needs I(s,m);
+//   R(s,m) needs F(s,m); a B or I preceded by its R on the same device needs it.
+// A micro-batch of a stage runs either B, or I and W. Between two stages on
+// one device nothing is transferred. Engines interpret this data and know
+// nothing of schedule names.
 //
 // Text form (as PyTorch's pipelining schedules): `2F0` is stage 2, forward,
 // micro-batch 0; `2B3@1` is stage 2, backward, micro-batch 3 of mini-batch 1
-// (mini-batch 0 is not written). Stages and micro-batches count from 0.
+// (mini-batch 0 is not written); `2I0` / `2W0` the input- and weight-gradient
+// halves of a backward; `(0F7;7B3)` one overlapped forward-and-backward op.
+// Stages and micro-batches count from 0.
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -19,10 +29,19 @@
 namespace pipegrid {
 
 enum class ActionKind {
-  Forward,    ///< 'F'
-  Backward,   ///< 'B'
-  Recompute,  ///< 'R': the forward re-run before a backward (activation recomputation)
+  Forward,         ///< 'F'
+  Backward,        ///< 'B': the whole backward (input and weight gradients)
+  Recompute,       ///< 'R': the forward re-run before a backward (activation recomputation)
+  BackwardInput,   ///< 'I': the input-gradient half of a backward (zero-bubble schedules)
+  BackwardWeight,  ///< 'W': the weight-gradient half, after its I
 };
+
+/** B, I: the actions that produce the gradient sent to the previous stage. */
+inline bool is_input_gradient(ActionKind kind) { return kind == ActionKind::Backward || kind == ActionKind::BackwardInput; }
+/** B, I, W. */
+inline bool is_backward(ActionKind kind) {
+  return kind == ActionKind::Backward || kind == ActionKind::BackwardInput || kind == ActionKind::BackwardWeight;
+}
 
 struct Action {
   ActionKind kind = ActionKind::Forward;
@@ -35,14 +54,24 @@ struct Action {
 
 struct Stream {
   std::vector<Action> actions;
+  /// Ascending positions i at which actions[i] and actions[i + 1] run as one
+  /// overlapped forward-and-backward op (DualPipe's F&B: one forward and one
+  /// B or I, of any stages of the device): the op starts when both can, and
+  /// both results are available when it ends. Its time is a parameter of
+  /// the run (simulate --fb-overlap). A position appears at most once and
+  /// pairs do not chain (i + 1 is never a position too).
+  std::vector<std::size_t> overlapped = {};
   friend bool operator==(const Stream&, const Stream&) = default;
 };
 
-/** The work of one device: stage `stage`, replica `replica` of that stage. */
+/** The work of one device: replica `replica` of the stages `stages` (one or
+ *  more, in the order the text form lists them). A device holding several
+ *  stages is their only device (replica 0). */
 struct DeviceProgram {
-  int stage = 0;
+  std::vector<int> stages;
   int replica = 0;
   std::vector<Stream> streams;
+  bool holds(int stage) const;
   friend bool operator==(const DeviceProgram&, const DeviceProgram&) = default;
 };
 
@@ -82,12 +111,21 @@ struct Program {
 
 char action_letter(ActionKind kind);
 std::string to_string(const Action& action);
-/** Parses `2F0` or `2B3@1`; throws InputError quoting `token` on error. */
+/** Parses `2F0`, `2B3@1`, `0I1`, `0W1`, `3R2`; throws InputError quoting
+ *  `token` on error. */
 Action parse_action(const std::string& token);
+
+/** The device of every stage when each device holds one: stage s on device
+ *  s. With v > 1 stages per device over p devices (S = p v stages): "loop",
+ *  stage s on device s mod p; "v" (v = 2), stage s on device s for s < p and
+ *  2p-1-s after. Returns device_of_stage[s]. */
+enum class StageMap { Loop, V };
+std::vector<int> stage_to_device(int num_stages, int stages_per_device, StageMap map);
 
 /** Printable, parseable, diffable text form:
  *    # pipegrid program: N stages, M micro-batches, K mini-batches
  *    device 0 stage 0 replica 0 stream 0: 0F0 0F1 0B0 ...
+ *    device 0 stages 0,7 replica 0 stream 0: 0F0 7F0 7I0 7W0 (0F7;7B3) ...
  *    dependency 0B0 -> 0F4
  *    allreduce stage 0 round 0: ready 0B6 0B7 release 0F0@1 0F1@1
  *    allreduce stage 0 round 0 per-layer: ready 0B0 0B1
@@ -102,12 +140,16 @@ class ProgramError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/** Checks that a Program can run: every action of every (stage, micro-batch,
- *  mini-batch) appears exactly once (R optional, at most once, before its B
- *  on the same device), no backward precedes its forward on one stream, and
- *  the data and extra dependencies can all be met (no deadlock). Each
- *  all-reduce names backwards of its stage on distinct devices. Throws
- *  ProgramError otherwise. */
+/** Checks that a Program can run: every (stage, replica) is held by exactly
+ *  one device, and a device holding several stages holds replica 0 of each
+ *  and no other device holds them; every action is of a stage its device
+ *  holds; every (stage, micro-batch, mini-batch) has one F and either one B
+ *  or one I and one W (R optional, at most once, on the device of its B or
+ *  I); no backward precedes its forward on one stream; overlapped pairs are
+ *  one F and one B or I; and the data and extra dependencies can all be met
+ *  (no deadlock: the cycle of waits is reported with its actions). Each
+ *  all-reduce names backwards (B, or W when split) of its stage on distinct
+ *  devices. Throws ProgramError otherwise. */
 void validate_program(const Program& program);
 
 }  // namespace pipegrid
