@@ -57,10 +57,6 @@ Profile split_layers(const Profile& profile, const std::vector<LayerSplit>& spli
 struct StageCost {
   int first_layer = 0, last_layer = 0;  ///< inclusive layer range
   double forward_s = 0, backward_s = 0;
-  /// The backward's input-gradient (I) and weight-gradient (W) parts: sums
-  /// over the stage's layers of backward_split(layer), in layer order like
-  /// backward_s (their sum equals backward_s up to rounding).
-  double backward_input_s = 0, backward_weight_s = 0;
   double input_bytes = 0;   ///< activation received from the previous stage (model input for stage 0)
   double output_bytes = 0;  ///< activation sent to the next stage (0 for the last stage)
   double weight_bytes = 0;
@@ -73,6 +69,10 @@ struct StageCost {
   /// stashed_bytes()) plus its output gradient (its output_bytes). I frees
   /// the rest of stash_bytes, W this.
   double weight_gradient_stash_bytes = 0;
+  /// The backward's input-gradient (I) and weight-gradient (W) parts: sums
+  /// over the stage's layers of backward_split(layer), in layer order like
+  /// backward_s (their sum equals backward_s up to rounding).
+  double backward_input_s = 0, backward_weight_s = 0;
 };
 
 /** The uniform partition: `num_stages` stages, layers split as evenly as
