@@ -57,10 +57,16 @@ Profile split_layers(const Profile& profile, const std::vector<LayerSplit>& spli
 struct StageCost {
   int first_layer = 0, last_layer = 0;  ///< inclusive layer range
   double forward_s = 0, backward_s = 0;
-  /// The backward's input- and weight-gradient halves (I and W of
-  /// zero-bubble schedules), summed over the layers' backward_split.
+  /// The backward's input-gradient (I) and weight-gradient (W) parts of
+  /// zero-bubble schedules: sums over the stage's layers of
+  /// backward_split(layer), in layer order like backward_s (their sum equals
+  /// backward_s up to rounding).
   double backward_input_s = 0, backward_weight_s = 0;
-  /// What one micro-batch keeps from its I's end to its W's end.
+  /// What one micro-batch keeps from the end of its I to the end of its W
+  /// (split backward): for each layer with parameters, its input activation
+  /// (input_bytes for the stage's first layer, else the previous layer's
+  /// stashed_bytes()) plus its output gradient (its output_bytes). I frees
+  /// the rest of stash_bytes, W this.
   double weight_gradient_stash_bytes = 0;
   double input_bytes = 0;   ///< activation received from the previous stage (model input for stage 0)
   double output_bytes = 0;  ///< activation sent to the next stage (0 for the last stage)
@@ -68,16 +74,6 @@ struct StageCost {
   /// What one micro-batch's backward needs kept from its forward: the stage's
   /// input + the sum of output_bytes over its layers (SEMANTICS.md).
   double stash_bytes = 0;
-  /// What one micro-batch keeps from the end of its I to the end of its W
-  /// (split backward): for each layer with parameters, its input activation
-  /// (input_bytes for the stage's first layer, else the previous layer's
-  /// stashed_bytes()) plus its output gradient (its output_bytes). I frees
-  /// the rest of stash_bytes, W this.
-  double weight_gradient_stash_bytes = 0;
-  /// The backward's input-gradient (I) and weight-gradient (W) parts: sums
-  /// over the stage's layers of backward_split(layer), in layer order like
-  /// backward_s (their sum equals backward_s up to rounding).
-  double backward_input_s = 0, backward_weight_s = 0;
 };
 
 /** The uniform partition: `num_stages` stages, layers split as evenly as
