@@ -390,7 +390,9 @@ TEST(SchedulesBeyond, ZeroBubbleH1AndZb1pClosedForms) {
       EXPECT_NEAR(run.span_bubble, bubble, 1e-9) << describe("zb1p", s, t);
       // Global = span unless TB < TF, when the start-up of the last rank shows.
       EXPECT_GE(run.global_bubble, run.span_bubble - 1e-9) << describe("zb1p", s, t);
-      if (t.tb >= t.tf) EXPECT_NEAR(run.global_bubble, bubble, 1e-9) << describe("zb1p", s, t);
+      if (t.tb >= t.tf) {
+        EXPECT_NEAR(run.global_bubble, bubble, 1e-9) << describe("zb1p", s, t);
+      }
       if (s.v == 1) {
         const ModelRun h1 = simulate(make("zb-h1", s.p, s.m, 1), 1, t);
         EXPECT_NEAR(h1.span_bubble, bubble, 1e-9) << describe("zb-h1", s, t);
