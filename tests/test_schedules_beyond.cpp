@@ -144,6 +144,24 @@ TEST(SchedulesBeyond, StageMapsAndProgramShape) {
   }
 }
 
+TEST(SchedulesBeyond, DevicesHoldTheStagesOfTheirStageMap) {
+  for (const std::string& name : kNames)
+    for (int p = 1; p <= 5; ++p)
+      for (int v = 1; v <= 3; ++v) {
+        const int fixed = schedule_info(name).fixed_virtual_stages;
+        if (fixed != 0 && v != fixed) continue;
+        const int m = 2 * p * v;
+        const Program program = make(name, p, m, v);
+        const std::vector<int> device_of = stage_to_device(p * v, v, stage_map_of(name));
+        ASSERT_EQ(program.devices.size(), static_cast<std::size_t>(p));
+        for (int d = 0; d < p; ++d) {
+          EXPECT_EQ(program.devices[d].stages.size(), static_cast<std::size_t>(v)) << name;
+          EXPECT_TRUE(std::is_sorted(program.devices[d].stages.begin(), program.devices[d].stages.end())) << name;
+          for (const int stage : program.devices[d].stages) EXPECT_EQ(device_of.at(stage), d) << name << " stage " << stage;
+        }
+      }
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << path;
@@ -317,6 +335,11 @@ void expect_complete(const Program& program, int v, const std::string& what) {
     EXPECT_TRUE(sorted == "BF" || sorted == "FIW" || sorted == "BFR") << what << ": stage " << key.first << " has " << letters;
   }
   EXPECT_TRUE(simulate(program, v, {}).complete) << what << ": deadlock in the list-scheduling model";
+  try {
+    validate_program(program);
+  } catch (const ProgramError& error) {
+    ADD_FAILURE() << what << ": " << error.what();
+  }
 }
 
 struct Shape {
