@@ -187,7 +187,7 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
       for (const Work& part : work[q]) all[q].insert(all[q].end(), part.begin(), part.end());
 
     for (int q = 0; q < r; ++q) {
-      DeviceProgram device{stage, q, {}};
+      DeviceProgram device{{stage}, q, {}};
       if (info.name == "fbp-as") {
         // A forward stream and a backward stream sharing the device. F_m waits
         // for B_(m - cap) of the same replica (the stash cap, cap = 2(N-i+1)
