@@ -192,6 +192,30 @@ TEST(TorchCsv, CrLfLineEndsReadTheSame) {
   EXPECT_EQ(parse_torch_csv("0F0, 0B0\n 1F0 ,1B0", "x.csv").program, parse_torch_csv("0F0,0B0\n1F0,1B0\n", "y.csv").program);
 }
 
+// PyTorch's test_send_recv examples (SCHEDULES-BEYOND.md 11.3, 11.5).
+TEST(TorchCsv, PyTorchSendRecvExamples) {
+  // simple_2_rank_2_stage: the compute schedule and its lowering with comms
+  // read as the same Program.
+  const TorchCsvImport compute = parse_torch_csv("0F0,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1,\n", "compute.csv");
+  const TorchCsvImport comms = parse_torch_csv(
+      "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+      "1RECV_F0,1RECV_F1,1F0,1B0,1SEND_B0,1F1,1B1,1SEND_B1\n",
+      "comms.csv");
+  EXPECT_EQ(comms.program, compute.program);
+  EXPECT_EQ(program_to_torch_csv(compute.program), "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+  EXPECT_EQ(compute.notes, (std::vector<std::string>{"4 empty cells (idle steps) dropped"}));
+  // v_2_rank_4_stage (stage -> rank 0, 1, 1, 0; older grammar: B then W is I).
+  const TorchCsvImport v = parse_torch_csv(
+      "0F0,0F1,,3F0,3B0,3F1,3B1,0B0,3W0,0B1,3W1,0W0,0W1\n"
+      ",1F0,2F0,1F1,2F1,2B0,1B0,2B1,1B1,2W0,2W1,1W0,1W1\n",
+      "v.csv");
+  EXPECT_EQ(v.program.devices[0].stages, (std::vector<int>{0, 3}));
+  EXPECT_EQ(v.program.devices[1].stages, (std::vector<int>{1, 2}));
+  EXPECT_EQ(program_to_torch_csv(v.program),
+            "0F0,0F1,3F0,3I0,3F1,3I1,0I0,3W0,0I1,3W1,0W0,0W1\n"
+            "1F0,2F0,1F1,2F1,2I0,1I0,2I1,1I1,2W0,2W1,1W0,1W1\n");
+}
+
 Action act(ActionKind kind, int stage, int micro_batch) {
   Action action;
   action.kind = kind;
