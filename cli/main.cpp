@@ -65,7 +65,7 @@ void write_outputs(const Plan& plan, const RunResult& result, const OutputFiles&
     SvgOptions options;
     const std::string platform_name = plan.platform_file.substr(plan.platform_file.find_last_of('/') + 1);
     std::string shape = fmt::format("M={}, {} stages", plan.micro_batches, plan.partition.num_stages());
-    if (!schedule_info(plan.schedule).flushed) shape = fmt::format("{} mini-batches, {} stages", plan.mini_batches, plan.partition.num_stages());
+    if (!plan_schedule_info(plan).flushed) shape = fmt::format("{} mini-batches, {} stages", plan.mini_batches, plan.partition.num_stages());
     std::string replicas;
     for (const auto& hosts : plan.partition.hosts) replicas += (replicas.empty() ? "" : "-") + std::to_string(hosts.size());
     if (std::any_of(plan.partition.hosts.begin(), plan.partition.hosts.end(), [](const auto& h) { return h.size() > 1; }))
@@ -245,10 +245,15 @@ int main_with_exceptions(int argc, char** argv) {
     if (!plan_file.empty()) {
       plan = read_plan_file(plan_file);
     } else {
-      for (const auto& [flag, value] : {std::pair{"--platform", request.platform_file}, {"--profile", request.profile_file},
-                                        {"--schedule", request.schedule}})
+      for (const auto& [flag, value] : {std::pair{"--platform", request.platform_file}, {"--profile", request.profile_file}})
         if (value.empty()) throw InputError(fmt::format("simulate: {} is required (or give --plan FILE)", flag));
-      if (simulate->count("--micro-batches") == 0 && schedule_info(request.schedule).flushed)
+      if (request.schedule.empty() && request.program_file.empty())
+        throw InputError("simulate: --schedule or --program is required (or give --plan FILE)");
+      if (!request.program_file.empty() && simulate->count("--micro-batches") != 0)
+        throw InputError("--micro-batches: the Program says how many micro-batches it runs; drop --micro-batches");
+      if (request.program_file.empty() && simulate->count("--program-format") != 0)
+        throw InputError("--program-format: applies to --program FILE");
+      if (request.program_file.empty() && simulate->count("--micro-batches") == 0 && schedule_info(request.schedule).flushed)
         throw InputError(fmt::format("simulate: --micro-batches is required for {} (or give --plan FILE)", request.schedule));
       plan = make_plan(request);
     }

@@ -86,6 +86,27 @@ void preload_platform(const std::string& path, bool with_routes) {
   if (with_routes) platform_from(path, sim::PlatformRoutes::All);
 }
 
+const ScheduleInfo& plan_schedule_info(const Plan& plan) {
+  static const ScheduleInfo program_info{"program", "a Program read from a file (simulate --program)", DeviceKind::Gpu,
+                                         false, true, false};
+  return plan.program_text.empty() ? schedule_info(plan.schedule) : program_info;
+}
+
+Program read_program_file(const std::string& path, const std::string& format) {
+  Program program;
+  if (format == "text") {
+    program = parse_program_text(read_text_file(path), path);
+  } else {
+    throw InputError(fmt::format("--program-format: expected text or torch-csv, found '{}'", printable(format)));
+  }
+  try {
+    validate_program(program);
+  } catch (const ProgramError& error) {
+    throw InputError(fmt::format("{}: {}", path, error.what()));
+  }
+  return program;
+}
+
 Plan make_plan(const PlanRequest& request) {
   Plan plan;
   plan.profile = profile_from(request.profile_file, request.batch_size);
@@ -126,14 +147,39 @@ Plan make_plan(const PlanRequest& request) {
                                  printable(request.platform_file)));
   plan.platform_file = request.platform_file;
   plan.platform_xml = read_text_file(request.platform_file);
-  plan.schedule = request.schedule;
-  schedule_info(plan.schedule);  // rejects unknown names before any work
+  std::optional<Program> program;
+  if (!request.program_file.empty()) {
+    if (!request.schedule.empty())
+      throw InputError(fmt::format("--program {} and --schedule {}: the Program is the schedule; give one",
+                                   printable(request.program_file), request.schedule));
+    if (!request.replicas.empty() || !request.partitioner.empty())
+      throw InputError("--program: the Program places its stages on the platform's hosts in order; --replicas and "
+                       "--partitioner do not apply (give --partition FILE to choose the layers of each stage)");
+    if (request.virtual_stages)
+      throw InputError("--virtual-stages: the Program's devices say which stages they hold; drop --virtual-stages");
+    program = read_program_file(request.program_file, request.program_format);
+    plan.program_text = program_to_text(*program);
+    plan.schedule = "program " + request.program_file.substr(request.program_file.find_last_of('/') + 1);
+  } else {
+    plan.schedule = request.schedule;
+    schedule_info(plan.schedule);  // rejects unknown names before any work
+  }
+  if (!(request.fb_overlap > 0 && request.fb_overlap <= 1))
+    throw InputError(fmt::format("--fb-overlap: expected a fraction in (0, 1] of an overlapped pair's F + B time, found {}",
+                                 request.fb_overlap));
+  plan.fb_overlap = request.fb_overlap;
   if (request.micro_batches < 1)
     throw InputError(fmt::format("--micro-batches: expected an integer >= 1, found {}", request.micro_batches));
   if (request.mini_batches && *request.mini_batches < 1)
     throw InputError(fmt::format("--mini-batches: expected an integer >= 1, found {}", *request.mini_batches));
-  const ScheduleInfo& info = schedule_info(plan.schedule);
-  plan.micro_batches = request.micro_batches;
+  const ScheduleInfo& info = plan_schedule_info(plan);
+  plan.micro_batches = program ? program->micro_batches : request.micro_batches;
+  if (program && request.mini_batches)
+    throw InputError("--mini-batches: the Program says how many mini-batches it runs; drop --mini-batches");
+  plan.virtual_stages = request.virtual_stages.value_or(program ? 1 : default_virtual_stages(plan.schedule));
+  if (plan.virtual_stages < 1 || plan.virtual_stages > limits::kMaxStages)
+    throw InputError(fmt::format("--virtual-stages: expected 1 to {} stages per device, found {}", limits::kMaxStages,
+                                 plan.virtual_stages));
   plan.recompute = request.recompute;
   optimizer_copies(request.optimizer);
   plan.optimizer = request.optimizer;
@@ -163,7 +209,42 @@ Plan make_plan(const PlanRequest& request) {
   for (const HostInfo& host : platform.hosts) hosts.push_back(host.name);
   if (!request.replicas.empty() && request.partition != "uniform")
     throw InputError("--replicas and --partition FILE both say how to place stages: give one");
-  if (info.single_stage) {
+  if (program) {
+    // Device d of the Program runs on the platform's d-th host; each stage
+    // on the hosts of the devices that hold it, by replica.
+    if (program->devices.size() > hosts.size())
+      throw InputError(fmt::format("--program {}: {} devices, but {} declares {} hosts", printable(request.program_file),
+                                   program->devices.size(), request.platform_file, hosts.size()));
+    std::vector<std::vector<std::string>> stage_hosts(static_cast<std::size_t>(program->num_stages));
+    for (std::size_t d = 0; d < program->devices.size(); ++d)
+      for (const int stage : program->devices[d].stages) {
+        auto& replicas = stage_hosts[static_cast<std::size_t>(stage)];
+        const auto replica = static_cast<std::size_t>(program->devices[d].replica);
+        if (replicas.size() <= replica) replicas.resize(replica + 1);
+        replicas[replica] = hosts[d];
+      }
+    for (std::size_t s = 0; s < stage_hosts.size(); ++s)
+      for (std::size_t r = 0; r < stage_hosts[s].size(); ++r)
+        if (stage_hosts[s][r].empty())
+          throw InputError(fmt::format("--program {}: stage {} has replica {} but no device holds replica {}",
+                                       printable(request.program_file), s, stage_hosts[s].size() - 1, r));
+    if (request.partition == "uniform") {
+      if (stage_hosts.size() > plan.profile.layers.size())
+        throw InputError(fmt::format("--program {}: {} stages, but profile {} has only {} layers",
+                                     printable(request.program_file), stage_hosts.size(), request.profile_file,
+                                     plan.profile.layers.size()));
+      plan.partition = uniform_partition(plan.profile, std::vector<std::string>(stage_hosts.size()), program->num_stages);
+      plan.partition.hosts = stage_hosts;
+    } else {
+      PartitionFile file = parse_partition_file(read_text_file(request.partition), request.partition, plan.profile);
+      if (file.partition.num_stages() != program->num_stages)
+        throw InputError(fmt::format("{}: {} stages, but the Program {} has {}", request.partition,
+                                     file.partition.num_stages(), printable(request.program_file), program->num_stages));
+      plan.profile = std::move(file.profile);
+      plan.partition = std::move(file.partition);
+      plan.partition.hosts = stage_hosts;  // the Program's placement
+    }
+  } else if (info.single_stage) {
     // Data parallelism: the whole model, one replica per host.
     if (request.partition != "uniform" || !request.replicas.empty())
       throw InputError(fmt::format("--schedule {}: runs the whole model on every host of the platform; drop --partition and --replicas", plan.schedule));
@@ -227,13 +308,19 @@ Plan make_plan(const PlanRequest& request) {
   } else if (!request.replicas.empty()) {
     plan.partition = replicated_partition(plan.profile, platform.hosts, parse_replicas(request.replicas));
   } else if (request.partition == "uniform") {
-    if (hosts.size() > plan.profile.layers.size())
+    // v stages per device: p x v stages, stage s on the host of device
+    // stage_to_device(s) (a loop or a V).
+    const std::size_t stages = hosts.size() * static_cast<std::size_t>(plan.virtual_stages);
+    if (stages > plan.profile.layers.size())
       throw InfeasibleError(fmt::format(
-          "--partition uniform: {} declares {} hosts, one stage each, but profile {} has only {} layers: give a "
+          "--partition uniform: {} declares {} hosts, {} stage{} each, but profile {} has only {} layers: give a "
           "partition file with at most {} stages",
-          request.platform_file, hosts.size(), request.profile_file, plan.profile.layers.size(),
-          plan.profile.layers.size()));
-    plan.partition = uniform_partition(plan.profile, hosts, static_cast<int>(hosts.size()));
+          request.platform_file, hosts.size(), plan.virtual_stages, plan.virtual_stages == 1 ? "" : "s",
+          request.profile_file, plan.profile.layers.size(), plan.profile.layers.size()));
+    std::vector<std::string> stage_hosts(stages);
+    const std::vector<int> device = stage_to_device(static_cast<int>(stages), plan.virtual_stages, stage_map_of(plan.schedule));
+    for (std::size_t s = 0; s < stages; ++s) stage_hosts[s] = hosts[static_cast<std::size_t>(device[s])];
+    plan.partition = uniform_partition(plan.profile, stage_hosts, static_cast<int>(stages));
   } else {
     // A file may split layers between stages: the plan runs the profile
     // holding the parts.
@@ -261,8 +348,15 @@ Plan make_plan(const PlanRequest& request) {
       }
     check_one_device_per_host(plan.partition.hosts, request.partition);
   }
-  plan.extend_mini_batches = !request.mini_batches && !info.flushed;
-  plan.mini_batches = request.mini_batches ? *request.mini_batches : info.flushed ? 1 : default_mini_batches(plan);
+  if (plan.virtual_stages > 1 && (!request.replicas.empty() || !request.partitioner.empty()))
+    throw InputError(fmt::format("--virtual-stages {}: {} holds several stages per device; the partitioners and "
+                                 "--replicas place one: use the uniform partition or a partition file",
+                                 plan.virtual_stages, plan.schedule));
+  plan.extend_mini_batches = !program && !request.mini_batches && !info.flushed;
+  plan.mini_batches = program                 ? program->mini_batches
+                      : request.mini_batches ? *request.mini_batches
+                      : info.flushed         ? 1
+                                             : default_mini_batches(plan);
   return plan;
 }
 
@@ -349,9 +443,12 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   options.update_interval = plan.update_interval;
   options.wait_free = plan.wait_free;
   options.pipeline_depth = plan.pipeline_depth;
-  for (const auto& replicas : plan.partition.hosts) options.replicas.push_back(static_cast<int>(replicas.size()));
-  const ScheduleInfo& info = schedule_info(plan.schedule);
-  result.program = generate_schedule(plan.schedule, options);
+  options.virtual_stages = plan.virtual_stages;
+  if (plan.virtual_stages == 1)
+    for (const auto& replicas : plan.partition.hosts) options.replicas.push_back(static_cast<int>(replicas.size()));
+  const ScheduleInfo& info = plan_schedule_info(plan);
+  result.program = plan.program_text.empty() ? generate_schedule(plan.schedule, options)
+                                             : parse_program_text(plan.program_text, "plan program");
   validate_program(result.program);
 
   sim::SimulationRequest request;
@@ -366,13 +463,24 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   request.stage_layers.resize(request.stages.size());
   for (std::size_t l = 0; l < plan.profile.layers.size(); ++l) {
     const Layer& layer = plan.profile.layers[l];
-    request.stage_layers[plan.partition.stage_of_layer[l]].push_back(
-        {layer.backward_s, layer.parameter_bytes, layer.forward_s, layer.device_times});
+    sim::LayerCost cost;
+    cost.backward_s = layer.backward_s;
+    cost.weight_bytes = layer.parameter_bytes;
+    cost.forward_s = layer.forward_s;
+    const BackwardSplit split = backward_split(layer);
+    cost.backward_input_s = split.input_s;
+    cost.backward_weight_s = split.weight_s;
+    for (const auto& [device, times] : layer.device_times) {
+      const BackwardSplit device_split = backward_split(layer, times);
+      cost.device_times[device] = {times.forward_s, times.backward_s, device_split.input_s, device_split.weight_s};
+    }
+    request.stage_layers[plan.partition.stage_of_layer[l]].push_back(std::move(cost));
   }
   request.hosts = plan.partition.hosts;
+  request.fb_overlap = plan.fb_overlap;
   request.network = sim::parse_network_model(plan.network);
   // Where a device without all-reduces updates its weights (optimizer steps).
-  request.update_interval = update_interval(plan.schedule, options);
+  request.update_interval = plan.program_text.empty() ? update_interval(plan.schedule, options) : 0;
 
   sim::SimulationResult simulated = sim::simulate(request);
   result.platform = simulated.platform;
@@ -389,15 +497,16 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
                                                      : WeightVersioning::Stashing;
     memory.update_interval = update_interval(plan.schedule, options);
   }
-  std::map<std::string, int> stage_of_host;
+  HostStages stages_of_host;
   for (int s = 0; s < plan.partition.num_stages(); ++s)
     for (const std::string& host : plan.partition.hosts[s]) {
-      stage_of_host[host] = s;
+      stages_of_host[host].push_back(s);
       if (plan.memory_bytes) memory.capacity_bytes[host] = *plan.memory_bytes;
       else if (const auto& capacity = platform.host(host).memory_bytes) memory.capacity_bytes[host] = *capacity;
     }
-  result.metrics = compute_metrics(result.timeline, memory, stage_of_host, plan.mini_batches,
-                                   plan.micro_batches * plan.profile.micro_batch_size, !info.flushed);
+  result.metrics = compute_metrics(result.timeline, memory, stages_of_host, plan.mini_batches,
+                                   plan.micro_batches * plan.profile.micro_batch_size,
+                                   plan.program_text.empty() ? !info.flushed : minibatches_overlap(result.timeline));
   return result;
 }
 
@@ -414,7 +523,22 @@ RunResult run_plan(Plan& plan) {
   std::vector<HostInfo> used;
   for (const auto& replicas : plan.partition.hosts)
     for (const std::string& host : replicas) used.push_back(platform.host(host));
-  const std::vector<std::string> host_warnings = check_schedule_for_hosts(plan.schedule, used);
+  std::vector<std::string> host_warnings;
+  if (plan.program_text.empty()) {
+    host_warnings = check_schedule_for_hosts(plan.schedule, used);
+  } else {
+    // A Program that runs two streams on a device needs an asynchronous host.
+    const Program program = parse_program_text(plan.program_text, "plan program");
+    for (const DeviceProgram& device : program.devices)
+      for (const int stage : device.stages)
+        if (device.streams.size() > 1 && static_cast<std::size_t>(device.replica) < plan.partition.hosts[stage].size()) {
+          const HostInfo& host = platform.host(plan.partition.hosts[stage][device.replica]);
+          if (host.execution == Execution::Sync)
+            throw InputError(fmt::format("program: a device of stage {} runs {} streams in parallel, but host '{}' executes "
+                                         "synchronously ({})",
+                                         stage, device.streams.size(), host.name, to_string(host.kind)));
+        }
+  }
 
   RunResult result = run_plan_once(plan, platform_file.path(), platform);
   const int cap = max_auto_mini_batches(plan);
@@ -428,7 +552,8 @@ RunResult run_plan(Plan& plan) {
   // of a single 0 s layer): the devices it holds add nothing.
   std::map<int, std::pair<double, std::string>> stage_busy;
   for (const DeviceMetrics& device : result.metrics.devices) {
-    auto& [busy, hosts] = stage_busy[device.stage];
+    if (device.stages.size() != 1) continue;
+    auto& [busy, hosts] = stage_busy[device.stages.front()];
     busy += device.busy_s;
     hosts += (hosts.empty() ? "" : ", ") + device.host;
   }
@@ -491,6 +616,24 @@ std::vector<std::string> stage_layers_text(const Partition& partition) {
 
 }  // namespace
 
+namespace {
+
+std::string stage_list_text(const std::vector<int>& stages) {
+  std::string text;
+  for (const int stage : stages) text += (text.empty() ? "" : ",") + std::to_string(stage);
+  return text;
+}
+
+// The layers of a device's stages ("0-3", or "0-3,8-11" for several).
+std::string layers_of(const std::vector<int>& stages, const std::vector<std::string>& layers) {
+  std::string text;
+  for (const int stage : stages)
+    if (stage >= 0 && stage < static_cast<int>(layers.size())) text += (text.empty() ? "" : ",") + layers[stage];
+  return text;
+}
+
+}  // namespace
+
 std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   const Metrics& m = result.metrics;
   nlohmann::ordered_json document;
@@ -507,6 +650,8 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   if (plan.micro_batch_scaling != "none") document["micro_batch_scaling"] = plan.micro_batch_scaling;
   if (!plan.micro_batch_scaling_note.empty()) document["micro_batch_scaling_note"] = plan.micro_batch_scaling_note;
   if (!plan.partitioner.empty()) document["partitioner"] = plan.partitioner;
+  if (plan.virtual_stages != 1) document["virtual_stages"] = plan.virtual_stages;
+  if (plan.fb_overlap != 1.0) document["fb_overlap"] = plan.fb_overlap;
   document["recompute"] = plan.recompute;
   document["optimizer"] = plan.optimizer;
   nlohmann::ordered_json replicas = nlohmann::ordered_json::array();
@@ -516,6 +661,7 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   document["mean_minibatch_span_s"] = m.mean_minibatch_span_s;
   document["throughput_samples_per_s"] = m.throughput_samples_per_s;
   document["bubble_fraction"] = m.bubble_fraction;
+  document["span_bubble_fraction"] = m.span_bubble_fraction;
   document["bytes_per_sample"] = m.bytes_per_sample;
   if (m.steady_state) {
     const SteadyState& steady = *m.steady_state;
@@ -537,10 +683,11 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   for (const DeviceMetrics& d : m.devices) {
     nlohmann::ordered_json device;
     device["host"] = d.host;
-    device["stage"] = d.stage;
-    device["layers"] = d.stage >= 0 && d.stage < static_cast<int>(layers.size()) ? layers[d.stage] : "";
+    device["stages"] = d.stages;
+    device["layers"] = layers_of(d.stages, layers);
     device["busy_s"] = d.busy_s;
     device["bubble_fraction"] = d.bubble_fraction;
+    device["span_bubble_fraction"] = d.span_bubble_fraction;
     device["peak_stashed_microbatches"] = d.peak_stashed_microbatches;
     device["peak_weight_versions"] = d.peak_weight_versions;
     device["peak_memory_bytes"] = d.peak_memory_bytes;
@@ -579,16 +726,23 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   }
   text += fmt::format("  throughput        {:.4g} samples/s\n", m.throughput_samples_per_s);
   text += fmt::format("  bubble fraction   {:.4f}{}\n", m.bubble_fraction, m.steady_state ? " (inside the steady-state window)" : "");
+  text += fmt::format("  span bubble       {:.4f} (per device: idle share from its first start to its last end)\n",
+                      m.span_bubble_fraction);
   text += fmt::format("  traffic           {} per sample\n", human_bytes(m.bytes_per_sample));
   if (plan.memory_bytes) text += fmt::format("  memory            {} per device (--memory)\n", human_bytes(*plan.memory_bytes));
   const std::vector<std::string> layers = stage_layers_text(plan.partition);
   std::size_t layers_width = 6;
   for (const std::string& l : layers) layers_width = std::max(layers_width, l.size());
-  text += fmt::format("  {:<16} {:>5} {:<{}} {:>12} {:>7} {:>6} {:>8} {:>12} {:>12}\n", "host", "stage", "layers", layers_width, "busy",
-                      "bubble", "stash", "versions", "peak memory", "capacity");
+  std::size_t stages_width = 5;
+  for (const DeviceMetrics& d : m.devices) {
+    stages_width = std::max(stages_width, stage_list_text(d.stages).size());
+    layers_width = std::max(layers_width, layers_of(d.stages, layers).size());
+  }
+  text += fmt::format("  {:<16} {:>{}} {:<{}} {:>12} {:>7} {:>6} {:>8} {:>12} {:>12}\n", "host", "stage", stages_width, "layers",
+                      layers_width, "busy", "bubble", "stash", "versions", "peak memory", "capacity");
   for (const DeviceMetrics& d : m.devices)
-    text += fmt::format("  {:<16} {:>5} {:<{}} {:>12} {:>7.4f} {:>6} {:>8} {:>12} {:>12}{}\n", d.host, d.stage,
-                        d.stage >= 0 && d.stage < static_cast<int>(layers.size()) ? layers[d.stage] : "", layers_width,
+    text += fmt::format("  {:<16} {:>{}} {:<{}} {:>12} {:>7.4f} {:>6} {:>8} {:>12} {:>12}{}\n", d.host, stage_list_text(d.stages),
+                        stages_width, layers_of(d.stages, layers), layers_width,
                         human_seconds(d.busy_s), d.bubble_fraction, d.peak_stashed_microbatches, d.peak_weight_versions,
                         human_bytes(d.peak_memory_bytes), d.memory_capacity_bytes ? human_bytes(*d.memory_capacity_bytes) : "unlimited",
                         d.oom ? "  OUT OF MEMORY" : "");

@@ -12,6 +12,7 @@
 #include "core/platform.hpp"
 #include "core/program.hpp"
 #include "core/timeline.hpp"
+#include "schedules/schedules.hpp"
 
 namespace pipegrid::cli {
 
@@ -50,7 +51,26 @@ struct PlanRequest {
   double prediction_cost_s_per_byte = 0;
   bool wait_free = false;
   int pipeline_depth = 0;
+  /// Stages per device for interleaved and V schedules (absent: the
+  /// schedule's default, default_virtual_stages).
+  std::optional<int> virtual_stages;
+  /// An overlapped F&B pair takes fb_overlap x (F + B), in (0, 1].
+  double fb_overlap = 1.0;
+  /// Run this Program instead of a named schedule (simulate --program): its
+  /// stages, micro-batches, mini-batches and stage -> device map come from
+  /// the file, device d on the platform's d-th host.
+  std::string program_file;
+  std::string program_format = "text";  ///< text | torch-csv
 };
+
+/** The schedule entry of a plan: its catalog entry, or for a Program given
+ *  as a file (Plan::program_text) an entry named "program" (flushed, no
+ *  intended kind check beyond streams: see run_plan). */
+const ScheduleInfo& plan_schedule_info(const Plan& plan);
+
+/** Reads a Program file in `format` (text: pipegrid's text form; torch-csv:
+ *  PyTorch's pipelining CSV) and validates it; InputError naming the file. */
+Program read_program_file(const std::string& path, const std::string& format);
 
 /** A sweep reads each input once in its parent process, and its runs (forked
  *  children) inherit what it read: after this call, profiles and platform

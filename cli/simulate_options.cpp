@@ -6,6 +6,14 @@ void add_simulate_input_options(CLI::App& command, PlanRequest& request) {
   command.add_option("--platform", request.platform_file, "SimGrid platform XML file");
   command.add_option("--profile", request.profile_file, "profile JSON, or PipeDream graph.txt");
   command.add_option("--schedule", request.schedule, "schedule name (see `pipegrid schedule --list`)");
+  command.add_option("--virtual-stages", request.virtual_stages,
+                     "stages per device of interleaved schedules (default: 2 for interleaved-1f1b, looped-bfs and zb1p; "
+                     "zb-v and dualpipev always 2)");
+  command.add_option("--fb-overlap", request.fb_overlap,
+                     "an overlapped F&B pair (dualpipev) takes this fraction of F + B, in (0, 1] (default 1)");
+  command.add_option("--program", request.program_file,
+                     "run this Program file instead of --schedule (stages, micro-batches and placement from the file)");
+  command.add_option("--program-format", request.program_format, "text (pipegrid's, default) or torch-csv (PyTorch pipelining)");
   command.add_option("--micro-batches", request.micro_batches, "micro-batches per mini-batch (M)");
   command.add_option("--mini-batches", request.mini_batches,
                      "mini-batches to simulate (default: 1 for flushed schedules, max(32, 4 x devices) for the others)");

@@ -235,10 +235,45 @@ SteadyState steady_state_of(std::vector<double> completions, double run_start_s,
   return steady;
 }
 
+HostStages host_stages(const std::map<std::string, int>& stage_of_host) {
+  HostStages stages;
+  for (const auto& [host, stage] : stage_of_host) stages[host] = {stage};
+  return stages;
+}
+
+namespace {
+
+// Replicas of each stage: the hosts that hold it.
+std::map<int, int> replicas_of_stages(const HostStages& stages_of_host) {
+  std::map<int, int> replicas;
+  for (const auto& [host, stages] : stages_of_host)
+    for (const int stage : stages) ++replicas[stage];
+  return replicas;
+}
+
+// The replicas of a host's stages (a host of several stages is their only one).
+int replicas_of_host(const HostStages& stages_of_host, const std::map<int, int>& replicas_of_stage, const std::string& host) {
+  const auto stages = stages_of_host.find(host);
+  if (stages == stages_of_host.end() || stages->second.empty()) return 1;
+  const auto replicas = replicas_of_stage.find(stages->second.front());
+  return replicas == replicas_of_stage.end() ? 1 : replicas->second;
+}
+
+std::string stage_list(const std::vector<int>& stages) {
+  std::string text;
+  for (const int stage : stages) text += (text.empty() ? "" : ",") + std::to_string(stage);
+  return text;
+}
+
+}  // namespace
+
 SteadyStateHints steady_state_hints(const Timeline& timeline, const std::map<std::string, int>& stage_of_host) {
+  return steady_state_hints(timeline, host_stages(stage_of_host));
+}
+
+SteadyStateHints steady_state_hints(const Timeline& timeline, const HostStages& stages_of_host) {
   SteadyStateHints hints;
-  std::map<int, int> replicas_of_stage;
-  for (const auto& [host, stage] : stage_of_host) ++replicas_of_stage[stage];
+  const std::map<int, int> replicas_of_stage = replicas_of_stages(stages_of_host);
   long long rotation = 1;
   for (const auto& [stage, replicas] : replicas_of_stage) {
     rotation = std::lcm(rotation, static_cast<long long>(replicas));
@@ -258,14 +293,14 @@ SteadyStateHints steady_state_hints(const Timeline& timeline, const std::map<std
   }
   for (const auto& [host, minibatches] : handled) {
     if (minibatches.empty()) continue;
-    const auto stage = stage_of_host.find(host);
-    const int s = stage == stage_of_host.end() ? 0 : stage->second;
-    const int replicas = replicas_of_stage.count(s) ? replicas_of_stage[s] : 1;
+    const int replicas = replicas_of_host(stages_of_host, replicas_of_stage, host);
     const double bound = busy_time(busy[host], 0, 0).total_s / static_cast<double>(minibatches.size()) / replicas;
     if (bound > hints.lower_bound_s) {
       hints.lower_bound_s = bound;
-      hints.lower_bound_from = fmt::format("device {}'s compute per mini-batch{}", host,
-                                           replicas > 1 ? fmt::format(" / {} replicas of stage {}", replicas, s) : std::string());
+      const auto stages = stages_of_host.find(host);
+      hints.lower_bound_from = fmt::format(
+          "device {}'s compute per mini-batch{}", host,
+          replicas > 1 ? fmt::format(" / {} replicas of stage {}", replicas, stage_list(stages->second)) : std::string());
     }
   }
   return hints;
@@ -277,13 +312,13 @@ SteadyState steady_state_of(const Timeline& timeline) {
   std::map<std::string, std::set<int>> stages_of_host;
   for (const TimelineRecord& r : timeline.records)
     if (r.kind() == RecordKind::Compute) stages_of_host[r.host].insert(r.stage);
-  std::map<std::string, int> stage_of_host;
+  HostStages single;
   for (const auto& [host, stages] : stages_of_host)
-    if (stages.size() == 1) stage_of_host[host] = *stages.begin();
-  return steady_state_of(timeline, stage_of_host);
+    if (stages.size() == 1) single[host] = {*stages.begin()};
+  return steady_state_of(timeline, single);
 }
 
-SteadyState steady_state_of(const Timeline& timeline, const std::map<std::string, int>& stage_of_host) {
+SteadyState steady_state_of(const Timeline& timeline, const HostStages& stages_of_host) {
   std::map<int, double> completion;
   std::map<std::string, double> last_forward_start;
   double first = 0;
@@ -303,7 +338,7 @@ SteadyState steady_state_of(const Timeline& timeline, const std::map<std::string
   for (const auto& [k, end] : completion) completions.push_back(end);
   double drain = completions.empty() ? 0 : *std::max_element(completions.begin(), completions.end());
   for (const auto& [host, start] : last_forward_start) drain = std::min(drain, start);
-  return steady_state_of(std::move(completions), first, drain, steady_state_hints(timeline, stage_of_host));
+  return steady_state_of(std::move(completions), first, drain, steady_state_hints(timeline, stages_of_host));
 }
 
 bool minibatches_overlap(const Timeline& timeline) {
@@ -373,6 +408,10 @@ MinibatchTime minibatch_time_of(const Timeline& timeline, std::optional<bool> st
 
 MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model,
                             const std::map<std::string, int>& stage_of_host) {
+  return annotate_memory(timeline, model, host_stages(stage_of_host));
+}
+
+MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model, const HostStages& stages_of_host) {
   constexpr std::size_t none = static_cast<std::size_t>(-1);
   std::map<std::string, std::vector<Change>> changes;
   // Ends of compute actions, to know when a received message is consumed.
@@ -392,19 +431,34 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model,
       // Receive buffer on the peer: from arrival until its consumer ends.
       const bool forward = r.action == "SEND_F";
       const auto consumer = std::make_tuple(forward ? 'F' : 'B', r.stage + (forward ? 1 : -1), r.micro_batch, r.mini_batch);
-      const auto end = compute_end.find({r.peer, consumer});
+      auto end = compute_end.find({r.peer, consumer});
+      if (!forward && end == compute_end.end())  // a split backward: its I consumes the gradient
+        end = compute_end.find({r.peer, {'I', r.stage - 1, r.micro_batch, r.mini_batch}});
       changes[r.peer].push_back({r.end_s, r.bytes, 0, none});
       changes[r.peer].push_back({end == compute_end.end() ? r.end_s : std::max(r.end_s, end->second), -r.bytes, 0, none});
       continue;
     }
     if (r.stage < 0 || r.stage >= static_cast<int>(model.stages.size())) continue;
     const StageCost& stage = model.stages[r.stage];
+    // The end of the micro-batch's backward: its B, or its W when split
+    // (then its I frees all but what the W needs).
+    auto backward_end = compute_end.find({r.host, {'B', r.stage, r.micro_batch, r.mini_batch}});
+    const auto input_end = compute_end.find({r.host, {'I', r.stage, r.micro_batch, r.mini_batch}});
+    const bool split = backward_end == compute_end.end() && input_end != compute_end.end();
+    if (split) backward_end = compute_end.find({r.host, {'W', r.stage, r.micro_batch, r.mini_batch}});
     if (r.action == "F") {
-      const auto backward_end = compute_end.find({r.host, {'B', r.stage, r.micro_batch, r.mini_batch}});
       const double release = backward_end == compute_end.end() ? r.end_s : backward_end->second;
       const double kept = model.recompute ? stage.input_bytes : stage.stash_bytes;
       changes[r.host].push_back({r.start_s, kept, 1, none});
-      changes[r.host].push_back({release, -kept, -1, none});
+      if (split) {
+        // From the I's end only the W's part stays.
+        const double partial = std::max(r.start_s, input_end->second);
+        changes[r.host].push_back({partial, -kept, 0, none});
+        changes[r.host].push_back({partial, stage.weight_gradient_stash_bytes, 0, none});
+        changes[r.host].push_back({std::max(partial, release), -stage.weight_gradient_stash_bytes, -1, none});
+      } else {
+        changes[r.host].push_back({release, -kept, -1, none});
+      }
       if (model.recompute && !recompute_start.count({r.host, key_of(r)})) {
         // Recomputation asked for but this micro-batch was not recomputed: it
         // kept its full stash.
@@ -412,8 +466,8 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model,
         changes[r.host].push_back({release, -(stage.stash_bytes - kept), 0, none});
       }
     } else if (r.action == "R") {
-      const auto backward_end = compute_end.find({r.host, {'B', r.stage, r.micro_batch, r.mini_batch}});
-      const double release = backward_end == compute_end.end() ? r.end_s : backward_end->second;
+      const auto release_at = split ? input_end : backward_end;
+      const double release = release_at == compute_end.end() ? r.end_s : release_at->second;
       changes[r.host].push_back({r.start_s, stage.stash_bytes - stage.input_bytes, 0, none});
       changes[r.host].push_back({release, -(stage.stash_bytes - stage.input_bytes), 0, none});
     }
@@ -421,10 +475,11 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model,
 
   MemoryPeaks peaks;
   auto weight_bytes_of = [&](const std::string& host) {
-    auto stage = stage_of_host.find(host);
-    return stage != stage_of_host.end() && stage->second >= 0 && stage->second < static_cast<int>(model.stages.size())
-               ? model.stages[stage->second].weight_bytes
-               : 0.0;
+    double bytes = 0;
+    if (auto stages = stages_of_host.find(host); stages != stages_of_host.end())
+      for (const int stage : stages->second)
+        if (stage >= 0 && stage < static_cast<int>(model.stages.size())) bytes += model.stages[stage].weight_bytes;
+    return bytes;
   };
   // One weight version, its gradients and the optimizer's copies; more
   // versions come and go with the version track.
@@ -459,17 +514,21 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model,
     peaks.peak_bytes[host] = peak;
     peaks.peak_stashed[host] = peak_stashes;
   }
-  for (const auto& [host, stage] : stage_of_host)
-    if (!peaks.peak_bytes.count(host) && stage >= 0 && stage < static_cast<int>(model.stages.size()))
-      peaks.peak_bytes[host] = base_copies * model.stages[stage].weight_bytes;
+  for (const auto& [host, stages] : stages_of_host)
+    if (!peaks.peak_bytes.count(host)) peaks.peak_bytes[host] = base_copies * weight_bytes_of(host);
   return peaks;
 }
 
 Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std::map<std::string, int>& stage_of_host,
                         int mini_batches, int samples_per_minibatch, bool steady_state) {
+  return compute_metrics(timeline, model, host_stages(stage_of_host), mini_batches, samples_per_minibatch, steady_state);
+}
+
+Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const HostStages& stages_of_host, int mini_batches,
+                        int samples_per_minibatch, bool steady_state) {
   Metrics metrics;
   metrics.samples_per_minibatch = samples_per_minibatch;
-  const MemoryPeaks peaks = annotate_memory(timeline, model, stage_of_host);
+  const MemoryPeaks peaks = annotate_memory(timeline, model, stages_of_host);
   double first = 0, last = 0, transferred = 0;
   bool any = false;
   std::map<std::string, std::vector<std::pair<double, double>>> busy;
@@ -491,7 +550,7 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std:
   metrics.mean_minibatch_span_s = mini_batches > 0 ? span / mini_batches : 0;
   metrics.minibatch_time_s = metrics.mean_minibatch_span_s;
   if (steady_state && any) {
-    metrics.steady_state = steady_state_of(timeline, stage_of_host);
+    metrics.steady_state = steady_state_of(timeline, stages_of_host);
     metrics.minibatch_time_s = metrics.steady_state->period_s;
   }
   metrics.throughput_samples_per_s = metrics.minibatch_time_s > 0 ? samples_per_minibatch / metrics.minibatch_time_s : 0;
@@ -507,13 +566,18 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std:
   }
   const double window = window_end - window_start;
   const double slack = 1e-9 * std::max(span, 1e-300);
-  std::map<int, int> replicas_of_stage;
-  for (const auto& [host, stage] : stage_of_host) ++replicas_of_stage[stage];
-  double bubble_sum = 0;
+  const std::map<int, int> replicas_of_stage = replicas_of_stages(stages_of_host);
+  double bubble_sum = 0, span_bubble_sum = 0;
   for (const std::string& host : timeline.hosts) {
     DeviceMetrics device;
     device.host = host;
-    if (auto stage = stage_of_host.find(host); stage != stage_of_host.end()) device.stage = stage->second;
+    if (auto stages = stages_of_host.find(host); stages != stages_of_host.end()) device.stages = stages->second;
+    // The device's own span: its first compute start to its last compute end.
+    double own_first = 0, own_last = 0;
+    for (std::size_t i = 0; i < busy[host].size(); ++i) {
+      own_first = i == 0 ? busy[host][i].first : std::min(own_first, busy[host][i].first);
+      own_last = i == 0 ? busy[host][i].second : std::max(own_last, busy[host][i].second);
+    }
     const BusyTime time = busy_time(busy[host], window_start, window_end);
     device.busy_s = time.total_s;
     const double busy_in_window = time.in_window_s;
@@ -524,6 +588,11 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std:
     if (bubble < -1e-9 || bubble > 1 + 1e-9)
       throw InvariantViolation(fmt::format("device {}: bubble fraction {} outside [0, 1]", host, format_exact(bubble)));
     device.bubble_fraction = std::clamp(bubble, 0.0, 1.0);  // rounding only
+    const double own_span = own_last - own_first;
+    const double span_bubble = own_span > 0 ? 1 - device.busy_s / own_span : 0;
+    if (span_bubble < -1e-9 || span_bubble > 1 + 1e-9)
+      throw InvariantViolation(fmt::format("device {}: span bubble fraction {} outside [0, 1]", host, format_exact(span_bubble)));
+    device.span_bubble_fraction = std::clamp(span_bubble, 0.0, 1.0);
     if (metrics.steady_state) {
       // In steady state a device of a stage with r replicas handles one
       // mini-batch in r, so the period is at least its compute per
@@ -531,7 +600,7 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std:
       // confirmed) was raised to this bound by steady_state_of; a confirmed
       // cycle below it is a bug.
       const auto handled = minibatches_of_host.find(host);
-      const int replicas = replicas_of_stage.count(device.stage) ? replicas_of_stage[device.stage] : 1;
+      const int replicas = replicas_of_host(stages_of_host, replicas_of_stage, host);
       if (handled != minibatches_of_host.end() && !handled->second.empty()) {
         const double bound = device.busy_s / static_cast<double>(handled->second.size()) / replicas;
         if (metrics.minibatch_time_s < bound * (1 - 1e-9))
@@ -539,7 +608,7 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std:
               "steady-state period {} s is shorter than device {}'s compute per mini-batch ({} s over {} mini-batches, {} "
               "replicas of stage {}: {} s)",
               format_exact(metrics.minibatch_time_s), host, format_exact(device.busy_s), handled->second.size(), replicas,
-              device.stage, format_exact(bound)));
+              stage_list(device.stages), format_exact(bound)));
       }
     }
     if (auto peak = peaks.peak_bytes.find(host); peak != peaks.peak_bytes.end()) device.peak_memory_bytes = peak->second;
@@ -552,9 +621,11 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const std:
       device.oom = device.peak_memory_bytes > capacity->second;
     }
     bubble_sum += device.bubble_fraction;
+    span_bubble_sum += device.span_bubble_fraction;
     metrics.devices.push_back(device);
   }
   metrics.bubble_fraction = metrics.devices.empty() ? 0 : bubble_sum / static_cast<double>(metrics.devices.size());
+  metrics.span_bubble_fraction = metrics.devices.empty() ? 0 : span_bubble_sum / static_cast<double>(metrics.devices.size());
   return metrics;
 }
 

@@ -37,13 +37,24 @@ struct MemoryModel {
   std::map<std::string, double> capacity_bytes;
 };
 
+/** The stages each host holds: one for a classic pipeline (and each replica
+ *  of a replicated stage), several for interleaved and V schedules. */
+using HostStages = std::map<std::string, std::vector<int>>;
+/** One stage per host. */
+HostStages host_stages(const std::map<std::string, int>& stage_of_host);
+
 struct DeviceMetrics {
   std::string host;
-  int stage = 0;
+  std::vector<int> stages;  ///< the stages it holds
   double busy_s = 0;  ///< time the device computes (union over its streams), whole run
   /// Flushed: 1 - busy / run span. Otherwise the idle share of the device
   /// inside the steady-state window: 1 - (busy time inside it) / its length.
   double bubble_fraction = 0;
+  /// The zero-bubble papers' bubble: 1 - busy / (its last compute end - its
+  /// first compute start), the device's own span (0 without compute).
+  double span_bubble_fraction = 0;
+  /// Chunk-micro-batches whose F has started and whose final backward (B,
+  /// or W when split) has not ended, at most at once.
   int peak_stashed_microbatches = 0;
   int peak_weight_versions = 1;
   double peak_memory_bytes = 0;
@@ -117,11 +128,12 @@ SteadyState steady_state_of(std::vector<double> completions, double run_start_s,
  *  `stage_of_host` (every host of the plan, computing or not) or, without
  *  it, from the hosts that run one stage's compute records. */
 SteadyState steady_state_of(const Timeline& timeline);
-SteadyState steady_state_of(const Timeline& timeline, const std::map<std::string, int>& stage_of_host);
+SteadyState steady_state_of(const Timeline& timeline, const HostStages& stages_of_host);
 
 /** The hints of a timeline: the rotation from the replica counts of
  *  `stage_of_host`, the lower bound from each host's compute (the union of
  *  its compute records) per mini-batch it runs a forward of. */
+SteadyStateHints steady_state_hints(const Timeline& timeline, const HostStages& stages_of_host);
 SteadyStateHints steady_state_hints(const Timeline& timeline, const std::map<std::string, int>& stage_of_host);
 
 /** Length of the union of `intervals` (busy time of a device whose
@@ -170,6 +182,7 @@ struct Metrics {
   double mean_minibatch_span_s = 0;
   double throughput_samples_per_s = 0;
   double bubble_fraction = 0;  ///< mean over devices
+  double span_bubble_fraction = 0;  ///< mean over devices of DeviceMetrics::span_bubble_fraction
   double bytes_per_sample = 0;
   int samples_per_minibatch = 0;
   std::optional<SteadyState> steady_state;  ///< for schedules that do not flush
@@ -178,12 +191,15 @@ struct Metrics {
 
 /** Fills TimelineRecord::memory_bytes (device memory after each record ends)
  *  and returns per-host peak memory and peak stashed micro-batches.
- *  `stage_of_host` maps each host to its stage. */
+ *  `stages_of_host` maps each host to its stages (their weights add up).
+ *  A split backward frees the stash in two parts: its I everything but
+ *  StageCost::weight_gradient_stash_bytes, its W the rest. */
 struct MemoryPeaks {
   std::map<std::string, double> peak_bytes;
   std::map<std::string, int> peak_stashed;
   std::map<std::string, int> peak_versions;
 };
+MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model, const HostStages& stages_of_host);
 MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model,
                             const std::map<std::string, int>& stage_of_host);
 
@@ -195,6 +211,8 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model,
  *  compute per mini-batch it handles divided by its stage's replicas (an
  *  estimate, no cycle confirmed, below it was raised to it: see
  *  SteadyStateHints; a confirmed cycle below it is a bug). */
+Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const HostStages& stages_of_host,
+                        int mini_batches, int samples_per_minibatch, bool steady_state = false);
 Metrics compute_metrics(Timeline& timeline, const MemoryModel& model,
                         const std::map<std::string, int>& stage_of_host, int mini_batches,
                         int samples_per_minibatch, bool steady_state = false);

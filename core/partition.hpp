@@ -56,6 +56,11 @@ Profile split_layers(const Profile& profile, const std::vector<LayerSplit>& spli
 struct StageCost {
   int first_layer = 0, last_layer = 0;  ///< inclusive layer range
   double forward_s = 0, backward_s = 0;
+  /// The backward's input- and weight-gradient halves (I and W of
+  /// zero-bubble schedules), summed over the layers' backward_split.
+  double backward_input_s = 0, backward_weight_s = 0;
+  /// What one micro-batch keeps from its I's end to its W's end.
+  double weight_gradient_stash_bytes = 0;
   double input_bytes = 0;   ///< activation received from the previous stage (model input for stage 0)
   double output_bytes = 0;  ///< activation sent to the next stage (0 for the last stage)
   double weight_bytes = 0;

@@ -1,4 +1,5 @@
 #include "core/plan.hpp"
+#include "core/program.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -45,6 +46,9 @@ std::string plan_to_json(const Plan& plan) {
   if (!plan.partitioner.empty()) document["partitioner"] = plan.partitioner;
   if (plan.micro_batch_scaling != "none") document["micro_batch_scaling"] = plan.micro_batch_scaling;
   if (!plan.micro_batch_scaling_note.empty()) document["micro_batch_scaling_note"] = plan.micro_batch_scaling_note;
+  if (plan.virtual_stages != 1) document["virtual_stages"] = plan.virtual_stages;
+  if (plan.fb_overlap != 1.0) document["fb_overlap"] = plan.fb_overlap;
+  if (!plan.program_text.empty()) document["program"] = plan.program_text;
   document["platform_file"] = plan.platform_file;
   document["platform_xml"] = plan.platform_xml;
   document["partition"] = nlohmann::ordered_json::parse(partition_to_json(plan.partition));
@@ -63,7 +67,7 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
                              {"pipegrid_plan", "schedule", "micro_batches", "mini_batches", "recompute", "network",
                               "optimizer", "vertical_sync", "update_interval", "prediction_cost_s_per_byte", "wait_free",
                               "pipeline_depth", "partitioner", "micro_batch_scaling", "micro_batch_scaling_note",
-                              "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
+                              "virtual_stages", "fb_overlap", "program", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
   auto field = [&](const char* name, auto check, const std::string& expected) -> const nlohmann::json& {
     if (!document.contains(name) || !check(document[name]))
       throw InputError(fmt::format("{}: {}: expected {}, found {}", origin, name, expected,
@@ -120,6 +124,15 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
   }
   if (document.contains("micro_batch_scaling_note"))
     plan.micro_batch_scaling_note = field("micro_batch_scaling_note", is_string, "a note").get<std::string>();
+  if (document.contains("virtual_stages")) plan.virtual_stages = integer("virtual_stages", 1, limits::kMaxStages);
+  if (document.contains("fb_overlap"))
+    plan.fb_overlap = field("fb_overlap", [](const nlohmann::json& j) { return json_number_in(j, 0, 1).has_value() && j.get<double>() > 0; },
+                            "a number in (0, 1]")
+                          .get<double>();
+  if (document.contains("program")) {
+    plan.program_text = field("program", is_string, "a Program in pipegrid's text form").get<std::string>();
+    parse_program_text(plan.program_text, origin + ": program");
+  }
   if (document.contains("extend_mini_batches"))
     plan.extend_mini_batches = field("extend_mini_batches", is_boolean, "true or false").get<bool>();
   if (document.contains("memory_bytes"))

@@ -44,6 +44,15 @@ struct Plan {
   /// `profile` is embedded at the size it runs.
   std::string micro_batch_scaling = "none";
   std::string micro_batch_scaling_note;
+  /// Stages per device (interleaved and V schedules: the partition has p x v
+  /// stages over p devices); 1 for the classic schedules.
+  int virtual_stages = 1;
+  /// An overlapped F&B pair (dualpipev) takes fb_overlap x (F + B), in (0, 1].
+  double fb_overlap = 1.0;
+  /// A hand-written or imported Program (simulate --program) in pipegrid's
+  /// text form; empty: generated from `schedule`. `schedule` then names its
+  /// origin ("program FILE").
+  std::string program_text;
 };
 
 /** Weight copies of optimizer state: sgd 0, momentum 1, adam 2; InputError

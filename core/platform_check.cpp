@@ -144,8 +144,12 @@ void check_one_device_per_host(const std::vector<std::vector<std::string>>& host
       if (other == stage)
         throw InputError(fmt::format("{}: stage {} lists host '{}' twice; each replica needs its own host", what, stage,
                                      printable(hosts[stage][replica])));
-      throw InputError(fmt::format("{}: stages {} and {} are both placed on host '{}'; pipegrid runs one stage per host: "
-                                   "give each stage its own host",
+      // Several stages on one device (interleaved and V schedules): the
+      // device is their only host.
+      if (hosts[stage].size() == 1 && hosts[other].size() == 1) continue;
+      throw InputError(fmt::format("{}: stages {} and {} are both placed on host '{}', and one of them is replicated; a "
+                                   "host holds several stages only when it is the only host of each: give each replica "
+                                   "its own host",
                                    what, other, stage, printable(hosts[stage][replica])));
     }
 }

@@ -41,10 +41,12 @@ std::optional<std::string> near_miss_property(std::string_view name);
 /** Optimal-string-alignment distance between `a` and `b` (edits as above). */
 std::size_t edit_distance(std::string_view a, std::string_view b);
 
-/** Refuses a placement that puts two devices on one host:
- *  hosts[stage][replica] must all differ (the engine runs one device per
- *  host; several stages per device are not supported yet). InputError
- *  naming `what` (the partition's origin), both stages and the host. */
+/** Refuses a placement that puts two devices on one host: a host listed
+ *  for several stages is one device holding them all (interleaved and V
+ *  schedules), which requires it to be the only host of each of them; a
+ *  replicated stage's hosts are its alone, and a stage lists a host once.
+ *  InputError naming `what` (the partition's origin), both stages and the
+ *  host. */
 void check_one_device_per_host(const std::vector<std::vector<std::string>>& hosts, const std::string& what);
 
 }  // namespace pipegrid

@@ -211,4 +211,11 @@ Profile profile_at_micro_batch_size(const Profile& profile, int size) {
   return profile_at_micro_batch_size(profile, size, micro_batch_scaling("none")).profile;
 }
 
+BackwardSplit backward_split(const Layer& layer) {
+  return layer.parameter_bytes > 0 ? BackwardSplit{layer.backward_s / 2, layer.backward_s / 2} : BackwardSplit{layer.backward_s, 0};
+}
+BackwardSplit backward_split(const Layer& layer, const LayerTimes& times) {
+  return layer.parameter_bytes > 0 ? BackwardSplit{times.backward_s / 2, times.backward_s / 2} : BackwardSplit{times.backward_s, 0};
+}
+
 }  // namespace pipegrid

@@ -86,6 +86,11 @@ struct Profile {
   bool micro_batch_size_known = true;
 };
 
+/// The backward's halves (placeholder until the profile split lands).
+struct BackwardSplit { double input_s = 0, weight_s = 0; };
+BackwardSplit backward_split(const Layer& layer);
+BackwardSplit backward_split(const Layer& layer, const LayerTimes& times);
+
 /** The layer's forward and backward time on `host` (see Layer::device_times). */
 LayerTimes layer_times_on(const Layer& layer, const HostInfo& host);
 

@@ -8,7 +8,10 @@
 #include <sstream>
 #include <tuple>
 
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/depth_first_search.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 #include "core/limits.hpp"
@@ -20,8 +23,26 @@ char action_letter(ActionKind kind) {
     case ActionKind::Forward: return 'F';
     case ActionKind::Backward: return 'B';
     case ActionKind::Recompute: return 'R';
+    case ActionKind::BackwardInput: return 'I';
+    case ActionKind::BackwardWeight: return 'W';
   }
   return '?';
+}
+
+bool DeviceProgram::holds(int stage) const { return std::find(stages.begin(), stages.end(), stage) != stages.end(); }
+
+std::vector<int> stage_to_device(int num_stages, int stages_per_device, StageMap map) {
+  if (stages_per_device < 1 || num_stages < 1 || num_stages % stages_per_device != 0)
+    throw InputError(fmt::format("stage map: expected a positive multiple of {} stages per device, found {} stages",
+                                 stages_per_device, num_stages));
+  const int devices = num_stages / stages_per_device;
+  std::vector<int> device(static_cast<std::size_t>(num_stages));
+  for (int s = 0; s < num_stages; ++s) {
+    const int chunk = s / devices, position = s % devices;
+    // The V walks back on odd chunks.
+    device[static_cast<std::size_t>(s)] = map == StageMap::V && chunk % 2 == 1 ? devices - 1 - position : position;
+  }
+  return device;
 }
 
 std::string to_string(const Action& action) {
@@ -65,13 +86,28 @@ std::optional<std::tuple<int, int, int>> parse_header(const std::string& rest) {
 
 }  // namespace
 
+namespace {
+
+std::optional<ActionKind> kind_of_letter(char c) {
+  switch (c) {
+    case 'F': return ActionKind::Forward;
+    case 'B': return ActionKind::Backward;
+    case 'R': return ActionKind::Recompute;
+    case 'I': return ActionKind::BackwardInput;
+    case 'W': return ActionKind::BackwardWeight;
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace
+
 Action parse_action(const std::string& token) {
-  const auto letter = std::find_if(token.begin(), token.end(), [](char c) { return c == 'F' || c == 'B' || c == 'R'; });
+  const auto letter = std::find_if(token.begin(), token.end(), [](char c) { return kind_of_letter(c).has_value(); });
   const auto at = std::find(token.begin(), token.end(), '@');
   Action action;
   bool ok = letter != token.end() && letter < at;
   if (ok) {
-    action.kind = *letter == 'F' ? ActionKind::Forward : *letter == 'B' ? ActionKind::Backward : ActionKind::Recompute;
+    action.kind = *kind_of_letter(*letter);
     const char* base = token.data();
     ok = parse_count(base, base + (letter - token.begin()), action.stage) &&
          parse_count(base + (letter - token.begin()) + 1, base + (at - token.begin()), action.micro_batch);
@@ -79,9 +115,64 @@ Action parse_action(const std::string& token) {
   }
   if (!ok)
     throw InputError(fmt::format(
-        "action '{}': expected <stage><F|B|R><micro-batch>[@<mini-batch>], e.g. 2F0 or 1B3@1", token));
+        "action '{}': expected <stage><F|B|I|W|R><micro-batch>[@<mini-batch>], e.g. 2F0, 1B3@1 or 0W2, or an overlapped "
+        "pair (<action>;<action>)",
+        token));
   return action;
 }
+
+namespace {
+
+// "0", "0,7" -> stages; false on anything else.
+bool parse_stage_list(const std::string& text, std::vector<int>& stages) {
+  stages.clear();
+  std::size_t at = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', at);
+    const std::string part = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    int stage = 0;
+    if (!parse_count(part, stage)) return false;
+    stages.push_back(stage);
+    if (comma == std::string::npos) return true;
+    at = comma + 1;
+  }
+}
+
+// Appends one token of a stream: an action, or an overlapped pair
+// "(a;b)" (PyTorch's "(a;b)OVERLAP_F_B" too).
+void append_token(Stream& stream, const std::string& token) {
+  if (token.empty() || token.front() != '(') {
+    stream.actions.push_back(parse_action(token));
+    return;
+  }
+  const std::size_t close = token.find(')');
+  const std::size_t semicolon = token.find(';');
+  const std::string tail = close == std::string::npos ? "" : token.substr(close + 1);
+  if (close == std::string::npos || semicolon == std::string::npos || semicolon > close || (!tail.empty() && tail != "OVERLAP_F_B"))
+    throw InputError(fmt::format("'{}': expected an overlapped pair (<forward>;<backward>), e.g. (0F7;7B3)", token));
+  stream.overlapped.push_back(stream.actions.size());
+  stream.actions.push_back(parse_action(token.substr(1, semicolon - 1)));
+  stream.actions.push_back(parse_action(token.substr(semicolon + 1, close - semicolon - 1)));
+}
+
+std::string stream_tokens(const Stream& stream) {
+  std::string text;
+  std::size_t next_pair = 0;
+  for (std::size_t k = 0; k < stream.actions.size(); ++k) {
+    if (next_pair < stream.overlapped.size() && stream.overlapped[next_pair] == k && k + 1 < stream.actions.size()) {
+      text += fmt::format(" ({};{})", to_string(stream.actions[k]), to_string(stream.actions[k + 1]));
+      ++k;
+      ++next_pair;
+      continue;
+    }
+    text += " " + to_string(stream.actions[k]);
+  }
+  return text;
+}
+
+std::string stage_list(const std::vector<int>& stages) { return fmt::format("{}", fmt::join(stages, ",")); }
+
+}  // namespace
 
 std::string program_to_text(const Program& program) {
   std::string text = fmt::format("# pipegrid program: {} stages, {} micro-batches, {} mini-batches\n",
@@ -89,9 +180,9 @@ std::string program_to_text(const Program& program) {
   for (std::size_t d = 0; d < program.devices.size(); ++d) {
     const DeviceProgram& device = program.devices[d];
     for (std::size_t s = 0; s < device.streams.size(); ++s) {
-      text += fmt::format("device {} stage {} replica {} stream {}:", d, device.stage, device.replica, s);
-      for (const Action& action : device.streams[s].actions) text += " " + to_string(action);
-      text += "\n";
+      text += fmt::format("device {} {} {} replica {} stream {}:", d, device.stages.size() == 1 ? "stage" : "stages",
+                          stage_list(device.stages), device.replica, s);
+      text += stream_tokens(device.streams[s]) + "\n";
     }
   }
   for (const Dependency& dependency : program.extra_dependencies)
@@ -148,20 +239,25 @@ Program parse_program_text(const std::string& text, const std::string& origin) {
           colon = ":";
         else
           words >> colon;
-        int device_number = 0, stage = 0, replica = 0, stream_number = 0;
-        if (!words || stage_word != "stage" || replica_word != "replica" || stream_word != "stream" || colon != ":" ||
-            !parse_count(device_word, device_number) || !parse_count(stage_count, stage) ||
+        int device_number = 0, replica = 0, stream_number = 0;
+        std::vector<int> stages;
+        if (!words || (stage_word != "stage" && stage_word != "stages") || replica_word != "replica" ||
+            stream_word != "stream" || colon != ":" || !parse_count(device_word, device_number) ||
+            !parse_stage_list(stage_count, stages) || (stage_word == "stage" && stages.size() != 1) ||
             !parse_count(replica_count, replica) || !parse_count(stream_count, stream_number))
-          fail("expected 'device D stage S replica R stream T : actions...' (counts: integers >= 0)");
+          fail("expected 'device D stage S replica R stream T : actions...' or 'device D stages S1,S2,... replica R stream T "
+               ": actions...' (counts: integers >= 0)");
+        if (stages.size() > static_cast<std::size_t>(limits::kMaxStages))
+          fail(fmt::format("expected at most {} stages on a device, found {}", limits::kMaxStages, stages.size()));
         const auto device_index = static_cast<std::size_t>(device_number);
         const auto stream_index = static_cast<std::size_t>(stream_number);
         if (device_index > program.devices.size()) fail(fmt::format("device {} listed before device {}", device_index, program.devices.size()));
-        if (device_index == program.devices.size()) program.devices.push_back({stage, replica, {}});
+        if (device_index == program.devices.size()) program.devices.push_back({stages, replica, {}});
         DeviceProgram& device = program.devices[device_index];
-        if (device.stage != stage || device.replica != replica) fail(fmt::format("device {} changes its stage or replica", device_index));
+        if (device.stages != stages || device.replica != replica) fail(fmt::format("device {} changes its stages or replica", device_index));
         if (stream_index != device.streams.size()) fail(fmt::format("expected stream {}, found stream {}", device.streams.size(), stream_index));
         Stream stream;
-        while (words >> word) stream.actions.push_back(parse_action(word));
+        while (words >> word) append_token(stream, word);
         device.streams.push_back(std::move(stream));
       } else if (word == "dependency") {
         std::string before, arrow, after;
@@ -242,6 +338,52 @@ std::string render_grid(const Program& program, const std::set<std::tuple<std::s
 
 }  // namespace
 
+namespace {
+
+// A cycle of waits among the actions that cannot run, found with
+// Boost.Graph: `waits[a]` lists what action a waits for (a data or extra
+// dependency not met, or the action before it on its stream). Returns the
+// cycle's actions in wait order (each waits for the next, the last for the
+// first), or nothing when the waits form no cycle.
+std::vector<std::size_t> find_wait_cycle(const std::vector<std::vector<std::size_t>>& waits) {
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+  Graph graph(waits.size());
+  for (std::size_t a = 0; a < waits.size(); ++a)
+    for (std::size_t b : waits[a]) boost::add_edge(a, b, graph);
+  struct BackEdge : boost::default_dfs_visitor {
+    std::optional<std::pair<std::size_t, std::size_t>>* found;
+    void back_edge(boost::graph_traits<Graph>::edge_descriptor edge, const Graph& g) const {
+      if (!*found) *found = std::pair{boost::source(edge, g), boost::target(edge, g)};
+    }
+  };
+  std::optional<std::pair<std::size_t, std::size_t>> back;
+  std::vector<boost::default_color_type> colors(waits.size());
+  BackEdge visitor;
+  visitor.found = &back;
+  boost::depth_first_search(graph, boost::visitor(visitor).color_map(
+                                       boost::make_iterator_property_map(colors.begin(), boost::get(boost::vertex_index, graph))));
+  if (!back) return {};
+  // The back edge (u -> v) closes a path v -> ... -> u of the DFS tree: walk
+  // from v to u along waits restricted to a shortest path (BFS).
+  const auto [u, v] = *back;
+  std::vector<std::size_t> parent(waits.size(), waits.size());
+  std::vector<std::size_t> queue{v};
+  parent[v] = v;
+  for (std::size_t head = 0; head < queue.size() && parent[u] == waits.size(); ++head)
+    for (std::size_t next : waits[queue[head]])
+      if (parent[next] == waits.size()) {
+        parent[next] = queue[head];
+        queue.push_back(next);
+      }
+  std::vector<std::size_t> cycle;
+  for (std::size_t at = u; at != v; at = parent[at]) cycle.push_back(at);
+  cycle.push_back(v);
+  std::reverse(cycle.begin(), cycle.end());
+  return cycle;  // v waits for ... waits for u, which waits for v
+}
+
+}  // namespace
+
 void validate_program(const Program& program) {
   using Mark = std::tuple<std::size_t, std::size_t, std::size_t>;
   auto reject = [&](const std::string& why, const std::set<Mark>& marks) {
@@ -255,6 +397,36 @@ void validate_program(const Program& program) {
                                    "(docs/formats.md, Limits), found {} x {} x {}",
                                    limits::kMaxWorkItems, program.num_stages, program.micro_batches, program.mini_batches));
 
+  // Which device holds each (stage, replica); a device of several stages
+  // holds replica 0 of each, and they have no other device.
+  std::map<std::pair<int, int>, std::size_t> holder;
+  std::map<int, std::vector<std::size_t>> devices_of_stage;
+  for (std::size_t d = 0; d < program.devices.size(); ++d) {
+    const DeviceProgram& device = program.devices[d];
+    if (device.stages.empty()) reject(fmt::format("device {} holds no stage", d), {});
+    for (std::size_t i = 0; i < device.stages.size(); ++i) {
+      const int stage = device.stages[i];
+      if (stage >= program.num_stages)
+        reject(fmt::format("device {} holds stage {}, beyond the program's {} stages", d, stage, program.num_stages), {});
+      if (std::find(device.stages.begin(), device.stages.begin() + static_cast<std::ptrdiff_t>(i), stage) !=
+          device.stages.begin() + static_cast<std::ptrdiff_t>(i))
+        reject(fmt::format("device {} lists stage {} twice", d, stage), {});
+      auto [it, inserted] = holder.emplace(std::pair{stage, device.replica}, d);
+      if (!inserted) reject(fmt::format("devices {} and {} both hold stage {} replica {}", it->second, d, stage, device.replica), {});
+      devices_of_stage[stage].push_back(d);
+    }
+  }
+  for (std::size_t d = 0; d < program.devices.size(); ++d) {
+    const DeviceProgram& device = program.devices[d];
+    if (device.stages.size() < 2) continue;
+    for (int stage : device.stages)
+      if (device.replica != 0 || devices_of_stage[stage].size() > 1)
+        reject(fmt::format("device {} holds several stages ({}), so it must be the only device of each, but stage {} has "
+                           "{} devices (replica {} here)",
+                           d, stage_list(device.stages), stage, devices_of_stage[stage].size(), device.replica),
+               {});
+  }
+
   std::map<Action, Slot> where;
   for (std::size_t d = 0; d < program.devices.size(); ++d) {
     const DeviceProgram& device = program.devices[d];
@@ -262,8 +434,13 @@ void validate_program(const Program& program) {
       const auto& actions = device.streams[s].actions;
       for (std::size_t k = 0; k < actions.size(); ++k) {
         const Action& action = actions[k];
-        if (action.stage != device.stage)
-          reject(fmt::format("{} belongs to stage {}, but device {} runs stage {}", to_string(action), action.stage, d, device.stage), {{d, s, k}});
+        if (!device.holds(action.stage))
+          reject(device.stages.size() == 1
+                     ? fmt::format("{} belongs to stage {}, but device {} runs stage {}", to_string(action), action.stage, d,
+                                   device.stages.front())
+                     : fmt::format("{} belongs to stage {}, but device {} holds stages {}", to_string(action), action.stage, d,
+                                   stage_list(device.stages)),
+                 {{d, s, k}});
         if (action.micro_batch >= program.micro_batches || action.mini_batch >= program.mini_batches)
           reject(fmt::format("{} is outside {} micro-batches x {} mini-batches", to_string(action), program.micro_batches, program.mini_batches), {{d, s, k}});
         auto [it, inserted] = where.emplace(action, Slot{d, s, k});
@@ -272,16 +449,36 @@ void validate_program(const Program& program) {
       }
     }
   }
+  auto slot_mark = [&](const Action& action) -> std::set<Mark> {
+    const Slot& slot = where.at(action);
+    return {{slot.device, slot.stream, slot.step}};
+  };
+  // Every (stage, micro-batch, mini-batch): one F and a B, or an I and a W.
   for (int k = 0; k < program.mini_batches; ++k)
     for (int stage = 0; stage < program.num_stages; ++stage)
-      for (int m = 0; m < program.micro_batches; ++m)
-        for (ActionKind kind : {ActionKind::Forward, ActionKind::Backward}) {
-          const Action needed{kind, stage, m, k};
-          if (!where.count(needed)) reject(fmt::format("{} is missing", to_string(needed)), {});
-        }
+      for (int m = 0; m < program.micro_batches; ++m) {
+        const Action forward{ActionKind::Forward, stage, m, k}, whole{ActionKind::Backward, stage, m, k},
+            input{ActionKind::BackwardInput, stage, m, k}, weight{ActionKind::BackwardWeight, stage, m, k};
+        if (!where.count(forward)) reject(fmt::format("{} is missing", to_string(forward)), {});
+        const bool has_whole = where.count(whole) != 0, has_input = where.count(input) != 0, has_weight = where.count(weight) != 0;
+        if (has_whole && (has_input || has_weight))
+          reject(fmt::format("{} runs a whole backward {} and also {}: a micro-batch of a stage runs B, or I and W",
+                             to_string(forward), to_string(whole), to_string(has_input ? input : weight)),
+                 slot_mark(has_input ? input : weight));
+        if (!has_whole && !has_input && !has_weight)
+          reject(fmt::format("{} is missing (or {} and {})", to_string(whole), to_string(input), to_string(weight)), {});
+        if (has_input != has_weight)
+          reject(fmt::format("{} is missing: an {} needs its {}", to_string(has_input ? weight : input),
+                             has_input ? "input-gradient half" : "weight-gradient half", has_input ? "W" : "I"),
+                 slot_mark(has_input ? input : weight));
+      }
 
   // Dependencies of each action: the implied data dependencies, then the extra ones.
   std::map<Action, std::vector<Action>> needs;
+  auto gradient_of = [&](int stage, const Action& action) {
+    const Action whole{ActionKind::Backward, stage, action.micro_batch, action.mini_batch};
+    return where.count(whole) ? whole : Action{ActionKind::BackwardInput, stage, action.micro_batch, action.mini_batch};
+  };
   for (const auto& [action, slot] : where) {
     auto& list = needs[action];
     const Action forward{ActionKind::Forward, action.stage, action.micro_batch, action.mini_batch};
@@ -289,13 +486,17 @@ void validate_program(const Program& program) {
       case ActionKind::Forward:
         if (action.stage > 0) list.push_back({ActionKind::Forward, action.stage - 1, action.micro_batch, action.mini_batch});
         break;
-      case ActionKind::Recompute:
+      case ActionKind::Recompute: {
         list.push_back(forward);
+        const Action whole{ActionKind::Backward, action.stage, action.micro_batch, action.mini_batch};
+        if (!where.count(whole) && !where.count({ActionKind::BackwardInput, action.stage, action.micro_batch, action.mini_batch}))
+          reject(fmt::format("{} recomputes for a backward that is not in the program", to_string(action)), slot_mark(action));
         break;
-      case ActionKind::Backward: {
+      }
+      case ActionKind::Backward:
+      case ActionKind::BackwardInput: {
         list.push_back(forward);
-        if (action.stage + 1 < program.num_stages)
-          list.push_back({ActionKind::Backward, action.stage + 1, action.micro_batch, action.mini_batch});
+        if (action.stage + 1 < program.num_stages) list.push_back(gradient_of(action.stage + 1, action));
         const Action recompute{ActionKind::Recompute, action.stage, action.micro_batch, action.mini_batch};
         if (auto r = where.find(recompute); r != where.end()) {
           if (r->second.device != slot.device)
@@ -305,6 +506,9 @@ void validate_program(const Program& program) {
         }
         break;
       }
+      case ActionKind::BackwardWeight:
+        list.push_back({ActionKind::BackwardInput, action.stage, action.micro_batch, action.mini_batch});
+        break;
     }
   }
   for (const Dependency& dependency : program.extra_dependencies) {
@@ -314,8 +518,36 @@ void validate_program(const Program& program) {
     needs[dependency.after].push_back(dependency.before);
   }
 
-  // All-reduces: backwards of their stage on distinct devices; released
-  // actions wait for them.
+  // Overlapped pairs: positions in range, ascending, not chained; one F
+  // and one B or I that do not depend on each other.
+  for (std::size_t d = 0; d < program.devices.size(); ++d)
+    for (std::size_t s = 0; s < program.devices[d].streams.size(); ++s) {
+      const Stream& stream = program.devices[d].streams[s];
+      for (std::size_t p = 0; p < stream.overlapped.size(); ++p) {
+        const std::size_t i = stream.overlapped[p];
+        if (i + 1 >= stream.actions.size() || (p > 0 && i <= stream.overlapped[p - 1] + 1))
+          reject(fmt::format("device {} stream {}: overlapped pair at step {}: expected ascending positions of two "
+                             "actions each, not sharing one",
+                             d, s, i),
+                 {});
+        const Action& a = stream.actions[i];
+        const Action& b = stream.actions[i + 1];
+        const bool shape = (a.kind == ActionKind::Forward && is_input_gradient(b.kind)) ||
+                           (b.kind == ActionKind::Forward && is_input_gradient(a.kind));
+        if (!shape)
+          reject(fmt::format("overlapped pair ({};{}): expected one forward and one backward (B or I)", to_string(a), to_string(b)),
+                 {{d, s, i}, {d, s, i + 1}});
+        for (const auto& [x, y] : {std::pair{a, b}, std::pair{b, a}})
+          for (const Action& need : needs[x])
+            if (need == y)
+              reject(fmt::format("overlapped pair ({};{}): {} needs {}, so they cannot run together", to_string(a), to_string(b),
+                                 to_string(x), to_string(y)),
+                     {{d, s, i}, {d, s, i + 1}});
+      }
+    }
+
+  // All-reduces: the final backwards (B, or W when split) of their stage on
+  // distinct devices; released actions wait for them.
   std::map<Action, std::vector<std::size_t>> released_by;
   std::vector<std::vector<std::size_t>> participants(program.all_reduces.size());
   for (std::size_t c = 0; c < program.all_reduces.size(); ++c) {
@@ -325,8 +557,8 @@ void validate_program(const Program& program) {
     for (const Action& action : all_reduce.ready) {
       auto it = where.find(action);
       if (it == where.end()) reject(fmt::format("{} names {}, which is not in the program", name, to_string(action)), {});
-      if (action.kind != ActionKind::Backward || action.stage != all_reduce.stage)
-        reject(fmt::format("{}: expected backwards of stage {}, found {}", name, all_reduce.stage, to_string(action)),
+      if ((action.kind != ActionKind::Backward && action.kind != ActionKind::BackwardWeight) || action.stage != all_reduce.stage)
+        reject(fmt::format("{}: expected backwards (B or W) of stage {}, found {}", name, all_reduce.stage, to_string(action)),
                {{it->second.device, it->second.stream, it->second.step}});
       if (std::find(participants[c].begin(), participants[c].end(), it->second.device) != participants[c].end())
         reject(fmt::format("{}: device {} is named twice", name, it->second.device),
@@ -349,9 +581,10 @@ void validate_program(const Program& program) {
   }
 
   // Run the program logically (no times): every stream advances while its
-  // next action has all it needs. Whatever is left is a deadlock.
-  // An all-reduce completes once all its ready backwards have run and every
-  // earlier all-reduce of each of its devices has completed.
+  // next action (both actions of an overlapped pair) has all it needs.
+  // Whatever is left is a deadlock. An all-reduce completes once all its
+  // ready backwards have run and every earlier all-reduce of each of its
+  // devices has completed.
   std::set<Action> done;
   std::vector<bool> reduced(program.all_reduces.size(), false);
   auto all_reduce_can_complete = [&](std::size_t c) {
@@ -368,6 +601,13 @@ void validate_program(const Program& program) {
     return it == released_by.end() ||
            std::all_of(it->second.begin(), it->second.end(), [&](std::size_t c) { return reduced[c]; });
   };
+  auto can_run = [&](const Action& action) {
+    const auto& list = needs[action];
+    return std::all_of(list.begin(), list.end(), [&](const Action& need) { return done.count(need) != 0; }) && released(action);
+  };
+  auto pair_at = [](const Stream& stream, std::size_t step) {
+    return std::binary_search(stream.overlapped.begin(), stream.overlapped.end(), step);
+  };
   std::vector<std::vector<std::size_t>> next(program.devices.size());
   for (std::size_t d = 0; d < program.devices.size(); ++d) next[d].assign(program.devices[d].streams.size(), 0);
   for (bool progress = true; progress;) {
@@ -376,15 +616,15 @@ void validate_program(const Program& program) {
       if (!reduced[c] && all_reduce_can_complete(c)) reduced[c] = progress = true;
     for (std::size_t d = 0; d < program.devices.size(); ++d)
       for (std::size_t s = 0; s < program.devices[d].streams.size(); ++s) {
-        const auto& actions = program.devices[d].streams[s].actions;
-        while (next[d][s] < actions.size()) {
-          const Action& action = actions[next[d][s]];
-          const auto& list = needs[action];
-          if (!std::all_of(list.begin(), list.end(), [&](const Action& need) { return done.count(need) != 0; }) ||
-              !released(action))
-            break;
-          done.insert(action);
-          ++next[d][s];
+        const Stream& stream = program.devices[d].streams[s];
+        while (next[d][s] < stream.actions.size()) {
+          const std::size_t step = next[d][s];
+          const std::size_t width = pair_at(stream, step) ? 2 : 1;
+          bool ready = true;
+          for (std::size_t j = 0; j < width; ++j) ready = ready && can_run(stream.actions[step + j]);
+          if (!ready) break;
+          for (std::size_t j = 0; j < width; ++j) done.insert(stream.actions[step + j]);
+          next[d][s] += width;
           progress = true;
         }
       }
@@ -393,19 +633,61 @@ void validate_program(const Program& program) {
   std::string waits;
   for (std::size_t d = 0; d < program.devices.size(); ++d)
     for (std::size_t s = 0; s < program.devices[d].streams.size(); ++s) {
-      const auto& actions = program.devices[d].streams[s].actions;
-      if (next[d][s] == actions.size()) continue;
-      stuck.insert({d, s, next[d][s]});
-      const Action& action = actions[next[d][s]];
-      for (const Action& need : needs[action])
-        if (!done.count(need)) waits += fmt::format(" {} waits for {};", to_string(action), to_string(need));
-      if (auto it = released_by.find(action); it != released_by.end())
-        for (std::size_t c : it->second)
-          if (!reduced[c])
-            waits += fmt::format(" {} waits for allreduce stage {} round {};", to_string(action),
-                                 program.all_reduces[c].stage, program.all_reduces[c].round);
+      const Stream& stream = program.devices[d].streams[s];
+      if (next[d][s] == stream.actions.size()) continue;
+      const std::size_t step = next[d][s];
+      const std::size_t width = pair_at(stream, step) ? 2 : 1;
+      for (std::size_t j = 0; j < width; ++j) {
+        stuck.insert({d, s, step + j});
+        const Action& action = stream.actions[step + j];
+        for (const Action& need : needs[action])
+          if (!done.count(need)) waits += fmt::format(" {} waits for {};", to_string(action), to_string(need));
+        if (auto it = released_by.find(action); it != released_by.end())
+          for (std::size_t c : it->second)
+            if (!reduced[c])
+              waits += fmt::format(" {} waits for allreduce stage {} round {};", to_string(action),
+                                   program.all_reduces[c].stage, program.all_reduces[c].round);
+      }
     }
-  if (!stuck.empty()) reject(fmt::format("deadlock: no stream can advance:{}", waits), stuck);
+  if (stuck.empty()) return;
+  // The cycle of waits behind the deadlock: among the actions not run, each
+  // waits for its unmet needs and for the action before it on its stream.
+  std::vector<Action> pending;
+  std::map<Action, std::size_t> pending_index;
+  for (const auto& [action, slot] : where)
+    if (!done.count(action)) {
+      pending_index[action] = pending.size();
+      pending.push_back(action);
+    }
+  std::vector<std::vector<std::size_t>> wait_graph(pending.size());
+  std::vector<std::string> reason(pending.size());
+  for (std::size_t a = 0; a < pending.size(); ++a) {
+    const Action& action = pending[a];
+    const Slot& slot = where.at(action);
+    for (const Action& need : needs[action])
+      if (auto it = pending_index.find(need); it != pending_index.end()) wait_graph[a].push_back(it->second);
+    // The action before it on its stream (the partner of an overlapped
+    // pair runs with it, not before it).
+    const Stream& stream = program.devices[slot.device].streams[slot.stream];
+    std::size_t steps_back = 1;
+    if (slot.step > 0 && pair_at(stream, slot.step - 1)) steps_back = 2;
+    if (slot.step >= steps_back)
+      if (auto it = pending_index.find(stream.actions[slot.step - steps_back]); it != pending_index.end())
+        wait_graph[a].push_back(it->second);
+  }
+  const std::vector<std::size_t> cycle = find_wait_cycle(wait_graph);
+  std::string cycle_text;
+  if (!cycle.empty()) {
+    for (std::size_t i = 0; i < cycle.size(); ++i) {
+      const Action& a = pending[cycle[i]];
+      const Action& b = pending[cycle[(i + 1) % cycle.size()]];
+      const bool needed = std::find(needs[a].begin(), needs[a].end(), b) != needs[a].end();
+      cycle_text += fmt::format("\n  {} (device {}) waits for {} ({})", to_string(a), where.at(a).device, to_string(b),
+                                needed ? "needs it" : "listed before it on its stream");
+    }
+    reject(fmt::format("deadlock: no stream can advance:{}\ncycle of waits:{}", waits, cycle_text), stuck);
+  }
+  reject(fmt::format("deadlock: no stream can advance:{}", waits), stuck);
 }
 
 }  // namespace pipegrid

@@ -781,7 +781,7 @@ double minibatch_makespan(const Program& program, const std::vector<PipelineStag
   };
   std::vector<std::pair<const Stream*, int>> streams;
   for (const DeviceProgram& device : program.devices)
-    for (const Stream& stream : device.streams) streams.push_back({&stream, device.stage});
+    for (const Stream& stream : device.streams) streams.push_back({&stream, device.stages.front()});
   std::vector<std::size_t> next(streams.size(), 0);
   std::vector<bool> busy(streams.size(), false);
   // Events: (time, sequence) -> what ends then; arrivals only wake streams.

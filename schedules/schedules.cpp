@@ -32,6 +32,16 @@ const ScheduleInfo& schedule_info(const std::string& name) {
   throw InputError(fmt::format("--schedule: unknown schedule '{}'; expected one of: {}", name, known));
 }
 
+int default_virtual_stages(const std::string& name) {
+  schedule_info(name);
+  return 1;
+}
+
+StageMap stage_map_of(const std::string& name) {
+  schedule_info(name);
+  return StageMap::Loop;
+}
+
 int warmup_forwards(const std::string& name, const std::vector<int>& replicas, int stage, int count) {
   if (name == "gpipe" || name == "dp") return count;
   int later_devices = 0;
@@ -167,7 +177,7 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
       for (const Work& part : work[q]) all[q].insert(all[q].end(), part.begin(), part.end());
 
     for (int q = 0; q < r; ++q) {
-      DeviceProgram device{stage, q, {}};
+      DeviceProgram device{{stage}, q, {}};
       if (info.name == "fbp-as") {
         // A forward stream and a backward stream sharing the device. F_m waits
         // for B_(m - cap) of the same replica (the stash cap, cap = 2(N-i+1)

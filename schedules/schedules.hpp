@@ -30,6 +30,9 @@ struct ScheduleOptions {
   /// its first backward (0: NOAM = ceil(devices / input replicas)). Later
   /// stages warm up with min(their own depth, ceil(depth x r_0 / r_s)).
   int pipeline_depth = 0;
+  /// Stages per device (interleaved and V schedules); num_stages is the
+  /// global count S = devices x virtual_stages.
+  int virtual_stages = 1;
 };
 
 struct ScheduleInfo {
@@ -40,6 +43,11 @@ struct ScheduleInfo {
   bool flushed;              ///< flush and synchronous update per mini-batch
   bool single_stage;         ///< the whole model on every device (data parallelism)
 };
+
+/** Stages per device a schedule runs by default (1 for the classic ones). */
+int default_virtual_stages(const std::string& name);
+/** How a schedule places its stages on devices when it holds several. */
+StageMap stage_map_of(const std::string& name);
 
 /** Every schedule pipegrid knows, in a stable order. */
 const std::vector<ScheduleInfo>& schedule_catalog();

@@ -50,12 +50,12 @@ namespace {
 constexpr double kWorkPrecisionSeconds = 1e-12;
 
 // Seconds a stage's forward (profile_s = &LayerCost::forward_s, device_s =
-// &LayerTimes::forward_s) or backward takes on `host`: its layers with
+// &DeviceLayerTimes::forward_s), backward or backward half takes on `host`: its layers with
 // device times for the host's type take those; the rest of the stage's time
 // is scaled by speed_factor (SimulationRequest::stages). Without device
 // times: exactly stage_s / speed_factor.
 double stage_seconds_on(double stage_s, const std::vector<LayerCost>& layers, double LayerCost::*profile_s,
-                        double LayerTimes::*device_s, const HostInfo& host) {
+                        double DeviceLayerTimes::*device_s, const HostInfo& host) {
   bool timed = false;
   double attributed = 0, others = 0, on_device = 0;
   for (const LayerCost& layer : layers) {
@@ -78,6 +78,9 @@ double stage_seconds_on(double stage_s, const std::vector<LayerCost>& layers, do
 struct ActionState {
   Action action;
   std::size_t device = 0, stream = 0;
+  /// Position in its stream's overlapped pairs: 1 for the first action of a
+  /// pair, 2 for the second, 0 alone.
+  int overlap = 0;
   sg::Host* host = nullptr;
   bool async = false;       ///< results stream out while computing (cut-through)
   double work = 0;          ///< in kWorkPerSecond units
@@ -108,6 +111,10 @@ struct ActionState {
   std::vector<Need> needs;
 };
 
+// The backward after which a micro-batch's weight gradients are complete:
+// B, or W when the backward is split.
+bool is_final_backward(ActionKind kind) { return kind == ActionKind::Backward || kind == ActionKind::BackwardWeight; }
+
 // One ring all-reduce of the Program and its progress.
 struct AllReduceState {
   const AllReduce* spec = nullptr;
@@ -134,40 +141,75 @@ class Simulation {
     const Program& program = request.program;
     const std::vector<LayerCost> no_layers;
     std::map<Action, std::size_t> index;
+    std::map<std::string, std::size_t> device_of_host;
     for (std::size_t d = 0; d < program.devices.size(); ++d) {
       const DeviceProgram& device = program.devices[d];
-      if (device.stage >= static_cast<int>(request.hosts.size()) ||
-          device.replica >= static_cast<int>(request.hosts[device.stage].size()))
-        throw InputError(fmt::format("partition: no host for stage {} replica {}", device.stage, device.replica));
-      const std::string& host_name = request.hosts[device.stage][device.replica];
+      std::string host_name;
+      for (const int stage : device.stages) {
+        if (stage < 0 || stage >= static_cast<int>(request.hosts.size()) ||
+            device.replica >= static_cast<int>(request.hosts[stage].size()))
+          throw InputError(fmt::format("partition: no host for stage {} replica {}", stage, device.replica));
+        const std::string& stage_host = request.hosts[stage][device.replica];
+        if (!host_name.empty() && stage_host != host_name)
+          throw InputError(fmt::format("partition: device {} holds stages {} and {}, which the partition places on hosts "
+                                       "'{}' and '{}': the stages of one device need one host",
+                                       d, device.stages.front(), stage, printable(host_name), printable(stage_host)));
+        host_name = stage_host;
+      }
+      if (host_name.empty()) throw InputError(fmt::format("program: device {} holds no stage", d));
+      if (const auto [it, added] = device_of_host.emplace(host_name, d); !added)
+        throw InputError(fmt::format("partition: host '{}' runs devices {} and {} of the program (stages {} and {}); a host "
+                                     "runs one device: the schedule's stage map and the partition's disagree",
+                                     printable(host_name), it->second, d, program.devices[it->second].stages.front(),
+                                     device.stages.front()));
       sg::Host* host = sg::Host::by_name_or_null(host_name);
       if (host == nullptr) throw InputError(fmt::format("{}: no host named '{}' (partition)", request.platform_file, host_name));
       const HostInfo& info = platform.host(host_name);
       if (std::find(hosts_.begin(), hosts_.end(), host_name) == hosts_.end()) hosts_.push_back(host_name);
-      for (std::size_t s = 0; s < device.streams.size(); ++s)
-        for (const Action& action : device.streams[s].actions) {
+      for (std::size_t s = 0; s < device.streams.size(); ++s) {
+        const Stream& stream = device.streams[s];
+        for (std::size_t k = 0; k < stream.actions.size(); ++k) {
+          const Action& action = stream.actions[k];
           if (action.stage >= static_cast<int>(request.stages.size()))
             throw InputError(fmt::format("program: action {} names a stage beyond the {} stages", pipegrid::to_string(action), request.stages.size()));
           const StageCost& cost = request.stages[action.stage];
           const std::vector<LayerCost>& layers = action.stage < static_cast<int>(request.stage_layers.size())
                                                      ? request.stage_layers[action.stage]
                                                      : no_layers;
-          const bool backward = action.kind == ActionKind::Backward;
           ActionState state;
           state.action = action;
           state.device = d;
           state.stream = s;
           state.host = host;
           state.async = info.execution == Execution::Async;
-          state.work = (backward ? stage_seconds_on(cost.backward_s, layers, &LayerCost::backward_s,
-                                                    &LayerTimes::backward_s, info)
-                                 : stage_seconds_on(cost.forward_s, layers, &LayerCost::forward_s,
-                                                    &LayerTimes::forward_s, info)) *
-                       host->get_speed();
+          if (std::binary_search(stream.overlapped.begin(), stream.overlapped.end(), k))
+            state.overlap = 1;
+          else if (k > 0 && std::binary_search(stream.overlapped.begin(), stream.overlapped.end(), k - 1))
+            state.overlap = 2;
+          double seconds = 0;
+          switch (action.kind) {
+            case ActionKind::Forward:
+            case ActionKind::Recompute:
+              seconds = stage_seconds_on(cost.forward_s, layers, &LayerCost::forward_s, &DeviceLayerTimes::forward_s, info);
+              break;
+            case ActionKind::Backward:
+              seconds = stage_seconds_on(cost.backward_s, layers, &LayerCost::backward_s, &DeviceLayerTimes::backward_s, info);
+              break;
+            case ActionKind::BackwardInput:
+              seconds = stage_seconds_on(cost.backward_input_s, layers, &LayerCost::backward_input_s,
+                                         &DeviceLayerTimes::backward_input_s, info);
+              break;
+            case ActionKind::BackwardWeight:
+              seconds = stage_seconds_on(cost.backward_weight_s, layers, &LayerCost::backward_weight_s,
+                                         &DeviceLayerTimes::backward_weight_s, info);
+              break;
+          }
+          state.work = seconds * host->get_speed();
           if (info.action_overhead_s > 0) state.work += info.action_overhead_s * host->get_speed();
           index[action] = actions_.size();
           actions_.push_back(std::move(state));
         }
+      }
     }
     auto find = [&](const Action& action) -> std::size_t {
       auto it = index.find(action);
@@ -195,11 +237,19 @@ class Simulation {
           state.needs.push_back({ActionState::Need::What::End, find({ActionKind::Forward, a.stage, a.micro_batch, a.mini_batch})});
           break;
         case ActionKind::Backward:
+        case ActionKind::BackwardInput:
           state.needs.push_back({ActionState::Need::What::End, find({ActionKind::Forward, a.stage, a.micro_batch, a.mini_batch})});
           if (auto r = index.find({ActionKind::Recompute, a.stage, a.micro_batch, a.mini_batch}); r != index.end())
             state.needs.push_back({ActionState::Need::What::End, r->second});
-          if (a.stage < last_stage)
-            data_input({ActionKind::Backward, a.stage + 1, a.micro_batch, a.mini_batch}, request.stages[a.stage].output_bytes);
+          if (a.stage < last_stage) {
+            // The gradient of the next stage: its B, or its I when split.
+            const Action whole{ActionKind::Backward, a.stage + 1, a.micro_batch, a.mini_batch};
+            data_input(index.count(whole) ? whole : Action{ActionKind::BackwardInput, a.stage + 1, a.micro_batch, a.mini_batch},
+                       request.stages[a.stage].output_bytes);
+          }
+          break;
+        case ActionKind::BackwardWeight:
+          state.needs.push_back({ActionState::Need::What::End, find({ActionKind::BackwardInput, a.stage, a.micro_batch, a.mini_batch})});
           break;
       }
     }
@@ -234,7 +284,7 @@ class Simulation {
           for (std::size_t k = 0; k < layers.size(); ++k) {
             const LayerCost& layer = layers[layers.size() - 1 - k];
             backward.segment_work.push_back(
-                stage_seconds_on(layer.backward_s, {layer}, &LayerCost::backward_s, &LayerTimes::backward_s, info) *
+                stage_seconds_on(layer.backward_s, {layer}, &LayerCost::backward_s, &DeviceLayerTimes::backward_s, info) *
                 backward.host->get_speed());
           }
           // The action's overhead comes before its first layer.
@@ -308,7 +358,7 @@ class Simulation {
     };
     for (const ActionState& state : actions_) {
       if (state.message_to == nullptr) continue;
-      const bool forward = state.action.kind == ActionKind::Forward;
+      const bool forward = state.action.kind == ActionKind::Forward;  // else B or I: a gradient
       add(state.host, state.message_to,
           fmt::format("stage {} on '{}' sends {} to stage {} on '{}'", state.action.stage, printable(state.host->get_name()),
                       forward ? "activations" : "gradients", state.action.stage + (forward ? 1 : -1),
@@ -359,13 +409,13 @@ class Simulation {
         std::map<int, std::size_t> last_backward;  // mini-batch -> action
         for (const auto& [stream, list] : lists)
           for (std::size_t i : list)
-            if (actions_[i].action.kind == ActionKind::Backward) last_backward[actions_[i].action.mini_batch] = i;
+            if (is_final_backward(actions_[i].action.kind)) last_backward[actions_[i].action.mini_batch] = i;
         for (const auto& [mini_batch, i] : last_backward) updates.push_back(i);
       } else {
         int backwards = 0;
         for (const auto& [stream, list] : lists)
           for (std::size_t i : list)
-            if (actions_[i].action.kind == ActionKind::Backward && ++backwards % interval == 0) updates.push_back(i);
+            if (is_final_backward(actions_[i].action.kind) && ++backwards % interval == 0) updates.push_back(i);
       }
       for (std::size_t u : updates) {
         ActionState& update = actions_[u];
@@ -460,31 +510,84 @@ class Simulation {
     state.message->start();
   }
 
+  // Waits until everything `state` needs has happened (its producers'
+  // ends, their messages' arrival, all-reduces, optimizer steps).
+  void wait_for_needs(ActionState& state) {
+    for (const ActionState::Need& need : state.needs) {
+      if (need.what == ActionState::Need::What::Step) {
+        wait_until_step_ended(actions_[need.index]);
+        continue;
+      }
+      if (need.what == ActionState::Need::What::AllReduce) {
+        AllReduceState& all_reduce = all_reduces_[need.index];
+        std::unique_lock lock(*mutex_);
+        while (!all_reduce.ended[need.participant]) all_reduce.signal->wait(lock);
+        continue;
+      }
+      ActionState& producer = actions_[need.index];
+      wait_until_ended(producer);
+      if (need.what == ActionState::Need::What::Message) {
+        producer.message->wait();
+        const bool forward = producer.action.kind == ActionKind::Forward;
+        records_.push_back({producer.host->get_name(), 0, producer.action.stage, forward ? "SEND_F" : "SEND_B",
+                            producer.action.micro_batch, producer.action.mini_batch, producer.message->get_start_time(),
+                            std::max(producer.end, producer.message->get_finish_time()), producer.message_bytes,
+                            state.host->get_name(), 0});
+      }
+    }
+  }
+
+  // After `state` has ended: its compute record from `record_start` to
+  // `record_end`, the signal to those waiting, and the optimizer step that
+  // follows it, if any.
+  void finish(ActionState& state, double record_start, double record_end) {
+    records_.push_back({state.host->get_name(), static_cast<int>(state.stream), state.action.stage,
+                        std::string(1, action_letter(state.action.kind)), state.action.micro_batch, state.action.mini_batch,
+                        record_start, record_end, 0, "", 0});
+    state.ended = true;
+    if (state.ended_signal) state.ended_signal->notify_all();
+    if (state.step_work) {
+      run_step(*state.step_work, state, state.stream);
+      state.step_ended = true;
+      if (state.ended_signal) state.ended_signal->notify_all();
+    }
+  }
+
+  // An overlapped F&B pair: both start when both can, run for fb_overlap x
+  // their summed work, and both results are available at the end. The
+  // records show the pair's span split in proportion to the two works.
+  void run_pair(ActionState& first, ActionState& second) {
+    wait_for_needs(first);
+    wait_for_needs(second);
+    const double start = sg::Engine::get_clock();
+    first.start = second.start = start;
+    if (first.async) {
+      send_message(first);
+      send_message(second);
+    }
+    const double work = request_.fb_overlap * (first.work + second.work);
+    if (work > 0) sg::this_actor::execute(work);
+    const double end = sg::Engine::get_clock();
+    first.end = second.end = end;
+    if (!first.async) {
+      send_message(first);
+      send_message(second);
+    }
+    const double total = first.work + second.work;
+    const double split = total > 0 ? start + (end - start) * (first.work / total) : start;
+    finish(first, start, split);
+    finish(second, split, end);
+  }
+
   void run_stream(std::size_t first, std::size_t count) {
     for (std::size_t i = first; i < first + count; ++i) {
       ActionState& state = actions_[i];
-      for (const ActionState::Need& need : state.needs) {
-        if (need.what == ActionState::Need::What::Step) {
-          wait_until_step_ended(actions_[need.index]);
-          continue;
-        }
-        if (need.what == ActionState::Need::What::AllReduce) {
-          AllReduceState& all_reduce = all_reduces_[need.index];
-          std::unique_lock lock(*mutex_);
-          while (!all_reduce.ended[need.participant]) all_reduce.signal->wait(lock);
-          continue;
-        }
-        ActionState& producer = actions_[need.index];
-        wait_until_ended(producer);
-        if (need.what == ActionState::Need::What::Message) {
-          producer.message->wait();
-          const bool forward = producer.action.kind == ActionKind::Forward;
-          records_.push_back({producer.host->get_name(), 0, producer.action.stage, forward ? "SEND_F" : "SEND_B",
-                              producer.action.micro_batch, producer.action.mini_batch, producer.message->get_start_time(),
-                              std::max(producer.end, producer.message->get_finish_time()), producer.message_bytes,
-                              state.host->get_name(), 0});
-        }
+      if (state.overlap == 1 && i + 1 < first + count) {
+        run_pair(state, actions_[i + 1]);
+        ++i;
+        continue;
       }
+      wait_for_needs(state);
       state.start = sg::Engine::get_clock();
       if (state.async) send_message(state);
       if (!state.segment_work.empty()) {
@@ -498,16 +601,7 @@ class Simulation {
       }
       state.end = sg::Engine::get_clock();
       if (!state.async) send_message(state);
-      records_.push_back({state.host->get_name(), static_cast<int>(state.stream), state.action.stage,
-                          std::string(1, action_letter(state.action.kind)), state.action.micro_batch,
-                          state.action.mini_batch, state.start, state.end, 0, "", 0});
-      state.ended = true;
-      if (state.ended_signal) state.ended_signal->notify_all();
-      if (state.step_work) {
-        run_step(*state.step_work, state, state.stream);
-        state.step_ended = true;
-        if (state.ended_signal) state.ended_signal->notify_all();
-      }
+      finish(state, state.start, state.end);
     }
   }
 

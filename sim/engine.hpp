@@ -1,7 +1,8 @@
 #pragma once
 // The SimGrid engine. One S4U actor per device stream interprets its action
 // list; activations and gradients travel as SimGrid communications along the
-// platform's routes (eager: a send never waits for the receiver). A device
+// platform's routes (eager: a send never waits for the receiver); between
+// two stages of one device nothing travels. A device
 // that takes part in all-reduces has one more actor that runs them in
 // Program order, each as the 2(r-1) rounds of a ring, every round a
 // point-to-point transfer of 1/r of the gradients to the next replica over
@@ -33,20 +34,29 @@ NetworkModel parse_network_model(const std::string& text);
 /** One layer of a stage: its share of the backward and of the gradients
  *  (per-layer, wait-free all-reduces) and its times on particular device
  *  types (Layer::device_times). */
+/// A layer's times on one device type (seconds on that host), with the
+/// backward's input- and weight-gradient halves (core/profile.hpp,
+/// backward_split).
+struct DeviceLayerTimes {
+  double forward_s = 0, backward_s = 0, backward_input_s = 0, backward_weight_s = 0;
+};
+
 struct LayerCost {
   double backward_s = 0;  ///< profile units (speed factor 1)
   double weight_bytes = 0;
   double forward_s = 0;   ///< profile units; needed with device_times
+  double backward_input_s = 0, backward_weight_s = 0;  ///< the backward's halves, profile units
   /// A host whose `device` property is listed runs this layer in these times
   /// (seconds on that host; its speed_factor does not apply).
-  std::map<std::string, LayerTimes> device_times = {};
+  std::map<std::string, DeviceLayerTimes> device_times = {};
 };
 
 struct SimulationRequest {
   std::string platform_file;
   Program program;
-  /// Per stage, profile units (speed factor 1). A forward of stage s on a
-  /// host takes stages[s].forward_s / speed_factor, unless some layers of
+  /// Per stage, profile units (speed factor 1). A forward (or recompute) of
+  /// stage s on a host takes stages[s].forward_s / speed_factor, a B its
+  /// backward_s, an I its backward_input_s, a W its backward_weight_s, unless some layers of
   /// stage_layers[s] have device_times for the host's `device`: those layers
   /// then take their device times, and the rest of the stage's time
   /// (stages[s].forward_s less those layers' forward_s: the other layers and
@@ -54,8 +64,12 @@ struct SimulationRequest {
   /// is divided by speed_factor. The same for backwards. Without device
   /// times this is the plain stage time / speed_factor, bit for bit.
   std::vector<StageCost> stages;
-  /// hosts[stage][replica]: the host running each device of the Program.
+  /// hosts[stage][replica]: the host running each device of the Program (a
+  /// device holding several stages: the host of each of them).
   std::vector<std::vector<std::string>> hosts;
+  /// An overlapped F&B pair (Stream::overlapped) runs for fb_overlap x (the
+  /// forward's time + the backward's time) on its host, in (0, 1].
+  double fb_overlap = 1.0;
   /// stage_layers[stage]: the stage's layers in order; needed when the
   /// Program has per-layer all-reduces (a whole-stage layer is assumed if
   /// empty) and when layers have device_times.

@@ -38,8 +38,8 @@ std::string two_host_xml(const std::string& board_type) {
 }
 
 // Stage layers: "timed" has VCU129 times, "untimed" has none.
-sim::LayerCost timed_layer() { return {6, 64, 3, {{"VCU129", {0.7, 1.1}}}}; }
-sim::LayerCost untimed_layer() { return {4, 64, 2, {}}; }
+sim::LayerCost timed_layer() { return {6, 64, 3, 3, 3, {{"VCU129", {0.7, 1.1, 0.55, 0.55}}}}; }
+sim::LayerCost untimed_layer() { return {4, 64, 2, 2, 2, {}}; }
 
 // A stage's costs: the sums of its layers in order, plus `extra_forward_s`
 // (time no layer accounts for, as PipeOptim's weight prediction adds).

@@ -101,9 +101,9 @@ TEST_P(PipeDreamStashing, EqualsDelayedWeightsReplay) {
     int updates = 0;
     for (const Action& action : device.streams[0].actions) {
       if (action.kind == ActionKind::Backward) ++updates;
-      if (action.kind == ActionKind::Forward) used[device.stage][action.mini_batch] = updates;
+      if (action.kind == ActionKind::Forward) used[device.stages.front()][action.mini_batch] = updates;
     }
-    for (int k = 0; k < K; ++k) EXPECT_EQ(used[device.stage][k], std::max(0, k - (n - 1 - device.stage))) << "stage " << device.stage;
+    for (int k = 0; k < K; ++k) EXPECT_EQ(used[device.stages.front()][k], std::max(0, k - (n - 1 - device.stages.front()))) << "stage " << device.stages.front();
   }
 
   // Sequential replay on one thread.

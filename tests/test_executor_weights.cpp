@@ -63,7 +63,7 @@ std::vector<StageReplay> replay_plan(const Program& program, int interval) {
     ready.insert(all_reduce.ready.begin(), all_reduce.ready.end());
   }
   for (const DeviceProgram& device : program.devices) {
-    StageReplay& stage = stages[device.stage];
+    StageReplay& stage = stages[device.stages.front()];
     int updates = 0, backwards = 0;
     std::vector<int> pending;
     for (const Action& action : device.streams.at(0).actions) {
@@ -72,7 +72,7 @@ std::vector<StageReplay> replay_plan(const Program& program, int interval) {
       stage.backward[action.mini_batch] = updates;
       pending.push_back(action.mini_batch);
       ++backwards;
-      if (replicated.count(device.stage) ? ready.count(action) > 0 : backwards % interval == 0) {
+      if (replicated.count(device.stages.front()) ? ready.count(action) > 0 : backwards % interval == 0) {
         if (static_cast<int>(stage.windows.size()) <= updates) stage.windows.resize(updates + 1);
         stage.windows[updates].insert(stage.windows[updates].end(), pending.begin(), pending.end());
         pending.clear();

@@ -133,7 +133,8 @@ TEST(HostIds, RefusesWhatTheOutputsCannotCarry) {
 
 TEST(Placement, OneDevicePerHost) {
   EXPECT_NO_THROW(check_one_device_per_host({{"a", "b"}, {"c"}}, "p.json"));
-  EXPECT_CONTAINS(input_error_of([] { check_one_device_per_host({{"a"}, {"b"}, {"a"}}, "p.json"); }),
+  EXPECT_NO_THROW(check_one_device_per_host({{"a"}, {"b"}, {"a"}, {"b"}}, "p.json"));  // interleaved
+  EXPECT_CONTAINS(input_error_of([] { check_one_device_per_host({{"a", "b"}, {"c"}, {"a"}}, "p.json"); }),
                   "p.json: stages 0 and 2 are both placed on host 'a'");
   EXPECT_CONTAINS(input_error_of([] { check_one_device_per_host({{"a", "a"}}, "p.json"); }),
                   "p.json: stage 0 lists host 'a' twice");

@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 #include "core/metrics.hpp"
@@ -513,7 +514,7 @@ void check_request(const ExecutionRequest& request, int devices) {
   if (request.copy_through_host && request.device.kind == "cpu")
     throw InputError("--copy-through host: only for cuda devices (CPU workers share one memory)");
   std::map<int, std::set<int>> replicas;  // stage -> devices
-  for (int d = 0; d < devices; ++d) replicas[program.devices[d].stage].insert(d);
+  for (int d = 0; d < devices; ++d) replicas[program.devices[d].stages.front()].insert(d);
   const std::map<Action, int> device_of = device_of_actions(program);
   for (const AllReduce& all_reduce : program.all_reduces) {
     std::set<int> participants;
@@ -538,9 +539,20 @@ void check_request(const ExecutionRequest& request, int devices) {
                                    devices_of_stage.size()));
   }
   for (const DeviceProgram& device : program.devices) {
+    if (device.stages.size() != 1)
+      throw InputError(fmt::format("executor: a device holds stages {}; the executor runs one stage per device",
+                                   fmt::join(device.stages, ",")));
+    for (const Stream& stream : device.streams) {
+      if (!stream.overlapped.empty())
+        throw InputError("executor: overlapped F&B pairs are not supported by the executor");
+      for (const Action& action : stream.actions)
+        if (action.kind == ActionKind::BackwardInput || action.kind == ActionKind::BackwardWeight)
+          throw InputError(fmt::format("executor: {} is a split backward (I/W), which the executor does not run",
+                                       to_string(action)));
+    }
     if (device.streams.size() > 2 || device.streams.empty())
       throw InputError(fmt::format("executor: device of stage {} has {} streams; expected 1, or 2 (fbp-as: forward and backward)",
-                                   device.stage, device.streams.size()));
+                                   device.stages.front(), device.streams.size()));
     if (device.streams.size() == 2 && request.device.kind != "cpu")
       throw InputError(fmt::format("--device {}: a Program with two streams per device (fbp-as) runs on cpu devices only (two "
                                    "worker threads share the stage); BaPipe: GPUs do not run a forward and a backward in parallel",
@@ -657,8 +669,8 @@ ExecutionResult execute(const ExecutionRequest& request) {
     const DeviceProgram& device = program.devices[d];
     auto state = std::make_unique<DeviceState>();
     state->device = d;
-    state->stage = device.stage;
-    std::tie(state->first_layer, state->last_layer) = request.stages[device.stage];
+    state->stage = device.stages.front();
+    std::tie(state->first_layer, state->last_layer) = request.stages[device.stages.front()];
     state->layers = &models.at(device.replica);
     for (int layer = state->first_layer; layer < state->last_layer; ++layer) (*state->layers)[layer]->to(backend->torch_device(d));
     state->parameters = detail::parameters_of(*state->layers, state->first_layer, state->last_layer);
@@ -731,7 +743,7 @@ ExecutionResult execute(const ExecutionRequest& request) {
   for (int stage = 0; stage < program.num_stages; ++stage) {
     std::set<int> early;
     for (const DeviceProgram& device : program.devices)
-      if (device.stage == stage && device.replica == 0)
+      if (device.stages.front() == stage && device.replica == 0)
         for (const Stream& stream : device.streams)
           for (const Action& action : stream.actions)
             if (action.kind == ActionKind::Backward && action.mini_batch < warmup) early.insert(action.mini_batch);
@@ -741,7 +753,7 @@ ExecutionResult execute(const ExecutionRequest& request) {
   std::vector<DeviceSummary> summaries;
   for (int d = 0; d < devices; ++d) {
     result.timeline.hosts.push_back(backend->host_name(d));
-    summaries.push_back({backend->host_name(d), program.devices[d].stage, 0, 0, backend->peak_memory_bytes(d).value_or(-1)});
+    summaries.push_back({backend->host_name(d), program.devices[d].stages.front(), 0, 0, backend->peak_memory_bytes(d).value_or(-1)});
   }
   for (std::size_t w = 0; w < workers.size(); ++w) {
     DeviceSummary& summary = summaries[workers[w].first];
