@@ -180,6 +180,14 @@ TEST(TorchCsv, DualPipeVFile) {
   EXPECT_EQ(parse_torch_csv(written, "written.csv").program, program);
 }
 
+TEST(TorchCsv, PyTorchFilesPassTheProgramValidator) {
+  for (const char* name : {"zb1p_2rank_2stagep_compute.csv", "zb1p_2rank_2stagep_comms.csv", "dualpipev_4rank_10mb.csv"}) {
+    const Program program = import_file(name).program;
+    EXPECT_NO_THROW(validate_program(program)) << name;
+    EXPECT_EQ(parse_program_text(program_to_text(program), "text"), program) << name;
+  }
+}
+
 TEST(TorchCsv, CrLfLineEndsReadTheSame) {
   const std::string text = data_file("zb1p_2rank_2stagep_compute.csv");
   std::string crlf;
@@ -249,6 +257,7 @@ Program v_program() {
 
 TEST(TorchCsv, ExportWritesCurrentGrammarAndReadsBack) {
   const Program program = v_program();
+  EXPECT_NO_THROW(validate_program(program));
   const std::string written = program_to_torch_csv(program);
   EXPECT_EQ(written,
             "0F0,0F1,3F0,3I0,(3F1;0B0)OVERLAP_F_B,3W0,3B1,0B1\n"
