@@ -107,6 +107,42 @@ Program read_program_file(const std::string& path, const std::string& format) {
   return program;
 }
 
+namespace {
+
+// The partition's placement against the schedule's stage map: stages share
+// a host exactly when the schedule puts them on one device. InputError
+// naming `origin` otherwise.
+void check_stage_placement(const Plan& plan, const std::string& origin) {
+  if (!plan.program_text.empty()) return;  // the Program's own placement
+  const int stages = plan.partition.num_stages();
+  const int v = plan.virtual_stages;
+  if (stages % v != 0)
+    throw InputError(fmt::format("{}: {} stages, but {} holds {} stages per device: expected a multiple of {}", origin,
+                                 stages, plan.schedule, v, v));
+  const std::vector<int> device = stage_to_device(stages, v, stage_map_of(plan.schedule));
+  std::map<std::string, int> first_stage_on;
+  std::map<int, int> first_stage_of_device;
+  for (int s = 0; s < stages; ++s) {
+    const auto& hosts = plan.partition.hosts[static_cast<std::size_t>(s)];
+    if (hosts.size() != 1) continue;  // replicas: check_one_device_per_host
+    const auto [on, new_host] = first_stage_on.emplace(hosts.front(), s);
+    const auto [of, new_device] = first_stage_of_device.emplace(device[static_cast<std::size_t>(s)], s);
+    if (!new_host && device[static_cast<std::size_t>(on->second)] != device[static_cast<std::size_t>(s)])
+      throw InputError(fmt::format(
+          "{}: stages {} and {} are both placed on host '{}'; {} runs {}: give each device its own host{}", origin,
+          on->second, s, printable(hosts.front()), plan.schedule,
+          v == 1 ? "one stage per host" : fmt::format("stages {} and {} on different devices", on->second, s),
+          v == 1 ? " (several stages per device: an interleaved or V schedule, or --program)" : ""));
+    if (!new_device && plan.partition.hosts[static_cast<std::size_t>(of->second)].front() != hosts.front())
+      throw InputError(fmt::format("{}: {} runs stages {} and {} on one device, but they are placed on hosts '{}' and '{}'",
+                                   origin, plan.schedule, of->second, s,
+                                   printable(plan.partition.hosts[static_cast<std::size_t>(of->second)].front()),
+                                   printable(hosts.front())));
+  }
+}
+
+}  // namespace
+
 Plan make_plan(const PlanRequest& request) {
   Plan plan;
   plan.profile = profile_from(request.profile_file, request.batch_size);
@@ -352,6 +388,7 @@ Plan make_plan(const PlanRequest& request) {
     throw InputError(fmt::format("--virtual-stages {}: {} holds several stages per device; the partitioners and "
                                  "--replicas place one: use the uniform partition or a partition file",
                                  plan.virtual_stages, plan.schedule));
+  check_stage_placement(plan, request.partition == "uniform" ? "partition" : request.partition);
   plan.extend_mini_batches = !program && !request.mini_batches && !info.flushed;
   plan.mini_batches = program                 ? program->mini_batches
                       : request.mini_batches ? *request.mini_batches
@@ -519,6 +556,7 @@ RunResult run_plan(Plan& plan) {
   PlatformCopy platform_file(plan);
   check_partition(plan.partition, plan.profile, "partition");
   check_one_device_per_host(plan.partition.hosts, "partition");
+  check_stage_placement(plan, "partition");
   const PlatformSummary platform = platform_from(platform_file.path());
   std::vector<HostInfo> used;
   for (const auto& replicas : plan.partition.hosts)

@@ -178,7 +178,9 @@ TEST_F(SweepCli, EveryRowEqualsSimulateJson) {
       const nlohmann::json& device = json.at("devices")[d];
       const auto cell = [&](const char* column) { return cells[devices.require_column(column)]; };
       expect_cell(cell("host"), device.at("host"), "host");
-      expect_cell(cell("stages"), device.at("stage"), "stage");
+      std::string stages;
+      for (const auto& stage : device.at("stages")) stages += (stages.empty() ? "" : ";") + std::to_string(stage.get<int>());
+      EXPECT_EQ(cell("stages"), stages) << "stages";
       expect_cell(cell("busy_s"), device.at("busy_s"), "busy_s");
       expect_cell(cell("bubble_fraction"), device.at("bubble_fraction"), "device bubble_fraction");
       expect_cell(cell("peak_memory_bytes"), device.at("peak_memory_bytes"), "device peak_memory_bytes");
