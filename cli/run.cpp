@@ -221,6 +221,10 @@ Plan make_plan(const PlanRequest& request) {
   if (plan.virtual_stages < 1 || plan.virtual_stages > limits::kMaxStages)
     throw InputError(fmt::format("--virtual-stages: expected 1 to {} stages per device, found {}", limits::kMaxStages,
                                  plan.virtual_stages));
+  if (!program && info.fixed_virtual_stages != 0 && plan.virtual_stages != info.fixed_virtual_stages)
+    throw InputError(fmt::format("--virtual-stages: {} runs {} stage{} per device; expected {}, found {}", plan.schedule,
+                                 info.fixed_virtual_stages, info.fixed_virtual_stages == 1 ? "" : "s",
+                                 info.fixed_virtual_stages, plan.virtual_stages));
   plan.recompute = request.recompute;
   optimizer_copies(request.optimizer);
   plan.optimizer = request.optimizer;
