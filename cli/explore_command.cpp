@@ -25,6 +25,7 @@
 #include "core/termination.hpp"
 #include "partitioners/explorer.hpp"
 #include "partitioners/partitioners.hpp"
+#include "schedules/beyond.hpp"
 #include "schedules/schedules.hpp"
 #include "sim/engine.hpp"
 
@@ -111,6 +112,7 @@ Plan candidate_plan(const Exploration& exploration, const Candidate& candidate) 
   plan.profile = choice.profile;
   plan.partition = choice.partition;
   const ScheduleInfo& info = schedule_info(candidate.schedule);
+  plan.virtual_stages = default_virtual_stages(candidate.schedule);
   plan.micro_batches = info.flushed ? candidate.shape.micro_batches : 1;
   plan.extend_mini_batches = !info.flushed;
   plan.mini_batches = info.flushed ? 1 : default_mini_batches(plan);
@@ -197,6 +199,26 @@ void build_candidates(Exploration& exploration) {
       exploration.candidates.push_back(candidate);
       return;
     }
+    // Interleaved and V schedules (several stages per device): the uniform
+    // partition into devices x v stages, placed by the schedule's stage map.
+    if (const int v = default_virtual_stages(schedule.name); v > 1) {
+      const Profile& profile = graph_at_size.at(shape.micro_batch_size).profile;
+      const std::size_t stages = host_names.size() * static_cast<std::size_t>(v);
+      if (stages > profile.layers.size()) {
+        candidate.error = fmt::format("no uniform partition: {} devices x {} stages each need {} layers, the profile has {}",
+                                      host_names.size(), v, stages, profile.layers.size());
+        exploration.candidates.push_back(candidate);
+        return;
+      }
+      const std::vector<int> device = stage_to_device(static_cast<int>(stages), v, stage_map_of(schedule.name));
+      std::vector<std::string> stage_hosts;
+      for (std::size_t s = 0; s < stages; ++s) stage_hosts.push_back(host_names[static_cast<std::size_t>(device[s])]);
+      PartitionChoice uniform{"uniform", profile, uniform_partition(profile, stage_hosts, static_cast<int>(stages))};
+      exploration.partitions.push_back(std::move(uniform));
+      candidate.partition = exploration.partitions.size() - 1;
+      exploration.candidates.push_back(candidate);
+      return;
+    }
     // Each partitioner's choice (or why it has none); a partition chosen
     // twice runs once, labelled with both names.
     std::vector<PartitionChoice> chosen;
@@ -210,8 +232,9 @@ void build_candidates(Exploration& exploration) {
       for (const std::string& label : labels) {
         std::optional<PartitionChoice> choice;
         if (name == "bapipe") {
-          // BaPipe plans flushed pipelines; the PipeDream family has its own.
-          if (!schedule_info(schedule.name).flushed) continue;
+          // BaPipe plans flushed pipelines of whole backwards; the PipeDream
+          // family has its own.
+          if (!schedule_info(schedule.name).flushed || is_beyond_schedule(schedule.name)) continue;
           try {
             RunPartitionInput input = partition_input(shape.micro_batch_size);
             input.schedule = schedule.name;
@@ -487,16 +510,17 @@ std::string throughput_text(double samples_per_s) { return fmt::format("{:.4g}",
 std::string table(const std::vector<CandidateOutcome>& outcomes, const std::vector<RankedCandidate>& ranking) {
   // Partition labels ("uniform=bapipe") and replicas vary in length: the
   // columns take the widest.
-  std::size_t partition_width = 9, replicas_width = 8;
+  std::size_t partition_width = 9, replicas_width = 8, schedule_width = 13;
   for (const RankedCandidate& entry : ranking) {
+    schedule_width = std::max(schedule_width, outcomes[entry.index].schedule.size());
     partition_width = std::max(partition_width, outcomes[entry.index].partitioner.size());
     replicas_width = std::max(replicas_width, outcomes[entry.index].replicas.size());
   }
   const auto row = [&](const std::string& rank, const std::string& schedule, const std::string& m, const std::string& micro,
                        const std::string& partition, const std::string& replicas, const std::string& throughput,
                        const std::string& time, const std::string& bubble, const std::string& memory, const std::string& verdict) {
-    return fmt::format("{:>4}  {:<13} {:>4} {:>6}  {:<{}}  {:<{}} {:>10} {:>11} {:>6} {:>11}  {}\n", rank, schedule, m, micro, partition,
-                       partition_width, replicas, replicas_width, throughput, time, bubble, memory, verdict);
+    return fmt::format("{:>4}  {:<{}} {:>4} {:>6}  {:<{}}  {:<{}} {:>10} {:>11} {:>6} {:>11}  {}\n", rank, schedule, schedule_width, m,
+                       micro, partition, partition_width, replicas, replicas_width, throughput, time, bubble, memory, verdict);
   };
   std::string text = row("rank", "schedule", "M", "micro", "partition", "replicas", "samples/s", "mini-batch", "bubble", "peak mem", "verdict");
   for (const RankedCandidate& entry : ranking) {
@@ -516,12 +540,14 @@ std::string best_per_schedule(const std::vector<CandidateOutcome>& outcomes, con
   std::string text;
   std::set<std::string> seen;
   std::optional<double> best;
+  std::size_t width = 13;
+  for (const RankedCandidate& entry : ranking) width = std::max(width, outcomes[entry.index].schedule.size());
   for (const RankedCandidate& entry : ranking) {
     const CandidateOutcome& o = outcomes[entry.index];
     if (entry.rank == 0 || !seen.insert(o.schedule).second) continue;
     if (!best) best = o.throughput_samples_per_s;
-    text += fmt::format("  {:<13} {:>10} samples/s  {:>7}  with M={}, micro-batch {}, {} partition ({}), peak {} on {}\n",
-                        o.schedule, throughput_text(o.throughput_samples_per_s),
+    text += fmt::format("  {:<{}} {:>10} samples/s  {:>7}  with M={}, micro-batch {}, {} partition ({}), peak {} on {}\n",
+                        o.schedule, width, throughput_text(o.throughput_samples_per_s),
                         seen.size() == 1                                              ? "best"
                         : std::fabs(o.throughput_samples_per_s - *best) <= 1e-9 * *best ? "same"
                                                                                         : fmt::format("-{:.1f}%", 100.0 * (1.0 - o.throughput_samples_per_s / *best)),
@@ -533,7 +559,7 @@ std::string best_per_schedule(const std::vector<CandidateOutcome>& outcomes, con
     if (!seen.insert(o.schedule).second) continue;
     // Every candidate of this schedule is out of memory or failed; the first
     // listed is the closest to fitting.
-    text += fmt::format("  {:<13} {:>10} {:>17}  nothing fits: {}\n", o.schedule, "-", "", entry.verdict);
+    text += fmt::format("  {:<{}} {:>10} {:>17}  nothing fits: {}\n", o.schedule, width, "-", "", entry.verdict);
   }
   return text;
 }

@@ -48,13 +48,15 @@ constexpr double kMicrosecondsPerSecond = 1e6;
 
 bool is_allreduce(const TimelineRecord& record) { return record.action == "ALLREDUCE"; }
 
-/// Event name of a record: "F3", "B3", "SEND_F3", "F3@1" for mini-batch 1;
-/// "allreduce r3" or "allreduce layer 12 r3" for an all-reduce part.
-std::string event_name(const TimelineRecord& record) {
+/// Event name of a record: "F3", "B3", "I3", "W3", "SEND_F3", "F3@1" for
+/// mini-batch 1; on a host of several stages (interleaved, V) the stage
+/// first, as PyTorch names actions ("7F3", "7SEND_F3"); "allreduce r3" or
+/// "allreduce layer 12 r3" for an all-reduce part.
+std::string event_name(const TimelineRecord& record, bool several_stages) {
   if (is_allreduce(record))
     return record.micro_batch >= 0 ? fmt::format("allreduce layer {} r{}", record.micro_batch, record.mini_batch)
                                    : fmt::format("allreduce r{}", record.mini_batch);
-  std::string name = fmt::format("{}{}", record.action, record.micro_batch);
+  std::string name = fmt::format("{}{}{}", several_stages ? std::to_string(record.stage) : "", record.action, record.micro_batch);
   if (record.mini_batch > 0) name += fmt::format("@{}", record.mini_batch);
   return name;
 }
@@ -67,6 +69,7 @@ std::string compute_thread_name(int stream) {
 struct HostTracks {
   int pid = 0;
   std::set<int> compute_streams;     ///< streams with at least one compute record
+  std::set<int> stages;              ///< stages of its compute records
   std::vector<std::size_t> records;  ///< indices into timeline.records, input order
   std::map<std::size_t, int> lane;   ///< transfer record index -> communication lane
   int lanes = 0;                     ///< number of communication lanes
@@ -121,7 +124,10 @@ std::string timeline_to_chrome_trace(const Timeline& timeline) {
     add_host(record.host);
     HostTracks& host = tracks[record.host];
     host.records.push_back(i);
-    if (record.kind() == RecordKind::Compute) host.compute_streams.insert(record.stream);
+    if (record.kind() == RecordKind::Compute) {
+      host.compute_streams.insert(record.stream);
+      host.stages.insert(record.stage);
+    }
   }
   for (auto& [name, host] : tracks) assign_communication_lanes(timeline, host);
 
@@ -146,7 +152,7 @@ std::string timeline_to_chrome_trace(const Timeline& timeline) {
       const TimelineRecord& record = timeline.records[index];
       const bool transfer = record.kind() == RecordKind::Transfer;
       Json event;
-      event["name"] = event_name(record);
+      event["name"] = event_name(record, host.stages.size() > 1);
       event["cat"] = record.action;
       event["ph"] = "X";
       event["ts"] = record.start_s * kMicrosecondsPerSecond;
