@@ -214,6 +214,11 @@ int run_execute_command() {
   schedule.update_interval = options.update_interval;
   schedule.wait_free = options.wait_free;
   request.program = from_file ? program_from_file : generate_schedule(options.schedule, schedule);
+  if (!from_file)
+    for (const DeviceProgram& device : request.program.devices)
+      if (static_cast<int>(device.stages.size()) != virtual_stages)
+        throw InputError(fmt::format("--virtual-stages {}: schedule {} puts {} stage{} on a device", virtual_stages, options.schedule,
+                                     device.stages.size(), device.stages.size() == 1 ? "" : "s"));
   request.weight_rule = rule;
   request.update_interval = from_file ? 0 : update_interval(options.schedule, schedule);
   request.micro_batch_size = options.micro_batch_size;
