@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <initializer_list>
 #include <limits>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -202,6 +204,9 @@ std::vector<StageCost> stage_costs(const Profile& profile, const Partition& part
     stage.last_layer = static_cast<int>(l);
     stage.forward_s += layer.forward_s;
     stage.backward_s += layer.backward_s;
+    const BackwardSplit split = backward_split(layer);
+    stage.backward_input_s += split.input_s;
+    stage.backward_weight_s += split.weight_s;
     stage.weight_bytes += layer.parameter_bytes;
     stage.stash_bytes += layer.stashed_bytes();
   }
@@ -210,9 +215,25 @@ std::vector<StageCost> stage_costs(const Profile& profile, const Partition& part
     stage.input_bytes = s == 0 ? profile.input_bytes : profile.layers[stages[s - 1].last_layer].output_bytes;
     stage.output_bytes = s + 1 == stages.size() ? 0 : profile.layers[stage.last_layer].output_bytes;
     stage.stash_bytes += stage.input_bytes;
+    for (int l = stage.first_layer; l <= stage.last_layer; ++l) {
+      const Layer& layer = profile.layers[l];
+      if (!layer.has_parameters()) continue;
+      const double input = l == stage.first_layer ? stage.input_bytes : profile.layers[l - 1].stashed_bytes();
+      stage.weight_gradient_stash_bytes += input + layer.output_bytes;
+    }
   }
   return stages;
 }
+
+namespace {
+
+/// A given backward split's parts times `share` (absent parts stay absent).
+void scale_split(std::optional<double>& input, std::optional<double>& weight, double share) {
+  if (input) input = *input * share;
+  if (weight) weight = *weight * share;
+}
+
+}  // namespace
 
 Profile split_layers(const Profile& profile, const std::vector<LayerSplit>& splits) {
   const int layers = static_cast<int>(profile.layers.size());
@@ -248,15 +269,23 @@ Profile split_layers(const Profile& profile, const std::vector<LayerSplit>& spli
     first.name = fmt::format("{}[0:{}]", layer.name, f);
     first.forward_s = layer.forward_s * f;
     first.backward_s = layer.backward_s * f;
+    scale_split(first.backward_input_s, first.backward_weight_s, f);
     first.parameter_bytes = layer.parameter_bytes * f;
     first.output_bytes = input + f * layer.output_bytes;
     if (layer.activation_bytes) first.activation_bytes = input + f * *layer.activation_bytes;
     second.name = fmt::format("{}[{}:1]", layer.name, f);
     second.forward_s = layer.forward_s * rest;
     second.backward_s = layer.backward_s * rest;
+    scale_split(second.backward_input_s, second.backward_weight_s, rest);
     second.parameter_bytes = layer.parameter_bytes * rest;
-    for (auto& [device, times] : first.device_times) times = {times.forward_s * f, times.backward_s * f};
-    for (auto& [device, times] : second.device_times) times = {times.forward_s * rest, times.backward_s * rest};
+    for (auto* part : {&first, &second}) {
+      const double share = part == &first ? f : rest;
+      for (auto& [device, times] : part->device_times) {
+        times.forward_s *= share;
+        times.backward_s *= share;
+        scale_split(times.backward_input_s, times.backward_weight_s, share);
+      }
+    }
     result.layers.push_back(std::move(first));
     result.layers.push_back(std::move(second));
   }

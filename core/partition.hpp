@@ -39,7 +39,8 @@ struct LayerSplit {
 /** The profile with each split layer replaced by its two parts
  *  (SEMANTICS.md, BaPipe's balanced partition, step 3). Layer l split at f
  *  becomes "name[0:f]", with f of its forward and backward times (its
- *  device_times too) and of its parameter bytes, whose output is what the
+ *  device_times and a given backward split too: both parts x f, so they
+ *  still sum to the backward) and of its parameter bytes, whose output is what the
  *  earlier stage sends on: the layer's input (the previous layer's
  *  output_bytes, the profile's input_bytes for layer 0) plus f x its
  *  output_bytes; and "name[f:1]", with the rest (times and parameters x
@@ -56,10 +57,16 @@ Profile split_layers(const Profile& profile, const std::vector<LayerSplit>& spli
 struct StageCost {
   int first_layer = 0, last_layer = 0;  ///< inclusive layer range
   double forward_s = 0, backward_s = 0;
-  /// The backward's input- and weight-gradient halves (I and W of
-  /// zero-bubble schedules), summed over the layers' backward_split.
+  /// The backward's input-gradient (I) and weight-gradient (W) parts of
+  /// zero-bubble schedules: sums over the stage's layers of
+  /// backward_split(layer), in layer order like backward_s (their sum equals
+  /// backward_s up to rounding).
   double backward_input_s = 0, backward_weight_s = 0;
-  /// What one micro-batch keeps from its I's end to its W's end.
+  /// What one micro-batch keeps from the end of its I to the end of its W
+  /// (split backward): for each layer with parameters, its input activation
+  /// (input_bytes for the stage's first layer, else the previous layer's
+  /// stashed_bytes()) plus its output gradient (its output_bytes). I frees
+  /// the rest of stash_bytes, W this.
   double weight_gradient_stash_bytes = 0;
   double input_bytes = 0;   ///< activation received from the previous stage (model input for stage 0)
   double output_bytes = 0;  ///< activation sent to the next stage (0 for the last stage)

@@ -1,7 +1,10 @@
 // Profile queries that do not depend on a file format: per-host layer times
 // and micro-batch sizes (interpolation between measured sizes).
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +20,35 @@ LayerTimes layer_times_on(const Layer& layer, const HostInfo& host) {
   if (!host.device_type.empty())
     if (const auto it = layer.device_times.find(host.device_type); it != layer.device_times.end()) return it->second;
   return {layer.forward_s / host.speed_factor, layer.backward_s / host.speed_factor};
+}
+
+BackwardSplit backward_split(double backward_s, std::optional<double> input_s, std::optional<double> weight_s,
+                             bool has_parameters) {
+  if (input_s && weight_s) return {*input_s, *weight_s};
+  if (has_parameters) return {backward_s / 2, backward_s / 2};
+  return {backward_s, 0};
+}
+
+BackwardSplit backward_split(const Layer& layer) {
+  return backward_split(layer.backward_s, layer.backward_input_s, layer.backward_weight_s, layer.has_parameters());
+}
+
+BackwardSplit backward_split(const Layer& layer, const LayerTimes& times) {
+  return backward_split(times.backward_s, times.backward_input_s, times.backward_weight_s, layer.has_parameters());
+}
+
+BackwardSplit backward_split_on(const Layer& layer, const HostInfo& host) {
+  if (!host.device_type.empty())
+    if (const auto it = layer.device_times.find(host.device_type); it != layer.device_times.end())
+      return backward_split(layer, it->second);
+  const BackwardSplit own = backward_split(layer);
+  return {own.input_s / host.speed_factor, own.weight_s / host.speed_factor};
+}
+
+bool backward_split_sums_to(double backward, double input, double weight) {
+  constexpr double kRelativeTolerance = 1e-9;
+  const double sum = input + weight;
+  return std::fabs(sum - backward) <= kRelativeTolerance * std::max(std::fabs(backward), std::fabs(sum));
 }
 
 std::vector<int> profile_micro_batch_sizes(const Profile& profile) {
@@ -59,6 +91,30 @@ class SizeLine {
   double t_;
 };
 
+/// A backward split (both parts or neither, at both sizes: check_profile)
+/// along `line`, each part like backward_s, then both scaled by
+/// backward / (I + W) so that they sum to the line's `backward` up to
+/// rounding (extrapolation could otherwise magnify the 1e-9 a file may be
+/// off by). Absent at the sizes: absent. `path` names the fields' owner.
+void split_on_line(const SizeLine& line, const std::optional<double>& input_a, const std::optional<double>& weight_a,
+                   const std::optional<double>& input_b, const std::optional<double>& weight_b, double backward,
+                   const std::string& path, std::optional<double>& input, std::optional<double>& weight) {
+  input.reset();
+  weight.reset();
+  if (!(input_a && weight_a && input_b && weight_b)) return;
+  double i = line.at(*input_a, *input_b, path + ".backward_input_s");
+  double w = line.at(*weight_a, *weight_b, path + ".backward_weight_s");
+  if (i + w > 0) {
+    const double scale = backward / (i + w);
+    i *= scale;
+    w *= scale;
+  } else {
+    i = backward;  // both parts 0: so is backward, up to rounding
+  }
+  input = i;
+  weight = w;
+}
+
 /// The single-size profile holding measured size `m` exactly.
 Profile profile_at_measured(const Profile& profile, const MeasuredSize& m) {
   Profile result = profile;
@@ -73,6 +129,8 @@ Profile profile_at_measured(const Profile& profile, const MeasuredSize& m) {
     layer.output_bytes = at.output_bytes;
     layer.activation_bytes = at.activation_bytes;
     layer.device_times = at.device_times;
+    layer.backward_input_s = at.backward_input_s;
+    layer.backward_weight_s = at.backward_weight_s;
   }
   return result;
 }
@@ -101,12 +159,18 @@ Profile profile_on_line(const Profile& profile, int size) {
     if (at_a.activation_bytes && at_b.activation_bytes)  // at every size or none (check_profile)
       layer.activation_bytes =
           line.at(*at_a.activation_bytes, *at_b.activation_bytes, path + ".activation_bytes");
+    split_on_line(line, at_a.backward_input_s, at_a.backward_weight_s, at_b.backward_input_s, at_b.backward_weight_s,
+                  layer.backward_s, path, layer.backward_input_s, layer.backward_weight_s);
     layer.device_times.clear();
     for (const auto& [device, times_a] : at_a.device_times) {
       const LayerTimes& times_b = at_b.device_times.at(device);  // same types at every size (check_profile)
       const std::string device_path = fmt::format("{}.devices.{}", path, device);
-      layer.device_times[device] = {line.at(times_a.forward_s, times_b.forward_s, device_path + ".forward_s"),
-                                    line.at(times_a.backward_s, times_b.backward_s, device_path + ".backward_s")};
+      LayerTimes& times = layer.device_times[device];
+      times.forward_s = line.at(times_a.forward_s, times_b.forward_s, device_path + ".forward_s");
+      times.backward_s = line.at(times_a.backward_s, times_b.backward_s, device_path + ".backward_s");
+      split_on_line(line, times_a.backward_input_s, times_a.backward_weight_s, times_b.backward_input_s,
+                    times_b.backward_weight_s, times.backward_s, device_path, times.backward_input_s,
+                    times.backward_weight_s);
     }
   }
   // Extrapolated far enough, a value passes the limits a file is held to.
@@ -148,14 +212,24 @@ class LinearScaling final : public MicroBatchScaling {
                                                                                             : profile.measured.back());
     const int measured = result.micro_batch_size;
     const auto scaled = [&](double value) { return value * size / measured; };
+    const auto scaled_split = [&](std::optional<double>& part) {
+      if (part) part = scaled(*part);
+    };
     result.micro_batch_size = size;
     result.input_bytes = scaled(result.input_bytes);
     for (Layer& layer : result.layers) {
       layer.forward_s = scaled(layer.forward_s);
       layer.backward_s = scaled(layer.backward_s);
+      scaled_split(layer.backward_input_s);
+      scaled_split(layer.backward_weight_s);
       layer.output_bytes = scaled(layer.output_bytes);
       if (layer.activation_bytes) layer.activation_bytes = scaled(*layer.activation_bytes);
-      for (auto& [device, times] : layer.device_times) times = {scaled(times.forward_s), scaled(times.backward_s)};
+      for (auto& [device, times] : layer.device_times) {
+        times.forward_s = scaled(times.forward_s);
+        times.backward_s = scaled(times.backward_s);
+        scaled_split(times.backward_input_s);
+        scaled_split(times.backward_weight_s);
+      }
     }
     check_profile(result, fmt::format("profile {} scaled linearly to micro-batch size {}", profile.name, size));
     return {std::move(result),
@@ -209,13 +283,6 @@ ProfileAtSize profile_at_micro_batch_size(const Profile& profile, int size, cons
 
 Profile profile_at_micro_batch_size(const Profile& profile, int size) {
   return profile_at_micro_batch_size(profile, size, micro_batch_scaling("none")).profile;
-}
-
-BackwardSplit backward_split(const Layer& layer) {
-  return layer.parameter_bytes > 0 ? BackwardSplit{layer.backward_s / 2, layer.backward_s / 2} : BackwardSplit{layer.backward_s, 0};
-}
-BackwardSplit backward_split(const Layer& layer, const LayerTimes& times) {
-  return layer.parameter_bytes > 0 ? BackwardSplit{times.backward_s / 2, times.backward_s / 2} : BackwardSplit{times.backward_s, 0};
 }
 
 }  // namespace pipegrid

@@ -12,9 +12,15 @@
 
 namespace pipegrid {
 
+/// The backward's split for zero-bubble schedules: its input-gradient part
+/// (I) and its weight-gradient part (W). Both are given or neither; given,
+/// each is >= 0 and they sum to backward_s within 1e-9 relative
+/// (check_profile). Absent: the default rule of backward_split().
 struct LayerTimes {
   double forward_s = 0;
   double backward_s = 0;
+  std::optional<double> backward_input_s = {};   ///< I of backward_s (see above)
+  std::optional<double> backward_weight_s = {};  ///< W of backward_s (see above)
 };
 
 struct Layer {
@@ -35,8 +41,13 @@ struct Layer {
   /// (a residual connection's input), which are stashed once, by the layer
   /// that made them.
   std::optional<double> activation_bytes = {};
+  /// The backward's input-gradient and weight-gradient parts (see
+  /// LayerTimes): both or neither; absent, backward_split()'s default.
+  std::optional<double> backward_input_s = {};
+  std::optional<double> backward_weight_s = {};
 
   double stashed_bytes() const { return activation_bytes.value_or(output_bytes); }
+  bool has_parameters() const { return parameter_bytes > 0; }
 };
 
 /// A layer's values at one measured micro-batch size (MeasuredSize).
@@ -46,6 +57,8 @@ struct LayerAtSize {
   double output_bytes = 0;
   std::optional<double> activation_bytes = {};          ///< as Layer::activation_bytes
   std::map<std::string, LayerTimes> device_times = {};  ///< as Layer::device_times
+  std::optional<double> backward_input_s = {};          ///< as Layer::backward_input_s
+  std::optional<double> backward_weight_s = {};         ///< as Layer::backward_weight_s
 };
 
 /// A profile's values at one measured micro-batch size; parameter bytes and
@@ -86,13 +99,35 @@ struct Profile {
   bool micro_batch_size_known = true;
 };
 
-/// The backward's halves (placeholder until the profile split lands).
-struct BackwardSplit { double input_s = 0, weight_s = 0; };
-BackwardSplit backward_split(const Layer& layer);
-BackwardSplit backward_split(const Layer& layer, const LayerTimes& times);
-
 /** The layer's forward and backward time on `host` (see Layer::device_times). */
 LayerTimes layer_times_on(const Layer& layer, const HostInfo& host);
+
+/** A backward's two parts: input gradient (I) and weight gradient (W). */
+struct BackwardSplit {
+  double input_s = 0, weight_s = 0;
+};
+
+/** The backward's halves: (input_s, weight_s) when both are given, else the
+ *  default rule: I = W = backward_s / 2 when has_parameters, I = backward_s,
+ *  W = 0 otherwise (a layer without weights has no weight gradient). Only
+ *  one of the two given: the default (check_profile refuses such a profile). */
+BackwardSplit backward_split(double backward_s, std::optional<double> input_s, std::optional<double> weight_s,
+                             bool has_parameters);
+/** The layer's own split (Layer::has_parameters decides the default). */
+BackwardSplit backward_split(const Layer& layer);
+/** The split of a device's times of `layer` (`times`, one of its
+ *  device_times): its own I and W when given, else the default rule on
+ *  times.backward_s with the layer's parameters. */
+BackwardSplit backward_split(const Layer& layer, const LayerTimes& times);
+/** The split on `host`, as layer_times_on: the device times' split when the
+ *  host's device type is listed, else the layer's own split divided by the
+ *  host's speed_factor. I + W equals layer_times_on(...).backward_s up to
+ *  rounding. */
+BackwardSplit backward_split_on(const Layer& layer, const HostInfo& host);
+
+/** Whether i + w equals backward within the relative tolerance check_profile
+ *  allows: |i + w - backward| <= 1e-9 x max(backward, i + w). */
+bool backward_split_sums_to(double backward, double input, double weight);
 
 /** The micro-batch sizes the profile has times for, ascending (one entry for
  *  a single-size profile). */
@@ -132,7 +167,8 @@ class MicroBatchScaling {
  *  - linear: the profile at the nearest measured size a (its only size, or
  *    the smallest or largest), with every value that grows with the samples
  *    multiplied by size / a, computed as v x size / a: forward and backward
- *    times, device times, output_bytes, activation_bytes and input_bytes.
+ *    times (the backward's I and W parts where given), device times,
+ *    output_bytes, activation_bytes and input_bytes.
  *    Parameter bytes and names stay; check_profile's limits still apply. */
 const std::vector<std::string>& micro_batch_scaling_names();
 
@@ -148,7 +184,9 @@ ProfileAtSize profile_at_micro_batch_size(const Profile& profile, int size, cons
 /** The single-size profile with micro-batches of `size` samples (SEMANTICS.md,
  *  Batch size), rule none. At a measured size, that size's values exactly. Otherwise
  *  every time and activation size (forward_s, backward_s, output_bytes,
- *  activation_bytes, device times, input_bytes) is interpolated linearly between the two
+ *  activation_bytes, device times, input_bytes; a given backward split's I
+ *  and W too, then both scaled by backward_s / (I + W) so that they sum to
+ *  the interpolated backward_s up to rounding) is interpolated linearly between the two
  *  measured sizes around `size`, or extrapolated along the line through the
  *  two nearest when `size` lies outside them:
  *    v(size) = v(a) + (v(b) - v(a)) * (size - a) / (b - a).
@@ -193,10 +231,14 @@ Profile read_pipedream_graph(const std::string& path, std::optional<int> batch_s
 Profile read_profile(const std::string& path, std::optional<int> batch_size);
 
 /** Throws InputError when a layer has a negative or non-finite value (device
- *  times included) or an empty device type name, the profile has no layers,
+ *  times included) or an empty device type name, a backward split (the
+ *  layer's, or a device's, at any size) with one part only or whose parts do
+ *  not sum to backward_s (backward_split_sums_to; the message names the
+ *  layer's index and name and the field), the profile has no layers,
  *  or a multi-size profile's `measured` breaks its contract (sizes not
  *  strictly ascending, fewer than two, a layer count or device types that
- *  differ between sizes, first size not the one the fields hold). `origin`
+ *  differ between sizes, a backward split given at some sizes only, first
+ *  size not the one the fields hold). `origin`
  *  names the source. */
 void check_profile(const Profile& profile, const std::string& origin);
 

@@ -21,6 +21,7 @@
 #include "core/io.hpp"
 #include "core/json_input.hpp"
 #include "core/limits.hpp"
+#include "core/platform_check.hpp"
 #include "core/profile.hpp"
 
 namespace pipegrid {
@@ -97,11 +98,47 @@ bool valid_device_type(const std::string& name) {
   return !name.empty() && name.find_first_of(" \t") == std::string::npos;
 }
 
+/// How a layer is named in the messages about its backward split: its
+/// index and its name, "layers[1] ('fc')".
+std::string split_owner(std::size_t layer, const std::string& name) {
+  return fmt::format("layers[{}] ('{}')", layer, printable(name));
+}
+
+/// The message for a backward split with one part only: `owner` (see
+/// split_owner, with ".devices.TYPE" for a device's times) gives `given`
+/// and lacks `missing`; `at` is empty or " (at micro-batch size N)".
+std::string one_part_only(const std::string& origin, const std::string& owner, const std::string& at,
+                          const char* given, const char* missing) {
+  return fmt::format("{}: {}.{}{}: expected a number >= 0 since {} is given (the backward's input-gradient and "
+                     "weight-gradient parts: both or neither), found nothing",
+                     origin, owner, missing, at, given);
+}
+
+/// The object's optional backward split ("backward_input_s",
+/// "backward_weight_s"), per size of `shape`: empty lists when neither is
+/// given, an InputError when one is.
+std::pair<std::vector<std::optional<double>>, std::vector<std::optional<double>>> split_per_size(
+    const nlohmann::json& object, const SizeShape& shape, const std::string& origin, const std::string& owner) {
+  const bool input = object.contains("backward_input_s"), weight = object.contains("backward_weight_s");
+  std::vector<std::optional<double>> inputs(shape.sizes), weights(shape.sizes);
+  if (!input && !weight) return {inputs, weights};
+  if (!weight) throw InputError(one_part_only(origin, owner, "", "backward_input_s", "backward_weight_s"));
+  if (!input) throw InputError(one_part_only(origin, owner, "", "backward_weight_s", "backward_input_s"));
+  const std::vector<double> i = values_per_size(object, "backward_input_s", shape, origin, owner + ".backward_input_s");
+  const std::vector<double> w = values_per_size(object, "backward_weight_s", shape, origin, owner + ".backward_weight_s");
+  for (std::size_t k = 0; k < shape.sizes; ++k) {
+    inputs[k] = i[k];
+    weights[k] = w[k];
+  }
+  return {inputs, weights};
+}
+
 /// A layer's "devices" object: per device type, forward and backward times
-/// per size (one entry per size of `shape`).
+/// (and the backward's split where given) per size (one entry per size of
+/// `shape`). `owner`: the layer as split_owner names it.
 std::map<std::string, std::vector<LayerTimes>> device_times_per_size(const nlohmann::json& devices,
                                                                      const SizeShape& shape, const std::string& origin,
-                                                                     const std::string& path) {
+                                                                     const std::string& path, const std::string& owner) {
   if (!devices.is_object())
     throw InputError(fmt::format(
         "{}: {}: expected an object of per-device-type times ({{\"VCU129\": {{\"forward_s\": ..., \"backward_s\": "
@@ -118,11 +155,14 @@ std::map<std::string, std::vector<LayerTimes>> device_times_per_size(const nlohm
     if (!entry.is_object())
       throw InputError(fmt::format("{}: {}: expected an object with forward_s and backward_s, found {}", origin,
                                    entry_path, shown(entry)));
-    reject_unknown_fields(entry, fmt::format("{}: {}", origin, entry_path), {"forward_s", "backward_s"});
+    reject_unknown_fields(entry, fmt::format("{}: {}", origin, entry_path),
+                          {"forward_s", "backward_s", "backward_input_s", "backward_weight_s"});
     const std::vector<double> forward = values_per_size(entry, "forward_s", shape, origin, entry_path + ".forward_s");
     const std::vector<double> backward = values_per_size(entry, "backward_s", shape, origin, entry_path + ".backward_s");
+    const auto [inputs, weights] =
+        split_per_size(entry, shape, origin, fmt::format("{}.devices.{}", owner, item.key()));
     std::vector<LayerTimes>& times = result[item.key()];
-    for (std::size_t k = 0; k < forward.size(); ++k) times.push_back({forward[k], backward[k]});
+    for (std::size_t k = 0; k < forward.size(); ++k) times.push_back({forward[k], backward[k], inputs[k], weights[k]});
   }
   return result;
 }
@@ -143,15 +183,29 @@ std::string list_text(const std::vector<double>& values) {
   return text + "]";
 }
 
+/// The text of a backward split's fields after backward_s (", \"backward_input_s\": I,
+/// \"backward_weight_s\": W"), empty when `input` (the parts' text) is.
+std::string split_text(const std::string& input, const std::string& weight) {
+  if (input.empty()) return "";
+  return fmt::format(", \"backward_input_s\": {}, \"backward_weight_s\": {}", input, weight);
+}
+
+/// The text of one device type's times: forward, backward and the
+/// backward's split (empty strings when absent).
+struct TimesText {
+  std::string forward, backward, input, weight;
+};
+
 /// A layer's "devices" object: per device type (sorted), its times per size
 /// as `times_text` writes them.
 std::string devices_text(const std::vector<std::string>& types,
-                         const std::function<std::pair<std::string, std::string>(const std::string&)>& times_text) {
+                         const std::function<TimesText(const std::string&)>& times_text) {
   std::string text = "{";
   for (std::size_t d = 0; d < types.size(); ++d) {
-    const auto [forward, backward] = times_text(types[d]);
-    text += fmt::format("{}{}: {{\"forward_s\": {}, \"backward_s\": {}}}", d == 0 ? "" : ", ",
-                        nlohmann::ordered_json(types[d]).dump(), forward, backward);
+    const TimesText times = times_text(types[d]);
+    text += fmt::format("{}{}: {{\"forward_s\": {}, \"backward_s\": {}{}}}", d == 0 ? "" : ", ",
+                        nlohmann::ordered_json(types[d]).dump(), times.forward, times.backward,
+                        split_text(times.input, times.weight));
   }
   return text + "}";
 }
@@ -163,6 +217,7 @@ void check_non_negative(double value, const std::string& origin, const std::stri
 }
 
 /// Checks a layer's device times: type names a host can have, times >= 0.
+/// (Their backward splits: check_split.)
 void check_device_times(const std::map<std::string, LayerTimes>& device_times, const std::string& origin,
                         const std::string& path) {
   for (const auto& [device, times] : device_times) {
@@ -171,6 +226,71 @@ void check_device_times(const std::map<std::string, LayerTimes>& device_times, c
                                    path, device));
     check_non_negative(times.forward_s, origin, fmt::format("{}.devices.{}.forward_s", path, device));
     check_non_negative(times.backward_s, origin, fmt::format("{}.devices.{}.backward_s", path, device));
+  }
+}
+
+/// Checks one backward split of `owner` (split_owner, with ".devices.TYPE"
+/// for a device's times): both parts or neither, each a time >= 0 within
+/// the limits, summing to `backward` (backward_split_sums_to). `index` ("" or
+/// "[k]") and `at` ("" or " (at micro-batch size N)") place a multi-size
+/// profile's value.
+void check_split(const std::optional<double>& input, const std::optional<double>& weight, double backward,
+                 const std::string& origin, const std::string& owner, const std::string& index, const std::string& at) {
+  if (!input && !weight) return;
+  if (!weight) throw InputError(one_part_only(origin, owner, at, "backward_input_s", "backward_weight_s"));
+  if (!input) throw InputError(one_part_only(origin, owner, at, "backward_weight_s", "backward_input_s"));
+  check_non_negative(*input, origin, fmt::format("{}.backward_input_s{}{}", owner, index, at));
+  check_non_negative(*weight, origin, fmt::format("{}.backward_weight_s{}{}", owner, index, at));
+  if (!backward_split_sums_to(backward, *input, *weight))
+    throw InputError(fmt::format("{}: {}{}: backward_input_s{} + backward_weight_s{}: expected their sum to be "
+                                 "backward_s{} = {} (within 1e-9 relative), found {} + {} = {}",
+                                 origin, owner, at, index, index, index, format_exact(backward), format_exact(*input),
+                                 format_exact(*weight), format_exact(*input + *weight)));
+}
+
+/// Checks every backward split of the profile (the layers' and their device
+/// times'): a single-size profile's layers, a multi-size one's every measured
+/// size, each split given at every size or at none.
+void check_backward_splits(const Profile& profile, const std::string& origin) {
+  if (profile.measured.empty()) {
+    for (std::size_t l = 0; l < profile.layers.size(); ++l) {
+      const Layer& layer = profile.layers[l];
+      const std::string owner = split_owner(l, layer.name);
+      check_split(layer.backward_input_s, layer.backward_weight_s, layer.backward_s, origin, owner, "", "");
+      for (const auto& [device, times] : layer.device_times)
+        check_split(times.backward_input_s, times.backward_weight_s, times.backward_s, origin,
+                    fmt::format("{}.devices.{}", owner, device), "", "");
+    }
+    return;
+  }
+  const std::vector<MeasuredSize>& measured = profile.measured;
+  auto given = [](const std::optional<double>& input, const std::optional<double>& weight) {
+    return input.has_value() || weight.has_value();
+  };
+  for (std::size_t k = 0; k < measured.size(); ++k) {
+    const std::string index = fmt::format("[{}]", k);
+    const std::string at = fmt::format(" (at micro-batch size {})", measured[k].micro_batch_size);
+    for (std::size_t l = 0; l < measured[k].layers.size() && l < profile.layers.size(); ++l) {
+      const LayerAtSize& layer = measured[k].layers[l];
+      const LayerAtSize& first = measured.front().layers[l];
+      const std::string owner = split_owner(l, profile.layers[l].name);
+      if (given(layer.backward_input_s, layer.backward_weight_s) != given(first.backward_input_s, first.backward_weight_s))
+        throw InputError(fmt::format("{}: {}.backward_input_s and backward_weight_s{}: expected them at every size or at "
+                                     "none",
+                                     origin, owner, at));
+      check_split(layer.backward_input_s, layer.backward_weight_s, layer.backward_s, origin, owner, index, at);
+      for (const auto& [device, times] : layer.device_times) {
+        const std::string device_owner = fmt::format("{}.devices.{}", owner, device);
+        const auto other = first.device_times.find(device);
+        if (other != first.device_times.end() &&
+            given(times.backward_input_s, times.backward_weight_s) !=
+                given(other->second.backward_input_s, other->second.backward_weight_s))
+          throw InputError(fmt::format("{}: {}.backward_input_s and backward_weight_s{}: expected them at every size or "
+                                       "at none",
+                                       origin, device_owner, at));
+        check_split(times.backward_input_s, times.backward_weight_s, times.backward_s, origin, device_owner, index, at);
+      }
+    }
   }
 }
 
@@ -259,8 +379,8 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
     if (!entry.is_object())
       throw InputError(fmt::format("{}: {}: expected a layer object, found {}", origin, path, shown(entry)));
     reject_unknown_fields(entry, fmt::format("{}: {}", origin, path),
-                          {"name", "forward_s", "backward_s", "output_bytes", "activation_bytes", "parameter_bytes",
-                           "devices"});
+                          {"name", "forward_s", "backward_s", "backward_input_s", "backward_weight_s", "output_bytes",
+                           "activation_bytes", "parameter_bytes", "devices"});
     Layer layer;
     const auto layer_name = entry.find("name");
     if (layer_name == entry.end() || !layer_name->is_string())
@@ -269,6 +389,8 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
     layer.name = layer_name->get<std::string>();
     const std::vector<double> forward = values_per_size(entry, "forward_s", shape, origin, path + ".forward_s");
     const std::vector<double> backward = values_per_size(entry, "backward_s", shape, origin, path + ".backward_s");
+    const std::string owner = split_owner(l, layer.name);
+    const auto [inputs, weights] = split_per_size(entry, shape, origin, owner);
     const std::vector<double> output = values_per_size(entry, "output_bytes", shape, origin, path + ".output_bytes");
     std::optional<std::vector<double>> activation;
     if (entry.contains("activation_bytes"))
@@ -276,9 +398,9 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
     layer.parameter_bytes = non_negative_number(entry, "parameter_bytes", origin, path + ".parameter_bytes");
     std::map<std::string, std::vector<LayerTimes>> devices;
     if (const auto field = entry.find("devices"); field != entry.end())
-      devices = device_times_per_size(*field, shape, origin, path + ".devices");
+      devices = device_times_per_size(*field, shape, origin, path + ".devices", owner);
     for (std::size_t k = 0; k < shape.sizes; ++k) {
-      LayerAtSize at{forward[k], backward[k], output[k], {}, {}};
+      LayerAtSize at{forward[k], backward[k], output[k], {}, {}, inputs[k], weights[k]};
       if (activation) at.activation_bytes = (*activation)[k];
       for (const auto& [device, times] : devices) at.device_times[device] = times[k];
       measured[k].layers.push_back(std::move(at));
@@ -296,8 +418,11 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
     profile.layers[l].output_bytes = first.layers[l].output_bytes;
     profile.layers[l].activation_bytes = first.layers[l].activation_bytes;
     profile.layers[l].device_times = first.layers[l].device_times;
+    profile.layers[l].backward_input_s = first.layers[l].backward_input_s;
+    profile.layers[l].backward_weight_s = first.layers[l].backward_weight_s;
   }
   if (shape.multi) profile.measured = std::move(measured);
+  check_backward_splits(profile, origin);
   return profile;
 }
 
@@ -328,33 +453,56 @@ std::string profile_to_json(const Profile& profile) {
   text += "  \"layers\": [";
   for (std::size_t l = 0; l < profile.layers.size(); ++l) {
     const Layer& layer = profile.layers[l];
-    std::string forward, backward, output, activation, devices;
+    std::string forward, backward, input, weight, output, activation, devices;
     if (multi) {
       forward = per_size([l](const MeasuredSize& m) { return m.layers[l].forward_s; });
       backward = per_size([l](const MeasuredSize& m) { return m.layers[l].backward_s; });
+      if (profile.measured.front().layers[l].backward_input_s) {  // at every size or none (check_profile)
+        input = per_size([l](const MeasuredSize& m) { return m.layers[l].backward_input_s.value_or(0.0); });
+        weight = per_size([l](const MeasuredSize& m) { return m.layers[l].backward_weight_s.value_or(0.0); });
+      }
       output = per_size([l](const MeasuredSize& m) { return m.layers[l].output_bytes; });
       if (profile.measured.front().layers[l].activation_bytes)
         activation = per_size([l](const MeasuredSize& m) { return m.layers[l].activation_bytes.value_or(0.0); });
       const std::vector<std::string> types = keys_of(profile.measured.front().layers[l].device_times);
       if (!types.empty())
         devices = devices_text(types, [&](const std::string& type) {
-          return std::pair{per_size([&](const MeasuredSize& m) { return m.layers[l].device_times.at(type).forward_s; }),
-                           per_size([&](const MeasuredSize& m) { return m.layers[l].device_times.at(type).backward_s; })};
+          auto times_of = [&](double LayerTimes::*field) {
+            return per_size([&](const MeasuredSize& m) { return m.layers[l].device_times.at(type).*field; });
+          };
+          auto part_of = [&](std::optional<double> LayerTimes::*field) {
+            return per_size([&](const MeasuredSize& m) { return (m.layers[l].device_times.at(type).*field).value_or(0.0); });
+          };
+          TimesText text{times_of(&LayerTimes::forward_s), times_of(&LayerTimes::backward_s), "", ""};
+          if (profile.measured.front().layers[l].device_times.at(type).backward_input_s) {
+            text.input = part_of(&LayerTimes::backward_input_s);
+            text.weight = part_of(&LayerTimes::backward_weight_s);
+          }
+          return text;
         });
     } else {
       forward = number_text(layer.forward_s);
       backward = number_text(layer.backward_s);
+      if (layer.backward_input_s && layer.backward_weight_s) {
+        input = number_text(*layer.backward_input_s);
+        weight = number_text(*layer.backward_weight_s);
+      }
       output = number_text(layer.output_bytes);
       if (layer.activation_bytes) activation = number_text(*layer.activation_bytes);
       if (!layer.device_times.empty())
         devices = devices_text(keys_of(layer.device_times), [&](const std::string& type) {
           const LayerTimes& times = layer.device_times.at(type);
-          return std::pair{number_text(times.forward_s), number_text(times.backward_s)};
+          TimesText text{number_text(times.forward_s), number_text(times.backward_s), "", ""};
+          if (times.backward_input_s && times.backward_weight_s) {
+            text.input = number_text(*times.backward_input_s);
+            text.weight = number_text(*times.backward_weight_s);
+          }
+          return text;
         });
     }
     text += fmt::format(
-        "{}\n    {{\"name\": {}, \"forward_s\": {}, \"backward_s\": {}, \"output_bytes\": {}{}, \"parameter_bytes\": {}{}}}",
-        l == 0 ? "" : ",", nlohmann::ordered_json(layer.name).dump(), forward, backward, output,
+        "{}\n    {{\"name\": {}, \"forward_s\": {}, \"backward_s\": {}{}, \"output_bytes\": {}{}, \"parameter_bytes\": {}{}}}",
+        l == 0 ? "" : ",", nlohmann::ordered_json(layer.name).dump(), forward, backward, split_text(input, weight), output,
         activation.empty() ? "" : ", \"activation_bytes\": " + activation, number_text(layer.parameter_bytes),
         devices.empty() ? "" : ", \"devices\": " + devices);
   }
@@ -379,7 +527,10 @@ void check_profile(const Profile& profile, const std::string& origin) {
     for (const auto& [field, value] : fields) check_non_negative(value, origin, fmt::format("{}.{}", path, field));
     check_device_times(layer.device_times, origin, path);
   }
-  if (profile.measured.empty()) return;
+  if (profile.measured.empty()) {
+    check_backward_splits(profile, origin);
+    return;
+  }
 
   // A multi-size profile: its sizes, and its first size held in the fields.
   const std::vector<MeasuredSize>& measured = profile.measured;
@@ -413,6 +564,7 @@ void check_profile(const Profile& profile, const std::string& origin) {
                                      fmt::join(keys_of(layer.device_times), ", ")));
     }
   }
+  check_backward_splits(profile, origin);
   const MeasuredSize& first = measured.front();
   bool same = profile.micro_batch_size == first.micro_batch_size && profile.input_bytes == first.input_bytes;
   for (std::size_t l = 0; l < profile.layers.size(); ++l) {
@@ -420,10 +572,13 @@ void check_profile(const Profile& profile, const std::string& origin) {
     const LayerAtSize& at = first.layers[l];
     same = same && layer.forward_s == at.forward_s && layer.backward_s == at.backward_s &&
            layer.output_bytes == at.output_bytes && layer.activation_bytes == at.activation_bytes &&
+           layer.backward_input_s == at.backward_input_s && layer.backward_weight_s == at.backward_weight_s &&
            keys_of(layer.device_times) == keys_of(at.device_times);
     for (const auto& [device, times] : at.device_times)
       same = same && layer.device_times.count(device) > 0 && layer.device_times.at(device).forward_s == times.forward_s &&
-             layer.device_times.at(device).backward_s == times.backward_s;
+             layer.device_times.at(device).backward_s == times.backward_s &&
+             layer.device_times.at(device).backward_input_s == times.backward_input_s &&
+             layer.device_times.at(device).backward_weight_s == times.backward_weight_s;
   }
   if (!same)
     throw InputError(fmt::format("{}: expected the profile's fields to hold its first measured size ({}), found other "

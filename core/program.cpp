@@ -674,6 +674,12 @@ void validate_program(const Program& program) {
     if (slot.step >= steps_back)
       if (auto it = pending_index.find(stream.actions[slot.step - steps_back]); it != pending_index.end())
         wait_graph[a].push_back(it->second);
+    // An overlapped pair starts when both can: each waits for its partner.
+    std::optional<std::size_t> partner;
+    if (pair_at(stream, slot.step)) partner = slot.step + 1;
+    if (slot.step > 0 && pair_at(stream, slot.step - 1)) partner = slot.step - 1;
+    if (partner)
+      if (auto it = pending_index.find(stream.actions[*partner]); it != pending_index.end()) wait_graph[a].push_back(it->second);
   }
   const std::vector<std::size_t> cycle = find_wait_cycle(wait_graph);
   std::string cycle_text;
@@ -682,8 +688,14 @@ void validate_program(const Program& program) {
       const Action& a = pending[cycle[i]];
       const Action& b = pending[cycle[(i + 1) % cycle.size()]];
       const bool needed = std::find(needs[a].begin(), needs[a].end(), b) != needs[a].end();
-      cycle_text += fmt::format("\n  {} (device {}) waits for {} ({})", to_string(a), where.at(a).device, to_string(b),
-                                needed ? "needs it" : "listed before it on its stream");
+      const Slot& sa = where.at(a);
+      const Slot& sb = where.at(b);
+      const bool partners = sa.device == sb.device && sa.stream == sb.stream && (sa.step + 1 == sb.step || sb.step + 1 == sa.step) &&
+                            pair_at(program.devices[sa.device].streams[sa.stream], std::min(sa.step, sb.step));
+      cycle_text += fmt::format("\n  {} (device {}) waits for {} ({})", to_string(a), sa.device, to_string(b),
+                                needed     ? "needs it"
+                                : partners ? "its overlapped partner"
+                                           : "listed before it on its stream");
     }
     reject(fmt::format("deadlock: no stream can advance:{}\ncycle of waits:{}", waits, cycle_text), stuck);
   }

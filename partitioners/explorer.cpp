@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "partitioners/partitioners.hpp"
+#include "schedules/beyond.hpp"
 #include "schedules/schedules.hpp"
 
 namespace pipegrid {
@@ -19,6 +20,8 @@ std::vector<ExploredSchedule> exploration_schedules(const std::vector<HostInfo>&
   const bool some_sync = std::any_of(hosts.begin(), hosts.end(), [](const HostInfo& h) { return h.execution == Execution::Sync; });
   const bool some_async = std::any_of(hosts.begin(), hosts.end(), [](const HostInfo& h) { return h.execution == Execution::Async; });
   const auto reason_against = [&](const std::string& name) -> std::string {
+    if (is_beyond_schedule(name))
+      return "explore does not search interleaved, zero-bubble or DualPipe schedules yet; run them with simulate --schedule";
     if ((name == "1f1b-sno" || name == "1f1b-so") && !some_sync)
       return "it is BaPipe's schedule for synchronous devices (GPUs) and every host is asynchronous: use 1f1b-as";
     if (name == "1f1b-as" && !some_async)

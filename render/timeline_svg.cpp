@@ -95,6 +95,8 @@ struct Palette {
 constexpr Palette kForward{"#8db8e8", "#5d92d0"};
 constexpr Palette kBackward{"#93cc7c", "#5ea84b"};
 constexpr Palette kRecompute{"#f4b870", "#e0913a"};
+constexpr Palette kBackwardInput{"#7fd1c7", "#3fa89c"};   ///< I: the input-gradient half
+constexpr Palette kBackwardWeight{"#e6d36e", "#c4ad35"};  ///< W: the weight-gradient half
 constexpr Palette kOtherCompute{"#cfcfcf", "#a9a9a9"};
 constexpr const char* kSendForward = "#2f5f9e";
 constexpr const char* kSendBackward = "#3c7f2e";
@@ -137,6 +139,8 @@ const Palette& compute_palette(const std::string& action) {
   if (action == "F") return kForward;
   if (action == "B") return kBackward;
   if (action == "R") return kRecompute;
+  if (action == "I") return kBackwardInput;
+  if (action == "W") return kBackwardWeight;
   return kOtherCompute;
 }
 
@@ -325,6 +329,7 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   for (const std::string& host : timeline.hosts) add_host(host);
 
   bool any_record = false, any_transfer = false, any_allreduce = false, any_recompute = false, any_other = false;
+  bool any_input_gradient = false, any_weight_gradient = false;
   bool any_memory = false;
   double min_start = std::numeric_limits<double>::infinity();
   double max_end = -std::numeric_limits<double>::infinity();
@@ -350,6 +355,8 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
       if (std::find(row.streams.begin(), row.streams.end(), record.stream) == row.streams.end())
         row.streams.push_back(record.stream);
       if (record.action == "R") any_recompute = true;
+      else if (record.action == "I") any_input_gradient = true;
+      else if (record.action == "W") any_weight_gradient = true;
       else if (record.action != "F" && record.action != "B") any_other = true;
     }
   }
@@ -439,6 +446,8 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
       any_capacity_line = any_capacity_line || (capacity_of(row.name) > 0 && capacity_of(row.name) <= memory_top);
   std::vector<LegendItem> legend = {{"forward (F)", kForward.fill, Swatch::Box},
                                     {"backward (B)", kBackward.fill, Swatch::Box}};
+  if (any_input_gradient) legend.push_back({"input gradient (I)", kBackwardInput.fill, Swatch::Box});
+  if (any_weight_gradient) legend.push_back({"weight gradient (W)", kBackwardWeight.fill, Swatch::Box});
   if (any_recompute) legend.push_back({"recompute (R)", kRecompute.fill, Swatch::Box});
   if (any_other) legend.push_back({"other compute", kOtherCompute.fill, Swatch::Box});
   if (options.show_transfers) {
@@ -663,7 +672,11 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
       const double w = std::max(w_true, 0.5);
       const double box_top = row.top + sub * kSubRowHeight + (kSubRowHeight - kBoxHeight) / 2;
       const Palette& palette = compute_palette(record.action);
-      const char* fill = record.mini_batch % 2 != 0 ? palette.fill_alt : palette.fill;
+      // A device of several stages (interleaved, V): alternate shades by
+      // chunk, so its chunks tell apart; otherwise by mini-batch.
+      const int chunk = static_cast<int>(std::distance(row.stages.begin(), row.stages.find(record.stage)));
+      const bool chunked = row.stages.size() > 1;
+      const char* fill = (chunked ? chunk : record.mini_batch) % 2 != 0 ? palette.fill_alt : palette.fill;
       const std::string stroke = w < 4 ? " stroke=\"none\"" : "";
       std::string element = fmt::format("<rect class=\"box {}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"{}",
                                         action_class(record.action), num(x), num(box_top), num(w), num(kBoxHeight),
@@ -671,14 +684,17 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
       close_element(element, tooltips ? tooltip(record) : std::string(), "rect");
       svg.line(element);
 
-      // Label, first that fits: "Rm" for actions other than F and B, "m@k"
-      // for mini-batch k > 0, "m", then "m" in a smaller font; else none.
+      // Label, first that fits: on a device of several stages the action as
+      // PyTorch writes it ("4F0": stage, action, micro-batch); "Rm" for
+      // actions other than F and B, "m@k" for mini-batch k > 0, "m", then
+      // "m" in a smaller font; else none.
       struct Candidate {
         std::string text;
         double font;
       };
       const std::string number = fmt::format("{}", record.micro_batch);
       std::vector<Candidate> candidates;
+      if (chunked) candidates.push_back({fmt::format("{}{}{}", record.stage, record.action, record.micro_batch), kBoxFont});
       if (record.action != "F" && record.action != "B")
         candidates.push_back({fmt::format("{}{}", record.action, record.micro_batch), kBoxFont});
       if (record.mini_batch > 0)

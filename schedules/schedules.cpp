@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/limits.hpp"
+#include "schedules/beyond.hpp"
 
 namespace pipegrid {
 
@@ -20,6 +21,14 @@ const std::vector<ScheduleInfo>& schedule_catalog() {
       {"pipedream-2bw", "PipeDream-2BW: PipeDream's order, 2 weight versions, update every --update-interval mini-batches", DeviceKind::Gpu, false, false, false},
       {"pipeoptim", "PipeOptim: PipeDream's order with weight prediction (1-2 versions, --prediction-cost)", DeviceKind::Gpu, false, false, false},
       {"dp", "Data parallelism: the whole model on every device, then ring all-reduce (--wait-free to overlap)", DeviceKind::Gpu, false, true, true},
+      // Issue 14: several stages per device, split backwards (schedules/beyond.hpp).
+      {"interleaved-1f1b", "Interleaved 1F1B (Megatron, PyTorch Interleaved1F1B): --virtual-stages chunks per device in a loop", DeviceKind::Gpu, false, true, false, 0, StageMap::Loop},
+      {"looped-bfs", "PyTorch LoopedBFS: --virtual-stages chunks per device in a loop, all forwards then all backwards", DeviceKind::Gpu, false, true, false, 0, StageMap::Loop},
+      {"zb-h1", "Zero Bubble H1: 1F1B with the backward split into I and W, W's fill the bubbles, p in flight", DeviceKind::Gpu, false, true, false, 1, StageMap::Loop},
+      {"zb-h2", "Zero Bubble H2: extra warm-up forwards, 2p-1 in flight, zero bubble after the start-up", DeviceKind::Gpu, false, true, false, 1, StageMap::Loop},
+      {"zb1p", "PyTorch InterleavedZeroBubble (ZB1P): interleaved 1F1B with split backwards, --virtual-stages chunks", DeviceKind::Gpu, false, true, false, 0, StageMap::Loop},
+      {"zb-v", "Zero Bubble V (PyTorch ZBVZeroBubble): 2 stages per device in a V, split backwards", DeviceKind::Gpu, false, true, false, 2, StageMap::V},
+      {"dualpipev", "DualPipeV (DeepSeek, PyTorch DualPipeV): 2 stages per device in a V, overlapped F&B pairs", DeviceKind::Gpu, false, true, false, 2, StageMap::V},
   };
   return catalog;
 }
@@ -33,14 +42,11 @@ const ScheduleInfo& schedule_info(const std::string& name) {
 }
 
 int default_virtual_stages(const std::string& name) {
-  schedule_info(name);
-  return 1;
+  const int fixed = schedule_info(name).fixed_virtual_stages;
+  return fixed == 0 ? 2 : fixed;
 }
 
-StageMap stage_map_of(const std::string& name) {
-  schedule_info(name);
-  return StageMap::Loop;
-}
+StageMap stage_map_of(const std::string& name) { return schedule_info(name).map; }
 
 int warmup_forwards(const std::string& name, const std::vector<int>& replicas, int stage, int count) {
   if (name == "gpipe" || name == "dp") return count;
@@ -156,6 +162,10 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
                                  "schedule, found {} for {}", options.pipeline_depth, name));
   if (options.update_interval < 0)
     throw InputError(fmt::format("--update-interval: expected at least 1, found {}", options.update_interval));
+  if (is_beyond_schedule(name)) return generate_beyond_schedule(name, options);
+  if (options.virtual_stages != 1)
+    throw InputError(fmt::format("--virtual-stages: {} runs one stage per device; expected 1, found {}", name,
+                                 options.virtual_stages));
   std::vector<int> replicas = options.replicas;
   if (replicas.empty()) replicas.assign(options.num_stages, 1);
 

@@ -30,8 +30,9 @@ struct ScheduleOptions {
   /// its first backward (0: NOAM = ceil(devices / input replicas)). Later
   /// stages warm up with min(their own depth, ceil(depth x r_0 / r_s)).
   int pipeline_depth = 0;
-  /// Stages per device (interleaved and V schedules); num_stages is the
-  /// global count S = devices x virtual_stages.
+  /// Stages per device (--virtual-stages; default_virtual_stages(name) on the
+  /// command line). num_stages stays the global stage count S = p v, so the
+  /// pipeline has p = S / v devices. 1 for the one-stage-per-device schedules.
   int virtual_stages = 1;
 };
 
@@ -42,18 +43,24 @@ struct ScheduleInfo {
   bool needs_async;          ///< rejected on synchronous hosts (fbp-as)
   bool flushed;              ///< flush and synchronous update per mini-batch
   bool single_stage;         ///< the whole model on every device (data parallelism)
+  /// Stages per device: 0 = any (--virtual-stages), else exactly this many.
+  int fixed_virtual_stages = 1;
+  StageMap map = StageMap::Loop;  ///< how stages map to devices when several share one
 };
-
-/** Stages per device a schedule runs by default (1 for the classic ones). */
-int default_virtual_stages(const std::string& name);
-/** How a schedule places its stages on devices when it holds several. */
-StageMap stage_map_of(const std::string& name);
 
 /** Every schedule pipegrid knows, in a stable order. */
 const std::vector<ScheduleInfo>& schedule_catalog();
 
 /** The catalog entry for `name`; InputError listing the known names otherwise. */
 const ScheduleInfo& schedule_info(const std::string& name);
+
+/** Stages per device a schedule runs unless --virtual-stages says otherwise:
+ *  2 for interleaved-1f1b, looped-bfs, zb1p, zb-v and dualpipev, 1 for the
+ *  others. InputError on an unknown name. */
+int default_virtual_stages(const std::string& name);
+
+/** The stage map of `name`: V for zb-v and dualpipev, Loop otherwise. */
+StageMap stage_map_of(const std::string& name);
 
 /** Throws InputError naming the flag when the options exceed the limits of
  *  core/limits.hpp (docs/formats.md, "Limits"): stages, micro-batches,

@@ -240,8 +240,8 @@ TEST(ProfileJson, UnknownFieldIsAnError) {
                                            R"({"name": "a", "forward": 1, "forward_s": 1, "backward_s": 1, "output_bytes": 1, "parameter_bytes": 1})"),
                                        "p.json");
                   }),
-                  "p.json: layers[0]: expected only the fields name, forward_s, backward_s, output_bytes, "
-                  "activation_bytes, parameter_bytes, devices, found 'forward'");
+                  "p.json: layers[0]: expected only the fields name, forward_s, backward_s, backward_input_s, "
+                  "backward_weight_s, output_bytes, activation_bytes, parameter_bytes, devices, found 'forward'");
 }
 
 TEST(ProfileJson, MalformedJsonReportsLineAndColumn) {
@@ -372,7 +372,8 @@ TEST(ProfileDevices, BadDeviceEntriesNameFileLayerAndField) {
   EXPECT_CONTAINS(error_for(R"({"VCU129": [0.5, 1]})"),
                   "p.json: layers[1].devices.VCU129: expected an object with forward_s and backward_s, found [0.5,1]");
   EXPECT_CONTAINS(error_for(R"({"VCU129": {"forward_s": 1, "backward": 2}})"),
-                  "p.json: layers[1].devices.VCU129: expected only the fields forward_s, backward_s, found 'backward'");
+                  "p.json: layers[1].devices.VCU129: expected only the fields forward_s, backward_s, "
+                  "backward_input_s, backward_weight_s, found 'backward'");
   EXPECT_CONTAINS(error_for(R"({"VCU129": {"forward_s": 1}})"),
                   "p.json: layers[1].devices.VCU129.backward_s: expected a non-negative number, found nothing");
   EXPECT_CONTAINS(error_for(R"({"VCU129": {"forward_s": -1, "backward_s": 1}})"),

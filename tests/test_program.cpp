@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/program.hpp"
+#include "schedules/beyond.hpp"
 #include "schedules/schedules.hpp"
 
 namespace pipegrid {
@@ -40,6 +41,12 @@ TEST(ProgramText, RoundTripsEverySchedule) {
       options.mini_batches = info.flushed ? 2 : 9;
       if (replicated) options.replicas = info.single_stage ? std::vector<int>{3} : std::vector<int>{2, 1, 3};
       options.wait_free = info.name == "dp" && replicated;
+      if (is_beyond_schedule(info.name)) {  // one replica per stage, 3 devices
+        if (replicated) continue;
+        options.virtual_stages = default_virtual_stages(info.name);
+        options.num_stages = 3 * options.virtual_stages;
+        options.micro_batches = 6;
+      }
       const Program program = generate_schedule(info.name, options);
       if (replicated) {
         EXPECT_FALSE(program.all_reduces.empty()) << info.name;
