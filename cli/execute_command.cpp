@@ -62,11 +62,11 @@ CLI::App* add_execute_command(CLI::App& app) {
                       "model size, key=value (repeat): mlp width depth classes; vgg16 width image hidden classes; "
                       "gnmt vocab hidden layers seq; transformer vocab width heads layers seq");
   command->add_option("--schedule", options.schedule,
-                      "gpipe, 1f1b-sno, 1f1b-so, 1f1b-as, fbp-as (cpu only), dp, the schedules of several stages per device or "
-                      "split backwards (see `pipegrid schedule --list`), or pipedream, pipedream-2bw, pipeoptim (one "
-                      "micro-batch per mini-batch)");
+                      "gpipe, 1f1b-sno, 1f1b-so, 1f1b-as, fbp-as (cpu only), dp, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, "
+                      "zb1p, zb-v, dualpipev, or pipedream, pipedream-2bw, pipeoptim (one micro-batch per mini-batch)");
   command->add_option("--virtual-stages", options.virtual_stages,
-                      "stages per device (interleaved and V schedules; default: the schedule's); --stages counts all stages");
+                      "stages per device (default: 2 for interleaved-1f1b, looped-bfs and zb1p; zb-v and dualpipev always 2; "
+                      "1 for the others); --stages counts all the stages");
   command->add_option("--program", options.program_file,
                       "run this Program file instead of --schedule (stages, micro-batches, mini-batches and devices from the "
                       "file; flushed weights)");

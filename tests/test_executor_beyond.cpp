@@ -1,8 +1,10 @@
 // Real execution (cpu:N) of the Programs of issue 14: devices holding several
 // stages (a loop map and a V map), split backwards (I, then W later), R
-// before an I, overlapped F&B pairs. Each hand-made Program's gradients and
-// weights after two flushed mini-batches equal the single-device run's, and
-// its measured timeline is its Program (helpers of executor_test_util.hpp).
+// before an I, overlapped F&B pairs, hand-made and generated
+// (interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb1p, zb-v, dualpipev). Each
+// Program's gradients and weights after two flushed mini-batches equal the
+// single-device run's, and its measured timeline is its Program (helpers of
+// executor_test_util.hpp).
 
 #include <gtest/gtest.h>
 
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "core/program.hpp"
+#include "schedules/schedules.hpp"
 #include "tests/executor_test_util.hpp"
 #include "tests/expect_input_error.hpp"
 #include "validate/executor.hpp"
@@ -131,6 +134,66 @@ INSTANTIATE_TEST_SUITE_P(Executor, BeyondNumerics, testing::Combine(testing::Val
                          [](const testing::TestParamInfo<std::tuple<std::string, BeyondCase>>& info) {
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
                          });
+
+/** A generated schedule of issue 14: p devices, v stages each, M micro-batches. */
+struct GeneratedCase {
+  std::string model, schedule;
+  int devices = 0, virtual_stages = 0, micro_batches = 0;
+  bool recompute = false;
+};
+
+void PrintTo(const GeneratedCase& c, std::ostream* out) {
+  *out << c.model << " " << c.schedule << " p=" << c.devices << " v=" << c.virtual_stages << " M=" << c.micro_batches
+       << (c.recompute ? " recompute" : "");
+}
+
+class GeneratedBeyondNumerics : public testing::TestWithParam<GeneratedCase> {};
+
+// generate_schedule's Programs (ScheduleOptions::virtual_stages) against
+// the single-device reference, two flushed mini-batches.
+TEST_P(GeneratedBeyondNumerics, MatchesSingleDeviceReference) {
+  const GeneratedCase& c = GetParam();
+  const ModelConfig model = small_model(c.model);
+  ScheduleOptions options;
+  options.num_stages = c.devices * c.virtual_stages;
+  options.micro_batches = c.micro_batches;
+  options.mini_batches = 2;
+  options.virtual_stages = c.virtual_stages;
+  options.recompute = c.recompute;
+  const ExecutionRequest request = executor_test::make_request(model, c.schedule, options);
+  ASSERT_EQ(request.program.devices.size(), static_cast<std::size_t>(c.devices));
+  const ExecutionResult result = execute(request);
+  const ModelState reference = run_reference(model, c.micro_batches, 2, request.micro_batch_size, request.learning_rate, request.seed);
+  ModelState pipelined;
+  ASSERT_EQ(result.stages.size(), static_cast<std::size_t>(options.num_stages));
+  for (const ModelState& stage : result.stages) {
+    pipelined.weights.insert(pipelined.weights.end(), stage.weights.begin(), stage.weights.end());
+    pipelined.gradients.insert(pipelined.gradients.end(), stage.gradients.begin(), stage.gradients.end());
+  }
+  EXPECT_LT(relative_error(pipelined.gradients, reference.gradients), 1e-5);
+  EXPECT_LT(relative_error(pipelined.weights, reference.weights), 1e-5);
+  expect_timeline_follows_program(request, result);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Executor, GeneratedBeyondNumerics,
+    testing::Values(GeneratedCase{"mlp", "interleaved-1f1b", 2, 2, 4}, GeneratedCase{"mlp", "interleaved-1f1b", 3, 2, 3},
+                    GeneratedCase{"mlp", "interleaved-1f1b", 2, 2, 2, true}, GeneratedCase{"mlp", "looped-bfs", 2, 2, 3},
+                    GeneratedCase{"mlp", "zb-h1", 3, 1, 4}, GeneratedCase{"mlp", "zb-h2", 2, 1, 4},
+                    GeneratedCase{"mlp", "zb1p", 2, 2, 4}, GeneratedCase{"mlp", "zb-v", 2, 2, 4},
+                    GeneratedCase{"mlp", "dualpipev", 2, 2, 4}, GeneratedCase{"mlp", "dualpipev", 3, 2, 6},
+                    GeneratedCase{"transformer", "interleaved-1f1b", 2, 2, 4}, GeneratedCase{"transformer", "looped-bfs", 2, 2, 2},
+                    GeneratedCase{"transformer", "zb-h1", 2, 1, 3}, GeneratedCase{"transformer", "zb-h2", 3, 1, 5},
+                    GeneratedCase{"transformer", "zb1p", 2, 2, 2}, GeneratedCase{"transformer", "zb-v", 2, 2, 3},
+                    GeneratedCase{"transformer", "dualpipev", 2, 2, 5}),
+    [](const testing::TestParamInfo<GeneratedCase>& info) {
+      std::string name = info.param.model + "_" + info.param.schedule + "_p" + std::to_string(info.param.devices) + "_v" +
+                         std::to_string(info.param.virtual_stages) + "_M" + std::to_string(info.param.micro_batches) +
+                         (info.param.recompute ? "_recompute" : "");
+      for (char& ch : name)
+        if (ch == '-') ch = '_';
+      return name;
+    });
 
 TEST(BeyondExecutor, GnmtOnAVMapWithSplitBackwards) {
   const BeyondCase& c = cases().back();
