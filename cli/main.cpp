@@ -33,7 +33,9 @@
 #include "core/io.hpp"
 #include "core/metrics.hpp"
 #include "core/partition.hpp"
+#include "core/platform_check.hpp"
 #include "core/program.hpp"
+#include "core/torch_schedule.hpp"
 #include "core/termination.hpp"
 #include "render/chrome_trace.hpp"
 #include "render/timeline_csv.hpp"
@@ -207,8 +209,15 @@ int main_with_exceptions(int argc, char** argv) {
   schedule->add_option("--update-interval", schedule_options.update_interval, "pipedream-2bw: mini-batches per update");
   schedule->add_flag("--wait-free", schedule_options.wait_free, "dp: per-layer all-reduces");
   schedule->add_option("--pipeline-depth", schedule_options.pipeline_depth, "pipedream family: admitted per input replica");
-  std::string program_to_check;
-  schedule->add_option("--check", program_to_check, "parse and validate a Program text file, then print it");
+  schedule->add_option("--virtual-stages", schedule_options.virtual_stages,
+                       "stages per device of interleaved and V schedules (default: the schedule's)");
+  int schedule_devices = 0;
+  schedule->add_option("--devices", schedule_devices, "devices (p); the stages are then p x --virtual-stages");
+  std::string schedule_format = "text";
+  schedule->add_option("--format", schedule_format, "output: text (pipegrid's Program, default) or torch-csv (PyTorch pipelining)");
+  std::string program_to_check, check_format = "text";
+  schedule->add_option("--check", program_to_check, "parse and validate a Program file, then print it");
+  schedule->add_option("--program-format", check_format, "the --check file's format: text (default) or torch-csv");
 
   CLI::App* compare = add_compare_command(app);
   CLI::App* platform = add_platform_command(app);
@@ -269,21 +278,48 @@ int main_with_exceptions(int argc, char** argv) {
   }
 #endif
   if (*schedule) {
+    if (schedule_format != "text" && schedule_format != "torch-csv")
+      throw InputError(fmt::format("--format: expected text or torch-csv, found '{}'", printable(schedule_format)));
+    const auto print_program = [&](const Program& program) {
+      std::cout << (schedule_format == "torch-csv" ? program_to_torch_csv(program) : program_to_text(program));
+    };
     if (list) {
-      for (const ScheduleInfo& info : schedule_catalog()) std::cout << fmt::format("{:<10} {}\n", info.name, info.summary);
+      std::size_t width = 0;
+      for (const ScheduleInfo& info : schedule_catalog()) width = std::max(width, info.name.size());
+      for (const ScheduleInfo& info : schedule_catalog()) std::cout << fmt::format("{:<{}}  {}\n", info.name, width, info.summary);
       return 0;
     }
     if (!program_to_check.empty()) {
-      const Program program = parse_program_text(read_text_file(program_to_check), program_to_check);
+      std::vector<std::string> notes;
+      Program program;
+      if (check_format == "torch-csv") {
+        TorchCsvImport imported = parse_torch_csv(read_text_file(program_to_check), program_to_check);
+        program = std::move(imported.program);
+        notes = std::move(imported.notes);
+      } else if (check_format == "text") {
+        program = parse_program_text(read_text_file(program_to_check), program_to_check);
+      } else {
+        throw InputError(fmt::format("--program-format: expected text or torch-csv, found '{}'", printable(check_format)));
+      }
       try {
         validate_program(program);
       } catch (const ProgramError& error) {
         throw ProgramError(fmt::format("{}: {}", program_to_check, error.what()));
       }
-      std::cout << program_to_text(program);
+      for (const std::string& note : notes) std::cerr << "pipegrid: note: " << note << "\n";
+      print_program(program);
       return 0;
     }
     if (schedule_name.empty()) throw InputError("schedule: --schedule is required (or --list, or --check FILE)");
+    if (!schedule->count("--virtual-stages")) schedule_options.virtual_stages = default_virtual_stages(schedule_name);
+    if (schedule->count("--devices")) {
+      if (schedule_devices < 1) throw InputError(fmt::format("--devices: expected an integer >= 1, found {}", schedule_devices));
+      const int stages = schedule_devices * schedule_options.virtual_stages;
+      if (schedule->count("--stages") && schedule_options.num_stages != stages)
+        throw InputError(fmt::format("--devices {} x --virtual-stages {} gives {} stages, --stages says {}", schedule_devices,
+                                     schedule_options.virtual_stages, stages, schedule_options.num_stages));
+      schedule_options.num_stages = stages;
+    }
     if (!schedule_replicas.empty()) {
       schedule_options.replicas = parse_replicas(schedule_replicas);
       const int stages = static_cast<int>(schedule_options.replicas.size());
@@ -293,7 +329,7 @@ int main_with_exceptions(int argc, char** argv) {
     }
     const Program program = generate_schedule(schedule_name, schedule_options);
     validate_program(program);
-    std::cout << program_to_text(program);
+    print_program(program);
     return 0;
   }
   if (*compare) return run_compare_command();

@@ -18,6 +18,7 @@
 #include "core/limits.hpp"
 #include "core/model_graph.hpp"
 #include "core/termination.hpp"
+#include "core/torch_schedule.hpp"
 #include "core/platform_check.hpp"
 #include "partitioners/partitioners.hpp"
 #include "schedules/schedules.hpp"
@@ -92,10 +93,14 @@ const ScheduleInfo& plan_schedule_info(const Plan& plan) {
   return plan.program_text.empty() ? schedule_info(plan.schedule) : program_info;
 }
 
-Program read_program_file(const std::string& path, const std::string& format) {
+Program read_program_file(const std::string& path, const std::string& format, std::vector<std::string>* notes) {
   Program program;
   if (format == "text") {
     program = parse_program_text(read_text_file(path), path);
+  } else if (format == "torch-csv") {
+    TorchCsvImport imported = parse_torch_csv(read_text_file(path), path);
+    program = std::move(imported.program);
+    if (notes) *notes = std::move(imported.notes);
   } else {
     throw InputError(fmt::format("--program-format: expected text or torch-csv, found '{}'", printable(format)));
   }
@@ -193,7 +198,7 @@ Plan make_plan(const PlanRequest& request) {
                        "--partitioner do not apply (give --partition FILE to choose the layers of each stage)");
     if (request.virtual_stages)
       throw InputError("--virtual-stages: the Program's devices say which stages they hold; drop --virtual-stages");
-    program = read_program_file(request.program_file, request.program_format);
+    program = read_program_file(request.program_file, request.program_format, &plan.program_notes);
     plan.program_text = program_to_text(*program);
     plan.schedule = "program " + request.program_file.substr(request.program_file.find_last_of('/') + 1);
   } else {
@@ -216,6 +221,10 @@ Plan make_plan(const PlanRequest& request) {
   if (plan.virtual_stages < 1 || plan.virtual_stages > limits::kMaxStages)
     throw InputError(fmt::format("--virtual-stages: expected 1 to {} stages per device, found {}", limits::kMaxStages,
                                  plan.virtual_stages));
+  if (!program && info.fixed_virtual_stages != 0 && plan.virtual_stages != info.fixed_virtual_stages)
+    throw InputError(fmt::format("--virtual-stages: {} runs {} stage{} per device; expected {}, found {}", plan.schedule,
+                                 info.fixed_virtual_stages, info.fixed_virtual_stages == 1 ? "" : "s",
+                                 info.fixed_virtual_stages, plan.virtual_stages));
   plan.recompute = request.recompute;
   optimizer_copies(request.optimizer);
   plan.optimizer = request.optimizer;
@@ -690,6 +699,7 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   if (!plan.partitioner.empty()) document["partitioner"] = plan.partitioner;
   if (plan.virtual_stages != 1) document["virtual_stages"] = plan.virtual_stages;
   if (plan.fb_overlap != 1.0) document["fb_overlap"] = plan.fb_overlap;
+  if (!plan.program_notes.empty()) document["program_notes"] = plan.program_notes;
   document["recompute"] = plan.recompute;
   document["optimizer"] = plan.optimizer;
   nlohmann::ordered_json replicas = nlohmann::ordered_json::array();
@@ -751,6 +761,7 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
     text += fmt::format("  scaling           {} (--micro-batch-scaling {})\n", plan.micro_batch_scaling_note, plan.micro_batch_scaling);
   if (!plan.partitioner.empty())
     text += fmt::format("  partitioner       {}\n", plan.partitioner);
+  for (const std::string& note : plan.program_notes) text += fmt::format("  program           {}\n", note);
   if (m.steady_state) {
     const SteadyState& steady = *m.steady_state;
     text += fmt::format("  mini-batch time   {} (steady-state period: {})\n", human_seconds(m.minibatch_time_s), steady.measured_over);

@@ -69,8 +69,9 @@ struct PlanRequest {
 const ScheduleInfo& plan_schedule_info(const Plan& plan);
 
 /** Reads a Program file in `format` (text: pipegrid's text form; torch-csv:
- *  PyTorch's pipelining CSV) and validates it; InputError naming the file. */
-Program read_program_file(const std::string& path, const std::string& format);
+ *  PyTorch's pipelining CSV, whose reading notes go to `notes` when given)
+ *  and validates it; InputError naming the file. */
+Program read_program_file(const std::string& path, const std::string& format, std::vector<std::string>* notes = nullptr);
 
 /** A sweep reads each input once in its parent process, and its runs (forked
  *  children) inherit what it read: after this call, profiles and platform

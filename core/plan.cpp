@@ -1,5 +1,4 @@
 #include "core/plan.hpp"
-#include "core/program.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -12,6 +11,7 @@
 #include "core/io.hpp"
 #include "core/json_input.hpp"
 #include "core/limits.hpp"
+#include "core/program.hpp"
 
 namespace pipegrid {
 

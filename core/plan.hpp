@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/partition.hpp"
 #include "core/profile.hpp"
@@ -53,6 +54,10 @@ struct Plan {
   /// text form; empty: generated from `schedule`. `schedule` then names its
   /// origin ("program FILE").
   std::string program_text;
+  /// What reading the Program's file noticed (a PyTorch CSV: idle steps
+  /// dropped, the older grammar, communication checked); informative, not
+  /// written to plan files.
+  std::vector<std::string> program_notes;
 };
 
 /** Weight copies of optimizer state: sgd 0, momentum 1, adam 2; InputError
