@@ -14,6 +14,7 @@
 #include "core/platform_check.hpp"
 #include "core/program.hpp"
 #include "core/timeline.hpp"
+#include "core/torch_schedule.hpp"
 #include "render/chrome_trace.hpp"
 #include "render/timeline_csv.hpp"
 #include "render/timeline_svg.hpp"
@@ -70,7 +71,8 @@ CLI::App* add_execute_command(CLI::App& app) {
   command->add_option("--program", options.program_file,
                       "run this Program file instead of --schedule (stages, micro-batches, mini-batches and devices from the "
                       "file; flushed weights)");
-  command->add_option("--program-format", options.program_format, "format of --program: text (pipegrid's, default)");
+  command->add_option("--program-format", options.program_format,
+                      "format of --program: text (pipegrid's, default) or torch-csv (PyTorch pipelining, one mini-batch)");
   command->add_option("--replicas", options.replicas,
                       "replicas per stage, e.g. 2,1 (sets the stages; devices = their sum); dp: --replicas N")->delimiter(',');
   command->add_flag("--vertical-sync", options.vertical_sync, "pipedream: every stage uses the input stage's weight version");
@@ -107,8 +109,16 @@ namespace {
 /** A Program file for --program, validated; InputError naming the file. (The
  *  simulator's reader lives in run.cpp, which builds only with SimGrid.) */
 Program read_program(const std::string& path, const std::string& format) {
-  if (format != "text") throw InputError(fmt::format("--program-format: expected text, found '{}'", printable(format)));
-  Program program = parse_program_text(read_text_file(path), path);
+  Program program;
+  if (format == "text") {
+    program = parse_program_text(read_text_file(path), path);
+  } else if (format == "torch-csv") {
+    TorchCsvImport imported = parse_torch_csv(read_text_file(path), path);
+    program = std::move(imported.program);
+    for (const std::string& note : imported.notes) std::cerr << "pipegrid: note: " << note << "\n";
+  } else {
+    throw InputError(fmt::format("--program-format: expected text or torch-csv, found '{}'", printable(format)));
+  }
   try {
     validate_program(program);
   } catch (const ProgramError& error) {
