@@ -68,7 +68,8 @@ inline double relative_error(const std::vector<std::vector<float>>& a, const std
 /** The measured timeline holds every action of the Program's measured
  *  mini-batches exactly once, in program order per device stream (hosts
  *  cpu<d>), each with start < end; every send goes to the device that
- *  consumes it, with bytes; every measured all-reduce (all its ready
+ *  consumes it, with bytes, and none between two stages of one device
+ *  (actions F, B, R, I, W); every measured all-reduce (all its ready
  *  backwards measured) has one ALLREDUCE record per participant (per layer
  *  with parameters when per-layer), to the next device of its ring, with
  *  distinct, non-negative rounds per stage and host; optimizer steps (U)
@@ -97,9 +98,10 @@ inline void expect_timeline_follows_program(const ExecutionRequest& request, con
     const int k = record.mini_batch + warmup;
     if (record.action == "SEND_F" || record.action == "SEND_B") {
       EXPECT_GT(record.bytes, 0);
-      const Action consumer = record.action == "SEND_F" ? Action{ActionKind::Forward, record.stage + 1, record.micro_batch, k}
-                                                        : Action{ActionKind::Backward, record.stage - 1, record.micro_batch, k};
+      // The consuming stage's forward runs on the device of its B or I.
+      const Action consumer{ActionKind::Forward, record.stage + (record.action == "SEND_F" ? 1 : -1), record.micro_batch, k};
       EXPECT_EQ(record.peer, host(device_of.at(consumer))) << to_string(consumer);
+      EXPECT_NE(record.peer, record.host) << "a hand-off between two stages of one device is no send";
       const bool first = sends.insert(record.action + to_string(consumer)).second;
       EXPECT_TRUE(first) << "twice: " << record.action << " " << to_string(consumer);
       continue;
@@ -113,16 +115,22 @@ inline void expect_timeline_follows_program(const ExecutionRequest& request, con
       continue;
     }
     if (record.action == kOptimizerStepAction) {
-      const Action backward{ActionKind::Backward, record.stage, record.micro_batch, k};
+      // After a B, or the W of a split backward.
+      Action backward{ActionKind::Backward, record.stage, record.micro_batch, k};
+      if (!device_of.count(backward)) backward.kind = ActionKind::BackwardWeight;
       EXPECT_EQ(record.host, host(device_of.at(backward))) << "optimizer step after " << to_string(backward);
       const bool first = steps.insert({record.host, backward}).second;
       EXPECT_TRUE(first) << record.host << " steps twice after " << to_string(backward);
       step_start[{record.host, backward}] = record.start_s;
       continue;
     }
-    const ActionKind kind = record.action == "F" ? ActionKind::Forward : record.action == "B" ? ActionKind::Backward : ActionKind::Recompute;
+    const std::map<std::string, ActionKind> kinds{{"F", ActionKind::Forward},       {"B", ActionKind::Backward},
+                                                  {"R", ActionKind::Recompute},     {"I", ActionKind::BackwardInput},
+                                                  {"W", ActionKind::BackwardWeight}};
+    ASSERT_TRUE(kinds.count(record.action)) << "unknown action " << record.action;
+    const ActionKind kind = kinds.at(record.action);
     seen[{record.host, record.stream}].push_back({kind, record.stage, record.micro_batch, k});
-    if (kind == ActionKind::Backward) backward_end[{record.host, seen[{record.host, record.stream}].back()}] = record.end_s;
+    if (kind == ActionKind::Backward || kind == ActionKind::BackwardWeight) backward_end[{record.host, seen[{record.host, record.stream}].back()}] = record.end_s;
   }
   // Optimizer steps (U): each after a measured backward of its own device,
   // never before that backward ended; every device that ran a measured
@@ -144,8 +152,13 @@ inline void expect_timeline_follows_program(const ExecutionRequest& request, con
       for (const Action& action : device.streams[s].actions)
         if (action.mini_batch >= warmup) {
           expected.push_back(action);
-          if (action.kind == ActionKind::Forward && action.stage < program.num_stages - 1) ++expected_sends;
-          if (action.kind == ActionKind::Backward && action.stage > 0) ++expected_sends;
+          // Sends between devices only: two stages of one device hand off locally.
+          const auto elsewhere = [&](int stage) {
+            return device_of.at({ActionKind::Forward, stage, action.micro_batch, action.mini_batch}) != static_cast<int>(d);
+          };
+          if (action.kind == ActionKind::Forward && action.stage < program.num_stages - 1 && elsewhere(action.stage + 1))
+            ++expected_sends;
+          if (is_input_gradient(action.kind) && action.stage > 0 && elsewhere(action.stage - 1)) ++expected_sends;
         }
       const std::vector<Action>& measured = seen[std::make_pair(host(static_cast<int>(d)), static_cast<int>(s))];
       EXPECT_EQ(measured, expected) << host(static_cast<int>(d)) << " stream " << s;

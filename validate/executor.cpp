@@ -116,7 +116,9 @@ struct UpdatePoint {
 
 /** What the weight rule means on one device, read off the Program. */
 struct DevicePlan {
-  std::map<std::pair<int, std::size_t>, UpdatePoint> updates;  ///< (stream, action index) -> the update after it
+  /// (stream, action index) -> the update, of that action's stage, after it
+  std::map<std::pair<int, std::size_t>, UpdatePoint> updates;
+  // The rest only for the versioned rules and Prediction, whose devices hold one stage each (checked).
   std::map<ItemId, int> version;    ///< versioned rules: the weight version (updates done) F and B of an item use
   std::map<ItemId, int> staleness;  ///< Prediction: updates between an item's F and its B
   std::map<int, int> references;    ///< versioned rules: items of this device that use each version
@@ -147,25 +149,26 @@ std::vector<DevicePlan> plan_weights(const ExecutionRequest& request, const std:
     bool replicated = false;
     for (const Stream& stream : device.streams)
       for (const Action& action : stream.actions) replicated = replicated || ready_of.count(action) > 0;
-    std::map<int, std::pair<int, std::size_t>> last_backward;  // mini-batch -> (stream, index)
+    // (stage, mini-batch) -> (stream, index) of the stage's last B or W of the mini-batch
+    std::map<std::pair<int, int>, std::pair<int, std::size_t>> last_backward;
     int backwards = 0;
     for (std::size_t s = 0; s < device.streams.size(); ++s) {
       const auto& actions = device.streams[s].actions;
       for (std::size_t i = 0; i < actions.size(); ++i) {
         const Action& action = actions[i];
-        if (action.kind != ActionKind::Backward) continue;
+        if (action.kind != ActionKind::Backward && action.kind != ActionKind::BackwardWeight) continue;
         ++backwards;
         const std::pair<int, std::size_t> at{static_cast<int>(s), i};
         if (replicated) {
           if (auto found = ready_of.find(action); found != ready_of.end()) plan.updates[at] = found->second;
         } else if (request.weight_rule == WeightRule::Flush) {
-          last_backward[action.mini_batch] = at;
+          last_backward[{action.stage, action.mini_batch}] = at;
         } else if (request.weight_rule != WeightRule::TwoBW || backwards % request.update_interval == 0) {
           plan.updates[at] = {};
         }
       }
     }
-    for (const auto& [mini_batch, at] : last_backward) plan.updates[at] = {};
+    for (const auto& [stage_and_mini_batch, at] : last_backward) plan.updates[at] = {};
     if (request.weight_rule == WeightRule::Flush) continue;
     // One stream (checked): program order is the stream's order.
     const auto& actions = device.streams.at(0).actions;
@@ -200,6 +203,7 @@ std::vector<DevicePlan> plan_weights(const ExecutionRequest& request, const std:
 struct Stash {
   torch::Tensor input;   ///< the stage's input (requires grad past stage 0)
   torch::Tensor output;  ///< the stage's output, or the scaled loss on the last stage; undefined until recomputed
+  torch::Tensor output_gradient;  ///< split backward: the gradient I ran with (its graph retained), for its W
 };
 
 /** Ends of the actions that other actions wait for (the Program's extra
@@ -252,23 +256,33 @@ struct WorkerOutput {
   std::vector<StampedStep> steps;
 };
 
-/** A device: its stage's weights and everything its streams share. */
-struct DeviceState {
-  int device = 0;
+/** One stage held by a device: its weights, stashes and update state. */
+struct StageState {
   int stage = 0;
   int first_layer = 0, last_layer = 0;
-  detail::LayerList* layers = nullptr;
   std::vector<torch::Tensor> parameters;
-  DevicePlan plan;
-  std::set<ItemId> recomputed;  ///< items whose R comes later: their F keeps no graph
-  std::mutex mutex;             ///< guards stashes (the streams of one device share them)
-  std::map<ItemId, Stash> stashes;
+  std::set<ItemId> recomputed;      ///< items whose R comes later: their F keeps no graph
+  std::map<ItemId, Stash> stashes;  ///< guarded by DeviceState::mutex (the streams of one device share them)
   // Touched only by the stream that runs the backwards and updates:
   int updates = 0;                                   ///< updates done (the latest version's index)
-  int accumulated = 0;                               ///< backwards since the last update
+  int accumulated = 0;                               ///< backwards (B or W) since the last update
   std::map<int, std::vector<torch::Tensor>> versions;  ///< older versions still referenced
   std::vector<torch::Tensor> last_direction;         ///< Prediction: the gradient of the latest update
   ModelState state;
+};
+
+/** A device: the stages it holds (the Program's order) and what its streams share. */
+struct DeviceState {
+  int device = 0;
+  detail::LayerList* layers = nullptr;
+  std::vector<StageState> stages;
+  DevicePlan plan;
+  std::mutex mutex;  ///< guards the stages' stashes
+  StageState& of(int stage) {
+    for (StageState& held : stages)
+      if (held.stage == stage) return held;
+    throw std::logic_error(fmt::format("executor: device {} does not hold stage {}", device, stage));
+  }
 };
 
 struct RunShared {
@@ -279,6 +293,9 @@ struct RunShared {
   Transport* transport = nullptr;
   detail::Backend* backend = nullptr;
   CompletionBoard board;
+  /// Hand-offs between two stages of one device: the tensor itself (detached),
+  /// no copy and no record.
+  std::unique_ptr<detail::Mailboxes<torch::Tensor>> local;
   /// Every micro-batch's data, on the devices that use it, made before the
   /// clock starts.
   std::map<ItemId, detail::Batch> data;
@@ -304,59 +321,73 @@ WorkerOutput run_stream(RunShared& shared, DeviceState& device, int stream_index
   const auto now = [&] { return backend.stamp(device.device); };
   const ExecutionRequest& request = *shared.request;
   const Program& program = request.program;
-  const int stage = device.stage;
   const int last_stage = program.num_stages - 1;
   const auto& actions = program.devices[device.device].streams.at(stream_index).actions;
   const double scale = 1.0 / program.micro_batches;
   const WeightRule rule = request.weight_rule;
-  std::vector<torch::Tensor>& parameters = device.parameters;
 
   WorkerOutput output;
   const std::string host = backend.host_name(device.device);
   const auto record = [&](const std::string& action, const Action& a, const Stamp& start, const Stamp& end, double bytes,
                           const std::string& peer) {
-    output.records.push_back({{host, stream_index, stage, action, a.micro_batch, a.mini_batch, 0, 0, bytes, peer, 0}, start, end});
+    output.records.push_back({{host, stream_index, a.stage, action, a.micro_batch, a.mini_batch, 0, 0, bytes, peer, 0}, start, end});
+  };
+  // The device that runs `stage`'s work on item `a` (F, B, I, W and R of an
+  // item run on one device).
+  const auto device_running = [&](int stage, const Action& a) {
+    return shared.device_of.at({ActionKind::Forward, stage, a.micro_batch, a.mini_batch});
   };
   const auto send = [&](MessageKey::Kind kind, int to_stage, const Action& a, const torch::Tensor& tensor) {
-    const int to = shared.device_of.at({ActionKind::Forward, to_stage, a.micro_batch, a.mini_batch});
-    const CopyInterval copy = shared.transport->send(to, {kind, to_stage, a.micro_batch, a.mini_batch}, tensor);
+    const int to = device_running(to_stage, a);
+    const MessageKey key{kind, to_stage, a.micro_batch, a.mini_batch};
+    if (to == device.device) {
+      shared.local->post(to, key, tensor.detach());
+      return;
+    }
+    const CopyInterval copy = shared.transport->send(to, key, tensor);
     record(kind == MessageKey::Kind::Activation ? "SEND_F" : "SEND_B", a, copy.start, copy.end,
            static_cast<double>(tensor.numel() * tensor.element_size()), backend.host_name(to));
   };
-  const auto stage_forward = [&](const torch::Tensor& input, const Action& a) {
-    torch::Tensor out = detail::run_layers(*device.layers, device.first_layer, device.last_layer, input);
-    if (stage == last_stage)
+  const auto receive = [&](MessageKey::Kind kind, int from_stage, const Action& a) {
+    const MessageKey key{kind, a.stage, a.micro_batch, a.mini_batch};
+    if (device_running(from_stage, a) == device.device) return shared.local->take(device.device, key);
+    return shared.transport->receive(device.device, key);
+  };
+  const auto stage_forward = [&](StageState& stage, const torch::Tensor& input, const Action& a) {
+    torch::Tensor out = detail::run_layers(*device.layers, stage.first_layer, stage.last_layer, input);
+    if (stage.stage == last_stage)
       out = detail::loss_of(request.model, out, shared.data.at({a.micro_batch, a.mini_batch}).target) * scale;
     return out;
   };
   // Runs `work` with the parameters holding `values` (the latest weights
   // when empty), then puts the latest weights back.
-  const auto with_weights = [&](const std::vector<torch::Tensor>& values, const auto& work) {
+  const auto with_weights = [&](StageState& stage, const std::vector<torch::Tensor>& values, const auto& work) {
     if (values.empty()) return work();
-    const std::vector<torch::Tensor> latest = clone_all(parameters);
-    assign(parameters, values);
+    const std::vector<torch::Tensor> latest = clone_all(stage.parameters);
+    assign(stage.parameters, values);
     work();
-    assign(parameters, latest);
+    assign(stage.parameters, latest);
   };
   // The weights an item's F and B run with (empty: the latest ones).
-  const auto stashed_weights = [&](const ItemId& id) -> std::vector<torch::Tensor> {
+  const auto stashed_weights = [&](StageState& stage, const ItemId& id) -> std::vector<torch::Tensor> {
     if (!versioned(rule)) return {};
     const int version = device.plan.version.at(id);
-    if (version == device.updates) return {};
-    if (version > device.updates)
-      throw std::runtime_error(fmt::format("stage {} needs weight version {} for mini-batch {} but has made only {} updates", stage,
-                                           version, id.second, device.updates));
-    return device.versions.at(version);
+    if (version == stage.updates) return {};
+    if (version > stage.updates)
+      throw std::runtime_error(fmt::format("stage {} needs weight version {} for mini-batch {} but has made only {} updates",
+                                           stage.stage, version, id.second, stage.updates));
+    return stage.versions.at(version);
   };
-  const auto gradients = [&] {
+  const auto gradients_of = [](const std::vector<torch::Tensor>& parameters) {
     std::vector<torch::Tensor> list;
-    for (torch::Tensor& parameter : parameters) {
-      if (!parameter.grad().defined()) parameter.mutable_grad() = torch::zeros_like(parameter);
-      list.push_back(parameter.grad());
+    for (const torch::Tensor& parameter : parameters) {
+      torch::Tensor& grad = parameter.mutable_grad();
+      if (!grad.defined()) grad = torch::zeros_like(parameter);
+      list.push_back(grad);
     }
     return list;
   };
-  const auto update = [&](const Action& a, const UpdatePoint& point) {
+  const auto update = [&](StageState& stage, const Action& a, const UpdatePoint& point) {
     int participants = 1;
     if (point.all_reduce != nullptr) {
       const AllReduce& all_reduce = *point.all_reduce;
@@ -365,127 +396,182 @@ WorkerOutput run_stream(RunShared& shared, DeviceState& device, int stream_index
       // Whole stage, or each layer with parameters in reverse layer order.
       std::vector<std::pair<int, std::vector<torch::Tensor>>> jobs;
       if (all_reduce.per_layer) {
-        for (int layer = device.last_layer - 1; layer >= device.first_layer; --layer) {
-          std::vector<torch::Tensor> own = detail::parameters_of(*device.layers, layer, layer + 1);
-          if (own.empty()) continue;
-          for (torch::Tensor& parameter : own)
-            if (!parameter.grad().defined()) parameter.mutable_grad() = torch::zeros_like(parameter);
-          std::vector<torch::Tensor> grads;
-          for (const torch::Tensor& parameter : own) grads.push_back(parameter.grad());
-          jobs.push_back({layer - device.first_layer, grads});
+        for (int layer = stage.last_layer - 1; layer >= stage.first_layer; --layer) {
+          const std::vector<torch::Tensor> own = detail::parameters_of(*device.layers, layer, layer + 1);
+          if (!own.empty()) jobs.push_back({layer - stage.first_layer, gradients_of(own)});
         }
       } else {
-        jobs.push_back({-1, gradients()});
+        jobs.push_back({-1, gradients_of(stage.parameters)});
       }
       for (const auto& [layer, grads] : jobs) {
         double bytes = 0;
         for (const torch::Tensor& grad : grads) bytes += static_cast<double>(grad.numel() * grad.element_size());
         const CopyInterval interval =
-            shared.transport->all_reduce(device.device, {stage, all_reduce.round, layer}, point.rank, participants, grads);
-        output.records.push_back({{host, 0, stage, "ALLREDUCE", layer, all_reduce.round, 0, 0,
+            shared.transport->all_reduce(device.device, {stage.stage, all_reduce.round, layer}, point.rank, participants, grads);
+        output.records.push_back({{host, 0, stage.stage, "ALLREDUCE", layer, all_reduce.round, 0, 0,
                                    2.0 * (participants - 1) * bytes / participants, backend.host_name(next), 0},
                                   interval.start, interval.end});
       }
     }
     const Stamp start = now();
-    std::vector<torch::Tensor> grads = gradients();
+    std::vector<torch::Tensor> grads = gradients_of(stage.parameters);
     {
       torch::NoGradGuard no_grad;
       if (rule != WeightRule::Flush) {
-        const double divisor = static_cast<double>(device.accumulated) * participants;
+        const double divisor = static_cast<double>(stage.accumulated) * participants;
         for (torch::Tensor& grad : grads) grad.div_(divisor);
       }
       // Keep the latest version while an item in flight still uses it.
-      if (versioned(rule) && device.plan.references.count(device.updates)) device.versions[device.updates] = clone_all(parameters);
+      if (versioned(rule) && device.plan.references.count(stage.updates)) stage.versions[stage.updates] = clone_all(stage.parameters);
       if (request.keep_state) {
-        device.state.gradients.clear();
-        for (const torch::Tensor& grad : grads) device.state.gradients.push_back(to_floats(grad));
+        stage.state.gradients.clear();
+        for (const torch::Tensor& grad : grads) stage.state.gradients.push_back(to_floats(grad));
       }
-      if (rule == WeightRule::Prediction) device.last_direction = clone_all(grads);
-      for (std::size_t p = 0; p < parameters.size(); ++p) {
-        parameters[p].data().add_(grads[p], -request.learning_rate);
+      if (rule == WeightRule::Prediction) stage.last_direction = clone_all(grads);
+      for (std::size_t p = 0; p < stage.parameters.size(); ++p) {
+        stage.parameters[p].data().add_(grads[p], -request.learning_rate);
         grads[p].zero_();
       }
     }
-    ++device.updates;
-    device.accumulated = 0;
+    ++stage.updates;
+    stage.accumulated = 0;
     const Stamp end = now();
     output.steps.push_back({a.mini_batch, start, end});
     record(kOptimizerStepAction, a, start, end, 0, "");
   };
+  // Moves item `id`'s stash out of `stage` (its last use), or leaves it (an I: its W comes later).
+  const auto stash_of = [&](StageState& stage, const ItemId& id, bool take) {
+    std::lock_guard lock(device.mutex);
+    auto found = stage.stashes.find(id);
+    if (found == stage.stashes.end())
+      throw std::logic_error(fmt::format("executor: stage {} has no stash of micro-batch {} mini-batch {}", stage.stage, id.first,
+                                         id.second));
+    if (!take) return found->second;
+    Stash stash = std::move(found->second);
+    stage.stashes.erase(found);
+    return stash;
+  };
+  // A versioned rule's item is done with its weight version.
+  const auto release_version = [&](StageState& stage, const ItemId& id) {
+    if (!versioned(rule)) return;
+    const int version = device.plan.version.at(id);
+    if (--device.plan.references.at(version) == 0) {
+      device.plan.references.erase(version);
+      stage.versions.erase(version);
+    }
+  };
 
+  // An overlapped F&B pair (Stream::overlapped) runs as its two actions one
+  // after the other, in program order: the executor has no real overlap.
   for (std::size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
+    StageState& stage = device.of(a.stage);
     const ItemId id{a.micro_batch, a.mini_batch};
     if (auto waits = shared.waits_for.find(a); waits != shared.waits_for.end())
       for (const Action& before : waits->second) shared.board.wait(before);
     if (a.kind == ActionKind::Forward) {
       torch::Tensor input;
-      if (stage == 0) {
+      if (a.stage == 0) {
         input = shared.data.at(id).input;
       } else {
-        input = shared.transport->receive(device.device, {MessageKey::Kind::Activation, stage, a.micro_batch, a.mini_batch});
+        input = receive(MessageKey::Kind::Activation, a.stage - 1, a);
         if (input.is_floating_point()) input.requires_grad_(true);
       }
       const Stamp start = now();
-      std::vector<torch::Tensor> weights = stashed_weights(id);
-      if (rule == WeightRule::Prediction && device.plan.staleness.at(id) > 0 && !device.last_direction.empty()) {
+      std::vector<torch::Tensor> weights = stashed_weights(stage, id);
+      if (rule == WeightRule::Prediction && device.plan.staleness.at(id) > 0 && !stage.last_direction.empty()) {
         torch::NoGradGuard no_grad;
         const double step = request.learning_rate * device.plan.staleness.at(id);
-        for (std::size_t p = 0; p < parameters.size(); ++p) weights.push_back(parameters[p].detach() - step * device.last_direction[p]);
+        for (std::size_t p = 0; p < stage.parameters.size(); ++p)
+          weights.push_back(stage.parameters[p].detach() - step * stage.last_direction[p]);
       }
       torch::Tensor out;
-      with_weights(weights, [&] {
-        Stash stash{input, {}};
-        if (device.recomputed.count(id)) {
+      with_weights(stage, weights, [&] {
+        Stash stash{input, {}, {}};
+        if (stage.recomputed.count(id)) {
           torch::NoGradGuard no_grad;
-          out = detail::run_layers(*device.layers, device.first_layer, device.last_layer, input);
+          out = detail::run_layers(*device.layers, stage.first_layer, stage.last_layer, input);
         } else {
-          out = stage_forward(input, a);
+          out = stage_forward(stage, input, a);
           stash.output = out;
         }
         std::lock_guard lock(device.mutex);
-        device.stashes[id] = std::move(stash);
+        stage.stashes[id] = std::move(stash);
       });
       record("F", a, start, now(), 0, "");
-      if (stage != last_stage) send(MessageKey::Kind::Activation, stage + 1, a, out);
+      if (a.stage != last_stage) send(MessageKey::Kind::Activation, a.stage + 1, a, out);
     } else if (a.kind == ActionKind::Recompute) {
       const Stamp start = now();
-      with_weights(stashed_weights(id), [&] {
+      with_weights(stage, stashed_weights(stage, id), [&] {
         std::lock_guard lock(device.mutex);
-        Stash& stash = device.stashes.at(id);
-        stash.output = stage_forward(stash.input, a);
+        Stash& stash = stage.stashes.at(id);
+        stash.output = stage_forward(stage, stash.input, a);
       });
       record("R", a, start, now(), 0, "");
-    } else {
+    } else if (a.kind == ActionKind::Backward) {
       torch::Tensor gradient;
-      if (stage != last_stage)
-        gradient = shared.transport->receive(device.device, {MessageKey::Kind::Gradient, stage, a.micro_batch, a.mini_batch});
+      if (a.stage != last_stage) gradient = receive(MessageKey::Kind::Gradient, a.stage + 1, a);
       const Stamp start = now();
-      Stash stash;
-      {
-        std::lock_guard lock(device.mutex);
-        stash = std::move(device.stashes.at(id));
-        device.stashes.erase(id);
-      }
-      with_weights(stashed_weights(id), [&] {
-        if (stage == last_stage)
+      Stash stash = stash_of(stage, id, true);
+      with_weights(stage, stashed_weights(stage, id), [&] {
+        if (a.stage == last_stage)
           stash.output.backward();
         else
           stash.output.backward(gradient);
       });
-      ++device.accumulated;
-      if (versioned(rule)) {
-        const int version = device.plan.version.at(id);
-        if (--device.plan.references.at(version) == 0) {
-          device.plan.references.erase(version);
-          device.versions.erase(version);
+      ++stage.accumulated;
+      release_version(stage, id);
+      record("B", a, start, now(), 0, "");
+      if (a.stage != 0) send(MessageKey::Kind::Gradient, a.stage - 1, a, stash.input.grad());
+    } else if (a.kind == ActionKind::BackwardInput) {
+      // The gradient of the stage input only; the graph is kept for the W.
+      // (Flush only, checked: the latest weights.)
+      torch::Tensor gradient;
+      if (a.stage != last_stage) gradient = receive(MessageKey::Kind::Gradient, a.stage + 1, a);
+      const Stamp start = now();
+      torch::Tensor input_gradient;
+      {
+        Stash stash = stash_of(stage, id, false);  // shares the tensors with the stored stash
+        if (!gradient.defined()) gradient = torch::ones_like(stash.output);
+        if (a.stage != 0 && stash.input.requires_grad())
+          input_gradient = torch::autograd::grad({stash.output}, {stash.input}, {gradient}, /*retain_graph=*/true)[0];
+        std::lock_guard lock(device.mutex);
+        stage.stashes.at(id).output_gradient = gradient;
+      }
+      record("I", a, start, now(), 0, "");
+      if (a.stage != 0) send(MessageKey::Kind::Gradient, a.stage - 1, a, input_gradient);
+    } else {
+      // W: the parameter gradients from the graph its I retained, added to
+      // .grad as a B adds them; then the graph and the stash are freed.
+      const Stamp start = now();
+      {
+        Stash stash = stash_of(stage, id, true);
+        if (!stash.output_gradient.defined())
+          throw std::logic_error(fmt::format("executor: {} runs before its I", to_string(a)));
+        std::vector<torch::Tensor> trainable;
+        for (const torch::Tensor& parameter : stage.parameters)
+          if (parameter.requires_grad()) trainable.push_back(parameter);
+        if (!trainable.empty() && stash.output.requires_grad()) {
+          const std::vector<torch::Tensor> grads =
+              torch::autograd::grad({stash.output}, trainable, {stash.output_gradient}, /*retain_graph=*/false,
+                                    /*create_graph=*/false, /*allow_unused=*/true);
+          torch::NoGradGuard no_grad;
+          for (std::size_t p = 0; p < trainable.size(); ++p) {
+            if (!grads[p].defined()) continue;
+            torch::Tensor& grad = trainable[p].mutable_grad();
+            if (grad.defined())
+              grad.add_(grads[p]);
+            else
+              grad = grads[p];
+          }
         }
       }
-      record("B", a, start, now(), 0, "");
-      if (stage != 0) send(MessageKey::Kind::Gradient, stage - 1, a, stash.input.grad());
-      if (auto point = device.plan.updates.find({stream_index, i}); point != device.plan.updates.end()) update(a, point->second);
+      ++stage.accumulated;
+      record("W", a, start, now(), 0, "");
     }
+    if (is_backward(a.kind) && a.kind != ActionKind::BackwardInput)
+      if (auto point = device.plan.updates.find({stream_index, i}); point != device.plan.updates.end())
+        update(stage, a, point->second);
     if (shared.awaited.count(a)) shared.board.mark(a);
   }
   return output;
@@ -514,7 +600,8 @@ void check_request(const ExecutionRequest& request, int devices) {
   if (request.copy_through_host && request.device.kind == "cpu")
     throw InputError("--copy-through host: only for cuda devices (CPU workers share one memory)");
   std::map<int, std::set<int>> replicas;  // stage -> devices
-  for (int d = 0; d < devices; ++d) replicas[program.devices[d].stages.front()].insert(d);
+  for (int d = 0; d < devices; ++d)
+    for (const int stage : program.devices[d].stages) replicas[stage].insert(d);
   const std::map<Action, int> device_of = device_of_actions(program);
   for (const AllReduce& all_reduce : program.all_reduces) {
     std::set<int> participants;
@@ -539,20 +626,20 @@ void check_request(const ExecutionRequest& request, int devices) {
                                    devices_of_stage.size()));
   }
   for (const DeviceProgram& device : program.devices) {
-    if (device.stages.size() != 1)
-      throw InputError(fmt::format("executor: a device holds stages {}; the executor runs one stage per device",
-                                   fmt::join(device.stages, ",")));
-    for (const Stream& stream : device.streams) {
-      if (!stream.overlapped.empty())
-        throw InputError("executor: overlapped F&B pairs are not supported by the executor");
-      for (const Action& action : stream.actions)
-        if (action.kind == ActionKind::BackwardInput || action.kind == ActionKind::BackwardWeight)
-          throw InputError(fmt::format("executor: {} is a split backward (I/W), which the executor does not run",
-                                       to_string(action)));
+    // Versions and predictions are per device (PipeDream's one stage per device, whole backwards).
+    if (request.weight_rule != WeightRule::Flush) {
+      if (device.stages.size() != 1)
+        throw InputError(fmt::format("executor: weight rule {} runs one stage per device; a device holds stages {}",
+                                     to_string(request.weight_rule), fmt::join(device.stages, ",")));
+      for (const Stream& stream : device.streams)
+        for (const Action& action : stream.actions)
+          if (action.kind == ActionKind::BackwardInput || action.kind == ActionKind::BackwardWeight)
+            throw InputError(fmt::format("executor: weight rule {} runs whole backwards; {} is a split backward (I/W)",
+                                         to_string(request.weight_rule), to_string(action)));
     }
     if (device.streams.size() > 2 || device.streams.empty())
-      throw InputError(fmt::format("executor: device of stage {} has {} streams; expected 1, or 2 (fbp-as: forward and backward)",
-                                   device.stages.front(), device.streams.size()));
+      throw InputError(fmt::format("executor: device of stages {} has {} streams; expected 1, or 2 (fbp-as: forward and backward)",
+                                   fmt::join(device.stages, ","), device.streams.size()));
     if (device.streams.size() == 2 && request.device.kind != "cpu")
       throw InputError(fmt::format("--device {}: a Program with two streams per device (fbp-as) runs on cpu devices only (two "
                                    "worker threads share the stage); BaPipe: GPUs do not run a forward and a backward in parallel",
@@ -664,20 +751,25 @@ ExecutionResult execute(const ExecutionRequest& request) {
   for (int q = 0; q < copies; ++q) models.push_back(detail::build_layers(request.model, request.seed));
   std::unique_ptr<Transport> transport = backend->make_transport();
   shared.transport = transport.get();
+  shared.local = std::make_unique<detail::Mailboxes<torch::Tensor>>(devices);
   std::vector<std::unique_ptr<DeviceState>> states;
   for (int d = 0; d < devices; ++d) {
     const DeviceProgram& device = program.devices[d];
     auto state = std::make_unique<DeviceState>();
     state->device = d;
-    state->stage = device.stages.front();
-    std::tie(state->first_layer, state->last_layer) = request.stages[device.stages.front()];
     state->layers = &models.at(device.replica);
-    for (int layer = state->first_layer; layer < state->last_layer; ++layer) (*state->layers)[layer]->to(backend->torch_device(d));
-    state->parameters = detail::parameters_of(*state->layers, state->first_layer, state->last_layer);
+    for (const int held : device.stages) {
+      StageState stage;
+      stage.stage = held;
+      std::tie(stage.first_layer, stage.last_layer) = request.stages[held];
+      for (int layer = stage.first_layer; layer < stage.last_layer; ++layer) (*state->layers)[layer]->to(backend->torch_device(d));
+      stage.parameters = detail::parameters_of(*state->layers, stage.first_layer, stage.last_layer);
+      for (const Stream& stream : device.streams)
+        for (const Action& action : stream.actions)
+          if (action.kind == ActionKind::Recompute && action.stage == held) stage.recomputed.insert({action.micro_batch, action.mini_batch});
+      state->stages.push_back(std::move(stage));
+    }
     state->plan = plans[d];
-    for (const Stream& stream : device.streams)
-      for (const Action& action : stream.actions)
-        if (action.kind == ActionKind::Recompute) state->recomputed.insert({action.micro_batch, action.mini_batch});
     states.push_back(std::move(state));
   }
   // The inputs where their stage-0 forward runs, the targets where their
@@ -708,6 +800,7 @@ ExecutionResult execute(const ExecutionRequest& request) {
           errors[w] = std::make_exception_ptr(std::runtime_error(fmt::format("{}: {}", backend->host_name(d), error.what())));
           const std::string reason = fmt::format("{} failed", backend->host_name(d));
           transport->abort(reason);
+          shared.local->abort(reason);
           shared.board.abort(reason);
         }
       });
@@ -743,17 +836,20 @@ ExecutionResult execute(const ExecutionRequest& request) {
   for (int stage = 0; stage < program.num_stages; ++stage) {
     std::set<int> early;
     for (const DeviceProgram& device : program.devices)
-      if (device.stages.front() == stage && device.replica == 0)
+      if (device.holds(stage) && device.replica == 0)
         for (const Stream& stream : device.streams)
           for (const Action& action : stream.actions)
-            if (action.kind == ActionKind::Backward && action.mini_batch < warmup) early.insert(action.mini_batch);
+            if (action.stage == stage && (action.kind == ActionKind::Backward || action.kind == ActionKind::BackwardWeight) &&
+                action.mini_batch < warmup)
+              early.insert(action.mini_batch);
     skipped_rounds[stage] = static_cast<int>(early.size());
   }
   double t0 = std::numeric_limits<double>::infinity(), t1 = 0;
   std::vector<DeviceSummary> summaries;
   for (int d = 0; d < devices; ++d) {
     result.timeline.hosts.push_back(backend->host_name(d));
-    summaries.push_back({backend->host_name(d), program.devices[d].stages.front(), 0, 0, backend->peak_memory_bytes(d).value_or(-1)});
+    summaries.push_back({backend->host_name(d), program.devices[d].stages.front(), program.devices[d].stages, 0, 0,
+                         backend->peak_memory_bytes(d).value_or(-1)});
   }
   for (std::size_t w = 0; w < workers.size(); ++w) {
     DeviceSummary& summary = summaries[workers[w].first];
@@ -790,17 +886,19 @@ ExecutionResult execute(const ExecutionRequest& request) {
     // One state per stage, in stage order, from replica 0; every replica
     // must hold the same weights.
     result.stages.resize(program.num_stages);
-    for (int d = 0; d < devices; ++d) {
-      DeviceState& state = *states[d];
-      for (const torch::Tensor& parameter : state.parameters) state.state.weights.push_back(to_floats(parameter));
-      if (state.state.gradients.empty())
-        for (const torch::Tensor& parameter : state.parameters) state.state.gradients.push_back(std::vector<float>(parameter.numel(), 0.0f));
-      if (program.devices[d].replica == 0) result.stages[state.stage] = state.state;
-    }
     for (int d = 0; d < devices; ++d)
-      if (states[d]->state.weights != result.stages[states[d]->stage].weights)
-        throw std::logic_error(fmt::format("executor: replica {} of stage {} ends with weights that differ from replica 0's",
-                                           program.devices[d].replica, states[d]->stage));
+      for (StageState& stage : states[d]->stages) {
+        for (const torch::Tensor& parameter : stage.parameters) stage.state.weights.push_back(to_floats(parameter));
+        if (stage.state.gradients.empty())
+          for (const torch::Tensor& parameter : stage.parameters)
+            stage.state.gradients.push_back(std::vector<float>(parameter.numel(), 0.0f));
+        if (program.devices[d].replica == 0) result.stages[stage.stage] = stage.state;
+      }
+    for (int d = 0; d < devices; ++d)
+      for (const StageState& stage : states[d]->stages)
+        if (stage.state.weights != result.stages[stage.stage].weights)
+          throw std::logic_error(fmt::format("executor: replica {} of stage {} ends with weights that differ from replica 0's",
+                                             program.devices[d].replica, stage.stage));
   }
   return result;
 }

@@ -2,12 +2,22 @@
 // The real executor: runs a Program's per-device action lists with LibTorch,
 // one worker thread per device, and records what happened as a Timeline in
 // the simulator's schema (hosts cpu0, cpu1, ... or gpu0, gpu1, ... or gpu0p0,
-// gpu0p1, ..., in the Program's device order; F/B/R compute records,
+// gpu0p1, ..., in the Program's device order; F/B/R/I/W compute records,
 // SEND_F/SEND_B transfer records with bytes, ALLREDUCE records as the
 // simulator writes them, and a U record for each optimizer step, with the
 // micro-batch and mini-batch of the backward it follows, as the simulator
 // writes them when its platform has optimizer-step terms). A device with two streams (fbp-as) runs one worker
 // thread per stream. LibTorch-free header.
+//
+// Beyond one stage per device (issue 14): a device holding several stages
+// keeps each stage's layers, stashes and updates apart and runs each action
+// on its stage; the hand-off between two stages of one device is the tensor
+// itself (no copy, no SEND record). An I computes the gradient of its stage
+// input only (autograd::grad, the graph retained) and sends it on as a B
+// does; its W computes the parameter gradients from that graph and adds them
+// to .grad as a B would, then frees the graph and the stash. An overlapped
+// F&B pair runs as its two actions one after the other, in program order
+// (no real overlap): its timeline records are the two actions' own times.
 //
 // Time: on CPUs the steady clock around each action on its worker thread; on
 // GPUs CUDA events recorded on the worker's compute stream around each
@@ -60,7 +70,9 @@ bool cuda_devices_built();
  *  number of mini-batches it accumulates (over all replicas) for the other
  *  rules, whose mini-batches each have their own mean loss. */
 enum class WeightRule {
-  /// gpipe, 1f1b-*, fbp-as, dp: one update after the device's last backward of each mini-batch.
+  /// gpipe, 1f1b-*, fbp-as, dp and the schedules of issue 14 (interleaved, zero-bubble, V, DualPipeV):
+  /// one update of each stage after the device's last backward (B, or W when split) of that stage in
+  /// each mini-batch. The only rule for devices with several stages or split backwards.
   Flush,
   /// pipedream: an update after every backward; a forward uses the latest
   /// weights and its backward the same version (stashed while newer ones appear).
@@ -121,8 +133,9 @@ struct ModelState {
 
 struct DeviceSummary {
   std::string host;
-  int stage = 0;
-  double busy_s = 0;  ///< F, B and R time over the measured mini-batches
+  int stage = 0;            ///< the first of `stages`
+  std::vector<int> stages;  ///< the stages the device holds, as the Program lists them
+  double busy_s = 0;  ///< F, B, I, W and R time over the measured mini-batches
   double step_s = 0;  ///< optimizer steps (with their weight copies) over the measured mini-batches
   /// Peak bytes allocated on the device over the whole run (warm-up
   /// included), where measured (GPUs; partitions of one GPU each report the
