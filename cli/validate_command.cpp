@@ -33,6 +33,7 @@ struct ValidateOptions {
   std::vector<std::string> model_options;
   std::string schedule;
   int stages = 2;
+  std::optional<int> virtual_stages;
   std::vector<int> layers_per_stage;
   std::vector<std::string> measured;
   int micro_batches = 1;
@@ -94,7 +95,10 @@ CLI::App* add_validate_command(CLI::App& app) {
   command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or transformer");
   command->add_option("--model-option", options.model_options, "model size, key=value (repeat; as for execute)");
   command->add_option("--schedule", options.schedule, "gpipe, 1f1b-sno or 1f1b-so");
-  command->add_option("--stages", options.stages, "number of stages, one device each, layers split as execute does (default 2)");
+  command->add_option("--stages", options.stages,
+                      "number of stages, layers split as execute does (default 2); devices = stages / --virtual-stages");
+  command->add_option("--virtual-stages", options.virtual_stages,
+                      "stages per device of interleaved and V schedules (default: the schedule's)");
   command->add_option("--layers-per-stage", options.layers_per_stage, "layers of each stage, e.g. 3,5 (default: as equal as possible)")
       ->delimiter(',');
   command->add_option("--micro-batches", options.micro_batches, "micro-batches per mini-batch (M, default 1)");
@@ -189,7 +193,13 @@ int run_validate_command() {
   for (const std::string& option : options.model_options) validate::add_model_option(model, option);
   model = saved ? saved->model : validate::resolve_model(model);
   if (!schedule_info(options.schedule).flushed)
-    throw InputError(fmt::format("--schedule {}: validate runs the flushed schedules gpipe, 1f1b-sno and 1f1b-so", options.schedule));
+    throw InputError(fmt::format("--schedule {}: validate runs the flushed schedules (gpipe, the 1f1b family, the interleaved, "
+                                 "zero-bubble and DualPipeV ones)",
+                                 options.schedule));
+  const int virtual_stages = saved ? saved->plan.virtual_stages
+                                   : options.virtual_stages.value_or(default_virtual_stages(options.schedule));
+  if (saved && options.virtual_stages)
+    throw InputError(fmt::format("--virtual-stages: --plan {} gives it; leave it out", options.plan));
   if (options.repeats < 1) throw InputError(fmt::format("--repeats: expected at least 1, found {}", options.repeats));
   if (options.mini_batches < 1) throw InputError(fmt::format("--mini-batches: expected at least 1, found {}", options.mini_batches));
   if (options.warmup < 0) throw InputError(fmt::format("--warmup: expected 0 or more, found {}", options.warmup));
@@ -205,10 +215,15 @@ int run_validate_command() {
       throw InputError(fmt::format("--layers-per-stage gives {} stages, --stages says {}", options.layers_per_stage.size(), options.stages));
     options.stages = static_cast<int>(options.layers_per_stage.size());
   }
+  if (virtual_stages < 1 || options.stages % virtual_stages != 0)
+    throw InputError(fmt::format("--stages {}: {} holds {} stages per device; expected a multiple of {}", options.stages,
+                                 options.schedule, virtual_stages, virtual_stages));
+  const int devices = options.stages / virtual_stages;
   validate::DeviceSpec device = validate::parse_device_spec(options.device);
-  if (device.count == 0) device.count = options.stages;
-  if (device.count != options.stages)
-    throw InputError(fmt::format("--device {}: expected one device per stage ({})", options.device, options.stages));
+  if (device.count == 0) device.count = devices;
+  if (device.count != devices)
+    throw InputError(fmt::format("--device {}: expected one device per {} ({})", options.device,
+                                 virtual_stages == 1 ? "stage" : fmt::format("{} stages", virtual_stages), devices));
 
   // The real run's layer split (execute's), used by the simulation too.
   const validate::LayerRanges ranges = saved                              ? saved->ranges
@@ -249,13 +264,14 @@ int run_validate_command() {
   plan_request.micro_batches = options.micro_batches;
   plan_request.mini_batches = options.mini_batches;
   plan_request.network = options.network;
+  plan_request.virtual_stages = virtual_stages;
   Plan plan = make_plan(plan_request);
   if (static_cast<int>(plan.profile.layers.size()) != layers)
     throw InputError(fmt::format("{}: {} layers, model {} has {}", origin, plan.profile.layers.size(), model.name, layers));
   if (plan.partition.num_stages() != options.stages)
-    throw InputError(fmt::format("{}: the platform has {} hosts, expected one per stage ({})",
+    throw InputError(fmt::format("{}: the platform has {} hosts, expected one per device ({} stages, {} per device)",
                                  options.platform.empty() ? "calibrated platform" : options.platform,
-                                 plan.partition.num_stages(), options.stages));
+                                 plan.partition.num_stages() / virtual_stages, options.stages, virtual_stages));
   for (int s = 0; s < options.stages; ++s)
     for (int l = ranges[s].first; l < ranges[s].second; ++l) plan.partition.stage_of_layer[l] = s;
   simulated_run = run_plan(plan);
@@ -270,6 +286,7 @@ int run_validate_command() {
   schedule.micro_batches = options.micro_batches;
   schedule.mini_batches = options.warmup + options.mini_batches;
   schedule.recompute = saved && saved->plan.recompute;
+  schedule.virtual_stages = virtual_stages;
   request.program = generate_schedule(options.schedule, schedule);
   request.micro_batch_size = options.micro_batch_size;
   request.warmup_mini_batches = options.warmup;

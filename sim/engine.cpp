@@ -406,11 +406,14 @@ class Simulation {
       if (!info.has_optimizer_step()) continue;
       std::vector<std::size_t> updates;
       if (interval == 0) {
-        std::map<int, std::size_t> last_backward;  // mini-batch -> action
+        // Each stage the device holds updates its own weights after its last
+        // backward of the mini-batch.
+        std::map<std::pair<int, int>, std::size_t> last_backward;  // (mini-batch, stage) -> action
         for (const auto& [stream, list] : lists)
           for (std::size_t i : list)
-            if (is_final_backward(actions_[i].action.kind)) last_backward[actions_[i].action.mini_batch] = i;
-        for (const auto& [mini_batch, i] : last_backward) updates.push_back(i);
+            if (is_final_backward(actions_[i].action.kind))
+              last_backward[{actions_[i].action.mini_batch, actions_[i].action.stage}] = i;
+        for (const auto& [key, i] : last_backward) updates.push_back(i);
       } else {
         int backwards = 0;
         for (const auto& [stream, list] : lists)

@@ -77,7 +77,7 @@ struct SimulationRequest {
   NetworkModel network = NetworkModel::Analytic;
   /// When the weights of a device without all-reduces are updated, for the
   /// optimizer step of hosts that declare one (HostInfo::has_optimizer_step):
-  /// 0: after the device's last backward of each mini-batch (flushed
+  /// 0: after the device's last backward of each mini-batch and stage (flushed
   /// schedules); k >= 1: after every k-th backward of the device in program
   /// order (pipedream and pipeoptim 1, pipedream-2bw its update interval).
   /// A device that takes part in all-reduces steps after each of them.
