@@ -31,6 +31,11 @@ struct HostInfo {
   /// The host's `device` property (e.g. "VCU129", "V100"): selects per-device
   /// times in a profile. Empty when absent.
   std::string device_type;
+  /// The device-model catalogue entry this host is (core/device_model.hpp:
+  /// "V100", "H100", "VCU118", ...): the `device_model` property, else the
+  /// `device` property when it names a catalogue entry; empty: none (the
+  /// host then needs measured times).
+  std::string device_model;
   /// `action_overhead` (seconds): a fixed time added to every compute action
   /// (F, B, R) on this host, the launch and dispatch cost a real executor
   /// pays per action. 0 when absent.

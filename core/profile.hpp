@@ -46,7 +46,25 @@ struct Layer {
   std::optional<double> backward_input_s = {};
   std::optional<double> backward_weight_s = {};
 
+  /// Analytic costs of one micro-batch (model generators, `pipegrid model`;
+  /// docs/formats.md, Analytic fields). All optional; a layer with
+  /// forward_flops may omit its times (times_given false): the device model
+  /// of the host that runs it supplies them (core/device_model.hpp).
+  std::optional<double> forward_flops = {};          ///< floating-point operations of the forward
+  std::optional<double> backward_input_flops = {};   ///< of the input gradient (I)
+  std::optional<double> backward_weight_flops = {};  ///< of the weight gradient (W)
+  std::optional<double> bytes_read = {};             ///< device-memory bytes the forward reads
+  std::optional<double> bytes_written = {};          ///< device-memory bytes the forward writes
+  /// What the layer computes, for device models and tensor parallelism:
+  /// "embedding", "linear", "conv2d", "lstm", "attention", "transformer",
+  /// "norm", "pool", "elementwise", "loss"; empty when unknown.
+  std::string op = {};
+  /// false: the profile gives no forward_s/backward_s for this layer (they
+  /// are 0 here until a device model fills them in).
+  bool times_given = true;
+
   double stashed_bytes() const { return activation_bytes.value_or(output_bytes); }
+  bool has_flops() const { return forward_flops.has_value(); }
   bool has_parameters() const { return parameter_bytes > 0; }
 };
 
@@ -97,6 +115,14 @@ struct Profile {
   /// size could not be inferred: micro_batch_size is then 1, a placeholder
   /// that no result may depend on.
   bool micro_batch_size_known = true;
+  /// The number format of the profile's parameters and activations: "fp32"
+  /// (the default when a file states none), "fp16" or "bf16" (mixed
+  /// precision training: fp32 master weights; docs/semantics.md, Memory).
+  /// Empty: not stated (taken as fp32, or as simulate --dtype says).
+  std::string dtype = {};
+  /// Sequence length (tokens per sample) a generated profile was built at;
+  /// 0 when not applicable or unknown. Informative.
+  int sequence_length = 0;
 };
 
 /** The layer's forward and backward time on `host` (see Layer::device_times). */

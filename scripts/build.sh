@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake pkg-config libsimgrid-dev libboost-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+packages=(build-essential cmake pkg-config libsimgrid-dev libboost-dev libeigen3-dev nlohmann-json3-dev libcli11-dev libfmt-dev
           libtomlplusplus-dev libssl-dev
           libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev libopenblas0-openmp
           openmpi-bin  # a launcher only: the sweep tests run `mpirun -n 2 pipegrid sweep run ... --shard auto`

@@ -11,5 +11,5 @@ cd "$(dirname "$0")/.."
 mkdir -p .gpu-deps
 cd .gpu-deps
 rm -f ./*.deb
-apt-get download nlohmann-json3-dev libcli11-dev libfmt-dev libfmt9 2>&1 | grep -v "^W: Download is performed unsandboxed" || true
+apt-get download nlohmann-json3-dev libcli11-dev libfmt-dev libfmt9 libeigen3-dev 2>&1 | grep -v "^W: Download is performed unsandboxed" || true
 ls -1 ./*.deb
