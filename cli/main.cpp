@@ -1,5 +1,5 @@
 // pipegrid: predict, draw and check pipeline-parallel DNN training.
-// Subcommands: simulate, schedule, partition, explore, compare, platform, demo, execute, calibrate, validate (the last three in LibTorch builds).
+// Subcommands: simulate, model, schedule, partition, explore, compare, platform, demo, execute, calibrate, validate (the last three in LibTorch builds).
 // Flag spellings are stable: users script against them.
 
 #include <sys/stat.h>
@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "cli/compare_command.hpp"
+#include "cli/model_command.hpp"
 #include "cli/platform_command.hpp"
 #ifdef PIPEGRID_WITH_TORCH
 #include "cli/calibrate_command.hpp"
@@ -221,6 +222,7 @@ int main_with_exceptions(int argc, char** argv) {
 
   CLI::App* compare = add_compare_command(app);
   CLI::App* platform = add_platform_command(app);
+  CLI::App* model = add_model_command(app);
 #ifdef PIPEGRID_WITH_TORCH
   CLI::App* execute = add_execute_command(app);
   CLI::App* calibrate = add_calibrate_command(app);
@@ -254,8 +256,9 @@ int main_with_exceptions(int argc, char** argv) {
     if (!plan_file.empty()) {
       plan = read_plan_file(plan_file);
     } else {
-      for (const auto& [flag, value] : {std::pair{"--platform", request.platform_file}, {"--profile", request.profile_file}})
-        if (value.empty()) throw InputError(fmt::format("simulate: {} is required (or give --plan FILE)", flag));
+      if (request.platform_file.empty()) throw InputError("simulate: --platform is required (or give --plan FILE)");
+      if (request.profile_file.empty() && request.model.name.empty())
+        throw InputError("simulate: --profile is required (or --model NAME, or give --plan FILE)");
       if (request.schedule.empty() && request.program_file.empty())
         throw InputError("simulate: --schedule or --program is required (or give --plan FILE)");
       if (!request.program_file.empty() && simulate->count("--micro-batches") != 0)
@@ -334,6 +337,7 @@ int main_with_exceptions(int argc, char** argv) {
   }
   if (*compare) return run_compare_command();
   if (*platform) return run_platform_command();
+  if (*model) return run_model_command();
 #ifdef PIPEGRID_WITH_TORCH
   if (*execute) return run_execute_command();
   if (*calibrate) return run_calibrate_command();

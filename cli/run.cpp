@@ -54,7 +54,7 @@ bool is_json_path(const std::string& path) { return path.size() >= 5 && path.com
 // (its branches kept; at a size the scaling rule derived, its activations
 // scaled like the profile's), the chain of the plan's profile otherwise.
 ModelGraph partitioner_graph(const PlanRequest& request, const Plan& plan, int measured_size) {
-  if (is_json_path(request.profile_file)) return chain_graph(plan.profile);
+  if (!request.model.name.empty() || is_json_path(request.profile_file)) return chain_graph(plan.profile);
   ModelGraph graph = read_model_graph(request.profile_file, request.batch_size);
   const int size = plan.profile.micro_batch_size;
   if (size != measured_size)
@@ -150,7 +150,27 @@ void check_stage_placement(const Plan& plan, const std::string& origin) {
 
 Plan make_plan(const PlanRequest& request) {
   Plan plan;
-  plan.profile = profile_from(request.profile_file, request.batch_size);
+  if (!request.model.name.empty()) {
+    // A generated profile, built at the size to run.
+    if (!request.profile_file.empty())
+      throw InputError(fmt::format("--model {} and --profile {}: both give the model; give one", printable(request.model.name),
+                                   printable(request.profile_file)));
+    if (request.batch_size) throw InputError("--batch-size: applies to a PipeDream graph.txt --profile, not to --model");
+    ModelSpec spec = request.model;
+    if (request.micro_batch_size) spec.micro_batch_size = *request.micro_batch_size;
+    plan.profile = generate_model_profile(spec);
+  } else {
+    if (request.profile_file.empty()) throw InputError("simulate: --profile FILE or --model NAME is required");
+    plan.profile = profile_from(request.profile_file, request.batch_size);
+  }
+  // Layers with analytic costs only need a device model for their times.
+  for (std::size_t l = 0; l < plan.profile.layers.size(); ++l)
+    if (!plan.profile.layers[l].times_given)
+      throw InputError(fmt::format(
+          "{}: layer {} '{}' has no times: its profile gives FLOPs (forward_flops) but no forward_s/backward_s, and "
+          "this build has no device model to derive them; give a profile with measured times",
+          request.model.name.empty() ? request.profile_file : "--model " + request.model.name, l,
+          printable(plan.profile.layers[l].name)));
   if (request.micro_batch_size && *request.micro_batch_size < 1)
     throw InputError(fmt::format("--micro-batch-size: expected an integer >= 1, found {}", *request.micro_batch_size));
   const MicroBatchScaling& scaling = micro_batch_scaling(request.micro_batch_scaling);
@@ -319,7 +339,8 @@ Plan make_plan(const PlanRequest& request) {
           "profile_file={}\nprofile={}\n",
           request.partitioner, input.schedule, input.micro_batches,
           input.memory_limit_bytes ? fmt::format("{}", *input.memory_limit_bytes) : "-", input.split_layers,
-          input.platform.file, sweep::sha256_hex(plan.platform_xml), input_file_sha256(request.profile_file),
+          input.platform.file, sweep::sha256_hex(plan.platform_xml),
+          request.model.name.empty() ? input_file_sha256(request.profile_file) : "model",
           sweep::sha256_hex(profile_to_json(plan.profile)));
       cache_path = fmt::format("{}/{}.json", partition_cache_folder, sweep::sha256_hex(key).substr(0, 32));
     }
@@ -373,7 +394,7 @@ Plan make_plan(const PlanRequest& request) {
     // on GNMT): the ranges then count in that order.
     const std::string text = read_text_file(request.partition);
     if (const std::vector<int> order = parse_partition_layer_order(text, request.partition); !order.empty()) {
-      const bool json_profile = is_json_path(request.profile_file);
+      const bool json_profile = !request.model.name.empty() || is_json_path(request.profile_file);
       const ModelGraph graph = json_profile ? chain_graph(plan.profile) : read_model_graph(request.profile_file, request.batch_size);
       try {
         plan.profile = reorder_layers(graph, order);

@@ -8,6 +8,7 @@
 
 #include "core/io.hpp"
 #include "core/metrics.hpp"
+#include "core/model_generators.hpp"
 #include "core/plan.hpp"
 #include "core/platform.hpp"
 #include "core/program.hpp"
@@ -19,6 +20,9 @@ namespace pipegrid::cli {
 struct PlanRequest {
   std::string platform_file;
   std::string profile_file;
+  /// The alternative to profile_file (simulate --model NAME): the profile a
+  /// model generator builds, at micro_batch_size when given.
+  ModelSpec model;
   std::optional<int> batch_size;
   /// Run micro-batches of this many samples: the profile's times and
   /// activation bytes are taken at this size (profile_at_micro_batch_size).

@@ -1,5 +1,7 @@
 #include "cli/simulate_options.hpp"
 
+#include "cli/model_command.hpp"
+
 namespace pipegrid::cli {
 
 void add_simulate_input_options(CLI::App& command, PlanRequest& request) {
@@ -45,6 +47,12 @@ void add_simulate_input_options(CLI::App& command, PlanRequest& request) {
                      "--partition FILE)");
   command.add_flag("--split-layers", request.split_layers,
                    "--partitioner bapipe: split boundary layers between GPUs too (by default only between FPGAs)");
+  // The model generators' options, last (add_model_options skips a --dtype
+  // already defined above).
+  command.add_option("--model", request.model.name,
+                     "instead of --profile: a generated model's profile (mlp, vgg16, resnet50, gnmt, gpt; `pipegrid model "
+                     "--list`), built at --micro-batch-size");
+  add_model_options(command, request.model, false);
 }
 
 }  // namespace pipegrid::cli

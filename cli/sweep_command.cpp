@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/model_command.hpp"
 #include "cli/partition_command.hpp"
 #include "cli/run.hpp"
 #include "cli/simulate_options.hpp"
@@ -60,7 +61,8 @@ CLI::App *plan_command, *run_command, *status_command, *merge_command, *report_c
 
 /// The capabilities this build has, for an experiment's `requires`.
 const std::vector<std::string>& capabilities() {
-  static const std::vector<std::string> list = {"simulate", "partition", "sweep", "simulate-partitioner", "micro-batch-scaling", "platform-cluster"};
+  static const std::vector<std::string> list = {"simulate", "partition", "sweep", "simulate-partitioner", "micro-batch-scaling", "platform-cluster",
+                                                  "model-generator", "model-command"};
   return list;
 }
 
@@ -69,11 +71,18 @@ const std::vector<std::string>& capabilities() {
 std::optional<std::vector<ParameterSpec>> parameters_of(const std::string& command) {
   CLI::App app;
   PlanRequest request;
+  ModelSpec model;
   CLI::App* options_of = &app;
+  std::vector<ParameterSpec> parameters;
   if (command == "simulate") add_simulate_input_options(app, request);
   else if (command == "partition") options_of = add_partition_command(app);
-  else return std::nullopt;
-  std::vector<ParameterSpec> parameters;
+  else if (command == "model") {
+    // `pipegrid model NAME`: the name is the positional parameter `model`.
+    ParameterSpec name;
+    name.name = "model";
+    parameters.push_back(name);
+    add_model_options(app, model);
+  } else return std::nullopt;
   for (const CLI::Option* option : options_of->get_options()) {
     if (option->get_lnames().empty()) continue;
     const std::string long_name = option->get_lnames().front();
@@ -156,7 +165,7 @@ std::vector<std::string> command_line_of(const ExperimentPlan& plan, const Plann
       if (setting.value.boolean) args.push_back(spec.flag);
       continue;
     }
-    args.push_back(spec.flag);
+    if (!spec.flag.empty()) args.push_back(spec.flag);  // none: a positional
     if (spec.several && setting.value.kind == sweep::Scalar::Kind::Text) {
       std::istringstream words(setting.value.text);
       for (std::string word; words >> word;) args.push_back(word);

@@ -12,6 +12,9 @@ inline constexpr double kMaxBytes = 1e18;
 /// Any duration of one layer or one micro-batch read from a file (forward_s,
 /// backward_s, graph.txt milliseconds / 1000): at most 1e9 s (31 years).
 inline constexpr double kMaxSeconds = 1e9;
+/// Floating-point operations of one layer and micro-batch (a profile's
+/// forward_flops, backward_input_flops, backward_weight_flops): at most 1e24.
+inline constexpr double kMaxFlops = 1e24;
 /// Any other number read from a file (a timeline's instants and bytes, a
 /// plan's prediction cost): finite and at most this in magnitude.
 inline constexpr double kMaxMagnitude = 1e300;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -131,8 +132,24 @@ Profile profile_at_measured(const Profile& profile, const MeasuredSize& m) {
     layer.device_times = at.device_times;
     layer.backward_input_s = at.backward_input_s;
     layer.backward_weight_s = at.backward_weight_s;
+    layer.forward_flops = at.forward_flops;
+    layer.backward_input_flops = at.backward_input_flops;
+    layer.backward_weight_flops = at.backward_weight_flops;
+    layer.bytes_read = at.bytes_read;
+    layer.bytes_written = at.bytes_written;
+    layer.times_given = at.times_given;
   }
   return result;
+}
+
+/// The analytic fields of a layer (Layer and LayerAtSize alike), by name.
+template <typename L>
+auto analytic_fields(L& layer) {
+  return std::vector<std::pair<const char*, decltype(&layer.forward_flops)>>{{"forward_flops", &layer.forward_flops},
+          {"backward_input_flops", &layer.backward_input_flops},
+          {"backward_weight_flops", &layer.backward_weight_flops},
+          {"bytes_read", &layer.bytes_read},
+          {"bytes_written", &layer.bytes_written}};
 }
 
 /// The single-size profile at `size` along the line through the measured
@@ -161,6 +178,15 @@ Profile profile_on_line(const Profile& profile, int size) {
           line.at(*at_a.activation_bytes, *at_b.activation_bytes, path + ".activation_bytes");
     split_on_line(line, at_a.backward_input_s, at_a.backward_weight_s, at_b.backward_input_s, at_b.backward_weight_s,
                   layer.backward_s, path, layer.backward_input_s, layer.backward_weight_s);
+    // The analytic fields, given at every size or at none (check_profile).
+    const auto fields_a = analytic_fields(at_a), fields_b = analytic_fields(at_b);
+    const auto fields = analytic_fields(layer);
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+      fields[f].second->reset();
+      if (*fields_a[f].second && *fields_b[f].second)
+        *fields[f].second = line.at(**fields_a[f].second, **fields_b[f].second, path + "." + fields[f].first);
+    }
+    layer.times_given = at_a.times_given;
     layer.device_times.clear();
     for (const auto& [device, times_a] : at_a.device_times) {
       const LayerTimes& times_b = at_b.device_times.at(device);  // same types at every size (check_profile)
@@ -224,6 +250,7 @@ class LinearScaling final : public MicroBatchScaling {
       scaled_split(layer.backward_weight_s);
       layer.output_bytes = scaled(layer.output_bytes);
       if (layer.activation_bytes) layer.activation_bytes = scaled(*layer.activation_bytes);
+      for (const auto& [name, field] : analytic_fields(layer)) scaled_split(*field);
       for (auto& [device, times] : layer.device_times) {
         times.forward_s = scaled(times.forward_s);
         times.backward_s = scaled(times.backward_s);

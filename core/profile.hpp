@@ -77,6 +77,13 @@ struct LayerAtSize {
   std::map<std::string, LayerTimes> device_times = {};  ///< as Layer::device_times
   std::optional<double> backward_input_s = {};          ///< as Layer::backward_input_s
   std::optional<double> backward_weight_s = {};         ///< as Layer::backward_weight_s
+  /// As Layer's analytic fields (given at every size or at none).
+  std::optional<double> forward_flops = {};
+  std::optional<double> backward_input_flops = {};
+  std::optional<double> backward_weight_flops = {};
+  std::optional<double> bytes_read = {};
+  std::optional<double> bytes_written = {};
+  bool times_given = true;  ///< as Layer::times_given (the same at every size)
 };
 
 /// A profile's values at one measured micro-batch size; parameter bytes and
@@ -194,7 +201,8 @@ class MicroBatchScaling {
  *    the smallest or largest), with every value that grows with the samples
  *    multiplied by size / a, computed as v x size / a: forward and backward
  *    times (the backward's I and W parts where given), device times,
- *    output_bytes, activation_bytes and input_bytes.
+ *    output_bytes, activation_bytes, input_bytes, and the analytic fields
+ *    (FLOPs, bytes_read, bytes_written) where given.
  *    Parameter bytes and names stay; check_profile's limits still apply. */
 const std::vector<std::string>& micro_batch_scaling_names();
 
@@ -210,7 +218,8 @@ ProfileAtSize profile_at_micro_batch_size(const Profile& profile, int size, cons
 /** The single-size profile with micro-batches of `size` samples (SEMANTICS.md,
  *  Batch size), rule none. At a measured size, that size's values exactly. Otherwise
  *  every time and activation size (forward_s, backward_s, output_bytes,
- *  activation_bytes, device times, input_bytes; a given backward split's I
+ *  activation_bytes, device times, input_bytes, the analytic FLOPs and
+ *  bytes_read/bytes_written where given; a given backward split's I
  *  and W too, then both scaled by backward_s / (I + W) so that they sum to
  *  the interpolated backward_s up to rounding) is interpolated linearly between the two
  *  measured sizes around `size`, or extrapolated along the line through the

@@ -1,6 +1,7 @@
 // Profile JSON: reading (with field-level error messages), writing, checking,
 // and the format dispatch of read_profile.
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <initializer_list>
@@ -36,11 +37,37 @@ void reject_unknown_fields(const nlohmann::json& object, const std::string& wher
 }
 
 /// The largest value a field may hold: a time (its name ends in "_s") at
-/// most limits::kMaxSeconds, anything else (bytes) limits::kMaxBytes.
+/// most limits::kMaxSeconds, FLOPs (ends in "_flops") limits::kMaxFlops,
+/// anything else (bytes) limits::kMaxBytes.
 double limit_of(std::string_view path) {
   const auto field_end = path.find_first_of("[ ", path.rfind('.') == std::string_view::npos ? 0 : path.rfind('.'));
   const std::string_view field = path.substr(0, field_end);
-  return field.size() >= 2 && field.substr(field.size() - 2) == "_s" ? limits::kMaxSeconds : limits::kMaxBytes;
+  const auto ends_with = [&](std::string_view suffix) {
+    return field.size() >= suffix.size() && field.substr(field.size() - suffix.size()) == suffix;
+  };
+  if (ends_with("_s")) return limits::kMaxSeconds;
+  if (ends_with("_flops")) return limits::kMaxFlops;
+  return limits::kMaxBytes;
+}
+
+/// The unit of a limit_of value, for messages.
+const char* unit_of(double limit) {
+  if (limit == limits::kMaxSeconds) return "seconds";
+  if (limit == limits::kMaxFlops) return "floating-point operations";
+  return "bytes";
+}
+
+/// The values a layer's "op" may take (docs/formats.md, Analytic fields).
+const std::vector<std::string>& layer_ops() {
+  static const std::vector<std::string> ops = {"embedding", "linear",      "conv2d", "lstm", "attention",
+                                               "transformer", "norm", "pool", "elementwise", "loss"};
+  return ops;
+}
+
+/// The dtypes a profile may state.
+const std::vector<std::string>& profile_dtypes() {
+  static const std::vector<std::string> dtypes = {"fp32", "fp16", "bf16"};
+  return dtypes;
 }
 
 /// The message for a value that is not a number in 0..limit_of(path).
@@ -48,7 +75,7 @@ std::string bad_value(const std::string& origin, const std::string& path, const 
   const double limit = limit_of(path);
   if (too_large)
     return fmt::format("{}: {}: expected at most {:g} {} (docs/formats.md, Limits), found {}", origin, path, limit,
-                       limit == limits::kMaxSeconds ? "seconds" : "bytes", found);
+                       unit_of(limit), found);
   return fmt::format("{}: {}: expected a non-negative number, found {}", origin, path, found);
 }
 
@@ -311,7 +338,9 @@ Profile parse_profile_json(const std::string& text, const std::string& origin) {
 Profile parse_profile_json_document(const nlohmann::json& document, const std::string& origin) {
   if (!document.is_object())
     throw InputError(fmt::format("{}: expected a JSON object (a profile), found {}", origin, shown(document)));
-  reject_unknown_fields(document, origin, {"name", "model", "micro_batch_size", "micro_batch_sizes", "input_bytes", "layers"});
+  reject_unknown_fields(document, origin,
+                        {"name", "model", "micro_batch_size", "micro_batch_sizes", "input_bytes", "dtype", "sequence_length",
+                         "layers"});
 
   Profile profile;
   const auto name = document.find("name");
@@ -323,6 +352,19 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
     if (!model->is_string())
       throw InputError(fmt::format("{}: model: expected a string (\"NAME key=value ...\"), found {}", origin, shown(*model)));
     profile.model = model->get<std::string>();
+  }
+  if (const auto dtype = document.find("dtype"); dtype != document.end()) {
+    const auto& dtypes = profile_dtypes();
+    if (!dtype->is_string() || std::find(dtypes.begin(), dtypes.end(), dtype->get<std::string>()) == dtypes.end())
+      throw InputError(fmt::format("{}: dtype: expected \"fp32\", \"fp16\" or \"bf16\", found {}", origin, shown(*dtype)));
+    profile.dtype = dtype->get<std::string>();
+  }
+  if (const auto sequence = document.find("sequence_length"); sequence != document.end()) {
+    const auto value = json_integer_in(*sequence, 0, std::numeric_limits<int>::max());
+    if (!value)
+      throw InputError(fmt::format("{}: sequence_length: expected an integer >= 0 (tokens per sample), found {}", origin,
+                                   shown(*sequence)));
+    profile.sequence_length = static_cast<int>(*value);
   }
 
   // One size (micro_batch_size, plain numbers) or several (micro_batch_sizes,
@@ -380,17 +422,62 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
       throw InputError(fmt::format("{}: {}: expected a layer object, found {}", origin, path, shown(entry)));
     reject_unknown_fields(entry, fmt::format("{}: {}", origin, path),
                           {"name", "forward_s", "backward_s", "backward_input_s", "backward_weight_s", "output_bytes",
-                           "activation_bytes", "parameter_bytes", "devices"});
+                           "activation_bytes", "parameter_bytes", "op", "forward_flops", "backward_input_flops",
+                           "backward_weight_flops", "bytes_read", "bytes_written", "devices"});
     Layer layer;
     const auto layer_name = entry.find("name");
     if (layer_name == entry.end() || !layer_name->is_string())
       throw InputError(fmt::format("{}: {}.name: expected a string, found {}", origin, path,
                                    layer_name == entry.end() ? "nothing" : shown(*layer_name)));
     layer.name = layer_name->get<std::string>();
-    const std::vector<double> forward = values_per_size(entry, "forward_s", shape, origin, path + ".forward_s");
-    const std::vector<double> backward = values_per_size(entry, "backward_s", shape, origin, path + ".backward_s");
     const std::string owner = split_owner(l, layer.name);
+    // Measured times, or analytic costs whose times a device model supplies.
+    const bool times_given = entry.contains("forward_s") || entry.contains("backward_s");
+    if (!times_given) {
+      if (!entry.contains("forward_flops"))
+        throw InputError(fmt::format("{}: {}: expected forward_s and backward_s (measured times) or forward_flops "
+                                     "(analytic costs; a device model gives the times), found neither",
+                                     origin, owner));
+      for (const char* split : {"backward_input_s", "backward_weight_s"})
+        if (entry.contains(split))
+          throw InputError(fmt::format("{}: {}.{}: a part of backward_s, which the layer does not give (give "
+                                       "forward_s and backward_s too, or neither part)",
+                                       origin, owner, split));
+    }
+    const std::vector<double> forward = times_given ? values_per_size(entry, "forward_s", shape, origin, path + ".forward_s")
+                                                    : std::vector<double>(shape.sizes, 0.0);
+    const std::vector<double> backward = times_given
+                                             ? values_per_size(entry, "backward_s", shape, origin, path + ".backward_s")
+                                             : std::vector<double>(shape.sizes, 0.0);
     const auto [inputs, weights] = split_per_size(entry, shape, origin, owner);
+    // The analytic fields: the three FLOPs all or none; the bytes each alone.
+    const char* const flops_fields[] = {"forward_flops", "backward_input_flops", "backward_weight_flops"};
+    for (const char* field : flops_fields)
+      if (entry.contains(field))
+        for (const char* other : flops_fields)
+          if (!entry.contains(other))
+            throw InputError(fmt::format("{}: {}.{}: expected a number >= 0 since {} is given (FLOPs of the forward, the "
+                                         "input gradient and the weight gradient: all three or none), found nothing",
+                                         origin, owner, other, field));
+    auto optional_per_size = [&](const char* field) {
+      std::vector<std::optional<double>> values(shape.sizes);
+      if (!entry.contains(field)) return values;
+      const std::vector<double> given = values_per_size(entry, field, shape, origin, path + "." + field);
+      for (std::size_t k = 0; k < shape.sizes; ++k) values[k] = given[k];
+      return values;
+    };
+    const auto forward_flops = optional_per_size("forward_flops");
+    const auto input_flops = optional_per_size("backward_input_flops");
+    const auto weight_flops = optional_per_size("backward_weight_flops");
+    const auto bytes_read = optional_per_size("bytes_read");
+    const auto bytes_written = optional_per_size("bytes_written");
+    if (const auto op = entry.find("op"); op != entry.end()) {
+      const auto& ops = layer_ops();
+      if (!op->is_string() || std::find(ops.begin(), ops.end(), op->get<std::string>()) == ops.end())
+        throw InputError(fmt::format("{}: {}.op: expected one of {}, found {}", origin, path, fmt::join(ops, ", "),
+                                     shown(*op)));
+      layer.op = op->get<std::string>();
+    }
     const std::vector<double> output = values_per_size(entry, "output_bytes", shape, origin, path + ".output_bytes");
     std::optional<std::vector<double>> activation;
     if (entry.contains("activation_bytes"))
@@ -400,7 +487,8 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
     if (const auto field = entry.find("devices"); field != entry.end())
       devices = device_times_per_size(*field, shape, origin, path + ".devices", owner);
     for (std::size_t k = 0; k < shape.sizes; ++k) {
-      LayerAtSize at{forward[k], backward[k], output[k], {}, {}, inputs[k], weights[k]};
+      LayerAtSize at{forward[k], backward[k], output[k], {}, {}, inputs[k], weights[k],
+                     forward_flops[k], input_flops[k], weight_flops[k], bytes_read[k], bytes_written[k], times_given};
       if (activation) at.activation_bytes = (*activation)[k];
       for (const auto& [device, times] : devices) at.device_times[device] = times[k];
       measured[k].layers.push_back(std::move(at));
@@ -420,6 +508,12 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
     profile.layers[l].device_times = first.layers[l].device_times;
     profile.layers[l].backward_input_s = first.layers[l].backward_input_s;
     profile.layers[l].backward_weight_s = first.layers[l].backward_weight_s;
+    profile.layers[l].forward_flops = first.layers[l].forward_flops;
+    profile.layers[l].backward_input_flops = first.layers[l].backward_input_flops;
+    profile.layers[l].backward_weight_flops = first.layers[l].backward_weight_flops;
+    profile.layers[l].bytes_read = first.layers[l].bytes_read;
+    profile.layers[l].bytes_written = first.layers[l].bytes_written;
+    profile.layers[l].times_given = first.layers[l].times_given;
   }
   if (shape.multi) profile.measured = std::move(measured);
   check_backward_splits(profile, origin);
@@ -450,10 +544,32 @@ std::string profile_to_json(const Profile& profile) {
     text += fmt::format("  \"micro_batch_size\": {},\n", profile.micro_batch_size);
     text += fmt::format("  \"input_bytes\": {},\n", number_text(profile.input_bytes));
   }
+  if (!profile.dtype.empty()) text += fmt::format("  \"dtype\": {},\n", nlohmann::ordered_json(profile.dtype).dump());
+  if (profile.sequence_length > 0) text += fmt::format("  \"sequence_length\": {},\n", profile.sequence_length);
   text += "  \"layers\": [";
   for (std::size_t l = 0; l < profile.layers.size(); ++l) {
     const Layer& layer = profile.layers[l];
     std::string forward, backward, input, weight, output, activation, devices;
+    // The analytic fields' text (", \"op\": ..., \"forward_flops\": ..."), in a fixed order.
+    std::string analytic;
+    if (!layer.op.empty()) analytic += fmt::format(", \"op\": {}", nlohmann::ordered_json(layer.op).dump());
+    using AnalyticField = std::optional<double> LayerAtSize::*;
+    const std::pair<const char*, AnalyticField> analytic_fields[] = {
+        {"forward_flops", &LayerAtSize::forward_flops},
+        {"backward_input_flops", &LayerAtSize::backward_input_flops},
+        {"backward_weight_flops", &LayerAtSize::backward_weight_flops},
+        {"bytes_read", &LayerAtSize::bytes_read},
+        {"bytes_written", &LayerAtSize::bytes_written}};
+    const std::optional<double>* own_fields[] = {&layer.forward_flops, &layer.backward_input_flops,
+                                                 &layer.backward_weight_flops, &layer.bytes_read, &layer.bytes_written};
+    for (std::size_t f = 0; f < std::size(analytic_fields); ++f) {
+      const auto [key, field] = analytic_fields[f];
+      if (multi && (profile.measured.front().layers[l].*field))  // at every size or none (check_profile)
+        analytic += fmt::format(", \"{}\": {}", key,
+                                per_size([l, field](const MeasuredSize& m) { return (m.layers[l].*field).value_or(0.0); }));
+      else if (!multi && own_fields[f]->has_value())
+        analytic += fmt::format(", \"{}\": {}", key, number_text(**own_fields[f]));
+    }
     if (multi) {
       forward = per_size([l](const MeasuredSize& m) { return m.layers[l].forward_s; });
       backward = per_size([l](const MeasuredSize& m) { return m.layers[l].backward_s; });
@@ -500,11 +616,15 @@ std::string profile_to_json(const Profile& profile) {
           return text;
         });
     }
-    text += fmt::format(
-        "{}\n    {{\"name\": {}, \"forward_s\": {}, \"backward_s\": {}{}, \"output_bytes\": {}{}, \"parameter_bytes\": {}{}}}",
-        l == 0 ? "" : ",", nlohmann::ordered_json(layer.name).dump(), forward, backward, split_text(input, weight), output,
-        activation.empty() ? "" : ", \"activation_bytes\": " + activation, number_text(layer.parameter_bytes),
-        devices.empty() ? "" : ", \"devices\": " + devices);
+    // A layer without times (analytic costs only) writes none.
+    const std::string times =
+        layer.times_given
+            ? fmt::format(", \"forward_s\": {}, \"backward_s\": {}{}", forward, backward, split_text(input, weight))
+            : "";
+    text += fmt::format("{}\n    {{\"name\": {}{}, \"output_bytes\": {}{}, \"parameter_bytes\": {}{}{}}}",
+                        l == 0 ? "" : ",", nlohmann::ordered_json(layer.name).dump(), times, output,
+                        activation.empty() ? "" : ", \"activation_bytes\": " + activation,
+                        number_text(layer.parameter_bytes), analytic, devices.empty() ? "" : ", \"devices\": " + devices);
   }
   text += profile.layers.empty() ? "]\n}\n" : "\n  ]\n}\n";
   return text;
@@ -525,6 +645,20 @@ void check_profile(const Profile& profile, const std::string& origin) {
                                                      {"activation_bytes", layer.activation_bytes.value_or(0.0)},
                                                      {"parameter_bytes", layer.parameter_bytes}};
     for (const auto& [field, value] : fields) check_non_negative(value, origin, fmt::format("{}.{}", path, field));
+    const std::pair<const char*, std::optional<double>> analytic[] = {{"forward_flops", layer.forward_flops},
+                                                                      {"backward_input_flops", layer.backward_input_flops},
+                                                                      {"backward_weight_flops", layer.backward_weight_flops},
+                                                                      {"bytes_read", layer.bytes_read},
+                                                                      {"bytes_written", layer.bytes_written}};
+    for (const auto& [field, value] : analytic)
+      if (value) check_non_negative(*value, origin, fmt::format("{}.{}", path, field));
+    if (!layer.times_given && !layer.has_flops())
+      throw InputError(fmt::format("{}: {}: expected forward_s and backward_s (measured times) or forward_flops (analytic "
+                                   "costs), found neither",
+                                   origin, split_owner(l, layer.name)));
+    if (!layer.times_given && (layer.backward_input_s || layer.backward_weight_s))
+      throw InputError(fmt::format("{}: {}.backward_input_s: a part of backward_s, which the layer does not give", origin,
+                                   split_owner(l, layer.name)));
     check_device_times(layer.device_times, origin, path);
   }
   if (profile.measured.empty()) {
@@ -557,6 +691,20 @@ void check_profile(const Profile& profile, const std::string& origin) {
         throw InputError(fmt::format("{}: {}.activation_bytes ({}): expected it at every size or at none", origin, path, at));
       check_non_negative(layer.activation_bytes.value_or(0.0), origin,
                          fmt::format("{}.activation_bytes[{}] ({})", path, k, at));
+      using AnalyticField = std::optional<double> LayerAtSize::*;
+      const std::pair<const char*, AnalyticField> analytic[] = {
+          {"forward_flops", &LayerAtSize::forward_flops},
+          {"backward_input_flops", &LayerAtSize::backward_input_flops},
+          {"backward_weight_flops", &LayerAtSize::backward_weight_flops},
+          {"bytes_read", &LayerAtSize::bytes_read},
+          {"bytes_written", &LayerAtSize::bytes_written}};
+      for (const auto& [field, member] : analytic) {
+        if ((layer.*member).has_value() != (measured.front().layers[l].*member).has_value())
+          throw InputError(fmt::format("{}: {}.{} ({}): expected it at every size or at none", origin, path, field, at));
+        if (layer.*member) check_non_negative(*(layer.*member), origin, fmt::format("{}.{}[{}] ({})", path, field, k, at));
+      }
+      if (layer.times_given != measured.front().layers[l].times_given)
+        throw InputError(fmt::format("{}: {}.forward_s ({}): expected times at every size or at none", origin, path, at));
       check_device_times(layer.device_times, origin, fmt::format("{} ({})", path, at));
       if (keys_of(layer.device_times) != keys_of(measured.front().layers[l].device_times))
         throw InputError(fmt::format("{}: {}.devices ({}): expected the device types [{}] of the first size, found [{}]",
@@ -573,6 +721,9 @@ void check_profile(const Profile& profile, const std::string& origin) {
     same = same && layer.forward_s == at.forward_s && layer.backward_s == at.backward_s &&
            layer.output_bytes == at.output_bytes && layer.activation_bytes == at.activation_bytes &&
            layer.backward_input_s == at.backward_input_s && layer.backward_weight_s == at.backward_weight_s &&
+           layer.forward_flops == at.forward_flops && layer.backward_input_flops == at.backward_input_flops &&
+           layer.backward_weight_flops == at.backward_weight_flops && layer.bytes_read == at.bytes_read &&
+           layer.bytes_written == at.bytes_written && layer.times_given == at.times_given &&
            keys_of(layer.device_times) == keys_of(at.device_times);
     for (const auto& [device, times] : at.device_times)
       same = same && layer.device_times.count(device) > 0 && layer.device_times.at(device).forward_s == times.forward_s &&

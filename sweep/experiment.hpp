@@ -40,7 +40,7 @@ struct Scalar {
 struct ParameterSpec {
   enum class Kind { Flag, Int, Real, Text, Path };
   std::string name;  ///< snake_case: micro_batches
-  std::string flag;  ///< the command's flag: --micro-batches
+  std::string flag;  ///< the command's flag: --micro-batches; empty: a positional (model's NAME)
   Kind kind = Kind::Text;
   /// For Path parameters: values that name no file (partition = "uniform").
   std::vector<std::string> literals;

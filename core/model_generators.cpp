@@ -1,0 +1,590 @@
+// Model generators: the layer lists of mlp, vgg16, resnet50, gnmt and gpt
+// with their analytic costs (docs/formats.md, Analytic fields).
+//
+// Conventions (per micro-batch of B samples, e bytes per element):
+// - FLOPs: a multiply-add is 2. Layers with matrix products (linear,
+//   conv2d, lstm, attention, transformer) count their matrix products only;
+//   the forward's products again for the input gradient (twice for products
+//   of two activations, both of whose inputs need a gradient) and once more
+//   for the weight gradient. Layers without any (embedding, norm, pool,
+//   loss) count their element-wise operations at the rates documented.
+// - bytes_read / bytes_written: the forward's device-memory traffic, each
+//   kernel (matrix product, element-wise step) on its own (no fusion).
+// - activation_bytes: what the layer's forward leaves for its backward that
+//   the layer itself made (its input is stashed by the layer before it, or
+//   is the stage's input), its own output included.
+// - Token ids are 8-byte integers; labels (and GNMT's decoder input) are
+//   read by the stage that needs them and never cross a cut.
+
+#include "core/model_generators.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/limits.hpp"
+#include "core/platform_check.hpp"
+
+namespace pipegrid {
+
+namespace {
+
+constexpr double kIdBytes = 8;           ///< an int64 token id or pooling index
+constexpr double kLossBytes = 4;         ///< the loss: one fp32 scalar
+constexpr long long kMaxOption = 10000000;
+constexpr long long kMaxLayersOption = 100000;
+constexpr long long kMaxMicroBatchSize = 1000000;
+
+/// The analytic costs of one layer's kernels, summed.
+class Cost {
+ public:
+  explicit Cost(double element_bytes) : e_(element_bytes) {}
+
+  /// [rows x in] x [in x out] with a weight matrix (plus `bias` weights
+  /// read): 2 rows in out FLOPs in the forward, the input gradient and the
+  /// weight gradient each.
+  void weight_product(double rows, double in, double out, double bias) {
+    const double flops = 2 * rows * in * out;
+    forward += flops;
+    backward_input += flops;
+    backward_weight += flops;
+    read += e_ * (rows * in + in * out + bias);
+    written += e_ * rows * out;
+  }
+  /// `batch` products [m x k] x [k x n] of two activations: 2 batch m k n
+  /// FLOPs forward, twice that for the two input gradients.
+  void activation_product(double batch, double m, double k, double n) {
+    const double flops = 2 * batch * m * k * n;
+    forward += flops;
+    backward_input += 2 * flops;
+    read += e_ * batch * (m * k + k * n);
+    written += e_ * batch * m * n;
+  }
+  /// A convolution (k x k kernel, `bias` weights) of `batch` images of
+  /// cin x side x side into cout x out_side x out_side: 2 batch out_side^2
+  /// cout cin k^2 FLOPs in each pass.
+  void convolution(double batch, double cin, double side, double cout, double out_side, double k, double bias) {
+    const double flops = 2 * batch * out_side * out_side * cout * cin * k * k;
+    forward += flops;
+    backward_input += flops;
+    backward_weight += flops;
+    read += e_ * (batch * cin * side * side + cout * cin * k * k + bias);
+    written += e_ * batch * cout * out_side * out_side;
+  }
+  /// An element-wise kernel: reads `in` and writes `out` elements, plus
+  /// `extra_written` bytes (dropout masks, pooling indices).
+  void memory(double in, double out, double extra_written = 0, double extra_read = 0) {
+    read += e_ * in + extra_read;
+    written += e_ * out + extra_written;
+  }
+  /// FLOPs of element-wise work (layers without matrix products).
+  void flops(double forward_flops, double input_flops, double weight_flops) {
+    forward += forward_flops;
+    backward_input += input_flops;
+    backward_weight += weight_flops;
+  }
+
+  double forward = 0, backward_input = 0, backward_weight = 0, read = 0, written = 0;
+
+ private:
+  double e_;
+};
+
+/// Collects the layers of one model.
+class Builder {
+ public:
+  explicit Builder(double element_bytes) : e(element_bytes) {}
+
+  /// Appends a layer; `output` and `activation` are element counts (times
+  /// e), `extra_activation` bytes (indices, masks), `parameters` a count.
+  void add(const std::string& name, const char* op, const Cost& cost, double output, double activation,
+           double parameters, double extra_activation = 0) {
+    Layer layer;
+    layer.name = name;
+    layer.op = op;
+    layer.times_given = false;
+    layer.forward_flops = cost.forward;
+    layer.backward_input_flops = cost.backward_input;
+    layer.backward_weight_flops = cost.backward_weight;
+    layer.bytes_read = cost.read;
+    layer.bytes_written = cost.written;
+    layer.output_bytes = e * output;
+    layer.activation_bytes = e * activation + extra_activation;
+    layer.parameter_bytes = e * parameters;
+    layers.push_back(std::move(layer));
+  }
+  /// The loss layer: softmax cross-entropy over `classes` for `rows`
+  /// predictions: 4 FLOPs per logit forward (max, exp, sum, log-divide), 2
+  /// backward (probability minus one-hot, scale); keeps the probabilities.
+  void loss(double rows, double classes) {
+    Cost cost(e);
+    cost.flops(4 * rows * classes, 2 * rows * classes, 0);
+    cost.memory(rows * classes, rows * classes, kLossBytes, kIdBytes * rows);
+    add("loss", "loss", cost, kLossBytes / e, rows * classes, 0);
+  }
+
+  Cost cost() const { return Cost(e); }
+
+  double e;
+  std::vector<Layer> layers;
+};
+
+// ---------------------------------------------------------------- options
+
+const std::vector<ModelInfo>& registry() {
+  static const std::vector<ModelInfo> models = {
+      {"mlp",
+       "multi-layer perceptron: layers-1 x (Linear hidden->hidden, ReLU), Linear hidden->classes, loss",
+       {{"layers", 8, "linear layers (>= 1)"},
+        {"hidden", 256, "width of the input and the hidden layers"},
+        {"classes", 10, "output classes"}},
+       32},
+      {"vgg16",
+       "VGG-16 (Simonyan & Zisserman): 13 x (3x3 conv, ReLU), 5 max-pools, fc6, fc7, fc8, loss; 138,357,544 "
+       "parameters at the defaults",
+       {{"width", 64, "channels of the first block (VGG-16's 64 scales every block)"},
+        {"image", 224, "square input side, a multiple of 32"},
+        {"hidden", 0, "classifier width (default 4096 x width / 64)"},
+        {"classes", 1000, "output classes"}},
+       128},
+      {"resnet50",
+       "ResNet-50 (He et al., torchvision v1.5): conv1, max-pool, 16 bottleneck blocks (one layer each), average "
+       "pool, fc, loss; 25,557,032 parameters at the defaults",
+       {{"width", 64, "channels of conv1 (64 scales every block)"},
+        {"image", 224, "square input side, a multiple of 32"},
+        {"classes", 1000, "output classes"}},
+       128},
+      {"gnmt",
+       "GNMT-L (Wu et al.; PipeDream's gnmt = GNMT-8, gnmt_large = GNMT-16): embeddings, L/2 encoder LSTMs (the "
+       "first bidirectional), decoder embedding, attention LSTM, L/2-1 decoder LSTMs, classifier, loss",
+       {{"layers", 8, "L: LSTM layers, even, >= 4 (L/2 encoder, L/2 decoder)"},
+        {"hidden", 1024, "LSTM hidden size and embedding width"},
+        {"vocabulary", 32320, "vocabulary size"},
+        {"sequence", 48, "tokens per sentence (source and target)"}},
+       32},
+      {"gpt",
+       "GPT-style decoder (GPT-2 small at the defaults): token + position embedding, `layers` pre-norm transformer "
+       "blocks (one layer each, op transformer), final norm, head to the vocabulary (not tied), loss",
+       {{"layers", 12, "transformer blocks"},
+        {"hidden", 768, "model width, a multiple of heads"},
+        {"heads", 12, "attention heads"},
+        {"ffn", 0, "feed-forward width (default 4 x hidden)"},
+        {"sequence", 1024, "tokens per sample"},
+        {"vocabulary", 50257, "vocabulary size"}},
+       8},
+  };
+  return models;
+}
+
+std::string flag_of(const std::string& option) {
+  std::string flag = "--" + option;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+std::string option_list(const ModelInfo& info) {
+  std::string list;
+  for (const ModelOptionInfo& option : info.options) list += (list.empty() ? "" : ", ") + flag_of(option.name);
+  return list;
+}
+
+// ---------------------------------------------------------------- models
+
+/// One LSTM direction over `steps` time steps of `rows` = B x steps tokens
+/// of `in` features into `hidden`: input and recurrent products (8 rows
+/// hidden (in + hidden) FLOPs per pass), the recurrent weights read at
+/// every step, the cell update reading both pre-activations and the
+/// previous cell state and writing the activated gates, cell and output.
+void lstm(Cost& cost, double rows, double steps, double in, double hidden) {
+  cost.weight_product(rows, in, 4 * hidden, 4 * hidden);              // input projection, all steps at once
+  cost.weight_product(rows, hidden, 4 * hidden, 4 * hidden);          // recurrent projection, step by step
+  cost.memory((steps - 1) * (4 * hidden * hidden + 4 * hidden), 0);   // its weights read again at every step
+  cost.memory(2 * 4 * hidden * rows + hidden * rows, 6 * hidden * rows);  // cell update
+}
+
+/// LSTM parameters (PyTorch: two bias vectors): 4h(in + h) + 8h.
+double lstm_parameters(double in, double hidden) { return 4 * hidden * (in + hidden) + 8 * hidden; }
+
+void build_mlp(Builder& b, const ResolvedModel& m, Profile& profile) {
+  const double rows = m.micro_batch_size;
+  const double hidden = static_cast<double>(m.options.at("hidden")), classes = static_cast<double>(m.options.at("classes"));
+  const long long layers = m.options.at("layers");
+  profile.input_bytes = b.e * rows * hidden;
+  for (long long l = 1; l <= layers; ++l) {
+    const bool last = l == layers;
+    const double out = last ? classes : hidden;
+    Cost cost = b.cost();
+    cost.weight_product(rows, hidden, out, out);
+    if (!last) cost.memory(rows * out, rows * out);  // ReLU, in place
+    b.add(fmt::format("fc{}", l), "linear", cost, rows * out, rows * out, hidden * out + out);
+  }
+  b.loss(rows, classes);
+}
+
+/// VGG-16's feature extractor at width 64: output channels of each 3x3
+/// conv, 0 for a 2x2 max-pool.
+constexpr int kVggFeatures[] = {64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0};
+
+/// A k x k max-pool with stride `stride` of `batch` x channels x side
+/// images into out_side: k^2 comparisons per output forward, 1 per output
+/// backward (the scatter); keeps its output and the 8-byte argmax indices.
+void max_pool(Builder& b, const std::string& name, double batch, double channels, double side, double out_side,
+              double k) {
+  const double outputs = batch * channels * out_side * out_side;
+  Cost cost = b.cost();
+  cost.flops(k * k * outputs, outputs, 0);
+  cost.memory(batch * channels * side * side, outputs, kIdBytes * outputs);
+  b.add(name, "pool", cost, outputs, outputs, 0, kIdBytes * outputs);
+}
+
+void build_vgg16(Builder& b, const ResolvedModel& m, Profile& profile) {
+  const double batch = m.micro_batch_size;
+  const long long width = m.options.at("width");
+  const double image = static_cast<double>(m.options.at("image"));
+  profile.input_bytes = b.e * batch * 3 * image * image;
+  double channels = 3, side = image;
+  int block = 1, conv = 1;
+  for (int features : kVggFeatures) {
+    if (features == 0) {
+      max_pool(b, fmt::format("pool{}", block), batch, channels, side, side / 2, 2);
+      side /= 2;
+      ++block;
+      conv = 1;
+      continue;
+    }
+    const double out = static_cast<double>(std::max<long long>(1, features * width / 64));
+    Cost cost = b.cost();
+    cost.convolution(batch, channels, side, out, side, 3, out);
+    const double outputs = batch * out * side * side;
+    cost.memory(outputs, outputs);  // ReLU, in place
+    b.add(fmt::format("conv{}_{}", block, conv), "conv2d", cost, outputs, outputs, out * channels * 9 + out);
+    channels = out;
+    ++conv;
+  }
+  const double hidden = static_cast<double>(m.options.at("hidden")), classes = static_cast<double>(m.options.at("classes"));
+  const double features = channels * side * side;
+  const std::pair<const char*, std::pair<double, double>> fcs[] = {
+      {"fc6", {features, hidden}}, {"fc7", {hidden, hidden}}, {"fc8", {hidden, classes}}};
+  for (const auto& [name, shape] : fcs) {
+    const auto [in, out] = shape;
+    Cost cost = b.cost();
+    cost.weight_product(batch, in, out, out);
+    if (std::string(name) != "fc8") cost.memory(batch * out, batch * out);  // ReLU
+    b.add(name, "linear", cost, batch * out, batch * out, in * out + out);
+  }
+  b.loss(batch, classes);
+}
+
+/// Output side of a convolution or pool: (side + 2 pad - k) / stride + 1.
+double out_side_of(double side, double k, double stride, double pad) {
+  return std::floor((side + 2 * pad - k) / stride) + 1;
+}
+
+void build_resnet50(Builder& b, const ResolvedModel& m, Profile& profile) {
+  const double batch = m.micro_batch_size;
+  const double width = static_cast<double>(m.options.at("width"));
+  const double image = static_cast<double>(m.options.at("image"));
+  const double classes = static_cast<double>(m.options.at("classes"));
+  profile.input_bytes = b.e * batch * 3 * image * image;
+  // conv1: 7x7 stride 2, BN, ReLU; keeps the convolution's output (BN's
+  // input) and the ReLU's.
+  double side = out_side_of(image, 7, 2, 3);
+  {
+    Cost cost = b.cost();
+    cost.convolution(batch, 3, image, width, side, 7, 0);
+    const double outputs = batch * width * side * side;
+    cost.memory(outputs, outputs, 0, b.e * 2 * width);  // BN
+    cost.memory(outputs, outputs);                       // ReLU
+    b.add("conv1", "conv2d", cost, outputs, 2 * outputs, width * 49 + 2 * width);
+  }
+  const double pooled = out_side_of(side, 3, 2, 1);
+  max_pool(b, "pool1", batch, width, side, pooled, 3);
+  side = pooled;
+  // Bottleneck blocks (torchvision v1.5: the stride on the 3x3 conv; a
+  // 1x1 projection with BN on the first block of each stage).
+  const int blocks[] = {3, 4, 6, 3};
+  double channels = width;
+  for (int stage = 0; stage < 4; ++stage) {
+    const double mid = width * std::pow(2.0, stage), out = 4 * mid;
+    for (int j = 0; j < blocks[stage]; ++j) {
+      const double stride = stage > 0 && j == 0 ? 2 : 1;
+      const double out_side = out_side_of(side, 3, stride, 1);
+      const bool projection = j == 0;
+      const double mid_in = batch * mid * side * side, mid_out = batch * mid * out_side * out_side;
+      const double outputs = batch * out * out_side * out_side;
+      Cost cost = b.cost();
+      cost.convolution(batch, channels, side, mid, side, 1, 0);
+      cost.memory(mid_in, mid_in, 0, b.e * 2 * mid);  // BN
+      cost.memory(mid_in, mid_in);                     // ReLU
+      cost.convolution(batch, mid, side, mid, out_side, 3, 0);
+      cost.memory(mid_out, mid_out, 0, b.e * 2 * mid);
+      cost.memory(mid_out, mid_out);
+      cost.convolution(batch, mid, out_side, out, out_side, 1, 0);
+      cost.memory(outputs, outputs, 0, b.e * 2 * out);
+      double parameters = channels * mid + 2 * mid + 9 * mid * mid + 2 * mid + mid * out + 2 * out;
+      double activation = 2 * mid_in + 2 * mid_out + outputs + outputs;  // conv and ReLU outputs, conv3, block output
+      if (projection) {
+        cost.convolution(batch, channels, side, out, out_side, 1, 0);
+        cost.memory(outputs, outputs, 0, b.e * 2 * out);
+        parameters += channels * out + 2 * out;
+        activation += outputs;
+      }
+      cost.memory(2 * outputs, outputs);  // residual add
+      cost.memory(outputs, outputs);      // ReLU
+      b.add(fmt::format("conv{}_{}", stage + 2, j + 1), "conv2d", cost, outputs, activation, parameters);
+      channels = out;
+      side = out_side;
+    }
+  }
+  // Global average pool: 1 FLOP per input element forward and backward.
+  {
+    const double inputs = batch * channels * side * side, outputs = batch * channels;
+    Cost cost = b.cost();
+    cost.flops(inputs, inputs, 0);
+    cost.memory(inputs, outputs);
+    b.add("pool5", "pool", cost, outputs, outputs, 0);
+  }
+  Cost fc = b.cost();
+  fc.weight_product(batch, channels, classes, classes);
+  b.add("fc", "linear", fc, batch * classes, batch * classes, channels * classes + classes);
+  b.loss(batch, classes);
+}
+
+/// An embedding of `rows` token ids into `hidden`-wide rows of `tables`
+/// tables (gpt: token and position): a gather (forward: tables - 1 adds per
+/// element), no input gradient, a scatter-add per table for the weights.
+void embedding(Builder& b, const std::string& name, double rows, double hidden, double tables, double parameters,
+               double output) {
+  Cost cost = b.cost();
+  cost.flops((tables - 1) * rows * hidden, 0, tables * rows * hidden);
+  cost.memory(tables * rows * hidden, rows * hidden, 0, kIdBytes * rows);
+  b.add(name, "embedding", cost, output, rows * hidden, parameters);
+}
+
+void build_gnmt(Builder& b, const ResolvedModel& m, Profile& profile) {
+  const double batch = m.micro_batch_size;
+  const long long layers = m.options.at("layers");
+  const double h = static_cast<double>(m.options.at("hidden"));
+  const double vocabulary = static_cast<double>(m.options.at("vocabulary"));
+  const double steps = static_cast<double>(m.options.at("sequence"));
+  const double rows = batch * steps;  // tokens of the source, and of the target
+  const long long half = layers / 2;
+  profile.input_bytes = kIdBytes * rows;
+  profile.sequence_length = static_cast<int>(steps);
+
+  embedding(b, "embedding_enc", rows, h, 1, vocabulary * h, rows * h);
+  {  // bidirectional first layer: two directions, outputs concatenated
+    Cost cost = b.cost();
+    lstm(cost, rows, steps, h, h);
+    lstm(cost, rows, steps, h, h);
+    cost.memory(2 * rows * h, 2 * rows * h);
+    b.add("lstm_enc1", "lstm", cost, 2 * rows * h, 14 * rows * h, 2 * lstm_parameters(h, h));
+  }
+  for (long long l = 2; l <= half; ++l) {
+    const bool residual = l >= 3;
+    const double in = l == 2 ? 2 * h : h;
+    Cost cost = b.cost();
+    lstm(cost, rows, steps, in, h);
+    if (residual) cost.memory(2 * rows * h, rows * h);
+    b.add(fmt::format("lstm_enc{}", l), "lstm", cost, rows * h, (residual ? 7 : 6) * rows * h, lstm_parameters(in, h));
+  }
+  // The cut after the decoder embedding carries the encoder's output too.
+  embedding(b, "embedding_dec", rows, h, 1, vocabulary * h, 2 * rows * h);
+  {  // attention: an LSTM, then Bahdanau attention over the encoder's output
+    const double pairs = batch * steps * steps;  // (target, source) positions
+    Cost cost = b.cost();
+    lstm(cost, rows, steps, h, h);
+    cost.weight_product(rows, h, h, 0);                                  // query projection
+    cost.weight_product(rows, h, h, 0);                                  // key projection
+    cost.memory(pairs * h + 2 * rows * h, pairs * h);                    // q + k, broadcast
+    cost.memory(pairs * h, pairs * h);                                   // tanh
+    cost.weight_product(pairs, h, 1, 0);                                 // scores: v . tanh(q + k)
+    cost.memory(pairs, pairs);                                           // softmax
+    cost.activation_product(batch, steps, steps, h);                     // context
+    const double activation = 6 * rows * h + 2 * rows * h + pairs * h + pairs + rows * h;
+    b.add("attention", "attention", cost, 2 * rows * h, activation, lstm_parameters(h, h) + 2 * h * h + h);
+  }
+  for (long long l = 2; l <= half; ++l) {
+    const bool residual = l >= 3, last = l == half;
+    Cost cost = b.cost();
+    cost.memory(2 * rows * h, 2 * rows * h);  // concatenate with the attention context
+    lstm(cost, rows, steps, 2 * h, h);
+    if (residual) cost.memory(2 * rows * h, rows * h);
+    b.add(fmt::format("lstm_dec{}", l), "lstm", cost, (last ? 1 : 2) * rows * h, (residual ? 9 : 8) * rows * h,
+          lstm_parameters(2 * h, h));
+  }
+  Cost classifier = b.cost();
+  classifier.weight_product(rows, h, vocabulary, vocabulary);
+  b.add("classifier", "linear", classifier, rows * vocabulary, rows * vocabulary, h * vocabulary + vocabulary);
+  b.loss(rows, vocabulary);
+}
+
+/// One pre-norm transformer block (see the file's conventions): FLOPs
+/// 8 N h^2 + 4 N h f + 4 B s^2 h forward (N = B s tokens), activation
+/// Korthikanti et al. 2022 generalised to any element size and FFN width.
+void transformer_block(Builder& b, const std::string& name, double batch, double s, double h, double heads, double f) {
+  const double rows = batch * s, d = h / heads, scores = batch * heads * s * s;
+  Cost cost = b.cost();
+  cost.memory(rows * h, rows * h, 0, b.e * 2 * h);  // LayerNorm 1
+  cost.weight_product(rows, h, 3 * h, 3 * h);        // Q, K, V
+  cost.activation_product(batch * heads, s, d, s);   // Q K^T
+  cost.memory(scores, scores);                       // scale, mask, softmax
+  cost.memory(scores, scores, scores);               // dropout (1-byte mask)
+  cost.activation_product(batch * heads, s, s, d);   // attention x V
+  cost.weight_product(rows, h, h, h);                // output projection
+  cost.memory(2 * rows * h, rows * h, rows * h);     // dropout, residual add
+  cost.memory(rows * h, rows * h, 0, b.e * 2 * h);   // LayerNorm 2
+  cost.weight_product(rows, h, f, f);                // FFN up
+  cost.memory(rows * f, rows * f);                   // GeLU
+  cost.weight_product(rows, f, h, h);                // FFN down
+  cost.memory(2 * rows * h, rows * h, rows * h);     // dropout, residual add
+  // Korthikanti et al.: s b h (34 + 5 a s / h) bytes at 2 bytes and f = 4h:
+  // 8 N h + 2 N f + 2 a s^2 B elements, 2 N h + a s^2 B one-byte masks.
+  const double elements = 8 * rows * h + 2 * rows * f + 2 * scores;
+  const double masks = 2 * rows * h + scores;
+  b.add(name, "transformer", cost, rows * h, elements, 4 * h * h + 2 * h * f + 9 * h + f, masks);
+}
+
+void build_gpt(Builder& b, const ResolvedModel& m, Profile& profile) {
+  const double batch = m.micro_batch_size;
+  const long long layers = m.options.at("layers");
+  const double h = static_cast<double>(m.options.at("hidden"));
+  const double heads = static_cast<double>(m.options.at("heads"));
+  const double f = static_cast<double>(m.options.at("ffn"));
+  const double s = static_cast<double>(m.options.at("sequence"));
+  const double vocabulary = static_cast<double>(m.options.at("vocabulary"));
+  const double rows = batch * s;
+  profile.input_bytes = kIdBytes * rows;
+  profile.sequence_length = static_cast<int>(s);
+  embedding(b, "embedding", rows, h, 2, vocabulary * h + s * h, rows * h);
+  for (long long l = 1; l <= layers; ++l) transformer_block(b, fmt::format("block{}", l), batch, s, h, heads, f);
+  {  // LayerNorm: 5 FLOPs per element forward, 8 for the input gradient, 2 for the weights
+    Cost cost = b.cost();
+    cost.flops(5 * rows * h, 8 * rows * h, 2 * rows * h);
+    cost.memory(rows * h, rows * h, 0, b.e * 2 * h);
+    b.add("final_norm", "norm", cost, rows * h, rows * h, 2 * h);
+  }
+  Cost head = b.cost();
+  head.weight_product(rows, h, vocabulary, 0);
+  b.add("head", "linear", head, rows * vocabulary, rows * vocabulary, h * vocabulary);
+  b.loss(rows, vocabulary);
+}
+
+}  // namespace
+
+const std::vector<ModelInfo>& model_generators() { return registry(); }
+
+const ModelInfo& model_generator(const std::string& name) {
+  for (const ModelInfo& info : registry())
+    if (info.name == name) return info;
+  std::string names;
+  for (const ModelInfo& info : registry()) names += (names.empty() ? "" : ", ") + info.name;
+  throw InputError(fmt::format("model: expected one of {}, found '{}'", names, printable(name)));
+}
+
+const std::vector<std::string>& model_option_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> all;
+    for (const ModelInfo& info : registry())
+      for (const ModelOptionInfo& option : info.options)
+        if (std::find(all.begin(), all.end(), option.name) == all.end()) all.push_back(option.name);
+    return all;
+  }();
+  return names;
+}
+
+const std::vector<std::string>& model_dtypes() {
+  static const std::vector<std::string> dtypes = {"fp32", "fp16", "bf16"};
+  return dtypes;
+}
+
+double dtype_bytes(const std::string& dtype) {
+  if (dtype == "fp32" || dtype.empty()) return 4;
+  if (dtype == "fp16" || dtype == "bf16") return 2;
+  throw InputError(fmt::format("--dtype: expected fp32, fp16 or bf16, found '{}'", printable(dtype)));
+}
+
+ResolvedModel resolve_model_spec(const ModelSpec& spec) {
+  const ModelInfo& info = model_generator(spec.name);
+  ResolvedModel model;
+  model.name = info.name;
+  for (const auto& [name, value] : spec.options) {
+    const auto known = std::find_if(info.options.begin(), info.options.end(),
+                                    [&](const ModelOptionInfo& option) { return option.name == name; });
+    if (known == info.options.end())
+      throw InputError(fmt::format("{}: model {} has no such option; its options are {}, --micro-batch-size and --dtype",
+                                   flag_of(name), info.name, option_list(info)));
+    const long long limit = name == "layers" ? kMaxLayersOption : kMaxOption;
+    if (value < 1 || value > limit)
+      throw InputError(fmt::format("{}: expected an integer from 1 to {}, found {}", flag_of(name), limit, value));
+  }
+  for (const ModelOptionInfo& option : info.options) {
+    const auto given = spec.options.find(option.name);
+    model.options[option.name] = given != spec.options.end() ? given->second : option.default_value;
+  }
+  const long long size = spec.micro_batch_size.value_or(info.default_micro_batch_size);
+  if (size < 1 || size > kMaxMicroBatchSize)
+    throw InputError(fmt::format("--micro-batch-size: expected an integer from 1 to {}, found {}", kMaxMicroBatchSize, size));
+  model.micro_batch_size = static_cast<int>(size);
+  model.dtype = spec.dtype.empty() ? "fp32" : spec.dtype;
+  dtype_bytes(model.dtype);
+  auto& o = model.options;
+  if (info.name == "gnmt" && (o["layers"] < 4 || o["layers"] % 2 != 0))
+    throw InputError(fmt::format("--layers: gnmt stacks L/2 encoder and L/2 decoder LSTM layers; expected an even L >= 4, "
+                                 "found {}",
+                                 o["layers"]));
+  if (info.name == "gpt") {
+    if (o["hidden"] % o["heads"] != 0)
+      throw InputError(fmt::format("--hidden: expected a multiple of --heads ({}), found {}", o["heads"], o["hidden"]));
+    if (o["ffn"] == 0) o["ffn"] = 4 * o["hidden"];
+  }
+  if (info.name == "vgg16" && o["hidden"] == 0) o["hidden"] = std::max<long long>(1, 4096 * o["width"] / 64);
+  if ((info.name == "vgg16" || info.name == "resnet50") && o["image"] % 32 != 0)
+    throw InputError(fmt::format("--image: {} halves the image 5 times; expected a multiple of 32, found {}", info.name,
+                                 o["image"]));
+  return model;
+}
+
+std::string model_spec_text(const ResolvedModel& model) {
+  std::string text = model.name;
+  for (const ModelOptionInfo& option : model_generator(model.name).options)
+    text += fmt::format(" {}={}", option.name, model.options.at(option.name));
+  return text + fmt::format(" micro_batch_size={} dtype={}", model.micro_batch_size, model.dtype);
+}
+
+Profile generate_model_profile(const ModelSpec& spec) {
+  const ResolvedModel model = resolve_model_spec(spec);
+  Profile profile;
+  profile.name = model_spec_text(model);
+  profile.micro_batch_size = model.micro_batch_size;
+  profile.dtype = model.dtype;
+  Builder builder(dtype_bytes(model.dtype));
+  if (model.name == "mlp") build_mlp(builder, model, profile);
+  else if (model.name == "vgg16") build_vgg16(builder, model, profile);
+  else if (model.name == "resnet50") build_resnet50(builder, model, profile);
+  else if (model.name == "gnmt") build_gnmt(builder, model, profile);
+  else build_gpt(builder, model, profile);
+  profile.layers = std::move(builder.layers);
+  check_profile(profile, fmt::format("model {}", profile.name));
+  return profile;
+}
+
+double profile_parameter_count(const Profile& profile) {
+  double bytes = 0;
+  for (const Layer& layer : profile.layers) bytes += layer.parameter_bytes;
+  return bytes / dtype_bytes(profile.dtype);
+}
+
+double profile_total_flops(const Profile& profile) {
+  double total = 0;
+  for (const Layer& layer : profile.layers)
+    total += layer.forward_flops.value_or(0) + layer.backward_input_flops.value_or(0) +
+             layer.backward_weight_flops.value_or(0);
+  return total;
+}
+
+}  // namespace pipegrid

@@ -1,0 +1,107 @@
+#pragma once
+// Model generators: a Profile built from a model's architecture, with the
+// analytic costs of every layer (FLOPs, memory traffic, activation and
+// parameter bytes) and no times. Pure functions over plain data; the rules
+// are in docs/formats.md, "Analytic fields".
+//
+// Models and options (integers; the shared vocabulary of the model zoo, the
+// CLI's `--NAME` flags and experiments' parameters):
+//   mlp:      layers (8), hidden (256), classes (10); micro-batch 32.
+//   vgg16:    width (64), image (224), hidden (4096 x width / 64), classes
+//             (1000); micro-batch 128.
+//   resnet50: width (64), image (224), classes (1000); micro-batch 128.
+//   gnmt:     layers (8: L, even, >= 4), hidden (1024), vocabulary (32320),
+//             sequence (48); micro-batch 32 (PipeDream's gnmt profile).
+//   gpt:      layers (12), hidden (768), heads (12), ffn (4 x hidden),
+//             sequence (1024), vocabulary (50257); micro-batch 8.
+// Every model also takes micro_batch_size and dtype (fp32, the default,
+// fp16 or bf16).
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/profile.hpp"
+
+namespace pipegrid {
+
+/// One integer option of a model generator.
+struct ModelOptionInfo {
+  std::string name;         ///< snake_case; the CLI flag is --name with '_' -> '-'
+  long long default_value;  ///< 0: derived from other options (see description)
+  std::string description;
+};
+
+/// A registered model generator.
+struct ModelInfo {
+  std::string name;
+  std::string description;
+  std::vector<ModelOptionInfo> options;  ///< without micro_batch_size and dtype
+  int default_micro_batch_size = 1;
+};
+
+/// The generators in the order `pipegrid model --list` shows them.
+const std::vector<ModelInfo>& model_generators();
+
+/// The generator named `name`; InputError listing the names otherwise.
+const ModelInfo& model_generator(const std::string& name);
+
+/// Every option name some model takes (union, in first-seen order), without
+/// micro_batch_size and dtype: the CLI defines one flag per name.
+const std::vector<std::string>& model_option_names();
+
+/// The dtypes a generated profile may have: fp32, fp16, bf16.
+const std::vector<std::string>& model_dtypes();
+
+/// Bytes of one element (parameter or activation) in `dtype`: 4 for fp32,
+/// 2 for fp16 and bf16; InputError naming --dtype otherwise.
+double dtype_bytes(const std::string& dtype);
+
+/// A model and its options as a user gives them: options absent take their
+/// defaults, micro_batch_size and dtype too.
+struct ModelSpec {
+  std::string name;
+  std::map<std::string, long long> options;
+  std::optional<long long> micro_batch_size;
+  std::string dtype;  ///< empty: fp32
+};
+
+/// A spec with every option filled in (defaults and derived values).
+struct ResolvedModel {
+  std::string name;
+  std::map<std::string, long long> options;  ///< every option of the model
+  int micro_batch_size = 1;
+  std::string dtype = "fp32";
+};
+
+/** Checks the spec and fills in the defaults. InputError (naming the flag,
+ *  --layers, what was expected and what was found) for an unknown model, an
+ *  option the model does not take, a value < 1 or above 10^7 (layers: 10^5),
+ *  a micro-batch size outside 1..10^6, an unknown dtype, and the models'
+ *  own rules: gnmt's layers even and >= 4, gpt's hidden a multiple of heads,
+ *  vgg16's and resnet50's image a multiple of 32. */
+ResolvedModel resolve_model_spec(const ModelSpec& spec);
+
+/** "NAME key=value ..." in the registry's option order, then
+ *  micro_batch_size and dtype: the generated profile's name. */
+std::string model_spec_text(const ResolvedModel& model);
+
+/** The profile of the model: one layer per entry of the model's layer list
+ *  (docs/formats.md, Analytic fields), every layer with op, FLOPs,
+ *  bytes_read/bytes_written, output, activation and parameter bytes, and
+ *  times_given false (no times); the profile with micro_batch_size, dtype,
+ *  sequence_length (sequence models) and input_bytes. Passes check_profile.
+ *  Throws what resolve_model_spec throws, and InputError when a value
+ *  exceeds the limits of check_profile. */
+Profile generate_model_profile(const ModelSpec& spec);
+
+/** The parameters of a profile's layers: parameter_bytes summed, divided by
+ *  the bytes per element of the profile's dtype (fp32 when empty). */
+double profile_parameter_count(const Profile& profile);
+
+/** Forward + backward_input + backward_weight FLOPs of one micro-batch,
+ *  summed over the layers that have them. */
+double profile_total_flops(const Profile& profile);
+
+}  // namespace pipegrid
