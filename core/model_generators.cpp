@@ -299,7 +299,7 @@ void build_resnet50(Builder& b, const ResolvedModel& m, Profile& profile) {
     const double outputs = batch * width * side * side;
     cost.memory(outputs, outputs, 0, b.e * 2 * width);  // BN
     cost.memory(outputs, outputs);                       // ReLU
-    b.add("conv1", "conv2d", cost, outputs, 2 * outputs, width * 49 + 2 * width);
+    b.add("conv1", "conv2d", cost, outputs, 2 * outputs, 3 * 49 * width + 2 * width);
   }
   const double pooled = out_side_of(side, 3, 2, 1);
   max_pool(b, "pool1", batch, width, side, pooled, 3);
