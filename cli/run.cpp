@@ -161,6 +161,12 @@ Plan make_plan(const PlanRequest& request) {
     plan.profile = generate_model_profile(spec);
   } else {
     if (request.profile_file.empty()) throw InputError("simulate: --profile FILE or --model NAME is required");
+    if (!request.model.options.empty())
+      throw InputError(fmt::format("--{}: a model option, for --model NAME; the profile {} gives the model",
+                                   request.model.options.begin()->first, printable(request.profile_file)));
+    if (!request.model.dtype.empty())
+      throw InputError(fmt::format("--dtype: applies to --model NAME; the profile {} gives the model",
+                                   printable(request.profile_file)));
     plan.profile = profile_from(request.profile_file, request.batch_size);
   }
   // Layers with analytic costs only need a device model for their times.
