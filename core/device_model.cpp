@@ -22,12 +22,15 @@ constexpr double kTera = 1e12, kGiga = 1e9, kGiB = 1024.0 * 1024 * 1024, kMega =
 /// (bench/model_error_bench.cpp, built with -DPIPEGRID_BUILD_BENCH=ON): it
 /// fits all six PipeDream profiles (models/pipedream) and prints this table.
 /// Compute curves: e_max against the V100's FP32 peak, half in FLOPs; memory
-/// curves: e_max against its bandwidth, half in bytes.
+/// curves: e_max against its bandwidth, half in bytes. A conv e_max above 1
+/// is real: cuDNN's Winograd and FFT algorithms do fewer operations than the
+/// direct convolution's FLOPs counted here. The error of these curves is in
+/// docs/devices.md (it is large for GNMT and ResNet-101).
 constexpr double kV100Fitted[kOpClassCount][2][2][2] = {
     // {forward {compute {e_max, half}, memory {e_max, half}}, backward {...}}
-    /* Conv */ {{{0.7, 0}, {0.7, 0}}, {{0.7, 0}, {0.7, 0}}},
-    /* Matmul */ {{{0.7, 0}, {0.7, 0}}, {{0.7, 0}, {0.7, 0}}},
-    /* Memory */ {{{1, 0}, {0.7, 0}}, {{1, 0}, {0.7, 0}}},
+    /* Conv */ {{{1.65918, 2.24947e+10}, {0.737716, 2.01508e+08}}, {{1.50409, 1.01581e+10}, {0.769626, 3.99214e+07}}},
+    /* Matmul */ {{{0.586572, 6.58266e+06}, {0.737716, 2.01508e+08}}, {{1.04561, 6.51998e+08}, {0.769626, 3.99214e+07}}},
+    /* Memory */ {{{1, 0}, {0.737716, 2.01508e+08}}, {{1, 0}, {0.769626, 3.99214e+07}}},
 };
 
 ClassEfficiency fitted_row(int c) {
@@ -174,11 +177,12 @@ double gpu_pass_time(const PassWork& work, const PassEfficiency& curves, double 
   if (work.flops <= 0 && work.bytes <= 0) return 0;
   const double steps = std::max(1, work.steps);
   // flops / (P e(flops / steps)) = (flops + steps half) / (P e_max), written
-  // in the second form so that it is exact and defined at half = 0.
+  // in the second form so that it is exact and defined at half = 0. The
+  // steps divide the compute only: the bytes count as one transfer.
   const double compute =
       work.flops > 0 ? (work.flops + steps * curves.compute.half) / (peak_flops * curves.compute.e_max) : 0;
   const double memory =
-      work.bytes > 0 ? (work.bytes + steps * curves.memory.half) / (bandwidth_Bps * curves.memory.e_max) : 0;
+      work.bytes > 0 ? (work.bytes + curves.memory.half) / (bandwidth_Bps * curves.memory.e_max) : 0;
   return std::max(compute, memory) + overhead_s;
 }
 

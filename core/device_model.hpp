@@ -109,9 +109,10 @@ struct PassWork {
 };
 
 /** A GPU pass's time: 0 when flops and bytes are both 0, else
- *    max(flops / (peak x e_c(flops / steps)), bytes / (bandwidth x e_m(bytes / steps))) + overhead,
- *  with e_c, e_m the curves of `curves`. An operation of `steps` equal
- *  sequential parts runs each part at the efficiency of its own size. */
+ *    max(flops / (peak x e_c(flops / steps)), bytes / (bandwidth x e_m(bytes))) + overhead,
+ *  with e_c, e_m the curves of `curves`: an operation of `steps` equal
+ *  sequential parts runs each part at the compute efficiency of its own
+ *  size; its bytes count as one transfer. */
 double gpu_pass_time(const PassWork& work, const PassEfficiency& curves, double peak_flops, double bandwidth_Bps,
                      double overhead_s);
 
