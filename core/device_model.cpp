@@ -147,7 +147,10 @@ const DeviceModel* find_device_model(std::string_view name) {
 
 const DeviceModel& device_model(std::string_view name, const std::string& what) {
   if (const DeviceModel* device = find_device_model(name)) return *device;
-  throw InputError(fmt::format("{}: unknown device model '{}': expected one of {}", what, name, device_catalogue_names()));
+  std::string shown(name.substr(0, 64));
+  for (char& c : shown)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  throw InputError(fmt::format("{}: unknown device model '{}': expected one of {}", what, shown, device_catalogue_names()));
 }
 
 ClassEfficiency v100_fitted_efficiency(OpClass op_class) { return fitted_row(static_cast<int>(op_class)); }
