@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/device_model.hpp"
 #include "core/platform_check.hpp"
 
 namespace pipegrid {
@@ -172,6 +173,25 @@ HostInfo host_info_from_properties(const std::string& file, const std::string& h
       throw InputError(fmt::format("{}: expected a device type name without spaces, commas or quotes, found '{}'",
                                    field("device"), printable(it->second)));
     info.device_type = it->second;
+  }
+  // device_model names a catalogue entry (core/device_model.hpp); absent,
+  // the `device` property does when it is one. An absent `kind` follows the
+  // model's; a given one must agree with it.
+  if (auto it = properties.find("device_model"); it != properties.end())
+    info.device_model = device_model(it->second, field("device_model")).name;
+  else if (find_device_model(info.device_type))
+    info.device_model = info.device_type;
+  if (!info.device_model.empty()) {
+    const DeviceKind model_kind = find_device_model(info.device_model)->kind;
+    if (properties.count("kind") == 0) {
+      info.kind = model_kind;
+      if (properties.count("execution") == 0)
+        info.execution = model_kind == DeviceKind::Gpu ? Execution::Sync : Execution::Async;
+    } else if (info.kind != model_kind) {
+      throw InputError(fmt::format("{}: device model {} is a{} {}, but the host's kind is {}", field("device_model"),
+                                   info.device_model, model_kind == DeviceKind::Gpu ? "" : "n",
+                                   to_string(model_kind), to_string(info.kind)));
+    }
   }
   auto duration = [&](const char* property) -> std::optional<double> {
     const auto it = properties.find(property);

@@ -89,7 +89,8 @@ std::string host_id_problem(std::string_view id) {
 const std::vector<std::string>& known_host_properties() {
   static const std::vector<std::string> names = {"kind",         "execution",          "memory",
                                                  "speed_factor", "device",             "action_overhead",
-                                                 "optimizer_step_rate", "optimizer_step_overhead"};
+                                                 "optimizer_step_rate", "optimizer_step_overhead",
+                                                 "device_model"};
   return names;
 }
 

@@ -17,9 +17,21 @@
 
 namespace pipegrid {
 
+namespace {
+
+/// The layer's device times for `host`: those of its device type, else those
+/// of its device model (fill_analytic_times keys them so); null when neither.
+const LayerTimes* device_times_of(const Layer& layer, const HostInfo& host) {
+  for (const std::string* key : {&host.device_type, &host.device_model})
+    if (!key->empty())
+      if (const auto it = layer.device_times.find(*key); it != layer.device_times.end()) return &it->second;
+  return nullptr;
+}
+
+}  // namespace
+
 LayerTimes layer_times_on(const Layer& layer, const HostInfo& host) {
-  if (!host.device_type.empty())
-    if (const auto it = layer.device_times.find(host.device_type); it != layer.device_times.end()) return it->second;
+  if (const LayerTimes* times = device_times_of(layer, host)) return *times;
   return {layer.forward_s / host.speed_factor, layer.backward_s / host.speed_factor};
 }
 
@@ -39,9 +51,7 @@ BackwardSplit backward_split(const Layer& layer, const LayerTimes& times) {
 }
 
 BackwardSplit backward_split_on(const Layer& layer, const HostInfo& host) {
-  if (!host.device_type.empty())
-    if (const auto it = layer.device_times.find(host.device_type); it != layer.device_times.end())
-      return backward_split(layer, it->second);
+  if (const LayerTimes* times = device_times_of(layer, host)) return backward_split(layer, *times);
   const BackwardSplit own = backward_split(layer);
   return {own.input_s / host.speed_factor, own.weight_s / host.speed_factor};
 }

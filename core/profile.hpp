@@ -132,7 +132,9 @@ struct Profile {
   int sequence_length = 0;
 };
 
-/** The layer's forward and backward time on `host` (see Layer::device_times). */
+/** The layer's forward and backward time on `host`: its device_times of the
+ *  host's device type, else of the host's device model, else forward_s and
+ *  backward_s divided by the host's speed_factor (see Layer::device_times). */
 LayerTimes layer_times_on(const Layer& layer, const HostInfo& host);
 
 /** A backward's two parts: input gradient (I) and weight gradient (W). */
@@ -153,7 +155,7 @@ BackwardSplit backward_split(const Layer& layer);
  *  times.backward_s with the layer's parameters. */
 BackwardSplit backward_split(const Layer& layer, const LayerTimes& times);
 /** The split on `host`, as layer_times_on: the device times' split when the
- *  host's device type is listed, else the layer's own split divided by the
+ *  host's device type or device model is listed, else the layer's own split divided by the
  *  host's speed_factor. I + W equals layer_times_on(...).backward_s up to
  *  rounding. */
 BackwardSplit backward_split_on(const Layer& layer, const HostInfo& host);

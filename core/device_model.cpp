@@ -1,0 +1,321 @@
+// Device models (core/device_model.hpp; docs/devices.md gives the sources).
+
+#include "core/device_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <Eigen/Dense>
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace pipegrid {
+
+namespace {
+
+constexpr double kTera = 1e12, kGiga = 1e9, kGiB = 1024.0 * 1024 * 1024, kMega = 1e6;
+
+/// The V100's fitted curves by OpClass (Conv, Matmul, Memory). Refit with
+///   pipegrid_model_error_bench --print-constants
+/// (bench/model_error_bench.cpp, built with -DPIPEGRID_BUILD_BENCH=ON): it
+/// fits all six PipeDream profiles (models/pipedream) and prints this table.
+/// Compute curves: e_max against the V100's FP32 peak, half in FLOPs; memory
+/// curves: e_max against its bandwidth, half in bytes. A conv e_max above 1
+/// is real: cuDNN's Winograd and FFT algorithms do fewer operations than the
+/// direct convolution's FLOPs counted here. The error of these curves is in
+/// docs/devices.md (it is large for GNMT and ResNet-101).
+constexpr double kV100Fitted[kOpClassCount][2][2][2] = {
+    // {forward {compute {e_max, half}, memory {e_max, half}}, backward {...}}
+    /* Conv */ {{{1.65918, 2.24947e+10}, {0.737716, 2.01508e+08}}, {{1.50409, 1.01581e+10}, {0.769626, 3.99214e+07}}},
+    /* Matmul */ {{{0.586572, 6.58266e+06}, {0.737716, 2.01508e+08}}, {{1.04561, 6.51998e+08}, {0.769626, 3.99214e+07}}},
+    /* Memory */ {{{1, 0}, {0.737716, 2.01508e+08}}, {{1, 0}, {0.769626, 3.99214e+07}}},
+};
+
+ClassEfficiency fitted_row(int c) {
+  ClassEfficiency out;
+  PassEfficiency* passes[2] = {&out.forward, &out.backward};
+  for (int p = 0; p < 2; ++p) {
+    passes[p]->compute = {kV100Fitted[c][p][0][0], kV100Fitted[c][p][0][1]};
+    passes[p]->memory = {kV100Fitted[c][p][1][0], kV100Fitted[c][p][1][1]};
+  }
+  return out;
+}
+
+// Vendor figures (docs/devices.md, Catalogue, names each datasheet).
+constexpr double kV100Fp32 = 14 * kTera, kV100Fp16 = 112 * kTera, kV100Bandwidth = 900 * kGiga;
+
+DeviceModel gpu(std::string name, std::string description, double fp32, double fp16, double bf16, double bandwidth,
+                double memory) {
+  DeviceModel device;
+  device.name = std::move(name);
+  device.description = std::move(description);
+  device.kind = DeviceKind::Gpu;
+  device.peak_fp32_flops = fp32;
+  device.peak_fp16_flops = fp16;
+  device.peak_bf16_flops = bf16;
+  device.memory_bandwidth_Bps = bandwidth;
+  device.memory_bytes = memory;
+  return device;
+}
+
+DeviceModel fpga(std::string name, std::string description, int dsp, double on_chip_megabits, double ddr_bandwidth,
+                 double ddr_bytes) {
+  DeviceModel device;
+  device.name = std::move(name);
+  device.description = std::move(description);
+  device.kind = DeviceKind::Fpga;
+  device.dsp_slices = dsp;
+  device.clock_hz = 200 * kMega;  // assumed design clock (docs/devices.md)
+  device.fpga_efficiency = 0.8;   // assumed DSP utilisation (docs/devices.md)
+  device.on_chip_bytes = on_chip_megabits * kMega / 8;
+  device.ddr_bandwidth_Bps = ddr_bandwidth;
+  device.memory_bytes = ddr_bytes;
+  return device;
+}
+
+std::vector<DeviceModel> build_catalogue() {
+  ClassEfficiency v100[kOpClassCount];
+  for (int c = 0; c < kOpClassCount; ++c) v100[c] = fitted_row(c);
+  std::vector<DeviceModel> gpus = {
+      gpu("V100", "NVIDIA Tesla V100 PCIe 16 GB", kV100Fp32, kV100Fp16, 0, kV100Bandwidth, 16 * kGiB),
+      gpu("A100", "NVIDIA A100 SXM4 80 GB", 19.5 * kTera, 312 * kTera, 312 * kTera, 2039 * kGiga, 80 * kGiB),
+      gpu("H100", "NVIDIA H100 SXM5 80 GB", 67 * kTera, 989.5 * kTera, 989.5 * kTera, 3350 * kGiga, 80 * kGiB),
+      gpu("H200", "NVIDIA H200 SXM 141 GB", 67 * kTera, 989.5 * kTera, 989.5 * kTera, 4800 * kGiga, 141 * kGiga),
+  };
+  std::vector<DeviceModel> out;
+  for (const DeviceModel& device : gpus) out.push_back(with_efficiency(device, v100));
+  out.push_back(fpga("VCU118", "Xilinx VCU118 (Virtex UltraScale+ XCVU9P)", 6840, 345.9, 40 * kGiga, 8 * kGiB));
+  out.push_back(fpga("VCU129", "Xilinx VCU129 (Virtex UltraScale+ XCVU29P)", 12288, 454.9, 40 * kGiga, 8 * kGiB));
+  return out;
+}
+
+std::string printable_dtype(std::string_view dtype) { return dtype.empty() ? std::string("fp32") : std::string(dtype); }
+
+}  // namespace
+
+OpClass op_class(std::string_view op) {
+  if (op == "conv2d") return OpClass::Conv;
+  if (op == "embedding" || op == "norm" || op == "pool" || op == "elementwise" || op == "loss") return OpClass::Memory;
+  return OpClass::Matmul;
+}
+
+const char* to_string(OpClass op_class) {
+  switch (op_class) {
+    case OpClass::Conv: return "conv";
+    case OpClass::Matmul: return "matmul";
+    case OpClass::Memory: return "memory";
+  }
+  return "?";
+}
+
+double DeviceModel::peak_flops(std::string_view dtype) const {
+  const std::string type = printable_dtype(dtype);
+  if (kind == DeviceKind::Fpga) {
+    if (type == "fp16" || type == "bf16") return 2.0 * dsp_slices * clock_hz * fpga_efficiency;
+    throw InputError(fmt::format("device model {}: FPGA boards are modelled with 16-bit arithmetic (fp16 or bf16, one "
+                                 "multiply-add per DSP slice per cycle), found dtype '{}': give the profile dtype fp16",
+                                 name, type));
+  }
+  double peak = 0;
+  if (type == "fp32") peak = peak_fp32_flops;
+  else if (type == "fp16") peak = peak_fp16_flops;
+  else if (type == "bf16") peak = peak_bf16_flops;
+  else
+    throw InputError(fmt::format("device model {}: expected dtype fp32, fp16 or bf16, found '{}'", name, type));
+  if (peak <= 0) throw InputError(fmt::format("device model {} ({}) has no {} arithmetic", name, description, type));
+  return peak;
+}
+
+const std::vector<DeviceModel>& device_catalogue() {
+  static const std::vector<DeviceModel> catalogue = build_catalogue();
+  return catalogue;
+}
+
+std::string device_catalogue_names() {
+  std::string out;
+  for (const DeviceModel& device : device_catalogue()) out += (out.empty() ? "" : ", ") + device.name;
+  return out;
+}
+
+const DeviceModel* find_device_model(std::string_view name) {
+  for (const DeviceModel& device : device_catalogue())
+    if (device.name == name) return &device;
+  return nullptr;
+}
+
+const DeviceModel& device_model(std::string_view name, const std::string& what) {
+  if (const DeviceModel* device = find_device_model(name)) return *device;
+  std::string shown(name.substr(0, 64));
+  for (char& c : shown)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  throw InputError(fmt::format("{}: unknown device model '{}': expected one of {}", what, shown, device_catalogue_names()));
+}
+
+ClassEfficiency v100_fitted_efficiency(OpClass op_class) { return fitted_row(static_cast<int>(op_class)); }
+
+ClassEfficiency scale_efficiency(const ClassEfficiency& fitted, double peak_ratio, double bandwidth_ratio) {
+  ClassEfficiency out = fitted;
+  for (PassEfficiency* pass : {&out.forward, &out.backward}) {
+    pass->compute.half *= peak_ratio;
+    pass->memory.half *= bandwidth_ratio;
+  }
+  return out;
+}
+
+DeviceModel with_efficiency(const DeviceModel& device, const ClassEfficiency (&v100_fitted)[kOpClassCount]) {
+  DeviceModel out = device;
+  if (out.kind != DeviceKind::Gpu) return out;
+  // The fit is against the V100's FP32 peak; a GPU's `half` scales with its
+  // own FP32 peak (its other dtypes use the same curves at their peaks).
+  const double peak_ratio = out.peak_fp32_flops / kV100Fp32;
+  const double bandwidth_ratio = out.memory_bandwidth_Bps / kV100Bandwidth;
+  for (int c = 0; c < kOpClassCount; ++c) out.efficiency[c] = scale_efficiency(v100_fitted[c], peak_ratio, bandwidth_ratio);
+  return out;
+}
+
+double gpu_pass_time(const PassWork& work, const PassEfficiency& curves, double peak_flops, double bandwidth_Bps,
+                     double overhead_s) {
+  if (work.flops <= 0 && work.bytes <= 0) return 0;
+  const double steps = std::max(1, work.steps);
+  // flops / (P e(flops / steps)) = (flops + steps half) / (P e_max), written
+  // in the second form so that it is exact and defined at half = 0. The
+  // steps divide the compute only: the bytes count as one transfer.
+  const double compute =
+      work.flops > 0 ? (work.flops + steps * curves.compute.half) / (peak_flops * curves.compute.e_max) : 0;
+  const double memory =
+      work.bytes > 0 ? (work.bytes + curves.memory.half) / (bandwidth_Bps * curves.memory.e_max) : 0;
+  return std::max(compute, memory) + overhead_s;
+}
+
+double fpga_pass_time(double flops, double weight_bytes, const DeviceModel& fpga, bool weights_on_chip) {
+  if (flops <= 0 && weight_bytes <= 0) return 0;
+  const double compute = flops > 0 ? flops / (2.0 * fpga.dsp_slices * fpga.clock_hz * fpga.fpga_efficiency) : 0;
+  const double memory = weights_on_chip ? 0 : weight_bytes / fpga.ddr_bandwidth_Bps;
+  return std::max(compute, memory) + fpga.layer_overhead_s;
+}
+
+LayerTimes analytic_layer_times(const Layer& layer, const DeviceModel& device, std::string_view dtype,
+                                int sequence_length, bool weights_on_chip) {
+  if (!layer.forward_flops)
+    throw InputError(fmt::format("layer '{}' has neither times nor forward_flops: device model {} cannot time it",
+                                 layer.name, device.name));
+  const double bytes = layer.bytes_read.value_or(0) + layer.bytes_written.value_or(0);
+  const double forward = *layer.forward_flops;
+  const double input = layer.backward_input_flops.value_or(0);
+  const double weight = layer.backward_weight_flops.value_or(0);
+  const bool runs_input = input > 0, runs_weight = layer.has_parameters();
+  LayerTimes times;
+  if (device.kind == DeviceKind::Fpga) {
+    device.peak_flops(dtype);  // refuses fp32
+    const double weights = layer.parameter_bytes;
+    times.forward_s = fpga_pass_time(forward, weights, device, weights_on_chip);
+    times.backward_input_s = runs_input ? fpga_pass_time(input, weights, device, weights_on_chip) : 0.0;
+    times.backward_weight_s = runs_weight ? fpga_pass_time(weight, weights, device, weights_on_chip) : 0.0;
+  } else {
+    const double peak = device.peak_flops(dtype);
+    const ClassEfficiency& curves = device.efficiency[static_cast<int>(op_class(layer.op))];
+    const int steps = layer.op == "lstm" && sequence_length > 0 ? sequence_length : 1;
+    auto pass = [&](double flops, const PassEfficiency& efficiency) {
+      return gpu_pass_time({flops, bytes, steps}, efficiency, peak, device.memory_bandwidth_Bps,
+                           device.layer_overhead_s);
+    };
+    times.forward_s = pass(forward, curves.forward);
+    times.backward_input_s = runs_input ? pass(input, curves.backward) : 0.0;
+    times.backward_weight_s = runs_weight ? pass(weight, curves.backward) : 0.0;
+  }
+  times.backward_s = *times.backward_input_s + *times.backward_weight_s;
+  return times;
+}
+
+std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSummary& platform) {
+  std::vector<std::size_t> missing;
+  for (std::size_t i = 0; i < profile.layers.size(); ++i)
+    if (!profile.layers[i].times_given) missing.push_back(i);
+  if (missing.empty()) return {};
+  auto layer_label = [&](std::size_t i) { return fmt::format("layer {} '{}'", i, profile.layers[i].name); };
+  if (!profile.measured.empty())
+    throw InputError(fmt::format("profile '{}': {} has no times; a profile measured at several micro-batch sizes must "
+                                 "give every layer's times",
+                                 profile.name, layer_label(missing.front())));
+  for (const std::size_t i : missing) {
+    const Layer& layer = profile.layers[i];
+    if (!layer.has_flops())
+      throw InputError(fmt::format("profile '{}': {} has neither forward_s/backward_s nor forward_flops: give its "
+                                   "times or its FLOPs",
+                                   profile.name, layer_label(i)));
+    for (const HostInfo& host : platform.hosts) {
+      if (!host.device_model.empty()) continue;
+      if (!host.device_type.empty() && layer.device_times.count(host.device_type)) continue;
+      throw InputError(fmt::format(
+          "{}: host '{}' has no device model, and profile '{}' gives no times for {}: give the host a device_model "
+          "property (one of {}), or give the layer's times",
+          platform.file, host.name, profile.name, layer_label(i), device_catalogue_names()));
+    }
+  }
+  std::vector<std::string> models;  // in host order, each once
+  for (const HostInfo& host : platform.hosts)
+    if (!host.device_model.empty() && std::find(models.begin(), models.end(), host.device_model) == models.end())
+      models.push_back(host.device_model);
+  double total_parameter_bytes = 0;
+  for (const Layer& layer : profile.layers) total_parameter_bytes += layer.parameter_bytes;
+  std::vector<std::string> notes;
+  for (const std::string& name : models) {
+    const DeviceModel& device = device_model(name, fmt::format("{}: device_model", platform.file));
+    const bool on_chip = device.kind == DeviceKind::Fpga && total_parameter_bytes <= device.on_chip_bytes;
+    for (const std::size_t i : missing) {
+      Layer& layer = profile.layers[i];
+      layer.device_times[name] = analytic_layer_times(layer, device, profile.dtype, profile.sequence_length, on_chip);
+    }
+    std::string note = fmt::format("{} layer(s) of '{}' timed by the {} device model ({}, dtype {})", missing.size(),
+                                   profile.name, name, device.description, printable_dtype(profile.dtype));
+    if (device.kind == DeviceKind::Fpga)
+      note += on_chip ? "; weights on chip" : "; weights do not fit on chip: streamed from DDR";
+    notes.push_back(std::move(note));
+  }
+  const std::string& first = platform.hosts.front().device_model;
+  if (!first.empty())
+    for (const std::size_t i : missing) {
+      Layer& layer = profile.layers[i];
+      const LayerTimes& times = layer.device_times.at(first);
+      layer.forward_s = times.forward_s;
+      layer.backward_s = times.backward_s;
+      layer.backward_input_s = times.backward_input_s;
+      layer.backward_weight_s = times.backward_weight_s;
+    }
+  return notes;
+}
+
+LinearFit fit_time_line(const std::vector<FitSample>& samples) {
+  if (samples.empty()) throw InputError("efficiency fit: no samples");
+  const Eigen::Index rows = static_cast<Eigen::Index>(samples.size());
+  Eigen::MatrixXd design(rows, 2);
+  Eigen::VectorXd times(rows);
+  for (Eigen::Index i = 0; i < rows; ++i) {
+    const FitSample& sample = samples[static_cast<std::size_t>(i)];
+    design(i, 0) = sample.x;
+    design(i, 1) = sample.n;
+    times(i) = sample.t;
+  }
+  // Columns scaled to unit norm first: x (FLOPs) and n (steps) differ by
+  // ten orders of magnitude.
+  const Eigen::Vector2d scale(std::max(design.col(0).norm(), 1e-300), std::max(design.col(1).norm(), 1e-300));
+  const Eigen::MatrixXd scaled = design * scale.cwiseInverse().asDiagonal();
+  LinearFit fit;
+  const Eigen::Vector2d free = scaled.colPivHouseholderQr().solve(times);
+  fit.a = free(0) / scale(0);
+  fit.b = free(1) / scale(1);
+  if (!(fit.b >= 0) || design.col(1).norm() == 0) {
+    const Eigen::VectorXd x = design.col(0);
+    fit.a = x.squaredNorm() > 0 ? x.dot(times) / x.squaredNorm() : 0;
+    fit.b = 0;
+  }
+  if (!(fit.a > 0) || !std::isfinite(fit.a))
+    throw InputError(fmt::format("efficiency fit: the fitted time per unit of work is {:g}, not positive", fit.a));
+  return fit;
+}
+
+EfficiencyCurve curve_from_fit(const LinearFit& fit, double rate) { return {1.0 / (fit.a * rate), fit.b / fit.a}; }
+
+}  // namespace pipegrid

@@ -1,0 +1,167 @@
+#pragma once
+// Device models: a catalogue of GPUs and FPGA boards, a roofline time per
+// layer pass with a size-dependent efficiency, and the fill-in of analytic
+// times for profile layers that have FLOPs but no measured times
+// (docs/devices.md gives every number's source, the rules and their error).
+// Pure functions over plain data.
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/platform.hpp"
+#include "core/profile.hpp"
+
+namespace pipegrid {
+
+/// Efficiency as a function of an operation's size s (FLOPs for compute,
+/// bytes for memory traffic): e(s) = e_max * s / (s + half). The time of an
+/// operation of size s at peak rate P is then s / (P e(s)) = (s + half) /
+/// (P e_max): linear in s, which is what makes the fit a linear least
+/// squares problem (fit_efficiency).
+struct EfficiencyCurve {
+  double e_max = 1;  ///< efficiency of a very large operation, in (0, 1]
+  double half = 0;   ///< the size at which the efficiency is e_max / 2 (>= 0)
+  double at(double size) const { return size <= 0 ? 0 : e_max * size / (size + half); }
+};
+
+/// The operation classes the efficiency depends on (op_class maps a
+/// Layer::op onto one).
+enum class OpClass {
+  Conv,    ///< "conv2d"
+  Matmul,  ///< "linear", "lstm", "attention", "transformer", and unknown ops
+  Memory,  ///< "embedding", "norm", "pool", "elementwise", "loss": memory-bound
+};
+constexpr int kOpClassCount = 3;
+OpClass op_class(std::string_view op);
+const char* to_string(OpClass op_class);
+
+/// A pass's efficiency curves: compute (FLOPs) and memory (bytes).
+struct PassEfficiency {
+  EfficiencyCurve compute, memory;
+};
+/// One class's curves, for the forward pass and for each backward part.
+struct ClassEfficiency {
+  PassEfficiency forward, backward;
+};
+
+struct DeviceModel {
+  std::string name;         ///< catalogue name: "V100", "H100", "VCU118", ...
+  std::string description;  ///< the exact part, for people ("Tesla V100 PCIe 16 GB")
+  DeviceKind kind = DeviceKind::Gpu;
+  double memory_bytes = 0;  ///< device memory (GPU HBM; FPGA board DDR)
+
+  // GPUs: peak FLOP/s by dtype (0: the dtype is not supported), memory
+  // bandwidth, and the fitted efficiencies (GPUs) by OpClass.
+  double peak_fp32_flops = 0;  ///< FP32 without tensor cores (CUDA cores)
+  double peak_fp16_flops = 0;  ///< FP16 tensor core, dense
+  double peak_bf16_flops = 0;  ///< BF16 tensor core, dense
+  double memory_bandwidth_Bps = 0;
+  ClassEfficiency efficiency[kOpClassCount] = {};
+  /// Fixed time added to every pass that runs (forward, I, W) of a layer.
+  double layer_overhead_s = 0;
+
+  // FPGAs (after FPDeep, as BaPipe describes it): compute = dsp_slices x
+  // clock_hz x 2 (one 16-bit multiply-add per DSP per cycle) x
+  // fpga_efficiency; weights on chip, or streamed from DDR.
+  int dsp_slices = 0;
+  double clock_hz = 0;
+  double on_chip_bytes = 0;
+  double ddr_bandwidth_Bps = 0;
+  double fpga_efficiency = 1;
+
+  /// Peak FLOP/s for `dtype` ("fp32", "fp16", "bf16"; empty means fp32).
+  /// Throws InputError when the device does not support the dtype (a V100
+  /// has no bf16; the FPGA models compute in 16 bits only).
+  double peak_flops(std::string_view dtype) const;
+};
+
+/// The catalogue, in the order listed in messages: V100, A100, H100, H200,
+/// VCU118, VCU129.
+const std::vector<DeviceModel>& device_catalogue();
+/// "V100, A100, H100, H200, VCU118, VCU129".
+std::string device_catalogue_names();
+/// The entry named exactly `name`; nullptr when there is none.
+const DeviceModel* find_device_model(std::string_view name);
+/// The entry named `name`; InputError listing the catalogue otherwise
+/// (`what` names the field, e.g. "platform.xml: host 'gpu0': property 'device_model'").
+const DeviceModel& device_model(std::string_view name, const std::string& what);
+
+/// The V100's efficiency curves fitted to PipeDream's profiles (fit_pipedream,
+/// core/pipedream_flops.hpp), by OpClass. The other GPUs take them as they
+/// are for e_max, with every `half` scaled by the GPU's peak (compute) or
+/// bandwidth (memory) over the V100's: the time of a tiny operation
+/// (half / (P e_max)) stays the same on every GPU.
+ClassEfficiency v100_fitted_efficiency(OpClass op_class);
+/// `fitted` (V100 curves) carried over to a device of compute peak ratio
+/// `peak_ratio` and bandwidth ratio `bandwidth_ratio` (as above).
+ClassEfficiency scale_efficiency(const ClassEfficiency& fitted, double peak_ratio, double bandwidth_ratio);
+/// The catalogue's GPUs rebuilt with `fitted` V100 curves (by OpClass), for
+/// the error bench's leave-one-model-out fits.
+DeviceModel with_efficiency(const DeviceModel& device, const ClassEfficiency (&v100_fitted)[kOpClassCount]);
+
+/// One pass of a layer as the roofline sees it.
+struct PassWork {
+  double flops = 0;
+  double bytes = 0;  ///< device-memory bytes moved
+  int steps = 1;     ///< sequential operations it consists of (an LSTM: its time steps)
+};
+
+/** A GPU pass's time: 0 when flops and bytes are both 0, else
+ *    max(flops / (peak x e_c(flops / steps)), bytes / (bandwidth x e_m(bytes))) + overhead,
+ *  with e_c, e_m the curves of `curves`: an operation of `steps` equal
+ *  sequential parts runs each part at the compute efficiency of its own
+ *  size; its bytes count as one transfer. */
+double gpu_pass_time(const PassWork& work, const PassEfficiency& curves, double peak_flops, double bandwidth_Bps,
+                     double overhead_s);
+
+/** An FPGA pass's time: 0 when flops and weight bytes are both 0, else
+ *    max(flops / (2 x dsp x clock x efficiency), weights_on_chip ? 0 : weight_bytes / ddr_bandwidth) + overhead. */
+double fpga_pass_time(double flops, double weight_bytes, const DeviceModel& fpga, bool weights_on_chip);
+
+/** The layer's analytic times on `device` for a profile of `dtype` at
+ *  `sequence_length` (LSTM steps; 0: one step), with the backward split:
+ *  - forward: forward_flops, bytes_read + bytes_written;
+ *  - I (backward_input_s): backward_input_flops, the same bytes; it runs only
+ *    when backward_input_flops > 0 (no input gradient: a first layer, an embedding);
+ *  - W (backward_weight_s): backward_weight_flops, the same bytes; it runs
+ *    only when the layer has parameters;
+ *  backward_s = I + W. GPUs: gpu_pass_time with the curves of op_class(layer.op);
+ *  FPGAs: fpga_pass_time with the layer's parameter bytes as weight bytes.
+ *  Throws InputError when the layer has no forward_flops (the message names it). */
+LayerTimes analytic_layer_times(const Layer& layer, const DeviceModel& device, std::string_view dtype,
+                                int sequence_length, bool weights_on_chip = true);
+
+/** Fills in the times of every layer of `profile` whose times_given is
+ *  false, from the device models of `platform`'s hosts (HostInfo::device_model):
+ *  device_times[model] for each model named by a host, and the base times
+ *  (forward_s, backward_s and their split) from the first host's model, so
+ *  that code reading base times sees that device. Layers with measured times
+ *  are untouched. FPGA weights are taken on chip when the whole profile's
+ *  parameter bytes fit in the board's on-chip RAM, else streamed from DDR.
+ *  Throws InputError naming the layer and the host when a layer without
+ *  times would run on a host without a device model (nor device times of
+ *  its `device` type), or when a layer without times has no FLOPs; and for
+ *  a multi-size profile with such layers. Returns notes for people (one a
+ *  device model used), empty when no layer needed times. */
+std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSummary& platform);
+
+/// Least squares fit of t = a x + b n over samples (x, n, t) with a > 0 and
+/// b >= 0 (b is refitted as 0 when the free fit makes it negative), solved
+/// with Eigen. Throws InputError when there are fewer than one sample or
+/// the slope is not positive.
+struct LinearFit {
+  double a = 0, b = 0;
+};
+struct FitSample {
+  double x = 0;  ///< size (FLOPs or bytes), summed over the parts the time covers
+  double n = 0;  ///< steps, summed likewise
+  double t = 0;  ///< measured seconds
+};
+LinearFit fit_time_line(const std::vector<FitSample>& samples);
+/// The efficiency curve of a fitted line at `rate` (peak FLOP/s or bytes/s):
+/// e_max = 1 / (a rate), half = b / a.
+EfficiencyCurve curve_from_fit(const LinearFit& fit, double rate);
+
+}  // namespace pipegrid
