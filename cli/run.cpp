@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/device_model.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/limits.hpp"
@@ -169,14 +170,6 @@ Plan make_plan(const PlanRequest& request) {
                                    printable(request.profile_file)));
     plan.profile = profile_from(request.profile_file, request.batch_size);
   }
-  // Layers with analytic costs only need a device model for their times.
-  for (std::size_t l = 0; l < plan.profile.layers.size(); ++l)
-    if (!plan.profile.layers[l].times_given)
-      throw InputError(fmt::format(
-          "{}: layer {} '{}' has no times: its profile gives FLOPs (forward_flops) but no forward_s/backward_s, and "
-          "this build has no device model to derive them; give a profile with measured times",
-          request.model.name.empty() ? request.profile_file : "--model " + request.model.name, l,
-          printable(plan.profile.layers[l].name)));
   if (request.micro_batch_size && *request.micro_batch_size < 1)
     throw InputError(fmt::format("--micro-batch-size: expected an integer >= 1, found {}", *request.micro_batch_size));
   const MicroBatchScaling& scaling = micro_batch_scaling(request.micro_batch_scaling);
@@ -276,6 +269,14 @@ Plan make_plan(const PlanRequest& request) {
   const bool needs_routes = !request.partitioner.empty() && request.partitioner != "uniform" && !info.single_stage;
   const PlatformSummary platform =
       platform_from(request.platform_file, needs_routes ? sim::PlatformRoutes::All : sim::PlatformRoutes::None);
+  // Layers given by their FLOPs only are timed by the hosts' device models
+  // (docs/devices.md), before any partitioner weighs them.
+  try {
+    plan.device_model_notes = fill_analytic_times(plan.profile, platform);
+  } catch (const InputError& error) {
+    throw InputError(fmt::format("{}: {}", request.model.name.empty() ? request.profile_file : "--model " + request.model.name,
+                                 error.what()));
+  }
   std::vector<std::string> hosts;
   for (const HostInfo& host : platform.hosts) hosts.push_back(host.name);
   if (!request.replicas.empty() && request.partition != "uniform")
@@ -425,6 +426,11 @@ Plan make_plan(const PlanRequest& request) {
                                  "--replicas place one: use the uniform partition or a partition file",
                                  plan.virtual_stages, plan.schedule));
   check_stage_placement(plan, request.partition == "uniform" ? "partition" : request.partition);
+  // FPGA boards keep their own stages' weights on chip when they fit; the
+  // plan then carries the analytic times as the layers' times.
+  for (std::string& note : place_fpga_weights(plan.profile, plan.partition, platform))
+    plan.device_model_notes.push_back(std::move(note));
+  for (Layer& layer : plan.profile.layers) layer.times_given = true;
   plan.extend_mini_batches = !program && !request.mini_batches && !info.flushed;
   plan.mini_batches = program                 ? program->mini_batches
                       : request.mini_batches ? *request.mini_batches
@@ -727,6 +733,7 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   if (plan.virtual_stages != 1) document["virtual_stages"] = plan.virtual_stages;
   if (plan.fb_overlap != 1.0) document["fb_overlap"] = plan.fb_overlap;
   if (!plan.program_notes.empty()) document["program_notes"] = plan.program_notes;
+  if (!plan.device_model_notes.empty()) document["device_model_notes"] = plan.device_model_notes;
   document["recompute"] = plan.recompute;
   document["optimizer"] = plan.optimizer;
   nlohmann::ordered_json replicas = nlohmann::ordered_json::array();
@@ -789,6 +796,7 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   if (!plan.partitioner.empty())
     text += fmt::format("  partitioner       {}\n", plan.partitioner);
   for (const std::string& note : plan.program_notes) text += fmt::format("  program           {}\n", note);
+  for (const std::string& note : plan.device_model_notes) text += fmt::format("  device model      {}\n", note);
   if (m.steady_state) {
     const SteadyState& steady = *m.steady_state;
     text += fmt::format("  mini-batch time   {} (steady-state period: {})\n", human_seconds(m.minibatch_time_s), steady.measured_over);

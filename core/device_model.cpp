@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include <Eigen/Dense>
@@ -284,6 +285,59 @@ std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSum
       layer.backward_input_s = times.backward_input_s;
       layer.backward_weight_s = times.backward_weight_s;
     }
+  return notes;
+}
+
+std::vector<std::string> place_fpga_weights(Profile& profile, const Partition& partition, const PlatformSummary& platform) {
+  std::vector<std::string> notes;
+  if (partition.stage_of_layer.size() != profile.layers.size()) return notes;
+  for (const double split : partition.split_last)
+    if (split != 0) return notes;
+  std::map<std::string, std::vector<int>> stages_of_host;
+  for (int stage = 0; stage < partition.num_stages(); ++stage)
+    for (const std::string& host : partition.hosts[static_cast<std::size_t>(stage)]) stages_of_host[host].push_back(stage);
+  // layer -> (model -> on chip on every board of that model holding it)
+  std::map<std::size_t, std::map<std::string, bool>> on_chip_of_layer;
+  double whole_model_bytes = 0;
+  for (const Layer& layer : profile.layers) whole_model_bytes += layer.parameter_bytes;
+  for (const HostInfo& host : platform.hosts) {
+    if (host.device_model.empty()) continue;
+    const DeviceModel& device = device_model(host.device_model, fmt::format("{}: device_model", platform.file));
+    if (device.kind != DeviceKind::Fpga) continue;
+    const auto held = stages_of_host.find(host.name);
+    if (held == stages_of_host.end()) continue;
+    double resident = 0;
+    for (std::size_t l = 0; l < profile.layers.size(); ++l)
+      if (std::find(held->second.begin(), held->second.end(), partition.stage_of_layer[l]) != held->second.end())
+        resident += profile.layers[l].parameter_bytes;
+    const bool on_chip = resident <= device.on_chip_bytes;
+    const bool whole_on_chip = whole_model_bytes <= device.on_chip_bytes;
+    if (on_chip != whole_on_chip)
+      notes.push_back(fmt::format("host '{}' ({}): its stages' weights, {:.1f} MB, {} its {:.1f} MB of on-chip RAM: {}",
+                                  host.name, host.device_model, resident / 1e6, on_chip ? "fit in" : "exceed",
+                                  device.on_chip_bytes / 1e6, on_chip ? "weights on chip" : "streamed from DDR"));
+    for (std::size_t l = 0; l < profile.layers.size(); ++l) {
+      if (profile.layers[l].times_given) continue;
+      if (std::find(held->second.begin(), held->second.end(), partition.stage_of_layer[l]) == held->second.end()) continue;
+      auto [entry, inserted] = on_chip_of_layer[l].emplace(host.device_model, on_chip);
+      if (!inserted) entry->second = entry->second && on_chip;
+    }
+  }
+  const std::string& first = platform.hosts.empty() ? std::string() : platform.hosts.front().device_model;
+  for (const auto& [l, models] : on_chip_of_layer) {
+    Layer& layer = profile.layers[l];
+    for (const auto& [model, on_chip] : models) {
+      layer.device_times[model] =
+          analytic_layer_times(layer, device_model(model, "device_model"), profile.dtype, profile.sequence_length, on_chip);
+      if (model == first) {
+        const LayerTimes& times = layer.device_times.at(model);
+        layer.forward_s = times.forward_s;
+        layer.backward_s = times.backward_s;
+        layer.backward_input_s = times.backward_input_s;
+        layer.backward_weight_s = times.backward_weight_s;
+      }
+    }
+  }
   return notes;
 }
 

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/partition.hpp"
 #include "core/platform.hpp"
 #include "core/profile.hpp"
 
@@ -146,6 +147,18 @@ LayerTimes analytic_layer_times(const Layer& layer, const DeviceModel& device, s
  *  a multi-size profile with such layers. Returns notes for people (one a
  *  device model used), empty when no layer needed times. */
 std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSummary& platform);
+
+/** FPGA weights per board, once the partition is known: fill_analytic_times
+ *  decides on chip or DDR from the whole model's weights; here each FPGA
+ *  host with a device model holds the weights of the stages it runs (the
+ *  sum over its stages), on chip when they fit its on-chip RAM, else
+ *  streamed from DDR, and the analytic layers it runs (times_given false)
+ *  are timed again under that rule (device_times[model], and the base times
+ *  when the platform's first host is of that model). A layer held by two
+ *  boards of one model that decide differently takes the DDR time (the
+ *  slower). Split layers (partition.split_last) keep fill_analytic_times'
+ *  times. Returns a note per board whose rule changed, for people. */
+std::vector<std::string> place_fpga_weights(Profile& profile, const Partition& partition, const PlatformSummary& platform);
 
 /// Least squares fit of t = a x + b n over samples (x, n, t) with a > 0 and
 /// b >= 0 (b is refitted as 0 when the free fit makes it negative), solved

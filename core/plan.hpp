@@ -58,6 +58,10 @@ struct Plan {
   /// dropped, the older grammar, communication checked); informative, not
   /// written to plan files.
   std::vector<std::string> program_notes;
+  /// What the device models did for layers given by FLOPs only (which model
+  /// timed them; FPGA weights on chip or from DDR); informative, not written
+  /// to plan files (the layers' times are).
+  std::vector<std::string> device_model_notes;
 };
 
 /** Weight copies of optimizer state: sgd 0, momentum 1, adam 2; InputError
