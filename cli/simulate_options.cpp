@@ -45,6 +45,12 @@ void add_simulate_input_options(CLI::App& command, PlanRequest& request) {
                      "--partition FILE)");
   command.add_flag("--split-layers", request.split_layers,
                    "--partitioner bapipe: split boundary layers between GPUs too (by default only between FPGAs)");
+  command.add_option("--dtype", request.dtype,
+                     "fp32, fp16 or bf16: the profile's number format when it states none (memory per parameter: "
+                     "docs/semantics.md, Memory)");
+  command.add_option("--tensor-parallel", request.tensor_parallel,
+                     "split each stage t ways over t consecutive hosts of one server (transformer layers with FLOPs; "
+                     "others replicated); default 1");
 }
 
 }  // namespace pipegrid::cli

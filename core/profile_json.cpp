@@ -311,7 +311,9 @@ Profile parse_profile_json(const std::string& text, const std::string& origin) {
 Profile parse_profile_json_document(const nlohmann::json& document, const std::string& origin) {
   if (!document.is_object())
     throw InputError(fmt::format("{}: expected a JSON object (a profile), found {}", origin, shown(document)));
-  reject_unknown_fields(document, origin, {"name", "model", "micro_batch_size", "micro_batch_sizes", "input_bytes", "layers"});
+  // "dtype" and the layers' analytic fields: a stand-in read (tensor
+  // parallelism's tests need them) until the model generators' full one.
+  reject_unknown_fields(document, origin, {"name", "model", "micro_batch_size", "micro_batch_sizes", "input_bytes", "dtype", "layers"});
 
   Profile profile;
   const auto name = document.find("name");
@@ -323,6 +325,11 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
     if (!model->is_string())
       throw InputError(fmt::format("{}: model: expected a string (\"NAME key=value ...\"), found {}", origin, shown(*model)));
     profile.model = model->get<std::string>();
+  }
+  if (const auto dtype = document.find("dtype"); dtype != document.end()) {
+    if (!dtype->is_string() || (*dtype != "fp32" && *dtype != "fp16" && *dtype != "bf16"))
+      throw InputError(fmt::format("{}: dtype: expected \"fp32\", \"fp16\" or \"bf16\", found {}", origin, shown(*dtype)));
+    profile.dtype = dtype->get<std::string>();
   }
 
   // One size (micro_batch_size, plain numbers) or several (micro_batch_sizes,
@@ -380,8 +387,17 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
       throw InputError(fmt::format("{}: {}: expected a layer object, found {}", origin, path, shown(entry)));
     reject_unknown_fields(entry, fmt::format("{}: {}", origin, path),
                           {"name", "forward_s", "backward_s", "backward_input_s", "backward_weight_s", "output_bytes",
-                           "activation_bytes", "parameter_bytes", "devices"});
+                           "activation_bytes", "parameter_bytes", "devices", "forward_flops", "backward_input_flops",
+                           "backward_weight_flops", "bytes_read", "bytes_written", "op"});
     Layer layer;
+    for (const auto& [key, value] : {std::pair{"forward_flops", &layer.forward_flops}, {"backward_input_flops", &layer.backward_input_flops},
+                                     {"backward_weight_flops", &layer.backward_weight_flops}, {"bytes_read", &layer.bytes_read},
+                                     {"bytes_written", &layer.bytes_written}})
+      if (entry.contains(key)) *value = non_negative_number(entry, key, origin, path + "." + key);
+    if (const auto op = entry.find("op"); op != entry.end()) {
+      if (!op->is_string()) throw InputError(fmt::format("{}: {}.op: expected a string, found {}", origin, path, shown(*op)));
+      layer.op = op->get<std::string>();
+    }
     const auto layer_name = entry.find("name");
     if (layer_name == entry.end() || !layer_name->is_string())
       throw InputError(fmt::format("{}: {}.name: expected a string, found {}", origin, path,
