@@ -842,7 +842,7 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
                         plan.dtype, plan.optimizer, bytes.total(), bytes.weights, bytes.gradients,
                         bytes.master_weights ? fmt::format(" + fp32 master {}", bytes.master_weights) : "", bytes.optimizer);
   }
-  if (plan.tensor_parallel != 1) text += fmt::format("  tensor parallel   {}\n", plan.tensor_parallel_note);
+  if (plan.tensor_parallel != 1) text += fmt::format("  {}\n", plan.tensor_parallel_note);
   if (m.steady_state) {
     const SteadyState& steady = *m.steady_state;
     text += fmt::format("  mini-batch time   {} (steady-state period: {})\n", human_seconds(m.minibatch_time_s), steady.measured_over);

@@ -84,8 +84,8 @@ TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, con
   if (!result.split.empty())
     result.note += fmt::format(
         "; per split layer 2 all-reduces of its output in the forward and 2 in the backward, each a ring over {} hosts "
-        "(2 x {} x ({} + bytes / ({} x {}/s)))",
-        t, t - 1, human_seconds(link.latency_s), t, human_bytes(link.bandwidth_Bps));
+        "(2 x {} x ({} + bytes / ({} x {:.4g} GB/s)))",
+        t, t - 1, human_seconds(link.latency_s), t, link.bandwidth_Bps / 1e9);
   result.note += fmt::format("; transfers between stages carry output_bytes / {} (each member sends its share in parallel; "
                              "the group's first host stands for it)",
                              t);

@@ -176,9 +176,11 @@ PlatformSummary two_servers(int gpus_per_server) {
         platform.route_bandwidth_Bps[a][b] = same ? 150e9 : 3.125e9;
         platform.route_latency_s[a][b] = same ? 2e-6 : 5e-6;
       }
-  // One narrower pair inside server 1 (the ring's slowest step).
-  platform.route_bandwidth_Bps[5][6] = 100e9;
-  platform.route_latency_s[7][4] = 3e-6;
+  if (gpus_per_server == 4) {
+    // One narrower pair inside server 1 (the ring's slowest step).
+    platform.route_bandwidth_Bps[5][6] = 100e9;
+    platform.route_latency_s[7][4] = 3e-6;
+  }
   return platform;
 }
 
