@@ -11,6 +11,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -427,8 +428,13 @@ Plan make_plan(const PlanRequest& request) {
       for (std::size_t replica = 0; replica < plan.partition.hosts[stage].size(); ++replica) {
         const std::string& host = plan.partition.hosts[stage][replica];
         if (std::find(hosts.begin(), hosts.end(), host) == hosts.end())
-          throw InputError(fmt::format("{}: stages[{}].hosts[{}]: expected a host of {}, found '{}'",
-                                       request.partition, stage, replica, request.platform_file, host));
+          throw InputError(fmt::format("{}: stages[{}].hosts[{}]: expected a host of {}{}, found '{}'",
+                                       request.partition, stage, replica, request.platform_file,
+                                       plan.tensor_parallel > 1 ? fmt::format(" that leads a tensor-parallel group of {} "
+                                                                              "(the first host of each group: {})",
+                                                                              plan.tensor_parallel, fmt::join(hosts, ", "))
+                                                                : std::string(),
+                                       host));
       }
     check_one_device_per_host(plan.partition.hosts, request.partition);
   }
