@@ -233,7 +233,7 @@ TEST(ProfileJson, UnknownFieldIsAnError) {
                            std::string(kGoodLayer) + "]}";
   EXPECT_CONTAINS(input_error_of([&] { parse_profile_json(text, "p.json"); }), "p.json: expected only the fields name, model, "
                                                                                "micro_batch_size, micro_batch_sizes, "
-                                                                               "input_bytes, layers, "
+                                                                               "input_bytes, dtype, layers, "
                                                                                "found 'input_byte'");
   EXPECT_CONTAINS(input_error_of([] {
                     parse_profile_json(tiny_with_layers(
@@ -241,7 +241,8 @@ TEST(ProfileJson, UnknownFieldIsAnError) {
                                        "p.json");
                   }),
                   "p.json: layers[0]: expected only the fields name, forward_s, backward_s, backward_input_s, "
-                  "backward_weight_s, output_bytes, activation_bytes, parameter_bytes, devices, found 'forward'");
+                  "backward_weight_s, output_bytes, activation_bytes, parameter_bytes, devices, forward_flops, "
+                  "backward_input_flops, backward_weight_flops, bytes_read, bytes_written, op, found 'forward'");
 }
 
 TEST(ProfileJson, MalformedJsonReportsLineAndColumn) {
