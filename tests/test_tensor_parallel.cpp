@@ -13,6 +13,8 @@
 #include "core/plan.hpp"
 #include "core/precision.hpp"
 #include "core/tensor_parallel.hpp"
+#include "partitioners/bapipe.hpp"
+#include "partitioners/explorer.hpp"
 
 namespace pipegrid {
 namespace {
@@ -266,6 +268,27 @@ TEST(Precision, Fp32MemoryUnchanged) {
   EXPECT_EQ(model.resident_weight_factor, resident_weight_factor("", "sgd"));
   EXPECT_EQ(resident_weight_factor("fp32", "momentum"), 2.0 + optimizer_copies("momentum"));
   EXPECT_EQ(resident_weight_factor("fp32", "adam"), 2.0 + optimizer_copies("adam"));
+}
+
+TEST(Precision, BapipeChargesTheSameBytesPerParameter) {
+  StageCost first;
+  first.weight_bytes = 10;
+  first.stash_bytes = 100;
+  first.output_bytes = 7;
+  // f w + k (a + o), f = bytes kept per weight byte: fp16 Adam 8, fp32 SGD 2.
+  EXPECT_EQ(bapipe_memory_demand(first, 0, {4, 3}, resident_weight_factor("fp16", "adam")), 80 + 4 * (100 + 7));
+  EXPECT_EQ(bapipe_memory_demand(first, 0, {4, 3}, resident_weight_factor("fp32", "momentum")), 30 + 4 * (100 + 7));
+  EXPECT_EQ(bapipe_memory_demand(first, 0, {4, 3}), bapipe_memory_demand(first, 0, {4, 3}, resident_weight_factor("", "sgd")));
+}
+
+TEST(TensorParallel, ExplorerGroupSizes) {
+  // Groups fit for t dividing 4 (a server of 4 hosts).
+  const auto why_not = [](int t) { return 4 % t == 0 ? std::string() : "--tensor-parallel " + std::to_string(t) + ": no"; };
+  EXPECT_EQ(exploration_tensor_parallel({}, true, why_not), (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(exploration_tensor_parallel({}, false, why_not), (std::vector<int>{1}));
+  EXPECT_EQ(exploration_tensor_parallel({4, 1, 4}, true, why_not), (std::vector<int>{1, 4}));
+  EXPECT_THROW(exploration_tensor_parallel({8}, true, why_not), InputError);
+  EXPECT_THROW(exploration_tensor_parallel({2}, false, why_not), InputError);
 }
 
 }  // namespace
