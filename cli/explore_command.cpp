@@ -22,6 +22,7 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/model_graph.hpp"
+#include "core/tensor_parallel.hpp"
 #include "core/termination.hpp"
 #include "partitioners/explorer.hpp"
 #include "partitioners/partitioners.hpp"
@@ -48,6 +49,8 @@ struct ExploreOptions {
   bool json = false;
   bool split_layers = false;
   std::string save_plan;
+  std::vector<int> tensor_parallel;  ///< --tensor-parallel: group sizes to try (empty: 1, 2, 4, 8 where they apply)
+  std::string dtype;                 ///< --dtype: the profile's number format when it states none
 };
 
 ExploreOptions options;
@@ -63,6 +66,7 @@ struct PartitionChoice {
 struct Candidate {
   std::string schedule;
   bool stale_weights = false;
+  int tensor_parallel = 1;  ///< hosts per group; the partition is over the groups' leaders
   MicroBatchShape shape;
   std::optional<std::size_t> partition;  ///< into the choices; absent: see error
   std::optional<std::string> error;      ///< no partition could be made
@@ -99,14 +103,26 @@ struct Exploration {
   std::optional<double> memory_limit_bytes;
   std::vector<ExploredSchedule> schedules;
   MicroBatchChoices choices;
-  std::map<int, Plan> base_plan_at_size;  ///< platform, profile at the size, run options
+  /// Tensor-parallel group sizes tried (exploration_tensor_parallel), and per
+  /// size the platform the pipeline runs over (the groups' leaders; 1: the
+  /// platform) and what the transform did (Plan::tensor_parallel_note).
+  std::vector<int> tensor_parallel = {1};
+  std::map<int, PlatformSummary> platform_at_t;
+  std::map<int, std::string> tensor_parallel_note;
+  /// (micro-batch size, t) -> platform, profile at the size (per group
+  /// member), run options.
+  std::map<std::pair<int, int>, Plan> base_plan_at_size;
   std::vector<PartitionChoice> partitions;
   std::vector<Candidate> candidates;
   std::vector<std::string> notes;
 };
 
+// Whether the outputs show tensor parallelism (a t > 1 was tried); without
+// it they read as before tensor parallelism existed.
+bool shows_tensor_parallel(const Exploration& exploration) { return exploration.tensor_parallel != std::vector<int>{1}; }
+
 Plan candidate_plan(const Exploration& exploration, const Candidate& candidate) {
-  Plan plan = exploration.base_plan_at_size.at(candidate.shape.micro_batch_size);
+  Plan plan = exploration.base_plan_at_size.at({candidate.shape.micro_batch_size, candidate.tensor_parallel});
   const PartitionChoice& choice = exploration.partitions.at(*candidate.partition);
   plan.schedule = candidate.schedule;
   plan.profile = choice.profile;
@@ -119,8 +135,9 @@ Plan candidate_plan(const Exploration& exploration, const Candidate& candidate) 
   return plan;
 }
 
-void build_candidates(Exploration& exploration) {
-  const PlatformSummary& platform = exploration.platform;
+// The candidates with groups of t hosts (t = 1: no tensor parallelism).
+void build_candidates(Exploration& exploration, int t) {
+  const PlatformSummary& platform = exploration.platform_at_t.at(t);
   std::vector<std::string> host_names;
   for (const HostInfo& host : platform.hosts) host_names.push_back(host.name);
   const std::vector<std::string> partitioners = options.partitioners.empty() ? partitioner_names() : options.partitioners;
@@ -141,9 +158,12 @@ void build_candidates(Exploration& exploration) {
     request.schedule = "dp";
     request.network = options.network;
     request.optimizer = options.optimizer;
+    request.dtype = options.dtype;
+    request.tensor_parallel = t;
     Plan base = make_plan(request);
-    graph_at_size[size] = size == exploration.graph.profile.micro_batch_size ? exploration.graph : chain_graph(base.profile);
-    exploration.base_plan_at_size.emplace(size, std::move(base));
+    graph_at_size[size] = t == 1 && size == exploration.graph.profile.micro_batch_size ? exploration.graph : chain_graph(base.profile);
+    exploration.tensor_parallel_note[t] = base.tensor_parallel_note;
+    exploration.base_plan_at_size.emplace(std::make_pair(size, t), std::move(base));
   }
 
   // Partitions that do not depend on the schedule, per size: uniform and
@@ -160,6 +180,8 @@ void build_candidates(Exploration& exploration) {
     input.graph = graph_at_size.at(size);
     input.platform = platform;
     input.memory_limit_bytes = exploration.memory_limit_bytes;
+    input.dtype = exploration.base_plan_at_size.at({size, t}).dtype;
+    input.optimizer = options.optimizer;
     return input;
   };
   // PipeDream's memory constraint (its stash formula) describes its own
@@ -189,6 +211,7 @@ void build_candidates(Exploration& exploration) {
     Candidate candidate;
     candidate.schedule = schedule.name;
     candidate.stale_weights = schedule.stale_weights;
+    candidate.tensor_parallel = t;
     candidate.shape = shape;
     if (schedule_info(schedule.name).single_stage) {
       PartitionChoice whole{"whole model", graph_at_size.at(shape.micro_batch_size).profile, {}};
@@ -296,6 +319,8 @@ CandidateOutcome run_candidate(const Exploration& exploration, const Candidate& 
   outcome.stale_weights = candidate.stale_weights;
   outcome.micro_batches = schedule_info(candidate.schedule).flushed ? candidate.shape.micro_batches : 1;
   outcome.micro_batch_size = candidate.shape.micro_batch_size;
+  outcome.tensor_parallel = candidate.tensor_parallel;
+  const PlatformSummary& platform = exploration.platform_at_t.at(candidate.tensor_parallel);
   if (!candidate.partition) {
     outcome.partitioner = "-";
     outcome.error = candidate.error;
@@ -303,10 +328,10 @@ CandidateOutcome run_candidate(const Exploration& exploration, const Candidate& 
   }
   const PartitionChoice& choice = exploration.partitions[*candidate.partition];
   outcome.partitioner = choice.label;
-  for (const auto& hosts : choice.partition.hosts) outcome.devices += static_cast<int>(hosts.size());
+  for (const auto& hosts : choice.partition.hosts) outcome.devices += static_cast<int>(hosts.size()) * candidate.tensor_parallel;
   if (!schedule_info(candidate.schedule).single_stage) {
-    outcome.idle_stages = idle_stages(choice.profile, choice.partition, exploration.platform);
-    if (merge_idle_stages(choice.profile, choice.partition, exploration.platform))
+    outcome.idle_stages = idle_stages(choice.profile, choice.partition, platform);
+    if (merge_idle_stages(choice.profile, choice.partition, platform))
       outcome.merged_as = choice.label.substr(0, choice.label.find('=')) + "-merged";
   }
   outcome.replicas = schedule_info(candidate.schedule).single_stage ? fmt::format("{}x", choice.partition.hosts[0].size())
@@ -342,6 +367,7 @@ nlohmann::json outcome_to_json(const CandidateOutcome& outcome) {
   document["partitioner"] = outcome.partitioner;
   document["replicas"] = outcome.replicas;
   document["stale_weights"] = outcome.stale_weights;
+  document["tensor_parallel"] = outcome.tensor_parallel;
   if (outcome.error) document["error"] = *outcome.error;
   document["throughput"] = outcome.throughput_samples_per_s;
   document["minibatch_time"] = outcome.minibatch_time_s;
@@ -365,6 +391,7 @@ CandidateOutcome outcome_from_json(const nlohmann::json& document) {
   outcome.partitioner = document.at("partitioner");
   outcome.replicas = document.at("replicas");
   outcome.stale_weights = document.at("stale_weights");
+  outcome.tensor_parallel = document.at("tensor_parallel");
   if (document.contains("error")) outcome.error = document.at("error").get<std::string>();
   outcome.throughput_samples_per_s = document.at("throughput");
   outcome.minibatch_time_s = document.at("minibatch_time");
@@ -433,6 +460,7 @@ std::vector<CandidateOutcome> run_candidates(const Exploration& exploration, int
         } catch (const std::exception& error) {
           CandidateOutcome failed;
           failed.schedule = exploration.candidates[next].schedule;
+          failed.tensor_parallel = exploration.candidates[next].tensor_parallel;
           failed.partitioner = "-";
           failed.error = fmt::format("internal error: {}", error.what());
           text = outcome_to_json(failed).dump();
@@ -485,6 +513,7 @@ std::vector<CandidateOutcome> run_candidates(const Exploration& exploration, int
       } else {
         CandidateOutcome& failed = outcomes[worker.index];
         failed.schedule = candidate.schedule;
+        failed.tensor_parallel = candidate.tensor_parallel;
         failed.partitioner = "-";
         failed.error = WIFSIGNALED(status) ? fmt::format("the simulation died of signal {}", WTERMSIG(status))
                                            : "the simulation's process failed";
@@ -507,7 +536,10 @@ std::vector<CandidateOutcome> run_candidates(const Exploration& exploration, int
 
 std::string throughput_text(double samples_per_s) { return fmt::format("{:.4g}", samples_per_s); }
 
-std::string table(const std::vector<CandidateOutcome>& outcomes, const std::vector<RankedCandidate>& ranking) {
+// With `tensor_parallel`, a column "tp" (hosts per tensor-parallel group)
+// after the replicas; without it the table reads as before tensor parallelism.
+std::string table(const std::vector<CandidateOutcome>& outcomes, const std::vector<RankedCandidate>& ranking,
+                  bool tensor_parallel) {
   // Partition labels ("uniform=bapipe") and replicas vary in length: the
   // columns take the widest.
   std::size_t partition_width = 9, replicas_width = 8, schedule_width = 13;
@@ -516,16 +548,19 @@ std::string table(const std::vector<CandidateOutcome>& outcomes, const std::vect
     partition_width = std::max(partition_width, outcomes[entry.index].partitioner.size());
     replicas_width = std::max(replicas_width, outcomes[entry.index].replicas.size());
   }
+  std::string tp = "tp";  // the row's tensor-parallel cell
   const auto row = [&](const std::string& rank, const std::string& schedule, const std::string& m, const std::string& micro,
                        const std::string& partition, const std::string& replicas, const std::string& throughput,
                        const std::string& time, const std::string& bubble, const std::string& memory, const std::string& verdict) {
-    return fmt::format("{:>4}  {:<{}} {:>4} {:>6}  {:<{}}  {:<{}} {:>10} {:>11} {:>6} {:>11}  {}\n", rank, schedule, schedule_width, m,
-                       micro, partition, partition_width, replicas, replicas_width, throughput, time, bubble, memory, verdict);
+    return fmt::format("{:>4}  {:<{}} {:>4} {:>6}  {:<{}}  {:<{}}{} {:>10} {:>11} {:>6} {:>11}  {}\n", rank, schedule, schedule_width, m,
+                       micro, partition, partition_width, replicas, replicas_width,
+                       tensor_parallel ? fmt::format(" {:>3}", tp) : std::string(), throughput, time, bubble, memory, verdict);
   };
   std::string text = row("rank", "schedule", "M", "micro", "partition", "replicas", "samples/s", "mini-batch", "bubble", "peak mem", "verdict");
   for (const RankedCandidate& entry : ranking) {
     const CandidateOutcome& o = outcomes[entry.index];
     const bool ran = !o.error;
+    tp = std::to_string(o.tensor_parallel);
     text += row(entry.rank > 0 ? std::to_string(entry.rank) : "-", o.schedule, std::to_string(o.micro_batches),
                 std::to_string(o.micro_batch_size), o.partitioner, o.replicas.empty() ? "-" : o.replicas,
                 ran ? throughput_text(o.throughput_samples_per_s) : "-", ran ? human_seconds(o.minibatch_time_s) : "-",
@@ -536,7 +571,8 @@ std::string table(const std::vector<CandidateOutcome>& outcomes, const std::vect
 
 /// The best fitting candidate of each schedule, in ranking order: the
 /// summary that says why the winner's schedule won.
-std::string best_per_schedule(const std::vector<CandidateOutcome>& outcomes, const std::vector<RankedCandidate>& ranking) {
+std::string best_per_schedule(const std::vector<CandidateOutcome>& outcomes, const std::vector<RankedCandidate>& ranking,
+                              bool tensor_parallel) {
   std::string text;
   std::set<std::string> seen;
   std::optional<double> best;
@@ -546,13 +582,14 @@ std::string best_per_schedule(const std::vector<CandidateOutcome>& outcomes, con
     const CandidateOutcome& o = outcomes[entry.index];
     if (entry.rank == 0 || !seen.insert(o.schedule).second) continue;
     if (!best) best = o.throughput_samples_per_s;
-    text += fmt::format("  {:<{}} {:>10} samples/s  {:>7}  with M={}, micro-batch {}, {} partition ({}), peak {} on {}\n",
+    text += fmt::format("  {:<{}} {:>10} samples/s  {:>7}  with M={}, micro-batch {}, {} partition ({}){}, peak {} on {}\n",
                         o.schedule, width, throughput_text(o.throughput_samples_per_s),
                         seen.size() == 1                                              ? "best"
                         : std::fabs(o.throughput_samples_per_s - *best) <= 1e-9 * *best ? "same"
                                                                                         : fmt::format("-{:.1f}%", 100.0 * (1.0 - o.throughput_samples_per_s / *best)),
-                        o.micro_batches, o.micro_batch_size, o.partitioner, o.replicas, human_bytes(o.peak_memory_bytes),
-                        o.peak_memory_host);
+                        o.micro_batches, o.micro_batch_size, o.partitioner, o.replicas,
+                        tensor_parallel ? fmt::format(", tensor parallel {}", o.tensor_parallel) : std::string(),
+                        human_bytes(o.peak_memory_bytes), o.peak_memory_host);
   }
   for (const RankedCandidate& entry : ranking) {
     const CandidateOutcome& o = outcomes[entry.index];
@@ -575,6 +612,7 @@ nlohmann::ordered_json ranked_json(const std::vector<CandidateOutcome>& outcomes
     item["fits"] = o.fits();
     item["schedule"] = o.schedule;
     item["stale_weights"] = o.stale_weights;
+    if (shows_tensor_parallel(exploration)) item["tensor_parallel"] = o.tensor_parallel;
     item["micro_batches"] = o.micro_batches;
     item["micro_batch_size"] = o.micro_batch_size;
     item["partitioner"] = o.partitioner;
@@ -628,6 +666,11 @@ CLI::App* add_explore_command(CLI::App& app) {
   command->add_flag("--json", options.json, "print one JSON object on stdout");
   command->add_flag("--split-layers", options.split_layers,
                     "bapipe: split boundary layers between GPUs too (by default only between FPGAs)");
+  command->add_option("--tensor-parallel", options.tensor_parallel,
+                      "only these tensor-parallel group sizes (default: 1, 2, 4, 8 where they divide the servers' hosts, "
+                      "t > 1 for profiles with transformer layers with FLOPs)")
+      ->delimiter(',');
+  command->add_option("--dtype", options.dtype, "fp32, fp16 or bf16: the profile's number format when it states none");
   return command;
 }
 
@@ -649,7 +692,24 @@ int run_explore_command() {
   exploration.schedules = exploration_schedules(exploration.platform.hosts, options.schedules);
   exploration.choices = micro_batch_choices(options.mini_batch_size, profile_micro_batch_sizes(exploration.graph.profile),
                                             options.micro_batches);
-  build_candidates(exploration);
+  // Tensor parallelism: the group sizes that apply, each with the platform
+  // of its groups' leaders.
+  const bool splits = std::any_of(exploration.graph.profile.layers.begin(), exploration.graph.profile.layers.end(),
+                                  [](const Layer& layer) { return tensor_parallel_splits(layer); });
+  exploration.tensor_parallel = exploration_tensor_parallel(options.tensor_parallel, splits, [&](int t) {
+    try {
+      tensor_parallel_groups(exploration.platform, t);
+      return std::string();
+    } catch (const InputError& error) {
+      return std::string(error.what());
+    }
+  });
+  for (const int t : exploration.tensor_parallel) {
+    exploration.platform_at_t[t] =
+        t == 1 ? exploration.platform : leader_platform(exploration.platform, tensor_parallel_groups(exploration.platform, t));
+    build_candidates(exploration, t);
+  }
+  const bool show_tp = shows_tensor_parallel(exploration);
   std::vector<CandidateOutcome> outcomes = run_candidates(exploration, jobs);
   std::vector<std::size_t> candidate_of_outcome(outcomes.size());
   for (std::size_t i = 0; i < outcomes.size(); ++i) candidate_of_outcome[i] = i;
@@ -677,6 +737,13 @@ int run_explore_command() {
     if (exploration.memory_limit_bytes) document["memory_limit_bytes"] = *exploration.memory_limit_bytes;
     document["semantics"] = options.semantics;
     document["micro_batch_note"] = exploration.choices.note;
+    if (show_tp) {
+      document["tensor_parallel_tried"] = exploration.tensor_parallel;
+      nlohmann::ordered_json notes = nlohmann::ordered_json::object();
+      for (const auto& [t, note] : exploration.tensor_parallel_note)
+        if (t > 1) notes[std::to_string(t)] = note;
+      document["tensor_parallel_notes"] = notes;
+    }
     document["candidates_simulated"] = outcomes.size();
     if (has_winner) document["winner"] = ranked_json(outcomes, {ranking.front()}, exploration, candidate_of_outcome)[0];
     else document["winner"] = nullptr;
@@ -696,28 +763,39 @@ int run_explore_command() {
   std::cout << fmt::format("micro-batches: {}\n", exploration.choices.note);
   std::cout << fmt::format("memory: {}; {} network model; {} candidates simulated, {} at a time\n", memory_rule, options.network,
                            outcomes.size(), jobs);
+  if (show_tp) {
+    std::string tried;
+    for (const int t : exploration.tensor_parallel) tried += (tried.empty() ? "" : ", ") + std::to_string(t);
+    std::cout << fmt::format("tensor parallel: t = {} hosts per group (tp)\n", tried);
+    for (const auto& [t, note] : exploration.tensor_parallel_note)
+      if (t > 1) std::cout << fmt::format("  {}\n", note);
+  }
   std::cout << "\n";
   if (has_winner) {
     const CandidateOutcome& w = outcomes[ranking.front().index];
-    std::cout << fmt::format("winner: {} with M={} micro-batches of {}, {} partition (replicas {}): {} samples/s, mini-batch {}, "
+    std::cout << fmt::format("winner: {} with M={} micro-batches of {}, {} partition (replicas {}{}): {} samples/s, mini-batch {}, "
                              "peak memory {} on {}\n",
                              w.schedule, w.micro_batches, w.micro_batch_size, w.partitioner, w.replicas,
+                             show_tp ? fmt::format(", tensor parallel {}", w.tensor_parallel) : std::string(),
                              throughput_text(w.throughput_samples_per_s),
                              human_seconds(w.minibatch_time_s), human_bytes(w.peak_memory_bytes), w.peak_memory_host);
   } else {
     std::cout << "no candidate fits: every one is out of memory or failed (see the verdicts)\n";
   }
-  std::cout << "\nbest of each schedule:\n" << best_per_schedule(outcomes, ranking);
+  std::cout << "\nbest of each schedule:\n" << best_per_schedule(outcomes, ranking, show_tp);
   std::cout << "\nall candidates" << (options.semantics == "exact" ? " (weight-exact schedules)" : "") << ":\n"
-            << table(outcomes, ranking);
+            << table(outcomes, ranking, show_tp);
   if (!stale_ranking.empty()) {
     std::cout << "\nstale-weight schedules, ranked apart (they trade statistical efficiency for throughput; --semantics all "
                  "ranks them with the others):\n"
-              << table(outcomes, stale_ranking);
+              << table(outcomes, stale_ranking, show_tp);
   }
   std::cout << "\nM: micro-batches per mini-batch; micro: samples per micro-batch; replicas: per stage (dp: hosts running the "
                "whole model);\nsamples/s: throughput (flushed schedules: one mini-batch; the others: the steady state); a "
                "partition named a=b was chosen alike by both.\n";
+  if (show_tp)
+    std::cout << "tp: hosts per tensor-parallel group (t consecutive hosts of one server run each stage split t ways; "
+                 "stages placed on the groups' first hosts; peak memory per group member).\n";
   if (has_winner && !options.save_plan.empty())
     std::cout << fmt::format("winner's plan: {} (pipegrid simulate --plan {} --svg winner.svg){}\n", options.save_plan,
                              options.save_plan,

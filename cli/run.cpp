@@ -11,6 +11,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/device_model.hpp"
@@ -21,6 +22,8 @@
 #include "core/termination.hpp"
 #include "core/torch_schedule.hpp"
 #include "core/platform_check.hpp"
+#include "core/precision.hpp"
+#include "core/tensor_parallel.hpp"
 #include "partitioners/partitioners.hpp"
 #include "schedules/schedules.hpp"
 #include "sweep/experiment.hpp"
@@ -60,8 +63,25 @@ ModelGraph partitioner_graph(const PlanRequest& request, const Plan& plan, int m
   const int size = plan.profile.micro_batch_size;
   if (size != measured_size)
     for (double& bytes : graph.activation_bytes) bytes = bytes * size / measured_size;
+  if (plan.tensor_parallel > 1)  // a member's share crosses each cut (tensor_parallel_profile)
+    for (double& bytes : graph.activation_bytes) bytes /= plan.tensor_parallel;
   graph.profile = plan.profile;
   return graph;
+}
+
+// Tensor parallelism (--tensor-parallel t > 1): checks the groups of t
+// consecutive hosts of `platform` (routes included), makes plan.profile the
+// per-member profile and returns the platform the pipeline and data
+// dimensions run over, the groups' first hosts. t == 1: `platform` as is.
+PlatformSummary tensor_parallel_view(Plan& plan, PlatformSummary platform, const std::string& platform_file) {
+  if (plan.tensor_parallel == 1) return platform;
+  platform.file = platform_file;
+  const std::vector<std::vector<int>> groups = tensor_parallel_groups(platform, plan.tensor_parallel);
+  TensorParallelProfile split =
+      tensor_parallel_profile(plan.profile, plan.tensor_parallel, tensor_parallel_link(platform, groups));
+  plan.profile = std::move(split.profile);
+  plan.tensor_parallel_note = std::move(split.note);
+  return leader_platform(platform, groups);
 }
 
 }  // namespace
@@ -159,15 +179,13 @@ Plan make_plan(const PlanRequest& request) {
     if (request.batch_size) throw InputError("--batch-size: applies to a PipeDream graph.txt --profile, not to --model");
     ModelSpec spec = request.model;
     if (request.micro_batch_size) spec.micro_batch_size = *request.micro_batch_size;
+    if (!request.dtype.empty()) spec.dtype = request.dtype;
     plan.profile = generate_model_profile(spec);
   } else {
     if (request.profile_file.empty()) throw InputError("simulate: --profile FILE or --model NAME is required");
     if (!request.model.options.empty())
       throw InputError(fmt::format("--{}: a model option, for --model NAME; the profile {} gives the model",
                                    request.model.options.begin()->first, printable(request.profile_file)));
-    if (!request.model.dtype.empty())
-      throw InputError(fmt::format("--dtype: applies to --model NAME; the profile {} gives the model",
-                                   printable(request.profile_file)));
     plan.profile = profile_from(request.profile_file, request.batch_size);
   }
   if (request.micro_batch_size && *request.micro_batch_size < 1)
@@ -247,6 +265,11 @@ Plan make_plan(const PlanRequest& request) {
   plan.recompute = request.recompute;
   optimizer_copies(request.optimizer);
   plan.optimizer = request.optimizer;
+  plan.dtype = run_dtype(plan.profile.dtype, request.dtype, request.profile_file);
+  if (request.tensor_parallel < 1 || request.tensor_parallel > kMaxTensorParallel)
+    throw InputError(fmt::format("--tensor-parallel: expected hosts per group from 1 to {}, found {}", kMaxTensorParallel,
+                                 request.tensor_parallel));
+  plan.tensor_parallel = request.tensor_parallel;
   if (request.vertical_sync && plan.schedule != "pipedream")
     throw InputError(fmt::format("--vertical-sync: applies to pipedream, not {}", plan.schedule));
   plan.vertical_sync = request.vertical_sync;
@@ -266,17 +289,21 @@ Plan make_plan(const PlanRequest& request) {
   plan.network = request.network;
   if (!request.memory.empty()) plan.memory_bytes = parse_bytes(request.memory, "--memory");
   // Partitioners other than uniform weigh the routes between every pair of hosts.
-  const bool needs_routes = !request.partitioner.empty() && request.partitioner != "uniform" && !info.single_stage;
-  const PlatformSummary platform =
+  // Tensor parallelism needs the routes inside each group (its all-reduces).
+  const bool needs_routes =
+      (!request.partitioner.empty() && request.partitioner != "uniform" && !info.single_stage) || plan.tensor_parallel > 1;
+  PlatformSummary all_hosts =
       platform_from(request.platform_file, needs_routes ? sim::PlatformRoutes::All : sim::PlatformRoutes::None);
   // Layers given by their FLOPs only are timed by the hosts' device models
-  // (docs/devices.md), before any partitioner weighs them.
+  // (docs/devices.md), before tensor parallelism splits them and before any
+  // partitioner weighs them.
   try {
-    plan.device_model_notes = fill_analytic_times(plan.profile, platform);
+    plan.device_model_notes = fill_analytic_times(plan.profile, all_hosts);
   } catch (const InputError& error) {
     throw InputError(fmt::format("{}: {}", request.model.name.empty() ? request.profile_file : "--model " + request.model.name,
                                  error.what()));
   }
+  const PlatformSummary platform = tensor_parallel_view(plan, std::move(all_hosts), request.platform_file);
   std::vector<std::string> hosts;
   for (const HostInfo& host : platform.hosts) hosts.push_back(host.name);
   if (!request.replicas.empty() && request.partition != "uniform")
@@ -337,6 +364,8 @@ Plan make_plan(const PlanRequest& request) {
     input.micro_batches = plan.micro_batches;
     input.memory_limit_bytes = plan.memory_bytes;
     input.split_layers = request.split_layers;
+    input.dtype = plan.dtype;
+    input.optimizer = plan.optimizer;
     // A sweep keeps each partition (or the reason there is none) by the hash
     // of everything the partitioner reads: runs differing elsewhere share it.
     std::string cache_path;
@@ -349,7 +378,13 @@ Plan make_plan(const PlanRequest& request) {
           input.platform.file, sweep::sha256_hex(plan.platform_xml),
           request.model.name.empty() ? input_file_sha256(request.profile_file) : "model",
           sweep::sha256_hex(profile_to_json(plan.profile)));
-      cache_path = fmt::format("{}/{}.json", partition_cache_folder, sweep::sha256_hex(key).substr(0, 32));
+      // Memory state and tensor parallelism, only when they differ from
+      // fp32 SGD without it (keys made before them stay valid).
+      std::string key_more;
+      if (resident_weight_factor(input.dtype, input.optimizer) != 2)
+        key_more += fmt::format("dtype={}\noptimizer={}\n", input.dtype, input.optimizer);
+      if (plan.tensor_parallel != 1) key_more += fmt::format("tensor_parallel={}\n", plan.tensor_parallel);
+      cache_path = fmt::format("{}/{}.json", partition_cache_folder, sweep::sha256_hex(key + key_more).substr(0, 32));
     }
     PartitionerOutput chosen;
     bool cached = false;
@@ -401,6 +436,10 @@ Plan make_plan(const PlanRequest& request) {
     // on GNMT): the ranges then count in that order.
     const std::string text = read_text_file(request.partition);
     if (const std::vector<int> order = parse_partition_layer_order(text, request.partition); !order.empty()) {
+      if (plan.tensor_parallel > 1)
+        throw InputError(fmt::format("{}: a partition with layer_order and --tensor-parallel {}: not supported; give a "
+                                     "partition of the profile's own layer order",
+                                     request.partition, plan.tensor_parallel));
       const bool json_profile = !request.model.name.empty() || is_json_path(request.profile_file);
       const ModelGraph graph = json_profile ? chain_graph(plan.profile) : read_model_graph(request.profile_file, request.batch_size);
       try {
@@ -416,8 +455,13 @@ Plan make_plan(const PlanRequest& request) {
       for (std::size_t replica = 0; replica < plan.partition.hosts[stage].size(); ++replica) {
         const std::string& host = plan.partition.hosts[stage][replica];
         if (std::find(hosts.begin(), hosts.end(), host) == hosts.end())
-          throw InputError(fmt::format("{}: stages[{}].hosts[{}]: expected a host of {}, found '{}'",
-                                       request.partition, stage, replica, request.platform_file, host));
+          throw InputError(fmt::format("{}: stages[{}].hosts[{}]: expected a host of {}{}, found '{}'",
+                                       request.partition, stage, replica, request.platform_file,
+                                       plan.tensor_parallel > 1 ? fmt::format(" that leads a tensor-parallel group of {} "
+                                                                              "(the first host of each group: {})",
+                                                                              plan.tensor_parallel, fmt::join(hosts, ", "))
+                                                                : std::string(),
+                                       host));
       }
     check_one_device_per_host(plan.partition.hosts, request.partition);
   }
@@ -569,7 +613,7 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   MemoryModel memory;
   memory.stages = request.stages;
   memory.recompute = plan.recompute;
-  memory.optimizer_copies = optimizer_copies(plan.optimizer);
+  memory.resident_weight_factor = resident_weight_factor(plan.dtype, plan.optimizer);
   if (!info.flushed) {
     memory.versioning = plan.schedule == "pipeoptim" ? WeightVersioning::Prediction
                         : plan.vertical_sync         ? WeightVersioning::VerticalSync
@@ -591,6 +635,31 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
 
 }  // namespace
 
+namespace {
+
+// Tensor parallelism: the groups fit the platform and every stage runs on a
+// group's first host (the others are its members). InputError otherwise.
+void check_tensor_parallel_placement(const Plan& plan, PlatformSummary platform) {
+  if (plan.tensor_parallel == 1) return;
+  platform.file = plan.platform_file;
+  std::map<std::string, int> group_of;
+  const std::vector<std::vector<int>> groups = tensor_parallel_groups(platform, plan.tensor_parallel);
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    for (const int member : groups[g]) group_of[platform.hosts[static_cast<std::size_t>(member)].name] = static_cast<int>(g);
+  for (int s = 0; s < plan.partition.num_stages(); ++s)
+    for (const std::string& host : plan.partition.hosts[static_cast<std::size_t>(s)]) {
+      const auto found = group_of.find(host);
+      if (found == group_of.end()) continue;  // check_partition names unknown hosts
+      const std::string& leader = platform.hosts[static_cast<std::size_t>(groups[found->second].front())].name;
+      if (leader != host)
+        throw InputError(fmt::format("partition: stage {} is placed on host '{}', a member of tensor-parallel group {} "
+                                     "(--tensor-parallel {}): place stages on the groups' first hosts ('{}')",
+                                     s, printable(host), found->second, plan.tensor_parallel, printable(leader)));
+    }
+}
+
+}  // namespace
+
 RunResult run_plan(Plan& plan) {
   // What does not depend on the mini-batch count, once: the platform file
   // to hand SimGrid, the partition and the hosts. fbp-as on a GPU is an
@@ -600,6 +669,7 @@ RunResult run_plan(Plan& plan) {
   check_one_device_per_host(plan.partition.hosts, "partition");
   check_stage_placement(plan, "partition");
   const PlatformSummary platform = platform_from(platform_file.path());
+  check_tensor_parallel_placement(plan, platform);
   std::vector<HostInfo> used;
   for (const auto& replicas : plan.partition.hosts)
     for (const std::string& host : replicas) used.push_back(platform.host(host));
@@ -736,6 +806,15 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   if (!plan.device_model_notes.empty()) document["device_model_notes"] = plan.device_model_notes;
   document["recompute"] = plan.recompute;
   document["optimizer"] = plan.optimizer;
+  // Present only when stated or used: fp32 runs without them print as before.
+  if (!plan.dtype.empty()) {
+    document["dtype"] = plan.dtype;
+    document["bytes_per_parameter"] = bytes_per_parameter(plan.dtype, plan.optimizer).total();
+  }
+  if (plan.tensor_parallel != 1) {
+    document["tensor_parallel"] = plan.tensor_parallel;
+    document["tensor_parallel_note"] = plan.tensor_parallel_note;
+  }
   nlohmann::ordered_json replicas = nlohmann::ordered_json::array();
   for (const auto& hosts : plan.partition.hosts) replicas.push_back(hosts.size());
   document["replicas"] = replicas;
@@ -797,6 +876,13 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
     text += fmt::format("  partitioner       {}\n", plan.partitioner);
   for (const std::string& note : plan.program_notes) text += fmt::format("  program           {}\n", note);
   for (const std::string& note : plan.device_model_notes) text += fmt::format("  device model      {}\n", note);
+  if (!plan.dtype.empty()) {
+    const ParameterBytes bytes = bytes_per_parameter(plan.dtype, plan.optimizer);
+    text += fmt::format("  precision         {}, {}: {} bytes per parameter (weights {} + gradients {}{} + optimizer {})\n",
+                        plan.dtype, plan.optimizer, bytes.total(), bytes.weights, bytes.gradients,
+                        bytes.master_weights ? fmt::format(" + fp32 master {}", bytes.master_weights) : "", bytes.optimizer);
+  }
+  if (plan.tensor_parallel != 1) text += fmt::format("  {}\n", plan.tensor_parallel_note);
   if (m.steady_state) {
     const SteadyState& steady = *m.steady_state;
     text += fmt::format("  mini-batch time   {} (steady-state period: {})\n", human_seconds(m.minibatch_time_s), steady.measured_over);

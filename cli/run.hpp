@@ -65,6 +65,11 @@ struct PlanRequest {
   /// the file, device d on the platform's d-th host.
   std::string program_file;
   std::string program_format = "text";  ///< text | torch-csv
+  /// The profile's number format when it states none (simulate --dtype:
+  /// fp32, fp16, bf16); "" for none.
+  std::string dtype;
+  /// Hosts per tensor-parallel group (simulate --tensor-parallel; Plan::tensor_parallel).
+  int tensor_parallel = 1;
 };
 
 /** The schedule entry of a plan: its catalog entry, or for a Program given

@@ -47,6 +47,12 @@ void add_simulate_input_options(CLI::App& command, PlanRequest& request) {
                      "--partition FILE)");
   command.add_flag("--split-layers", request.split_layers,
                    "--partitioner bapipe: split boundary layers between GPUs too (by default only between FPGAs)");
+  command.add_option("--dtype", request.dtype,
+                     "fp32, fp16 or bf16: the number format of a --model, or of a --profile that states none (memory per "
+                     "parameter: docs/semantics.md, Memory)");
+  command.add_option("--tensor-parallel", request.tensor_parallel,
+                     "split each stage t ways over t consecutive hosts of one server (transformer layers with FLOPs; "
+                     "others replicated); default 1");
   // The model generators' options, last (add_model_options skips a --dtype
   // already defined above).
   command.add_option("--model", request.model.name,

@@ -481,9 +481,9 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model, const 
         if (stage >= 0 && stage < static_cast<int>(model.stages.size())) bytes += model.stages[stage].weight_bytes;
     return bytes;
   };
-  // One weight version, its gradients and the optimizer's copies; more
-  // versions come and go with the version track.
-  const double base_copies = 2.0 + model.optimizer_copies;
+  // One weight version, its gradients, master weights and the optimizer's
+  // state; more versions come and go with the version track.
+  const double base_copies = model.resident_weight_factor;
   for (const auto& [host, track] : weight_versions(timeline, model)) {
     peaks.peak_versions[host] = track.peak;
     for (const auto& [time, change] : track.deltas) changes[host].push_back({time, change * weight_bytes_of(host), 0, none});

@@ -32,7 +32,13 @@ struct MemoryModel {
   bool recompute = false;
   WeightVersioning versioning = WeightVersioning::Single;
   int update_interval = 1;   ///< backwards per update on a device without all-reduces
-  int optimizer_copies = 0;  ///< optimizer state in weight copies: sgd 0, momentum 1, adam 2
+  /// What stays resident per byte of a stage's weights for the whole run:
+  /// one weight version, its gradients, fp32 master weights (mixed
+  /// precision) and the optimizer's state, as resident_weight_factor()
+  /// (core/precision.hpp) gives it: fp32 sgd 2, momentum 3, adam 4; fp16 or
+  /// bf16 sgd 4, momentum 6, adam 8. Further weight versions (stashing
+  /// schedules) add one copy of the weight bytes each.
+  double resident_weight_factor = 2;
   /// device memory capacity per host; absent = unlimited
   std::map<std::string, double> capacity_bytes;
 };

@@ -11,6 +11,8 @@
 #include "core/io.hpp"
 #include "core/json_input.hpp"
 #include "core/limits.hpp"
+#include "core/precision.hpp"
+#include "core/tensor_parallel.hpp"
 #include "core/program.hpp"
 
 namespace pipegrid {
@@ -49,6 +51,9 @@ std::string plan_to_json(const Plan& plan) {
   if (plan.virtual_stages != 1) document["virtual_stages"] = plan.virtual_stages;
   if (plan.fb_overlap != 1.0) document["fb_overlap"] = plan.fb_overlap;
   if (!plan.program_text.empty()) document["program"] = plan.program_text;
+  if (!plan.dtype.empty()) document["dtype"] = plan.dtype;
+  if (plan.tensor_parallel != 1) document["tensor_parallel"] = plan.tensor_parallel;
+  if (!plan.tensor_parallel_note.empty()) document["tensor_parallel_note"] = plan.tensor_parallel_note;
   document["platform_file"] = plan.platform_file;
   document["platform_xml"] = plan.platform_xml;
   document["partition"] = nlohmann::ordered_json::parse(partition_to_json(plan.partition));
@@ -67,7 +72,7 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
                              {"pipegrid_plan", "schedule", "micro_batches", "mini_batches", "recompute", "network",
                               "optimizer", "vertical_sync", "update_interval", "prediction_cost_s_per_byte", "wait_free",
                               "pipeline_depth", "partitioner", "micro_batch_scaling", "micro_batch_scaling_note",
-                              "virtual_stages", "fb_overlap", "program", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
+                              "virtual_stages", "fb_overlap", "program", "dtype", "tensor_parallel", "tensor_parallel_note", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
   auto field = [&](const char* name, auto check, const std::string& expected) -> const nlohmann::json& {
     if (!document.contains(name) || !check(document[name]))
       throw InputError(fmt::format("{}: {}: expected {}, found {}", origin, name, expected,
@@ -133,6 +138,14 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
     plan.program_text = field("program", is_string, "a Program in pipegrid's text form").get<std::string>();
     parse_program_text(plan.program_text, origin + ": program");
   }
+  if (document.contains("dtype")) {
+    plan.dtype = field("dtype", is_string, "fp32, fp16 or bf16").get<std::string>();
+    dtype_bytes(plan.dtype, origin + ": dtype");
+    if (plan.dtype.empty()) throw InputError(fmt::format("{}: dtype: expected fp32, fp16 or bf16, found \"\"", origin));
+  }
+  if (document.contains("tensor_parallel")) plan.tensor_parallel = integer("tensor_parallel", 1, kMaxTensorParallel);
+  if (document.contains("tensor_parallel_note"))
+    plan.tensor_parallel_note = field("tensor_parallel_note", is_string, "a note").get<std::string>();
   if (document.contains("extend_mini_batches"))
     plan.extend_mini_batches = field("extend_mini_batches", is_boolean, "true or false").get<bool>();
   if (document.contains("memory_bytes"))

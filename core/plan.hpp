@@ -54,6 +54,19 @@ struct Plan {
   /// text form; empty: generated from `schedule`. `schedule` then names its
   /// origin ("program FILE").
   std::string program_text;
+  /// The number format of the profile's parameters and activations: the
+  /// profile's own dtype, else simulate --dtype; "" when neither states one
+  /// (fp32). Memory keeps resident_weight_factor(dtype, optimizer) bytes per
+  /// weight byte (core/precision.hpp).
+  std::string dtype;
+  /// Hosts per tensor-parallel group (simulate --tensor-parallel): 1, or t
+  /// consecutive hosts of one server running each stage split t ways. The
+  /// embedded profile is then the per-member one (tensor_parallel_profile)
+  /// and the partition places stages on the groups' first hosts only.
+  int tensor_parallel = 1;
+  /// TensorParallelProfile::note of the transform that made `profile`;
+  /// informative ("" when tensor_parallel is 1).
+  std::string tensor_parallel_note;
   /// What reading the Program's file noticed (a PyTorch CSV: idle steps
   /// dropped, the older grammar, communication checked); informative, not
   /// written to plan files.

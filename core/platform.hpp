@@ -36,6 +36,10 @@ struct HostInfo {
   /// `device` property when it names a catalogue entry; empty: none (the
   /// host then needs measured times).
   std::string device_model;
+  /// The server the host belongs to, for tensor parallelism: the name of the
+  /// innermost SimGrid zone that holds it (`pipegrid platform cluster` makes
+  /// one zone per server). Hosts with the same name are one server.
+  std::string server;
   /// `action_overhead` (seconds): a fixed time added to every compute action
   /// (F, B, R) on this host, the launch and dispatch cost a real executor
   /// pays per action. 0 when absent.

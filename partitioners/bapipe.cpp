@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/precision.hpp"
 #include "core/program.hpp"
 #include "schedules/schedules.hpp"
 
@@ -140,12 +141,15 @@ double busiest_link(const PlatformSummary& platform, const std::vector<Transfer>
 /// The unsplit chain of layers on the platform: stage s on hosts[s].
 class Chain {
  public:
-  Chain(const Profile& profile, const PlatformSummary& platform, std::string schedule, int micro_batches, std::vector<int> stash_bound)
+  /// `resident_weight_factor`: bytes kept per weight byte (core/precision.hpp).
+  Chain(const Profile& profile, const PlatformSummary& platform, std::string schedule, int micro_batches, std::vector<int> stash_bound,
+        double resident_weight_factor = 2)
       : profile_(profile),
         platform_(platform),
         schedule_(std::move(schedule)),
         micro_batches_(micro_batches),
-        stash_bound_(std::move(stash_bound)) {
+        stash_bound_(std::move(stash_bound)),
+        resident_weight_factor_(resident_weight_factor) {
     const int stages = this->stages(), layers = this->layers();
     forward_.assign(stages, std::vector<double>(layers));
     backward_.assign(stages, std::vector<double>(layers));
@@ -162,6 +166,7 @@ class Chain {
   const PlatformSummary& platform() const { return platform_; }
   const std::string& schedule() const { return schedule_; }
   const std::vector<int>& stash_bound() const { return stash_bound_; }
+  double resident_weight_factor() const { return resident_weight_factor_; }
   double layer_time(int s, int l) const { return forward_[s][l] + backward_[s][l]; }
   const std::string& host(int s) const { return platform_.hosts[s].name; }
 
@@ -229,7 +234,7 @@ class Chain {
       if (s > 0 && stash_bound_[s - 1] < micro_batches_)
         figures.time = std::max(figures.time, term(extra(in_forward, in_backward), stash_bound_[s - 1] - stash_bound_[s]));
     }
-    figures.memory = bapipe_memory_demand(cost, s, stash_bound_);
+    figures.memory = bapipe_memory_demand(cost, s, stash_bound_, resident_weight_factor_);
     return figures;
   }
 
@@ -239,6 +244,7 @@ class Chain {
   std::string schedule_;
   int micro_batches_ = 1;
   std::vector<int> stash_bound_;
+  double resident_weight_factor_ = 2;
   std::vector<std::vector<double>> forward_, backward_;  ///< [s][l]: layer l on stage s's host
 };
 
@@ -355,7 +361,7 @@ Evaluation evaluate(const Context& context, const Layout& layout) {
   double fullest = -1;
   for (int s = 0; s < N; ++s) {
     StageReport& stage = result.stages[s];
-    stage.memory_bytes = bapipe_memory_demand(costs[s], s, chain.stash_bound());
+    stage.memory_bytes = bapipe_memory_demand(costs[s], s, chain.stash_bound(), chain.resident_weight_factor());
     stage.communication_s = result.model.transfer_s[s];
     stage.stage_time_s = result.model.stage_s[s];
     const double share = context.capacity[s] == kInfinity ? 0 : stage.memory_bytes / context.capacity[s];
@@ -671,9 +677,10 @@ std::vector<int> bapipe_stash_bound(const std::string& schedule, int stages, int
   return bound;
 }
 
-double bapipe_memory_demand(const StageCost& stage, int stage_index, const std::vector<int>& stash_bound) {
+double bapipe_memory_demand(const StageCost& stage, int stage_index, const std::vector<int>& stash_bound,
+                            double resident_weight_factor) {
   const double k = stash_bound[stage_index];
-  const double weights = 2 * stage.weight_bytes, a = stage.stash_bytes, o = stage.output_bytes;
+  const double weights = resident_weight_factor * stage.weight_bytes, a = stage.stash_bytes, o = stage.output_bytes;
   if (stage_index == 0) return weights + k * (a + o);
   const double i = stage.input_bytes, previous = stash_bound[stage_index - 1];
   const double S = std::min(k, previous);
@@ -989,7 +996,7 @@ PartitionerOutput bapipe_partition(const PartitionerInput& input) {
   if (input.memory_limit_bytes && !(*input.memory_limit_bytes > 0))
     throw InputError(fmt::format("partitioner bapipe: memory limit: expected bytes > 0, found {}", *input.memory_limit_bytes));
 
-  const Chain chain(profile, platform, schedule, M, stash_bound);
+  const Chain chain(profile, platform, schedule, M, stash_bound, resident_weight_factor(input.dtype, input.optimizer));
   Context context{chain, std::vector<double>(N, kInfinity), T, M, std::vector<bool>(N > 0 ? N - 1 : 0, false)};
   for (int s = 0; s < N; ++s) {
     if (input.memory_limit_bytes)

@@ -128,12 +128,14 @@ std::vector<int> bapipe_inter_layer(const Profile& profile, const PlatformSummar
 std::vector<int> bapipe_stash_bound(const std::string& schedule, int stages, int micro_batches);
 
 /** An upper bound on the peak memory the simulator reports for stage `stage`
- *  (SEMANTICS.md, memory rules; SGD, no optimizer state, one weight
- *  version), with k = stash_bound[stage], w its weight bytes, a its stash
+ *  (SEMANTICS.md, memory rules; one weight version), with f =
+ *  `resident_weight_factor` (bytes kept per weight byte: weights, gradients,
+ *  master weights and optimizer state, core/precision.hpp; 2 for fp32 SGD),
+ *  k = stash_bound[stage], w its weight bytes, a its stash
  *  per micro-batch, i its input message (0 for stage 0: the model's input is
  *  not received), o its output message (0 for the last stage):
- *    stage 0:  2w + k (a + o)
- *    later:    2w + S a + p_i i + p_o o,  S = min(k, k') with k' =
+ *    stage 0:  f w + k (a + o)
+ *    later:    f w + S a + p_i i + p_o o,  S = min(k, k') with k' =
  *              stash_bound[stage - 1], and (p_i, p_o) = (k' - S + 1, S - 1)
  *              when i >= o, else (k' - S, S).
  *  Why it holds: a stashed micro-batch or a received activation not yet
@@ -142,6 +144,7 @@ std::vector<int> bapipe_stash_bound(const std::string& schedule, int stages, int
  *  micro-batch stashed here, not the one whose forward runs. Stage 0's bound
  *  is reached when the next stages are fast: after its last forward they
  *  return all k gradients while it runs the first backward. */
-double bapipe_memory_demand(const StageCost& stage, int stage_index, const std::vector<int>& stash_bound);
+double bapipe_memory_demand(const StageCost& stage, int stage_index, const std::vector<int>& stash_bound,
+                            double resident_weight_factor = 2);
 
 }  // namespace pipegrid

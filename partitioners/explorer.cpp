@@ -114,6 +114,27 @@ std::string overflow_verdict(const CandidateOutcome& outcome) {
 
 }  // namespace
 
+std::vector<int> exploration_tensor_parallel(const std::vector<int>& requested, bool splits,
+                                             const std::function<std::string(int)>& why_not) {
+  std::vector<int> sizes;
+  if (requested.empty()) {
+    for (const int t : {1, 2, 4, 8})
+      if ((t == 1 || splits) && why_not(t).empty()) sizes.push_back(t);
+    return sizes;
+  }
+  for (const int t : requested) {
+    if (std::find(sizes.begin(), sizes.end(), t) != sizes.end()) continue;
+    if (const std::string reason = why_not(t); !reason.empty()) throw InputError(reason);
+    if (t > 1 && !splits)
+      throw InputError(fmt::format("--tensor-parallel {}: the profile has no transformer layer with FLOPs (op "
+                                   "\"transformer\" and forward_flops) to split; every layer would be replicated",
+                                   t));
+    sizes.push_back(t);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  return sizes;
+}
+
 std::vector<RankedCandidate> rank_candidates(const std::vector<CandidateOutcome>& outcomes,
                                              const std::vector<std::size_t>& members) {
   std::vector<std::size_t> fitting, out_of_memory, failed;
@@ -131,7 +152,9 @@ std::vector<RankedCandidate> rank_candidates(const std::vector<CandidateOutcome>
     if (x.idle_stages.empty() || x.merged_as.empty()) continue;
     for (const std::size_t j : fitting) {
       const CandidateOutcome& y = outcomes[j];
-      if (y.schedule != x.schedule || y.micro_batches != x.micro_batches || y.micro_batch_size != x.micro_batch_size) continue;
+      if (y.schedule != x.schedule || y.micro_batches != x.micro_batches || y.micro_batch_size != x.micro_batch_size ||
+          y.tensor_parallel != x.tensor_parallel)
+        continue;
       bool named = false;
       for (std::size_t from = 0; from <= y.partitioner.size();) {
         const std::size_t to = std::min(y.partitioner.find('=', from), y.partitioner.size());

@@ -4,6 +4,7 @@
 // rank. Running the candidates (one simulation each) is the caller's work;
 // nothing here touches SimGrid.
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,6 +67,9 @@ struct CandidateOutcome {
   std::string partitioner;  ///< "whole model" for dp; "uniform=bapipe" when they chose the same partition
   std::string replicas;     ///< replicas per stage, "1-1-1-1", "3-1"; dp: the hosts
   bool stale_weights = false;
+  /// Hosts per tensor-parallel group: each stage on t hosts of one server
+  /// (Plan::tensor_parallel); the partition places stages on the groups' leaders.
+  int tensor_parallel = 1;
   std::optional<std::string> error;  ///< could not be partitioned or simulated
   double throughput_samples_per_s = 0;
   double minibatch_time_s = 0;
@@ -73,7 +77,7 @@ struct CandidateOutcome {
   double peak_memory_bytes = 0;  ///< largest over the devices
   std::string peak_memory_host;
   std::vector<MemoryOverflow> overflows;
-  int devices = 0;               ///< hosts the partition uses
+  int devices = 0;               ///< hosts the partition uses (t per stage replica under tensor parallelism)
   std::vector<int> idle_stages;  ///< stages that do no compute (idle_stages())
   /// The label of the same partition with its idle stages merged away
   /// (merge_idle_stages()), run as a candidate of its own; empty when none.
@@ -92,6 +96,16 @@ struct RankedCandidate {
  *  without them (its `merged_as`, same schedule and shape) when that fits
  *  and reaches at least this share of its throughput. */
 constexpr double kFewerDevicesShare = 0.99;
+
+/** The tensor-parallel group sizes explore tries on a platform: of
+ *  `requested` (empty: 1, 2, 4, 8), those t for which `groups_fit(t)` is
+ *  true (t divides the hosts and no group spans two servers), and t > 1 only
+ *  when `splits` (the profile has a transformer layer with FLOPs). A
+ *  requested t that does not fit, or t > 1 requested for a profile without
+ *  such layers, is an InputError naming --tensor-parallel and why (via
+ *  `why_not(t)`, the groups' own message). */
+std::vector<int> exploration_tensor_parallel(const std::vector<int>& requested, bool splits,
+                                             const std::function<std::string(int)>& why_not);
 
 /** Ranks outcomes[i] for i in `members`: candidates that fit first, by
  *  throughput (higher first; throughputs within 1e-9 relative tie), ties to

@@ -163,6 +163,8 @@ PartitionerOutput partition_for_run(const std::string& name, const RunPartitionI
   partitioner.graph = input.graph;
   partitioner.profile = profile;
   partitioner.platform = input.platform;
+  partitioner.dtype = input.dtype;
+  partitioner.optimizer = input.optimizer;
   if (name == "bapipe") {
     partitioner.schedule = input.schedule;
     partitioner.micro_batches = input.micro_batches;

@@ -27,6 +27,11 @@ struct PartitionerInput {
   /// default only between two asynchronous hosts, BaPipe's FPGA technique).
   bool split_layers = false;
   std::optional<double> memory_limit_bytes;  ///< per device; absent: the hosts' own `memory`
+  /// The run's number format ("" = fp32) and optimizer: memory checks keep
+  /// resident_weight_factor(dtype, optimizer) bytes per weight byte
+  /// (core/precision.hpp; bapipe, pipedream-memory).
+  std::string dtype;
+  std::string optimizer = "sgd";
   /// pipedream: the hierarchy, lowest level first (`--machines 4 4
   /// --bandwidth 8e9 1.25e9`: 4 GPUs per server at 8e9 B/s, 4 servers at
   /// 1.25e9 B/s). Empty: derived from the platform's routes.
@@ -119,6 +124,8 @@ struct RunPartitionInput {
   /// --memory: every device's capacity in place of the hosts' own.
   std::optional<double> memory_limit_bytes;
   bool split_layers = false;  ///< bapipe: --split-layers
+  std::string dtype;               ///< as PartitionerInput::dtype
+  std::string optimizer = "sgd";   ///< as PartitionerInput::optimizer
 };
 
 /** The memory pipedream-memory partitions within: `memory_limit_bytes` when

@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "core/precision.hpp"
 #include "core/limits.hpp"
 
 namespace pipegrid {
@@ -210,9 +211,10 @@ PipeDreamSolution solve_pipedream(const StateChain& chain, const PipeDreamOption
     // last stage, and pure data parallelism, nothing).
     const auto stashed_fits = [&](double activation, double parameters, int later_machines, int replicas) {
       if (!options.memory_bytes) return true;
-      if (parameters > *options.memory_bytes) return false;
+      const double state = options.extra_state_per_weight_byte * parameters;
+      if (parameters + state > *options.memory_bytes) return false;
       const double in_flight = std::ceil(static_cast<double>(later_machines) / replicas);
-      return in_flight * (activation + parameters) <= *options.memory_bytes;
+      return in_flight * (activation + parameters) + state <= *options.memory_bytes;
     };
     for (int row = 0; row < rows; ++row) {
       if (row > count - 1 + 1) break;
@@ -343,6 +345,7 @@ PartitionerOutput pipedream_partition(const PartitionerInput& input) {
   PipeDreamOptions options;
   options.straight = input.straight;
   options.memory_bytes = input.memory_limit_bytes;
+  options.extra_state_per_weight_byte = resident_weight_factor(input.dtype, input.optimizer) - 2;
   if (input.cost_model == "paper") options.cost_model = PipeDreamCostModel::Paper;
   else if (input.cost_model != "released")
     throw InputError(fmt::format("--cost-model: expected released or paper, found '{}'", input.cost_model));
@@ -402,7 +405,9 @@ PartitionerOutput pipedream_partition(const PartitionerInput& input) {
       stash -= chain.states[stage.after_state].activation_bytes + chain.states[stage.after_state].parameter_bytes;
     int later = 0;
     for (std::size_t t = s + 1; t < solution.stages.size(); ++t) later += solution.stages[t].replicas;
-    output.stages[s].memory_bytes = std::ceil(static_cast<double>(later) / stage.replicas) * stash;
+    const double parameters = last.parameter_bytes - (stage.after_state >= 0 ? chain.states[stage.after_state].parameter_bytes : 0);
+    output.stages[s].memory_bytes =
+        std::ceil(static_cast<double>(later) / stage.replicas) * stash + options.extra_state_per_weight_byte * parameters;
   }
   std::string shape;
   for (const PipeDreamLevel& level : options.levels)

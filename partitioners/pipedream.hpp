@@ -49,6 +49,12 @@ struct PipeDreamOptions {
   std::vector<PipeDreamLevel> levels;  ///< lowest first
   bool straight = false;
   std::optional<double> memory_bytes;
+  /// State kept per weight byte beyond what the released memory check
+  /// assumes (fp32 SGD): resident_weight_factor(dtype, optimizer) - 2
+  /// (core/precision.hpp), 0 for fp32 SGD. Both memory checks add this many
+  /// weight bytes of the stage (mixed precision's master weights, momentum
+  /// and Adam state).
+  double extra_state_per_weight_byte = 0;
   PipeDreamCostModel cost_model = PipeDreamCostModel::Released;
 };
 

@@ -687,6 +687,7 @@ PlatformSummary load_platform(sg::Engine& engine, const std::string& file, Netwo
     std::map<std::string, std::string> properties;
     if (const auto* all = host->get_properties()) properties.insert(all->begin(), all->end());
     summary.hosts.push_back(host_info_from_properties(name, id, properties));
+    if (const sg::NetZone* zone = host->get_englobing_zone()) summary.hosts.back().server = zone->get_name();
   }
   for (const sg::Link* link : engine.get_all_links()) {
     const double bandwidth = link->get_bandwidth(), latency = link->get_latency();
@@ -802,7 +803,8 @@ nlohmann::json summary_to_json(const PlatformSummary& summary) {
   nlohmann::json hosts = nlohmann::json::array();
   for (const HostInfo& host : summary.hosts) {
     nlohmann::json entry{{"name", host.name}, {"kind", to_string(host.kind)}, {"execution", to_string(host.execution)},
-                         {"speed_factor", host.speed_factor}, {"device", host.device_type}};
+                         {"speed_factor", host.speed_factor}, {"device", host.device_type},
+                         {"server", host.server}};
     if (host.memory_bytes) entry["memory_bytes"] = *host.memory_bytes;
     if (host.action_overhead_s > 0) entry["action_overhead_s"] = host.action_overhead_s;
     if (host.optimizer_step_rate_Bps) entry["optimizer_step_rate_Bps"] = *host.optimizer_step_rate_Bps;
@@ -831,6 +833,7 @@ PlatformSummary summary_from_json(const nlohmann::json& json, const std::string&
     host.execution = entry.at("execution") == "sync" ? Execution::Sync : Execution::Async;
     host.speed_factor = entry.at("speed_factor");
     host.device_type = entry.at("device");
+    host.server = entry.at("server");
     if (entry.contains("memory_bytes")) host.memory_bytes = entry.at("memory_bytes").get<double>();
     if (entry.contains("action_overhead_s")) host.action_overhead_s = entry.at("action_overhead_s").get<double>();
     if (entry.contains("optimizer_step_rate_Bps")) host.optimizer_step_rate_Bps = entry.at("optimizer_step_rate_Bps").get<double>();

@@ -123,7 +123,7 @@ TEST(Metrics, MemorySeriesStepsWhereMemoryChanges) {
 TEST(Metrics, OptimizerStateAddsWeightCopies) {
   Timeline timeline = gpipe_2x2();
   MemoryModel model = two_stages();
-  model.optimizer_copies = 2;  // adam
+  model.resident_weight_factor = 4;  // fp32 adam
   const Metrics metrics = compute_metrics(timeline, model, {{"a", 0}, {"b", 1}}, 1, 8);
   Timeline plain_timeline = gpipe_2x2();
   const Metrics plain = compute_metrics(plain_timeline, two_stages(), {{"a", 0}, {"b", 1}}, 1, 8);

@@ -1,0 +1,45 @@
+#pragma once
+// Mixed precision and optimizer state: the bytes each parameter keeps in
+// device memory during training (docs/semantics.md, Memory). One table, used
+// by the simulator's memory model (core/metrics.hpp) and by every
+// partitioner that checks memory, so that they agree.
+
+#include <string>
+#include <vector>
+
+namespace pipegrid {
+
+/** The number formats a profile may be in: "fp32", "fp16", "bf16". */
+const std::vector<std::string>& dtype_names();
+
+/** Bytes of one value: fp32 4, fp16 and bf16 2; "" (not stated) is fp32.
+ *  InputError naming `what` and the known formats otherwise. */
+int dtype_bytes(const std::string& dtype, const std::string& what = "dtype");
+
+/** Bytes per parameter by (dtype, optimizer), resident for the whole run:
+ *    fp32:        weights 4 + gradients 4 + optimizer (sgd 0, momentum 4, adam 8)
+ *    fp16, bf16:  weights 2 + gradients 2 + fp32 master weights 4 + optimizer
+ *                 (sgd 0, momentum 4, adam 8; the optimizer state is fp32)
+ *  so 8 / 12 / 16 bytes per parameter either way. InputError for an unknown
+ *  dtype or optimizer (optimizer_copies's message, naming --optimizer). */
+struct ParameterBytes {
+  int weights = 4, gradients = 4, master_weights = 0, optimizer = 0;
+  int total() const { return weights + gradients + master_weights + optimizer; }
+};
+ParameterBytes bytes_per_parameter(const std::string& dtype, const std::string& optimizer);
+
+/** The resident state per byte of weights (a profile's parameter_bytes are
+ *  in its dtype): bytes_per_parameter(...).total() / dtype_bytes(dtype).
+ *  fp32: sgd 2, momentum 3, adam 4 (weights + gradients + optimizer copies);
+ *  fp16/bf16: sgd 4, momentum 6, adam 8. Extra weight versions that stashing
+ *  schedules keep are one copy of the weight bytes each, on top. */
+double resident_weight_factor(const std::string& dtype, const std::string& optimizer);
+
+/** The dtype a run uses: the profile's when it states one, else `requested`
+ *  (simulate --dtype; "" when not given). Both stated and different: an
+ *  InputError naming both and `profile_origin`. A requested name outside
+ *  dtype_names(): an InputError naming --dtype. "" when neither states one
+ *  (fp32). */
+std::string run_dtype(const std::string& profile_dtype, const std::string& requested, const std::string& profile_origin);
+
+}  // namespace pipegrid
