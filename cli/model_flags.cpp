@@ -1,0 +1,46 @@
+#include "cli/model_flags.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.hpp"
+
+namespace pipegrid::cli {
+
+void add_model_flags(CLI::App& command, ModelFlags& flags) {
+  for (const std::string& name : validate::option_names())
+    command.add_option("--" + name, flags.values[name], fmt::format("model option {} (as for pipegrid model)", name))
+        ->group("Model options (mlp: layers hidden classes; vgg16: width image hidden classes; gnmt: layers hidden "
+                "vocabulary sequence; gpt: layers hidden heads ffn sequence vocabulary)");
+  // Retired: its use is an error that names the flag (group "" hides it).
+  command.add_option("--model-option", flags.old_options, "retired: give the option as a flag, e.g. --hidden 64")->group("");
+}
+
+std::vector<std::string> given_model_flags(const CLI::App& command) {
+  std::vector<std::string> given;
+  for (const std::string& name : validate::option_names())
+    if (command.count("--" + name)) given.push_back("--" + name);
+  if (command.count("--model-option")) given.push_back("--model-option");
+  return given;
+}
+
+validate::ModelConfig model_from_flags(const std::string& name, const ModelFlags& flags, const CLI::App& command) {
+  if (!flags.old_options.empty()) {
+    // `--model-option width=64`: the flag of the option's name (its new
+    // name where it was renamed).
+    const std::string& text = flags.old_options.front();
+    const auto equals = text.find('=');
+    std::string hint = "give each option as a flag, e.g. --layers 4 --hidden 64";
+    if (equals != std::string::npos && equals > 0) {
+      const std::string key = text.substr(0, equals), value = text.substr(equals + 1);
+      hint = fmt::format("give --{} {}", validate::current_option_name(name, key), value);
+    }
+    throw InputError(fmt::format("--model-option {}: the model's options are flags now; {}", text, hint));
+  }
+  validate::ModelConfig config{name, {}};
+  for (const std::string& option : validate::option_names())
+    if (command.count("--" + option)) config.options[option] = flags.values.at(option);
+  return validate::resolve_model(config);
+}
+
+}  // namespace pipegrid::cli
