@@ -6,14 +6,23 @@
 #include "core/error.hpp"
 
 namespace pipegrid::cli {
+namespace {
+
+// Option names before issue 15 that are no option of any zoo model now
+// (width still is, of vgg16).
+const std::vector<std::string> kRetiredNames = {"depth", "vocab", "seq"};
+
+}  // namespace
 
 void add_model_flags(CLI::App& command, ModelFlags& flags) {
   for (const std::string& name : validate::option_names())
     command.add_option("--" + name, flags.values[name], fmt::format("model option {} (as for pipegrid model)", name))
         ->group("Model options (mlp: layers hidden classes; vgg16: width image hidden classes; gnmt: layers hidden "
                 "vocabulary sequence; gpt: layers hidden heads ffn sequence vocabulary)");
-  // Retired: its use is an error that names the flag (group "" hides it).
+  // Retired: their use is an error that names the flag (group "" hides them).
   command.add_option("--model-option", flags.old_options, "retired: give the option as a flag, e.g. --hidden 64")->group("");
+  for (const std::string& name : kRetiredNames)
+    command.add_option("--" + name, flags.old_values[name], "retired option name")->group("");
 }
 
 std::vector<std::string> given_model_flags(const CLI::App& command) {
@@ -21,6 +30,8 @@ std::vector<std::string> given_model_flags(const CLI::App& command) {
   for (const std::string& name : validate::option_names())
     if (command.count("--" + name)) given.push_back("--" + name);
   if (command.count("--model-option")) given.push_back("--model-option");
+  for (const std::string& name : kRetiredNames)
+    if (command.count("--" + name)) given.push_back("--" + name);
   return given;
 }
 
@@ -40,6 +51,10 @@ validate::ModelConfig model_from_flags(const std::string& name, const ModelFlags
   validate::ModelConfig config{name, {}};
   for (const std::string& option : validate::option_names())
     if (command.count("--" + option)) config.options[option] = flags.values.at(option);
+  // A retired name: resolve_model names the new one ("--depth: mlp has no
+  // option 'depth'; did you mean --layers?").
+  for (const std::string& old : kRetiredNames)
+    if (command.count("--" + old)) config.options[old] = flags.old_values.at(old);
   return validate::resolve_model(config);
 }
 

@@ -17,13 +17,15 @@ namespace pipegrid::cli {
 struct ModelFlags {
   std::map<std::string, int> values;        ///< option name -> value, bound to `--NAME`
   std::vector<std::string> old_options;     ///< the retired `--model-option key=value`
+  std::map<std::string, int> old_values;    ///< the retired names as flags (`--depth 4`)
 };
 
-/** Adds `--layers`, `--hidden`, ... (integers) to `command`, and a hidden
- *  `--model-option` whose use is an error naming the flag to give instead. */
+/** Adds `--layers`, `--hidden`, ... (integers) to `command`, and hidden
+ *  `--model-option`, `--depth`, `--vocab` and `--seq` whose use is an error
+ *  naming the flag to give instead. */
 void add_model_flags(CLI::App& command, ModelFlags& flags);
 
-/** The flags given on `command`. */
+/** The model flags given on `command` (retired ones included). */
 std::vector<std::string> given_model_flags(const CLI::App& command);
 
 /** Model `name` with the options given as flags, resolved (defaults filled
