@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "core/platform_check.hpp"
 
 namespace pipegrid::cli {
 namespace {
@@ -37,16 +38,20 @@ std::vector<std::string> given_model_flags(const CLI::App& command) {
 
 validate::ModelConfig model_from_flags(const std::string& name, const ModelFlags& flags, const CLI::App& command) {
   if (!flags.old_options.empty()) {
-    // `--model-option width=64`: the flag of the option's name (its new
-    // name where it was renamed).
-    const std::string& text = flags.old_options.front();
-    const auto equals = text.find('=');
-    std::string hint = "give each option as a flag, e.g. --layers 4 --hidden 64";
-    if (equals != std::string::npos && equals > 0) {
-      const std::string key = text.substr(0, equals), value = text.substr(equals + 1);
-      hint = fmt::format("give --{} {}", validate::current_option_name(name, key), value);
+    // `--model-option width=64`: the flags of the options' names (their new
+    // names where they were renamed).
+    std::vector<std::string> flags_to_give;
+    for (const std::string& text : flags.old_options) {
+      const auto equals = text.find('=');
+      if (equals == std::string::npos || equals == 0) {
+        flags_to_give = {"each option as a flag, e.g. --layers 4 --hidden 64"};
+        break;
+      }
+      flags_to_give.push_back(fmt::format("--{} {}", printable(validate::current_option_name(name, text.substr(0, equals))),
+                                          printable(text.substr(equals + 1))));
     }
-    throw InputError(fmt::format("--model-option {}: the model's options are flags now; {}", text, hint));
+    throw InputError(fmt::format("--model-option {}: the model's options are flags now; give {}",
+                                 printable(fmt::format("{}", fmt::join(flags.old_options, ", "))), fmt::join(flags_to_give, " ")));
   }
   validate::ModelConfig config{name, {}};
   for (const std::string& option : validate::option_names())

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/platform_check.hpp"
 #include "validate/detail/model.hpp"
 
 namespace pipegrid::validate {
@@ -76,7 +77,7 @@ void add_spec_option(ModelConfig& config, const std::string& text) {
     auto [end, error] = std::from_chars(first, last, value);
     ok = first != last && error == std::errc() && end == last && value > 0;
   }
-  if (!ok) throw InputError(fmt::format("'{}': expected key=value with a positive integer value, e.g. hidden=256", text));
+  if (!ok) throw InputError(fmt::format("'{}': expected key=value with a positive integer value, e.g. hidden=256", printable(text)));
   config.options[text.substr(0, equals)] = value;
 }
 
@@ -106,7 +107,8 @@ ModelConfig resolve_model(const ModelConfig& config, OptionSpelling spelling) {
   if (spec == option_specs().end()) {
     if (const auto renamed = renamed_models().find(config.name); renamed != renamed_models().end())
       throw InputError(fmt::format("{}unknown model '{}'; did you mean '{}'?", model_prefix, config.name, renamed->second));
-    throw InputError(fmt::format("{}unknown model '{}'; expected one of: {}", model_prefix, config.name, fmt::join(model_names(), ", ")));
+    throw InputError(fmt::format("{}unknown model '{}'; expected one of: {}", model_prefix, printable(config.name),
+                                 fmt::join(model_names(), ", ")));
   }
   std::vector<std::string> keys;
   for (const OptionSpec& option : spec->second) keys.push_back(option_name(option.key, spelling));
@@ -119,7 +121,7 @@ ModelConfig resolve_model(const ModelConfig& config, OptionSpelling spelling) {
       if (const auto renamed = renamed_options().find({config.name, key}); renamed != renamed_options().end())
         throw InputError(fmt::format("{}{} has no option '{}'; did you mean {}?", prefix, config.name, key,
                                      option_name(renamed->second, spelling)));
-      throw InputError(fmt::format("{}{} has no option '{}'; expected one of: {}", prefix, config.name, key, fmt::join(keys, ", ")));
+      throw InputError(fmt::format("{}{} has no option '{}'; expected one of: {}", prefix, config.name, printable(key), fmt::join(keys, ", ")));
     }
     if (value < 1) throw InputError(fmt::format("{}: expected a positive integer", option_given(key, value, spelling)));
   }
@@ -161,7 +163,7 @@ ModelConfig model_from_spec(const std::string& text, const std::string& origin) 
     for (std::size_t w = 1; w < words.size(); ++w) add_spec_option(config, words[w]);
     return resolve_model(config, OptionSpelling::Spec);
   } catch (const InputError& error) {
-    throw InputError(fmt::format("{}: model '{}': {}", origin, text, error.what()));
+    throw InputError(fmt::format("{}: model '{}': {}", origin, printable(text), error.what()));
   }
 }
 
