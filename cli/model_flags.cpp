@@ -13,13 +13,25 @@ namespace {
 // (width still is, of vgg16).
 const std::vector<std::string> kRetiredNames = {"depth", "vocab", "seq"};
 
+// What each option means, for --help (defaults: docs/validation.md, Models).
+const std::map<std::string, std::string> kHelp = {
+    {"layers", "mlp: Linear layers (8); gnmt: LSTM layers (4); gpt: decoder blocks (4)"},
+    {"hidden", "mlp, gnmt: hidden width (256); gpt: model dimension (256); vgg16: classifier width"},
+    {"heads", "gpt: attention heads, dividing hidden (4)"},
+    {"ffn", "gpt: feed-forward width (4 x hidden)"},
+    {"sequence", "gnmt (16), gpt (32): tokens per sample"},
+    {"vocabulary", "gnmt, gpt: vocabulary size (1024)"},
+    {"classes", "mlp (10), vgg16 (1000): output classes"},
+    {"image", "vgg16: square input side, a multiple of 32 (224)"},
+    {"width", "vgg16: channels of the first block (64), scaling every block"},
+};
+
 }  // namespace
 
 void add_model_flags(CLI::App& command, ModelFlags& flags) {
   for (const std::string& name : validate::option_names())
-    command.add_option("--" + name, flags.values[name], fmt::format("model option {} (as for pipegrid model)", name))
-        ->group("Model options (mlp: layers hidden classes; vgg16: width image hidden classes; gnmt: layers hidden "
-                "vocabulary sequence; gpt: layers hidden heads ffn sequence vocabulary)");
+    command.add_option("--" + name, flags.values[name], kHelp.at(name))
+        ->group("Model options (integers; an option the model does not have is an error)");
   // Retired: their use is an error that names the flag (group "" hides them).
   command.add_option("--model-option", flags.old_options, "retired: give the option as a flag, e.g. --hidden 64")->group("");
   for (const std::string& name : kRetiredNames)
