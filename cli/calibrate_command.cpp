@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/model_flags.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/profile.hpp"
@@ -16,7 +17,7 @@ namespace {
 
 struct CalibrateOptions {
   std::string model;
-  std::vector<std::string> model_options;
+  ModelFlags model_flags;
   int micro_batch_size = 8;
   std::string device = "cpu:2";
   int repeats = 5;
@@ -26,6 +27,7 @@ struct CalibrateOptions {
 };
 
 CalibrateOptions options;
+CLI::App* command = nullptr;
 
 }  // namespace
 
@@ -37,11 +39,11 @@ validate::Calibration calibrate_for_device(validate::CalibrationRequest request,
 }
 
 CLI::App* add_calibrate_command(CLI::App& app) {
-  CLI::App* command = app.add_subcommand(
+  command = app.add_subcommand(
       "calibrate", "measure a zoo model's layers, the copies between devices, the optimizer step and the per-action overhead "
       "with LibTorch on the devices that will run it; write a profile and a platform");
-  command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or transformer")->required();
-  command->add_option("--model-option", options.model_options, "model size, key=value (repeat; as for execute)");
+  command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or gpt (its options: the flags below)")->required();
+  add_model_flags(*command, options.model_flags);
   command->add_option("--micro-batch-size", options.micro_batch_size, "samples per micro-batch (default 8)");
   command->add_option("--device", options.device,
                       "cpu:N (N worker threads, hosts cpu0..), cuda:N (N GPUs, hosts gpu0..) or cuda-partitioned:N (GPU 0 in N SM "
@@ -55,10 +57,9 @@ CLI::App* add_calibrate_command(CLI::App& app) {
 }
 
 int run_calibrate_command() {
-  validate::ModelConfig model{options.model, {}};
-  for (const std::string& option : options.model_options) validate::add_model_option(model, option);
+  const validate::ModelConfig model = model_from_flags(options.model, options.model_flags, *command);
   validate::CalibrationRequest request;
-  request.model = validate::resolve_model(model);
+  request.model = model;
   request.micro_batch_size = options.micro_batch_size;
   request.repeats = options.repeats;
   request.warmup = options.warmup;

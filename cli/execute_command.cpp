@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/model_flags.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/platform_check.hpp"
@@ -27,7 +28,7 @@ namespace {
 
 struct ExecuteOptions {
   std::string model;
-  std::vector<std::string> model_options;
+  ModelFlags model_flags;
   std::string schedule;
   std::string program_file;
   std::string program_format = "text";
@@ -58,10 +59,8 @@ CLI::App* command = nullptr;
 
 CLI::App* add_execute_command(CLI::App& app) {
   command = app.add_subcommand("execute", "run a schedule for real with LibTorch (CPU threads or CUDA GPUs) and record its timeline");
-  command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or transformer")->required();
-  command->add_option("--model-option", options.model_options,
-                      "model size, key=value (repeat): mlp width depth classes; vgg16 width image hidden classes; "
-                      "gnmt vocab hidden layers seq; transformer vocab width heads layers seq");
+  command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or gpt (its options: the flags below)")->required();
+  add_model_flags(*command, options.model_flags);
   command->add_option("--schedule", options.schedule,
                       "gpipe, 1f1b-sno, 1f1b-so, 1f1b-as, fbp-as (cpu only), dp, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, "
                       "zb1p, zb-v, dualpipev, or pipedream, pipedream-2bw, pipeoptim (one micro-batch per mini-batch)");
@@ -140,9 +139,7 @@ std::string layer_list(const validate::LayerRanges& ranges, const std::vector<in
 }  // namespace
 
 int run_execute_command() {
-  validate::ModelConfig model{options.model, {}};
-  for (const std::string& option : options.model_options) validate::add_model_option(model, option);
-  model = validate::resolve_model(model);
+  const validate::ModelConfig model = model_from_flags(options.model, options.model_flags, *command);
   const bool from_file = !options.program_file.empty();
   if (from_file) {
     // The Program is the schedule: its stages, micro-batches, mini-batches and devices.

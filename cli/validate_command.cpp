@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/calibrate_command.hpp"
+#include "cli/model_flags.hpp"
 #include "cli/run.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
@@ -30,7 +31,7 @@ namespace {
 struct ValidateOptions {
   std::string plan;
   std::string model;
-  std::vector<std::string> model_options;
+  ModelFlags model_flags;
   std::string schedule;
   int stages = 2;
   std::optional<int> virtual_stages;
@@ -92,8 +93,8 @@ CLI::App* add_validate_command(CLI::App& app) {
   command->add_option("--plan", options.plan,
                       "a plan saved by simulate --save-plan from a calibrated profile: its model, schedule, M, mini-batches, "
                       "partition and platform (instead of --model, --schedule, ...)");
-  command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or transformer");
-  command->add_option("--model-option", options.model_options, "model size, key=value (repeat; as for execute)");
+  command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or gpt (its options: the flags below, as for execute)");
+  add_model_flags(*command, options.model_flags);
   command->add_option("--schedule", options.schedule, "gpipe, 1f1b-sno or 1f1b-so");
   command->add_option("--stages", options.stages,
                       "number of stages, layers split as execute does (default 2); devices = stages / --virtual-stages");
@@ -133,8 +134,11 @@ struct SavedPlan {
 };
 
 SavedPlan read_saved_plan(const std::string& file) {
-  for (const char* flag : {"--model", "--model-option", "--schedule", "--stages", "--layers-per-stage", "--micro-batches",
-                           "--micro-batch-size", "--mini-batches", "--profile", "--platform", "--network"})
+  std::vector<std::string> plan_gives = {"--model",        "--schedule",         "--stages",       "--layers-per-stage",
+                                         "--micro-batches", "--micro-batch-size", "--mini-batches", "--profile",
+                                         "--platform",      "--network"};
+  for (const std::string& flag : given_model_flags(*command)) plan_gives.push_back(flag);
+  for (const std::string& flag : plan_gives)
     if (command->count(flag)) throw InputError(fmt::format("{}: --plan {} gives it; leave it out", flag, file));
   SavedPlan saved;
   saved.plan = read_plan_file(file);
@@ -189,9 +193,7 @@ int run_validate_command() {
     if (options.model.empty()) throw InputError("validate: --model is required (or give --plan FILE)");
     if (options.schedule.empty()) throw InputError("validate: --schedule is required (or give --plan FILE)");
   }
-  validate::ModelConfig model{options.model, {}};
-  for (const std::string& option : options.model_options) validate::add_model_option(model, option);
-  model = saved ? saved->model : validate::resolve_model(model);
+  const validate::ModelConfig model = saved ? saved->model : model_from_flags(options.model, options.model_flags, *command);
   if (!schedule_info(options.schedule).flushed)
     throw InputError(fmt::format("--schedule {}: validate runs the flushed schedules (gpipe, the 1f1b family, the interleaved, "
                                  "zero-bubble and DualPipeV ones)",
@@ -266,6 +268,13 @@ int run_validate_command() {
   plan_request.network = options.network;
   plan_request.virtual_stages = virtual_stages;
   Plan plan = make_plan(plan_request);
+  if (!options.profile.empty() && !plan.profile.model.empty()) {
+    // A calibrated profile names its model: the one run here.
+    const validate::ModelConfig calibrated = validate::model_from_spec(plan.profile.model, options.profile);
+    if (validate::model_to_spec(calibrated) != validate::model_to_spec(model))
+      throw InputError(fmt::format("{}: calibrated for model '{}'; the model run here is '{}'", options.profile,
+                                   plan.profile.model, validate::model_to_spec(model)));
+  }
   if (static_cast<int>(plan.profile.layers.size()) != layers)
     throw InputError(fmt::format("{}: {} layers, model {} has {}", origin, plan.profile.layers.size(), model.name, layers));
   if (plan.partition.num_stages() != options.stages)

@@ -21,7 +21,7 @@
 # with the calibrated files and compares (docs/validation.md, "GPU matrix").
 # Environment: REPEATS (default 3), BUDGET_S (seconds after which no new plan
 # starts, default 420), PLANS (a grep -E filter on plan names, default all),
-# MODELS (default "mlp transformer"). A dry run of the whole workflow on a
+# MODELS (default "mlp gpt"). A dry run of the whole workflow on a
 # CPU machine: DEVICE=cpu SIZES=small PIPEGRID=build/pipegrid (no build;
 # cpu:N instead of cuda-partitioned:N; tiny models).
 set -uo pipefail
@@ -32,7 +32,7 @@ work=$(mktemp -d /tmp/gpu-matrix.XXXXXX)
 repeats=${REPEATS:-3}
 budget=${BUDGET_S:-420}
 filter=${PLANS:-.}
-models=${MODELS:-"mlp transformer"}
+models=${MODELS:-"mlp gpt"}
 device=${DEVICE:-cuda-partitioned}
 sizes=${SIZES:-gpu}
 start=$(date +%s)

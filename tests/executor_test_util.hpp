@@ -22,9 +22,9 @@
 namespace pipegrid::validate::executor_test {
 
 inline ModelConfig small_model(const std::string& name) {
-  if (name == "mlp") return {"mlp", {{"width", 32}, {"depth", 6}, {"classes", 5}}};
-  if (name == "transformer") return {"transformer", {{"vocab", 50}, {"width", 32}, {"heads", 2}, {"layers", 3}, {"seq", 8}}};
-  if (name == "gnmt") return {"gnmt", {{"vocab", 40}, {"hidden", 16}, {"layers", 3}, {"seq", 6}}};
+  if (name == "mlp") return {"mlp", {{"hidden", 32}, {"layers", 6}, {"classes", 5}}};
+  if (name == "gpt") return {"gpt", {{"vocabulary", 50}, {"hidden", 32}, {"heads", 2}, {"layers", 3}, {"sequence", 8}}};
+  if (name == "gnmt") return {"gnmt", {{"vocabulary", 40}, {"hidden", 16}, {"layers", 3}, {"sequence", 6}}};
   return {"vgg16", {{"width", 4}, {"image", 32}, {"hidden", 16}, {"classes", 5}}};
 }
 

@@ -86,13 +86,13 @@ TEST_P(CalibrateModel, LayersAndBytesAreTheModelsAndTimesPositive) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, CalibrateModel,
-                         ::testing::Values(ModelConfig{"mlp", {{"width", 32}, {"depth", 4}, {"classes", 5}}},
-                                           ModelConfig{"transformer", {{"vocab", 50}, {"width", 32}, {"heads", 2}, {"layers", 2}, {"seq", 8}}},
-                                           ModelConfig{"gnmt", {{"vocab", 40}, {"hidden", 16}, {"layers", 2}, {"seq", 6}}}),
+                         ::testing::Values(ModelConfig{"mlp", {{"hidden", 32}, {"layers", 4}, {"classes", 5}}},
+                                           ModelConfig{"gpt", {{"vocabulary", 50}, {"hidden", 32}, {"heads", 2}, {"layers", 2}, {"sequence", 8}}},
+                                           ModelConfig{"gnmt", {{"vocabulary", 40}, {"hidden", 16}, {"layers", 2}, {"sequence", 6}}}),
                          [](const auto& info) { return info.param.name; });
 
 TEST(Calibrate, RejectsBadRequests) {
-  CalibrationRequest request = small_request({"mlp", {{"width", 8}, {"depth", 2}}});
+  CalibrationRequest request = small_request({"mlp", {{"hidden", 8}, {"layers", 2}}});
   request.repeats = 0;
   EXPECT_NE(input_error_of([&] { calibrate(request); }).find("--repeats"), std::string::npos);
   request.repeats = 1;

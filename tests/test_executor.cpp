@@ -72,9 +72,9 @@ INSTANTIATE_TEST_SUITE_P(Executor, Numerics,
                          testing::Values(NumericsCase{"mlp", "gpipe", 2, 4}, NumericsCase{"mlp", "1f1b-sno", 3, 4},
                                          NumericsCase{"mlp", "1f1b-so", 4, 5}, NumericsCase{"mlp", "gpipe", 4, 3},
                                          NumericsCase{"mlp", "1f1b-sno", 2, 3, true},
-                                         NumericsCase{"transformer", "gpipe", 2, 4}, NumericsCase{"transformer", "1f1b-sno", 4, 4},
-                                         NumericsCase{"transformer", "1f1b-so", 3, 5},
-                                         NumericsCase{"transformer", "gpipe", 3, 2, true},
+                                         NumericsCase{"gpt", "gpipe", 2, 4}, NumericsCase{"gpt", "1f1b-sno", 4, 4},
+                                         NumericsCase{"gpt", "1f1b-so", 3, 5},
+                                         NumericsCase{"gpt", "gpipe", 3, 2, true},
                                          NumericsCase{"gnmt", "1f1b-sno", 3, 3}, NumericsCase{"vgg16", "gpipe", 2, 2}),
                          case_name);
 
@@ -163,7 +163,7 @@ TEST_P(PipeDreamStashing, EqualsDelayedWeightsReplay) {
 
 INSTANTIATE_TEST_SUITE_P(Executor, PipeDreamStashing,
                          testing::Values(std::pair{std::string("mlp"), 2}, std::pair{std::string("mlp"), 4},
-                                         std::pair{std::string("transformer"), 3}),
+                                         std::pair{std::string("gpt"), 3}),
                          [](const auto& info) { return info.param.first + "_N" + std::to_string(info.param.second); });
 
 // The updates are real: after two mini-batches the weights moved.
@@ -245,7 +245,7 @@ TEST(ModelZoo, StageSplitsComposeToTheWholeModel) {
 }
 
 TEST(ModelZoo, SameSeedSameWeights) {
-  const ModelConfig model = small_model("transformer");
+  const ModelConfig model = small_model("gpt");
   const auto a = detail::parameters_of(detail::build_layers(model, 5), 0, num_layers(model));
   const auto b = detail::parameters_of(detail::build_layers(model, 5), 0, num_layers(model));
   ASSERT_EQ(a.size(), b.size());
@@ -254,32 +254,68 @@ TEST(ModelZoo, SameSeedSameWeights) {
 
 TEST(ModelZoo, LayerCounts) {
   EXPECT_EQ(num_layers({"vgg16", {}}), 21);
-  EXPECT_EQ(num_layers({"mlp", {{"depth", 5}}}), 5);
+  EXPECT_EQ(num_layers({"mlp", {{"layers", 5}}}), 5);
   EXPECT_EQ(num_layers({"gnmt", {{"layers", 8}}}), 10);
-  EXPECT_EQ(num_layers({"transformer", {{"layers", 12}}}), 14);
+  EXPECT_EQ(num_layers({"gpt", {{"layers", 12}}}), 14);
+}
+
+TEST(ModelZoo, GptFfnDefaultsToFourTimesHidden) {
+  const ModelConfig given = resolve_model({"gpt", {{"hidden", 32}, {"heads", 2}, {"layers", 1}}});
+  EXPECT_EQ(given.options.at("ffn"), 128);
+  // The same weights as an explicit --ffn 128; another ffn, another shape.
+  const auto a = detail::parameters_of(detail::build_layers(given, 3), 0, num_layers(given));
+  const ModelConfig explicit_ffn = resolve_model({"gpt", {{"hidden", 32}, {"heads", 2}, {"layers", 1}, {"ffn", 128}}});
+  const auto b = detail::parameters_of(detail::build_layers(explicit_ffn, 3), 0, num_layers(explicit_ffn));
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));
+  const ModelConfig narrow = resolve_model({"gpt", {{"hidden", 32}, {"heads", 2}, {"layers", 1}, {"ffn", 48}}});
+  int64_t count = 0, narrow_count = 0;
+  for (const torch::Tensor& parameter : a) count += parameter.numel();
+  for (const torch::Tensor& parameter : detail::parameters_of(detail::build_layers(narrow, 3), 0, num_layers(narrow)))
+    narrow_count += parameter.numel();
+  // up (32 x ffn + ffn) and down (ffn x 32 + 32): 65 parameters per unit of ffn.
+  EXPECT_EQ(count - narrow_count, 65 * (128 - 48));
 }
 
 TEST(ModelZoo, SpecRoundTripsAndNamesItsOrigin) {
-  const ModelConfig model = resolve_model({"transformer", {{"width", 32}, {"heads", 2}}});
+  const ModelConfig model = resolve_model({"gpt", {{"hidden", 32}, {"heads", 2}}});
   const std::string spec = model_to_spec(model);
-  EXPECT_EQ(spec.rfind("transformer ", 0), 0u);
+  EXPECT_EQ(spec, "gpt ffn=128 heads=2 hidden=32 layers=4 sequence=32 vocabulary=1024");
   const ModelConfig back = model_from_spec(spec, "p.json");
   EXPECT_EQ(back.name, model.name);
   EXPECT_EQ(back.options, model.options);
-  EXPECT_EQ(model_from_spec("mlp  depth=3", "p.json").options.at("depth"), 3);
+  EXPECT_EQ(model_from_spec("mlp  layers=3", "p.json").options.at("layers"), 3);
   EXPECT_CONTAINS(input_error_of([] { model_from_spec("", "p.json"); }), "p.json: model: expected");
-  EXPECT_CONTAINS(input_error_of([] { model_from_spec("resnet depth=3", "p.json"); }), "p.json: model 'resnet depth=3'");
-  EXPECT_CONTAINS(input_error_of([] { model_from_spec("mlp depth", "p.json"); }), "expected key=value");
+  EXPECT_CONTAINS(input_error_of([] { model_from_spec("resnet layers=3", "p.json"); }), "p.json: model 'resnet layers=3'");
+  EXPECT_CONTAINS(input_error_of([] { model_from_spec("mlp layers", "p.json"); }), "expected key=value");
+  EXPECT_CONTAINS(input_error_of([] { model_from_spec("mlp hidden=-3", "p.json"); }), "positive integer");
+  EXPECT_CONTAINS(input_error_of([] { model_from_spec("vgg16 image=40", "p.json"); }), "image=40: vgg16 halves");
+}
+
+TEST(ModelZoo, OldNamesAreErrorsThatNameTheNewOnes) {
+  EXPECT_EQ(input_error_of([] { resolve_model({"transformer", {}}); }), "--model: unknown model 'transformer'; did you mean 'gpt'?");
+  EXPECT_EQ(input_error_of([] { resolve_model({"mlp", {{"width", 64}}}); }), "--width: mlp has no option 'width'; did you mean --hidden?");
+  EXPECT_EQ(input_error_of([] { resolve_model({"mlp", {{"depth", 4}}}); }), "--depth: mlp has no option 'depth'; did you mean --layers?");
+  EXPECT_CONTAINS(input_error_of([] { resolve_model({"gnmt", {{"vocab", 4}}}); }), "did you mean --vocabulary?");
+  EXPECT_CONTAINS(input_error_of([] { resolve_model({"gnmt", {{"seq", 4}}}); }), "did you mean --sequence?");
+  EXPECT_CONTAINS(input_error_of([] { resolve_model({"gpt", {{"width", 4}}}); }), "did you mean --hidden?");
+  // In a calibrated profile's spec: the file, the spec, the new name.
+  EXPECT_EQ(input_error_of([] { model_from_spec("mlp classes=10 depth=4 width=64", "plan.json: profile"); }),
+            "plan.json: profile: model 'mlp classes=10 depth=4 width=64': mlp has no option 'depth'; did you mean 'layers'?");
+  EXPECT_EQ(input_error_of([] { model_from_spec("transformer heads=2", "p.json"); }),
+            "p.json: model 'transformer heads=2': unknown model 'transformer'; did you mean 'gpt'?");
+  EXPECT_EQ(current_option_name("mlp", "width"), "hidden");
+  EXPECT_EQ(current_option_name("transformer", "seq"), "sequence");
+  EXPECT_EQ(current_option_name("vgg16", "width"), "width");
 }
 
 TEST(BadInput, ModelsDevicesAndRanges) {
-  EXPECT_CONTAINS(input_error_of([] { resolve_model({"resnet", {}}); }), "unknown model 'resnet'");
-  EXPECT_CONTAINS(input_error_of([] { resolve_model({"mlp", {{"heads", 2}}}); }), "mlp has no option 'heads'");
-  EXPECT_CONTAINS(input_error_of([] { resolve_model({"vgg16", {{"image", 40}}}); }), "multiple of 32");
-  EXPECT_CONTAINS(input_error_of([] { resolve_model({"transformer", {{"width", 30}, {"heads", 4}}}); }), "multiple of heads");
-  ModelConfig config{"mlp", {}};
-  EXPECT_CONTAINS(input_error_of([&] { add_model_option(config, "width"); }), "expected key=value");
-  EXPECT_CONTAINS(input_error_of([&] { add_model_option(config, "width=-3"); }), "positive integer");
+  EXPECT_CONTAINS(input_error_of([] { resolve_model({"resnet", {}}); }), "unknown model 'resnet'; expected one of: mlp, vgg16, gnmt, gpt");
+  EXPECT_CONTAINS(input_error_of([] { resolve_model({"mlp", {{"heads", 2}}}); }),
+                  "--heads: mlp has no option 'heads'; expected one of: --layers, --hidden, --classes");
+  EXPECT_CONTAINS(input_error_of([] { resolve_model({"vgg16", {{"image", 40}}}); }), "--image 40: vgg16 halves the image 5 times");
+  EXPECT_CONTAINS(input_error_of([] { resolve_model({"gpt", {{"hidden", 30}, {"heads", 4}}}); }), "--hidden 30: expected a multiple of heads");
+  EXPECT_CONTAINS(input_error_of([] { resolve_model({"gpt", {{"ffn", 0}}}); }), "--ffn 0: expected a positive integer");
   EXPECT_CONTAINS(input_error_of([] { parse_device_spec("gpu:2"); }), "expected cpu, cpu:N");
   EXPECT_CONTAINS(input_error_of([] { parse_device_spec("cpu:0"); }), "expected cpu, cpu:N");
   EXPECT_CONTAINS(input_error_of([] { parse_device_spec("cuda-partitioned"); }), "cuda-partitioned:N");

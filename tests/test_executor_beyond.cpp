@@ -130,7 +130,7 @@ TEST_P(BeyondNumerics, MatchesSingleDeviceReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Executor, BeyondNumerics, testing::Combine(testing::Values("mlp", "transformer"), testing::ValuesIn(cases())),
+INSTANTIATE_TEST_SUITE_P(Executor, BeyondNumerics, testing::Combine(testing::Values("mlp", "gpt"), testing::ValuesIn(cases())),
                          [](const testing::TestParamInfo<std::tuple<std::string, BeyondCase>>& info) {
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
                          });
@@ -182,10 +182,10 @@ INSTANTIATE_TEST_SUITE_P(
                     GeneratedCase{"mlp", "zb-h1", 3, 1, 4}, GeneratedCase{"mlp", "zb-h2", 2, 1, 4},
                     GeneratedCase{"mlp", "zb1p", 2, 2, 4}, GeneratedCase{"mlp", "zb-v", 2, 2, 4},
                     GeneratedCase{"mlp", "dualpipev", 2, 2, 4}, GeneratedCase{"mlp", "dualpipev", 3, 2, 6},
-                    GeneratedCase{"transformer", "interleaved-1f1b", 2, 2, 4}, GeneratedCase{"transformer", "looped-bfs", 2, 2, 2},
-                    GeneratedCase{"transformer", "zb-h1", 2, 1, 3}, GeneratedCase{"transformer", "zb-h2", 3, 1, 5},
-                    GeneratedCase{"transformer", "zb1p", 2, 2, 2}, GeneratedCase{"transformer", "zb-v", 2, 2, 3},
-                    GeneratedCase{"transformer", "dualpipev", 2, 2, 5}),
+                    GeneratedCase{"gpt", "interleaved-1f1b", 2, 2, 4}, GeneratedCase{"gpt", "looped-bfs", 2, 2, 2},
+                    GeneratedCase{"gpt", "zb-h1", 2, 1, 3}, GeneratedCase{"gpt", "zb-h2", 3, 1, 5},
+                    GeneratedCase{"gpt", "zb1p", 2, 2, 2}, GeneratedCase{"gpt", "zb-v", 2, 2, 3},
+                    GeneratedCase{"gpt", "dualpipev", 2, 2, 5}),
     [](const testing::TestParamInfo<GeneratedCase>& info) {
       std::string name = info.param.model + "_" + info.param.schedule + "_p" + std::to_string(info.param.devices) + "_v" +
                          std::to_string(info.param.virtual_stages) + "_M" + std::to_string(info.param.micro_batches) +

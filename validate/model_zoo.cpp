@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/platform_check.hpp"
 #include "validate/detail/model.hpp"
 
 namespace pipegrid::validate {
@@ -22,64 +23,51 @@ struct OptionSpec {
   int default_value;
 };
 
-// Defaults of every model (vgg16's hidden default depends on width: 0 here
-// means "4096 x width / 64").
+// Options of every model with their defaults, in help order (0: a default
+// that depends on another option, filled in by resolve_model: vgg16's
+// hidden is 4096 x width / 64, gpt's ffn is 4 x hidden).
 const std::map<std::string, std::vector<OptionSpec>>& option_specs() {
   static const std::map<std::string, std::vector<OptionSpec>> specs = {
-      {"mlp", {{"width", 256}, {"depth", 8}, {"classes", 10}}},
+      {"mlp", {{"layers", 8}, {"hidden", 256}, {"classes", 10}}},
       {"vgg16", {{"width", 64}, {"image", 224}, {"hidden", 0}, {"classes", 1000}}},
-      {"gnmt", {{"vocab", 1024}, {"hidden", 256}, {"layers", 4}, {"seq", 16}}},
-      {"transformer", {{"vocab", 1024}, {"width", 256}, {"heads", 4}, {"layers", 4}, {"seq", 32}}},
+      {"gnmt", {{"layers", 4}, {"hidden", 256}, {"vocabulary", 1024}, {"sequence", 16}}},
+      {"gpt", {{"layers", 4}, {"hidden", 256}, {"heads", 4}, {"ffn", 0}, {"sequence", 32}, {"vocabulary", 1024}}},
   };
   return specs;
+}
+
+// Old names (before the generators' vocabulary): model -> new model, and
+// (model, option) -> new option. Each is an error that names the new one.
+const std::map<std::string, std::string>& renamed_models() {
+  static const std::map<std::string, std::string> renamed = {{"transformer", "gpt"}};
+  return renamed;
+}
+
+const std::map<std::pair<std::string, std::string>, std::string>& renamed_options() {
+  static const std::map<std::pair<std::string, std::string>, std::string> renamed = {
+      {{"mlp", "width"}, "hidden"},     {{"mlp", "depth"}, "layers"},      {{"gnmt", "vocab"}, "vocabulary"},
+      {{"gnmt", "seq"}, "sequence"},    {{"gpt", "vocab"}, "vocabulary"},  {{"gpt", "width"}, "hidden"},
+      {{"gpt", "seq"}, "sequence"},
+  };
+  return renamed;
 }
 
 // VGG-16's feature extractor: output channels of each 3x3 conv at width 64,
 // 0 for a 2x2 max-pool.
 constexpr int kVggFeatures[] = {64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0};
 
-}  // namespace
-
-const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names = {"mlp", "vgg16", "gnmt", "transformer"};
-  return names;
+/** `key` (as a spec writes it) or `--key` (as a flag). */
+std::string option_name(const std::string& key, OptionSpelling spelling) {
+  return spelling == OptionSpelling::Flag ? "--" + key : "'" + key + "'";
 }
 
-ModelConfig resolve_model(const ModelConfig& config) {
-  const auto spec = option_specs().find(config.name);
-  if (spec == option_specs().end())
-    throw InputError(fmt::format("--model: unknown model '{}'; expected one of: {}", config.name,
-                                 fmt::join(model_names(), ", ")));
-  ModelConfig resolved{config.name, {}};
-  for (const auto& [key, value] : config.options) {
-    bool known = false;
-    for (const OptionSpec& option : spec->second) known = known || key == option.key;
-    if (!known) {
-      std::vector<std::string> keys;
-      for (const OptionSpec& option : spec->second) keys.push_back(option.key);
-      throw InputError(fmt::format("--model-option {}: {} has no option '{}'; expected one of: {}", key, config.name, key,
-                                   fmt::join(keys, ", ")));
-    }
-    if (value < 1) throw InputError(fmt::format("--model-option {}={}: expected a positive integer", key, value));
-  }
-  for (const OptionSpec& option : spec->second) {
-    const auto given = config.options.find(option.key);
-    resolved.options[option.key] = given != config.options.end() ? given->second : option.default_value;
-  }
-  auto& o = resolved.options;
-  if (config.name == "vgg16") {
-    if (o["image"] % 32 != 0)
-      throw InputError(fmt::format("--model-option image={}: vgg16 halves the image 5 times; expected a multiple of 32", o["image"]));
-    if (o["hidden"] == 0) o["hidden"] = std::max(1, 4096 * o["width"] / 64);
-  }
-  if (config.name == "transformer" && o["width"] % o["heads"] != 0)
-    throw InputError(fmt::format("--model-option width={}: expected a multiple of heads ({})", o["width"], o["heads"]));
-  if ((config.name == "mlp" && o["depth"] < 1) || (config.name == "gnmt" && o["layers"] < 1))
-    throw InputError("model: expected at least one layer");
-  return resolved;
+/** `--key value` or `key=value`: the option as given, to quote in an error. */
+std::string option_given(const std::string& key, int value, OptionSpelling spelling) {
+  return spelling == OptionSpelling::Flag ? fmt::format("--{} {}", key, value) : fmt::format("{}={}", key, value);
 }
 
-void add_model_option(ModelConfig& config, const std::string& text) {
+/** Parses `key=value` (value a positive integer) into `config.options`. */
+void add_spec_option(ModelConfig& config, const std::string& text) {
   const auto equals = text.find('=');
   int value = 0;
   bool ok = equals != std::string::npos && equals > 0;
@@ -89,8 +77,70 @@ void add_model_option(ModelConfig& config, const std::string& text) {
     auto [end, error] = std::from_chars(first, last, value);
     ok = first != last && error == std::errc() && end == last && value > 0;
   }
-  if (!ok) throw InputError(fmt::format("--model-option '{}': expected key=value with a positive integer value, e.g. width=256", text));
+  if (!ok) throw InputError(fmt::format("'{}': expected key=value with a positive integer value, e.g. hidden=256", printable(text)));
   config.options[text.substr(0, equals)] = value;
+}
+
+}  // namespace
+
+const std::vector<std::string>& model_names() {
+  static const std::vector<std::string> names = {"mlp", "vgg16", "gnmt", "gpt"};
+  return names;
+}
+
+const std::vector<std::string>& option_names() {
+  static const std::vector<std::string> names = {"layers",  "hidden",  "heads", "ffn",  "sequence",
+                                                 "vocabulary", "classes", "image", "width"};
+  return names;
+}
+
+std::string current_option_name(const std::string& model, const std::string& key) {
+  const auto renamed_model = renamed_models().find(model);
+  const auto renamed = renamed_options().find({renamed_model != renamed_models().end() ? renamed_model->second : model, key});
+  return renamed != renamed_options().end() ? renamed->second : key;
+}
+
+ModelConfig resolve_model(const ModelConfig& config, OptionSpelling spelling) {
+  const bool flags = spelling == OptionSpelling::Flag;
+  const std::string model_prefix = flags ? "--model: " : "";
+  const auto spec = option_specs().find(config.name);
+  if (spec == option_specs().end()) {
+    if (const auto renamed = renamed_models().find(config.name); renamed != renamed_models().end())
+      throw InputError(fmt::format("{}unknown model '{}'; did you mean '{}'?", model_prefix, config.name, renamed->second));
+    throw InputError(fmt::format("{}unknown model '{}'; expected one of: {}", model_prefix, printable(config.name),
+                                 fmt::join(model_names(), ", ")));
+  }
+  std::vector<std::string> keys;
+  for (const OptionSpec& option : spec->second) keys.push_back(option_name(option.key, spelling));
+  ModelConfig resolved{config.name, {}};
+  for (const auto& [key, value] : config.options) {
+    bool known = false;
+    for (const OptionSpec& option : spec->second) known = known || key == option.key;
+    if (!known) {
+      const std::string prefix = flags ? "--" + key + ": " : "";
+      if (const auto renamed = renamed_options().find({config.name, key}); renamed != renamed_options().end())
+        throw InputError(fmt::format("{}{} has no option '{}'; did you mean {}?", prefix, config.name, key,
+                                     option_name(renamed->second, spelling)));
+      throw InputError(fmt::format("{}{} has no option '{}'; expected one of: {}", prefix, config.name, printable(key), fmt::join(keys, ", ")));
+    }
+    if (value < 1) throw InputError(fmt::format("{}: expected a positive integer", option_given(key, value, spelling)));
+  }
+  for (const OptionSpec& option : spec->second) {
+    const auto given = config.options.find(option.key);
+    resolved.options[option.key] = given != config.options.end() ? given->second : option.default_value;
+  }
+  auto& o = resolved.options;
+  if (config.name == "vgg16") {
+    if (o["image"] % 32 != 0)
+      throw InputError(fmt::format("{}: vgg16 halves the image 5 times; expected a multiple of 32", option_given("image", o["image"], spelling)));
+    if (o["hidden"] == 0) o["hidden"] = std::max(1, 4096 * o["width"] / 64);
+  }
+  if (config.name == "gpt") {
+    if (o["hidden"] % o["heads"] != 0)
+      throw InputError(fmt::format("{}: expected a multiple of heads ({})", option_given("hidden", o["hidden"], spelling), o["heads"]));
+    if (o["ffn"] == 0) o["ffn"] = 4 * o["hidden"];
+  }
+  return resolved;
 }
 
 std::string model_to_spec(const ModelConfig& config) {
@@ -110,19 +160,19 @@ ModelConfig model_from_spec(const std::string& text, const std::string& origin) 
   if (words.empty()) throw InputError(fmt::format("{}: model: expected \"NAME key=value ...\", found an empty text", origin));
   ModelConfig config{words.front(), {}};
   try {
-    for (std::size_t w = 1; w < words.size(); ++w) add_model_option(config, words[w]);
-    return resolve_model(config);
+    for (std::size_t w = 1; w < words.size(); ++w) add_spec_option(config, words[w]);
+    return resolve_model(config, OptionSpelling::Spec);
   } catch (const InputError& error) {
-    throw InputError(fmt::format("{}: model '{}': {}", origin, text, error.what()));
+    throw InputError(fmt::format("{}: model '{}': {}", origin, printable(text), error.what()));
   }
 }
 
 int num_layers(const ModelConfig& config) {
   const ModelConfig model = resolve_model(config);
   const auto& o = model.options;
-  if (model.name == "mlp") return o.at("depth");
+  if (model.name == "mlp") return o.at("layers");
   if (model.name == "vgg16") return static_cast<int>(std::size(kVggFeatures)) + 3;
-  return o.at("layers") + 2;  // gnmt and transformer: embedding, blocks, head
+  return o.at("layers") + 2;  // gnmt and gpt: embedding, blocks, head
 }
 
 LayerRanges uniform_ranges(int layers, int num_stages) {
@@ -212,17 +262,18 @@ class LstmLayer : public Layer {
   nn::LSTM lstm_;
 };
 
-/** A pre-norm GPT decoder block: x + attention(ln(x)), then x + mlp(ln(x)). */
+/** A pre-norm GPT decoder block: x + attention(ln(x)), then x + mlp(ln(x)),
+ *  the mlp width -> ffn -> width. */
 class DecoderBlock : public Layer {
  public:
-  DecoderBlock(int width, int heads)
+  DecoderBlock(int width, int heads, int ffn)
       : heads_(heads),
         norm1_(register_module("norm1", nn::LayerNorm(nn::LayerNormOptions({width})))),
         qkv_(register_module("qkv", nn::Linear(width, 3 * width))),
         projection_(register_module("projection", nn::Linear(width, width))),
         norm2_(register_module("norm2", nn::LayerNorm(nn::LayerNormOptions({width})))),
-        up_(register_module("up", nn::Linear(width, 4 * width))),
-        down_(register_module("down", nn::Linear(4 * width, width))) {}
+        up_(register_module("up", nn::Linear(width, ffn))),
+        down_(register_module("down", nn::Linear(ffn, width))) {}
 
   torch::Tensor forward(torch::Tensor x) override {
     const int64_t batch = x.size(0), length = x.size(1), width = x.size(2), head_width = width / heads_;
@@ -295,9 +346,9 @@ LayerList build_layers(const ModelConfig& config, std::uint64_t seed) {
   torch::manual_seed(seed);
   LayerList layers;
   if (model.name == "mlp") {
-    const int width = o.at("width"), depth = o.at("depth");
-    for (int i = 0; i + 1 < depth; ++i) layers.push_back(std::make_shared<LinearLayer>(width, width, true));
-    layers.push_back(std::make_shared<LinearLayer>(width, o.at("classes"), false));
+    const int hidden = o.at("hidden"), depth = o.at("layers");
+    for (int i = 0; i + 1 < depth; ++i) layers.push_back(std::make_shared<LinearLayer>(hidden, hidden, true));
+    layers.push_back(std::make_shared<LinearLayer>(hidden, o.at("classes"), false));
   } else if (model.name == "vgg16") {
     const int width = o.at("width"), hidden = o.at("hidden");
     int channels = 3;
@@ -315,14 +366,14 @@ LayerList build_layers(const ModelConfig& config, std::uint64_t seed) {
     layers.push_back(std::make_shared<LinearLayer>(hidden, hidden, true));
     layers.push_back(std::make_shared<LinearLayer>(hidden, o.at("classes"), false));
   } else if (model.name == "gnmt") {
-    const int hidden = o.at("hidden"), vocab = o.at("vocab");
+    const int hidden = o.at("hidden"), vocab = o.at("vocabulary");
     layers.push_back(std::make_shared<EmbeddingLayer>(vocab, hidden, 0));
     for (int i = 0; i < o.at("layers"); ++i) layers.push_back(std::make_shared<LstmLayer>(hidden));
     layers.push_back(std::make_shared<HeadLayer>(hidden, vocab, false));
   } else {
-    const int width = o.at("width"), vocab = o.at("vocab");
-    layers.push_back(std::make_shared<EmbeddingLayer>(vocab, width, o.at("seq")));
-    for (int i = 0; i < o.at("layers"); ++i) layers.push_back(std::make_shared<DecoderBlock>(width, o.at("heads")));
+    const int width = o.at("hidden"), vocab = o.at("vocabulary");
+    layers.push_back(std::make_shared<EmbeddingLayer>(vocab, width, o.at("sequence")));
+    for (int i = 0; i < o.at("layers"); ++i) layers.push_back(std::make_shared<DecoderBlock>(width, o.at("heads"), o.at("ffn")));
     layers.push_back(std::make_shared<HeadLayer>(width, vocab, true));
   }
   return layers;
@@ -346,14 +397,14 @@ Batch make_batch(const ModelConfig& config, std::uint64_t seed, int mini_batch, 
   std::mt19937_64 random(mix(seed, static_cast<std::uint64_t>(mini_batch), static_cast<std::uint64_t>(micro_batch)));
   Batch batch;
   if (model.name == "mlp") {
-    batch.input = random_floats(random, {size, o.at("width")});
+    batch.input = random_floats(random, {size, o.at("hidden")});
     batch.target = random_ids(random, {size}, o.at("classes"));
   } else if (model.name == "vgg16") {
     batch.input = random_floats(random, {size, 3, o.at("image"), o.at("image")});
     batch.target = random_ids(random, {size}, o.at("classes"));
   } else {
-    batch.input = random_ids(random, {size, o.at("seq")}, o.at("vocab"));
-    batch.target = random_ids(random, {size, o.at("seq")}, o.at("vocab"));
+    batch.input = random_ids(random, {size, o.at("sequence")}, o.at("vocabulary"));
+    batch.target = random_ids(random, {size, o.at("sequence")}, o.at("vocabulary"));
   }
   return batch;
 }

@@ -3,20 +3,26 @@
 // any contiguous range of layers is a stage module. This header is
 // LibTorch-free; the modules themselves are in validate/detail/model.hpp.
 //
-// Models and their options (integers, `--model-option key=value`):
-//   mlp:         width (256), depth (8), classes (10). Layers: depth-1 x
-//                (Linear width->width, ReLU), then Linear width->classes.
-//   vgg16:       width (64: channels of the first block; VGG-16's 64 scales
-//                every block), image (224: square input side, a multiple of
-//                32), hidden (4096 x width/64: classifier width), classes
-//                (1000). Layers: 13 x (3x3 conv, ReLU), 5 x max-pool, 3
-//                classifier layers (no dropout): 21 layers.
-//   gnmt:        vocab (1024), hidden (256), layers (4), seq (16). Layers:
-//                embedding, `layers` single-layer LSTMs, projection to vocab.
-//   transformer: vocab (1024), width (256: model dimension), heads (4),
-//                layers (4), seq (32). GPT style: token + learned position
-//                embedding, `layers` pre-norm causal decoder blocks, head
-//                (LayerNorm, Linear to vocab).
+// Models and their options (integers; the shared vocabulary of the model
+// generators, given as flags `--layers 4 --hidden 64` on execute, validate
+// and calibrate, recorded as "NAME key=value ..." in calibrated profiles):
+//   mlp:   layers (8), hidden (256), classes (10). Layers: layers-1 x
+//          (Linear hidden->hidden, ReLU), then Linear hidden->classes; the
+//          input has `hidden` features.
+//   vgg16: width (64: channels of the first block; VGG-16's 64 scales
+//          every block), image (224: square input side, a multiple of
+//          32), hidden (4096 x width/64: classifier width), classes
+//          (1000). Layers: 13 x (3x3 conv, ReLU), 5 x max-pool, 3
+//          classifier layers (no dropout): 21 layers.
+//   gnmt:  layers (4), hidden (256), vocabulary (1024), sequence (16).
+//          Layers: embedding, `layers` single-layer LSTMs, projection to
+//          the vocabulary.
+//   gpt:   layers (4), hidden (256: model dimension), heads (4), ffn
+//          (4 x hidden: feed-forward width), sequence (32), vocabulary
+//          (1024). Token + learned position embedding, `layers` pre-norm
+//          causal decoder blocks, head (LayerNorm, Linear to vocabulary).
+// The names are the only spelling: the old ones (mlp width/depth, vocab,
+// seq, the model transformer) are errors that name the new one.
 // No batch normalisation and no dropout: runs are deterministic, so
 // numerics can be compared with a single-device reference. Parameters are
 // initialised from a seed (same seed, same weights).
@@ -34,27 +40,39 @@
 namespace pipegrid::validate {
 
 struct ModelConfig {
-  std::string name;                   ///< mlp, vgg16, gnmt, transformer
+  std::string name;                   ///< mlp, vgg16, gnmt, gpt
   std::map<std::string, int> options; ///< absent options take their defaults
 };
 
 /** The zoo's model names, in a stable order. */
 const std::vector<std::string>& model_names();
 
-/** Checks the name and options (known keys, positive values, model-specific
- *  rules) and fills in the defaults. Throws InputError naming the option. */
-ModelConfig resolve_model(const ModelConfig& config);
+/** Every option name of the zoo's models, in the order of the command
+ *  line's help: layers, hidden, heads, ffn, sequence, vocabulary, classes,
+ *  image, width. */
+const std::vector<std::string>& option_names();
 
-/** Parses `key=value` (value a positive integer) into `config.options`;
- *  InputError quoting `text` otherwise. */
-void add_model_option(ModelConfig& config, const std::string& text);
+/** The name `key` has now as an option of `model` (mlp's width: hidden,
+ *  gpt's seq: sequence, ...); `key` itself when it was not renamed. */
+std::string current_option_name(const std::string& model, const std::string& key);
+
+/** How errors name an option: as a flag (`--hidden 0`) or as in a spec
+ *  (`hidden=0`). */
+enum class OptionSpelling { Flag, Spec };
+
+/** Checks the name and options (known keys, positive values, model-specific
+ *  rules) and fills in the defaults. Throws InputError naming the option;
+ *  an old name (model transformer, option width of mlp, ...) is an error
+ *  that says "did you mean" its new name. */
+ModelConfig resolve_model(const ModelConfig& config, OptionSpelling spelling = OptionSpelling::Flag);
 
 /** "NAME key=value ..." (options in key order): what a calibrated profile
  *  records as its `model`. */
 std::string model_to_spec(const ModelConfig& config);
 
 /** The inverse of model_to_spec, resolved; InputError naming `origin` for
- *  an empty or malformed text or an unknown model or option. */
+ *  an empty or malformed text or an unknown model or option (old names
+ *  included). */
 ModelConfig model_from_spec(const std::string& text, const std::string& origin);
 
 /** Number of layers of the (resolved) model. */
