@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/run.hpp"
+#include "core/device_model.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/model_graph.hpp"
@@ -688,6 +689,15 @@ int run_explore_command() {
   // Partitioners name the platform in their messages: its file name, so
   // that verdicts read the same wherever the file lies.
   exploration.platform.file = options.platform.substr(options.platform.find_last_of('/') + 1);
+  // Layers given by FLOPs only: timed by the hosts' device models at the
+  // profile's own micro-batch size (other sizes follow the explorer's
+  // scaling), before tensor parallelism splits them.
+  try {
+    exploration.notes = fill_analytic_times(exploration.graph.profile, exploration.platform);
+  } catch (const InputError& error) {
+    throw InputError(fmt::format("{}: {}", options.profile, error.what()));
+  }
+  for (Layer& layer : exploration.graph.profile.layers) layer.times_given = true;
   if (!options.memory.empty()) exploration.memory_limit_bytes = parse_bytes(options.memory, "--memory");
   exploration.schedules = exploration_schedules(exploration.platform.hosts, options.schedules);
   exploration.choices = micro_batch_choices(options.mini_batch_size, profile_micro_batch_sizes(exploration.graph.profile),
@@ -737,6 +747,7 @@ int run_explore_command() {
     if (exploration.memory_limit_bytes) document["memory_limit_bytes"] = *exploration.memory_limit_bytes;
     document["semantics"] = options.semantics;
     document["micro_batch_note"] = exploration.choices.note;
+    if (!exploration.notes.empty()) document["device_model_notes"] = exploration.notes;
     if (show_tp) {
       document["tensor_parallel_tried"] = exploration.tensor_parallel;
       nlohmann::ordered_json notes = nlohmann::ordered_json::object();
@@ -761,6 +772,7 @@ int run_explore_command() {
   std::cout << fmt::format("pipegrid explore: {} ({} layers) on {} ({} hosts: {}), mini-batch {} samples\n", profile.name,
                            profile.layers.size(), platform_name, exploration.platform.hosts.size(), kinds, options.mini_batch_size);
   std::cout << fmt::format("micro-batches: {}\n", exploration.choices.note);
+  for (const std::string& note : exploration.notes) std::cout << fmt::format("device model: {}\n", note);
   std::cout << fmt::format("memory: {}; {} network model; {} candidates simulated, {} at a time\n", memory_rule, options.network,
                            outcomes.size(), jobs);
   if (show_tp) {

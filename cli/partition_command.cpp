@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/run.hpp"
+#include "core/device_model.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/model_graph.hpp"
@@ -116,6 +117,15 @@ int run_partition_command() {
     throw InputError(fmt::format("--machines: applies to the pipedream partitioner, not {} (its hosts come from --platform)",
                                  options.partitioner));
   input.platform = options.platform.empty() ? machines_platform(options.machines, bandwidths) : sim::read_platform(options.platform);
+  // Layers given by FLOPs only: timed by the hosts' device models
+  // (--machines hosts have none: such a profile then needs --platform).
+  try {
+    fill_analytic_times(input.graph->profile, input.platform);
+  } catch (const InputError& error) {
+    throw InputError(fmt::format("{}: {}", options.profile, error.what()));
+  }
+  for (Layer& layer : input.graph->profile.layers) layer.times_given = true;
+  input.profile = input.graph->profile;
   input.machines = options.machines;
   input.bandwidths_Bps = bandwidths;
   input.straight = options.straight;

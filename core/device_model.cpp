@@ -264,7 +264,8 @@ std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSum
   std::vector<std::string> notes;
   for (const std::string& name : models) {
     const DeviceModel& device = device_model(name, fmt::format("{}: device_model", platform.file));
-    const bool on_chip = device.kind == DeviceKind::Fpga && total_parameter_bytes <= device.on_chip_bytes;
+    // Training keeps weights and their gradients (docs/devices.md, FPGAs).
+    const bool on_chip = device.kind == DeviceKind::Fpga && 2 * total_parameter_bytes <= device.on_chip_bytes;
     for (const std::size_t i : missing) {
       Layer& layer = profile.layers[i];
       layer.device_times[name] = analytic_layer_times(layer, device, profile.dtype, profile.sequence_length, on_chip);
@@ -310,11 +311,13 @@ std::vector<std::string> place_fpga_weights(Profile& profile, const Partition& p
     for (std::size_t l = 0; l < profile.layers.size(); ++l)
       if (std::find(held->second.begin(), held->second.end(), partition.stage_of_layer[l]) != held->second.end())
         resident += profile.layers[l].parameter_bytes;
-    const bool on_chip = resident <= device.on_chip_bytes;
-    const bool whole_on_chip = whole_model_bytes <= device.on_chip_bytes;
+    // Weights and their gradients (as fill_analytic_times).
+    const bool on_chip = 2 * resident <= device.on_chip_bytes;
+    const bool whole_on_chip = 2 * whole_model_bytes <= device.on_chip_bytes;
     if (on_chip != whole_on_chip)
-      notes.push_back(fmt::format("host '{}' ({}): its stages' weights, {:.1f} MB, {} its {:.1f} MB of on-chip RAM: {}",
-                                  host.name, host.device_model, resident / 1e6, on_chip ? "fit in" : "exceed",
+      notes.push_back(fmt::format("host '{}' ({}): its stages' weights and gradients, {:.1f} MB, {} its {:.1f} MB of "
+                                  "on-chip RAM: {}",
+                                  host.name, host.device_model, 2 * resident / 1e6, on_chip ? "fit in" : "exceed",
                                   device.on_chip_bytes / 1e6, on_chip ? "weights on chip" : "streamed from DDR"));
     for (std::size_t l = 0; l < profile.layers.size(); ++l) {
       if (profile.layers[l].times_given) continue;

@@ -140,7 +140,8 @@ LayerTimes analytic_layer_times(const Layer& layer, const DeviceModel& device, s
  *  (forward_s, backward_s and their split) from the first host's model, so
  *  that code reading base times sees that device. Layers with measured times
  *  are untouched. FPGA weights are taken on chip when the whole profile's
- *  parameter bytes fit in the board's on-chip RAM, else streamed from DDR.
+ *  weights and gradients (2 x parameter bytes) fit in the board's on-chip
+ *  RAM, else streamed from DDR.
  *  Throws InputError naming the layer and the host when a layer without
  *  times would run on a host without a device model (nor device times of
  *  its `device` type), or when a layer without times has no FLOPs; and for
@@ -151,7 +152,8 @@ std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSum
 /** FPGA weights per board, once the partition is known: fill_analytic_times
  *  decides on chip or DDR from the whole model's weights; here each FPGA
  *  host with a device model holds the weights of the stages it runs (the
- *  sum over its stages), on chip when they fit its on-chip RAM, else
+ *  sum over its stages), on chip when they and their gradients (2 x the
+ *  bytes) fit its on-chip RAM, else
  *  streamed from DDR, and the analytic layers it runs (times_given false)
  *  are timed again under that rule (device_times[model], and the base times
  *  when the platform's first host is of that model). A layer held by two

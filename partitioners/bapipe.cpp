@@ -1058,9 +1058,14 @@ PartitionerOutput bapipe_partition(const PartitionerInput& input) {
   Evaluation result = evaluate(context, layout);
   std::string stashes;
   for (const int k : stash_bound) stashes += fmt::format("{}{}", stashes.empty() ? "" : "/", k);
-  const std::string bound_text = fmt::format("{} with M = {} (bound: weights + gradients, up to {} stashed micro-batches, receive "
-                                             "buffers; SGD)",
-                                             schedule, M, stashes);
+  // fp32 SGD keeps weights and gradients; any other state says its bytes per parameter.
+  const std::string state = chain.resident_weight_factor() == 2 && (input.dtype.empty() || input.dtype == "fp32")
+                                ? "SGD"
+                                : fmt::format("{} {}, {} bytes per parameter", input.dtype.empty() ? "fp32" : input.dtype,
+                                              input.optimizer, bytes_per_parameter(input.dtype, input.optimizer).total());
+  const std::string bound_text = fmt::format("{} with M = {} (bound: weights + gradients{}, up to {} stashed micro-batches, "
+                                             "receive buffers; {})",
+                                             schedule, M, state == "SGD" ? "" : " + optimizer state", stashes, state);
   if (!result.fits) {
     const int s = result.fullest_stage;
     notes.push_back(fmt::format("memory, {}: {} needs {}, more than its {}: fine-tuning", bound_text, chain.host(s),

@@ -51,7 +51,7 @@ constexpr double kWorkPrecisionSeconds = 1e-12;
 
 // Seconds a stage's forward (profile_s = &LayerCost::forward_s, device_s =
 // &DeviceLayerTimes::forward_s), backward or backward half takes on `host`: its layers with
-// device times for the host's type take those; the rest of the stage's time
+// device times for the host's type (else its device model) take those; the rest of the stage's time
 // is scaled by speed_factor (SimulationRequest::stages). Without device
 // times: exactly stage_s / speed_factor.
 double stage_seconds_on(double stage_s, const std::vector<LayerCost>& layers, double LayerCost::*profile_s,
@@ -60,7 +60,10 @@ double stage_seconds_on(double stage_s, const std::vector<LayerCost>& layers, do
   double attributed = 0, others = 0, on_device = 0;
   for (const LayerCost& layer : layers) {
     attributed += layer.*profile_s;
-    const auto it = host.device_type.empty() ? layer.device_times.end() : layer.device_times.find(host.device_type);
+    // The host's device type first, then its device model (as layer_times_on).
+    auto it = layer.device_times.end();
+    for (const std::string* key : {&host.device_type, &host.device_model})
+      if (it == layer.device_times.end() && !key->empty()) it = layer.device_times.find(*key);
     if (it == layer.device_times.end()) {
       others += layer.*profile_s;
     } else {
@@ -804,7 +807,7 @@ nlohmann::json summary_to_json(const PlatformSummary& summary) {
   for (const HostInfo& host : summary.hosts) {
     nlohmann::json entry{{"name", host.name}, {"kind", to_string(host.kind)}, {"execution", to_string(host.execution)},
                          {"speed_factor", host.speed_factor}, {"device", host.device_type},
-                         {"server", host.server}};
+                         {"device_model", host.device_model}, {"server", host.server}};
     if (host.memory_bytes) entry["memory_bytes"] = *host.memory_bytes;
     if (host.action_overhead_s > 0) entry["action_overhead_s"] = host.action_overhead_s;
     if (host.optimizer_step_rate_Bps) entry["optimizer_step_rate_Bps"] = *host.optimizer_step_rate_Bps;
@@ -833,6 +836,7 @@ PlatformSummary summary_from_json(const nlohmann::json& json, const std::string&
     host.execution = entry.at("execution") == "sync" ? Execution::Sync : Execution::Async;
     host.speed_factor = entry.at("speed_factor");
     host.device_type = entry.at("device");
+    host.device_model = entry.at("device_model");
     host.server = entry.at("server");
     if (entry.contains("memory_bytes")) host.memory_bytes = entry.at("memory_bytes").get<double>();
     if (entry.contains("action_overhead_s")) host.action_overhead_s = entry.at("action_overhead_s").get<double>();

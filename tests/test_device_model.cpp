@@ -259,6 +259,43 @@ TEST(FillAnalyticTimes, FpgaWeightsOnChipWhenTheModelFits) {
   expect_relative(profile.layers[1].forward_s, 1e9 / 40e9);
 }
 
+TEST(FillAnalyticTimes, FpgaOnChipNeedsRoomForWeightsAndGradients) {
+  // VCU118: 345.9 Mb = 43.2375 MB on chip. 30 MB of fp16 weights fit alone,
+  // but not with their 30 MB of gradients: streamed from DDR.
+  Profile profile = tiny_profile();
+  profile.dtype = "fp16";
+  profile.layers[0].parameter_bytes = 0;
+  profile.layers[1].parameter_bytes = 20e6;
+  profile.layers[2].parameter_bytes = 10e6;
+  profile.layers[1].forward_flops = 1e6;  // DSP time 0.37 us: DDR bound (20e6 / 40e9 = 0.5 ms)
+  PlatformSummary platform;
+  platform.file = "f.xml";
+  platform.hosts = {host_of("f0", "VCU118"), host_of("f1", "VCU118")};
+  for (HostInfo& host : platform.hosts) host.kind = DeviceKind::Fpga;
+  const std::vector<std::string> notes = fill_analytic_times(profile, platform);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_CONTAINS(notes[0], "streamed from DDR");
+  expect_relative(profile.layers[1].forward_s, 20e6 / 40e9);
+  // Two stages, one per board: 2 x 20 MB = 40 MB fits the first board, so
+  // its layer runs from chip (compute only); the second board's 2 x 10 MB too.
+  Partition partition;
+  partition.stage_of_layer = {0, 0, 1};
+  partition.hosts = {{"f0"}, {"f1"}};
+  const std::vector<std::string> placed = place_fpga_weights(profile, partition, platform);
+  ASSERT_EQ(placed.size(), 2u);
+  EXPECT_CONTAINS(placed[0], "host 'f0' (VCU118): its stages' weights and gradients, 40.0 MB, fit in its 43.2 MB");
+  const LayerTimes on_chip = analytic_layer_times(profile.layers[1], device_model("VCU118", "t"), "fp16", 0, true);
+  expect_relative(profile.layers[1].forward_s, on_chip.forward_s);
+  expect_relative(profile.layers[1].device_times.at("VCU118").forward_s, on_chip.forward_s);
+  EXPECT_LT(on_chip.forward_s, 20e6 / 40e9);
+  // Both stages on one board: 60 MB does not fit: DDR times stay.
+  partition.hosts = {{"f0"}, {"f0"}};
+  Profile again = profile;
+  fill_analytic_times(again, platform);
+  EXPECT_TRUE(place_fpga_weights(again, partition, platform).empty());
+  expect_relative(again.layers[1].forward_s, 20e6 / 40e9);
+}
+
 TEST(PipeDreamFlops, Conv2dNode) {
   // 2 images, 128 channels of 56 x 56 out: 6272 positions x 128 x 64 x 9 MACs.
   const double out = 2.0 * 128 * 56 * 56 * 4;
