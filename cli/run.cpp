@@ -298,7 +298,8 @@ Plan make_plan(const PlanRequest& request) {
   // (docs/devices.md), before tensor parallelism splits them and before any
   // partitioner weighs them.
   try {
-    plan.device_model_notes = fill_analytic_times(plan.profile, all_hosts);
+    plan.device_model_notes = fill_analytic_times(
+        plan.profile, all_hosts, info.single_stage ? FpgaWeights::WholeModel : FpgaWeights::StagesFit);
   } catch (const InputError& error) {
     throw InputError(fmt::format("{}: {}", request.model.name.empty() ? request.profile_file : "--model " + request.model.name,
                                  error.what()));

@@ -230,7 +230,68 @@ LayerTimes analytic_layer_times(const Layer& layer, const DeviceModel& device, s
   return times;
 }
 
-std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSummary& platform) {
+namespace {
+
+/// Which of `layers` (indices into profile.layers) an FPGA board keeps on
+/// chip, as much as its on-chip RAM allows (docs/devices.md, FPGAs): each
+/// layer needs 2 x its parameter bytes (weights and gradients); layers go on
+/// chip in order of the time streaming them from DDR would add per byte
+/// (largest first, then layer order) while they fit. Layers without
+/// parameters are on chip.
+struct OnChip {
+  std::map<std::size_t, bool> of_layer;
+  double kept_bytes = 0, streamed_bytes = 0;
+  int streamed_layers = 0;
+};
+OnChip keep_on_chip(const Profile& profile, const std::vector<std::size_t>& layers, const DeviceModel& device) {
+  struct Candidate {
+    std::size_t layer;
+    double penalty_per_byte;
+  };
+  std::vector<Candidate> candidates;
+  OnChip result;
+  for (const std::size_t l : layers) {
+    const Layer& layer = profile.layers[l];
+    result.of_layer[l] = true;
+    if (layer.parameter_bytes <= 0) continue;
+    double penalty = 0;
+    if (layer.has_flops()) {
+      const LayerTimes chip = analytic_layer_times(layer, device, profile.dtype, profile.sequence_length, true);
+      const LayerTimes ddr = analytic_layer_times(layer, device, profile.dtype, profile.sequence_length, false);
+      penalty = (ddr.forward_s + ddr.backward_s) - (chip.forward_s + chip.backward_s);
+    }
+    candidates.push_back({l, penalty / layer.parameter_bytes});
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.penalty_per_byte > b.penalty_per_byte; });
+  double room = device.on_chip_bytes;
+  for (const Candidate& candidate : candidates) {
+    const double need = 2 * profile.layers[candidate.layer].parameter_bytes;
+    if (need <= room) {
+      room -= need;
+      result.kept_bytes += need;
+    } else {
+      result.of_layer[candidate.layer] = false;
+      result.streamed_bytes += need;
+      ++result.streamed_layers;
+    }
+  }
+  return result;
+}
+
+std::string on_chip_text(const OnChip& on_chip, const DeviceModel& device) {
+  if (on_chip.streamed_layers == 0)
+    return fmt::format("weights and gradients, {:.1f} MB, fit in its {:.1f} MB of on-chip RAM", on_chip.kept_bytes / 1e6,
+                       device.on_chip_bytes / 1e6);
+  return fmt::format("weights and gradients, {:.1f} MB, exceed its {:.1f} MB of on-chip RAM: {:.1f} MB kept on chip, {} "
+                     "layer(s) ({:.1f} MB) streamed from DDR",
+                     (on_chip.kept_bytes + on_chip.streamed_bytes) / 1e6, device.on_chip_bytes / 1e6,
+                     on_chip.kept_bytes / 1e6, on_chip.streamed_layers, on_chip.streamed_bytes / 1e6);
+}
+
+}  // namespace
+
+std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSummary& platform, FpgaWeights fpga_weights) {
   std::vector<std::size_t> missing;
   for (std::size_t i = 0; i < profile.layers.size(); ++i)
     if (!profile.layers[i].times_given) missing.push_back(i);
@@ -259,21 +320,28 @@ std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSum
   for (const HostInfo& host : platform.hosts)
     if (!host.device_model.empty() && std::find(models.begin(), models.end(), host.device_model) == models.end())
       models.push_back(host.device_model);
-  double total_parameter_bytes = 0;
-  for (const Layer& layer : profile.layers) total_parameter_bytes += layer.parameter_bytes;
+  std::vector<std::size_t> all_layers(profile.layers.size());
+  for (std::size_t i = 0; i < all_layers.size(); ++i) all_layers[i] = i;
   std::vector<std::string> notes;
   for (const std::string& name : models) {
     const DeviceModel& device = device_model(name, fmt::format("{}: device_model", platform.file));
-    // Training keeps weights and their gradients (docs/devices.md, FPGAs).
-    const bool on_chip = device.kind == DeviceKind::Fpga && 2 * total_parameter_bytes <= device.on_chip_bytes;
+    // FPGAs: the whole model's weights on one board, as much as fits
+    // (WholeModel), or every layer on chip (StagesFit) until
+    // place_fpga_weights knows each board's stages.
+    OnChip on_chip;
+    if (device.kind == DeviceKind::Fpga && fpga_weights == FpgaWeights::WholeModel)
+      on_chip = keep_on_chip(profile, all_layers, device);
     for (const std::size_t i : missing) {
       Layer& layer = profile.layers[i];
-      layer.device_times[name] = analytic_layer_times(layer, device, profile.dtype, profile.sequence_length, on_chip);
+      const auto kept = on_chip.of_layer.find(i);
+      layer.device_times[name] = analytic_layer_times(layer, device, profile.dtype, profile.sequence_length,
+                                                      kept == on_chip.of_layer.end() || kept->second);
     }
     std::string note = fmt::format("{} layer(s) of '{}' timed by the {} device model ({}, dtype {})", missing.size(),
                                    profile.name, name, device.description, printable_dtype(profile.dtype));
     if (device.kind == DeviceKind::Fpga)
-      note += on_chip ? "; weights on chip" : "; weights do not fit on chip: streamed from DDR";
+      note += fpga_weights == FpgaWeights::StagesFit ? "; weights on chip while the partition is chosen"
+                                                     : "; the whole model's " + on_chip_text(on_chip, device);
     notes.push_back(std::move(note));
   }
   const std::string& first = platform.hosts.front().device_model;
@@ -292,38 +360,27 @@ std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSum
 std::vector<std::string> place_fpga_weights(Profile& profile, const Partition& partition, const PlatformSummary& platform) {
   std::vector<std::string> notes;
   if (partition.stage_of_layer.size() != profile.layers.size()) return notes;
-  for (const double split : partition.split_last)
-    if (split != 0) return notes;
   std::map<std::string, std::vector<int>> stages_of_host;
   for (int stage = 0; stage < partition.num_stages(); ++stage)
     for (const std::string& host : partition.hosts[static_cast<std::size_t>(stage)]) stages_of_host[host].push_back(stage);
   // layer -> (model -> on chip on every board of that model holding it)
   std::map<std::size_t, std::map<std::string, bool>> on_chip_of_layer;
-  double whole_model_bytes = 0;
-  for (const Layer& layer : profile.layers) whole_model_bytes += layer.parameter_bytes;
   for (const HostInfo& host : platform.hosts) {
     if (host.device_model.empty()) continue;
     const DeviceModel& device = device_model(host.device_model, fmt::format("{}: device_model", platform.file));
     if (device.kind != DeviceKind::Fpga) continue;
     const auto held = stages_of_host.find(host.name);
     if (held == stages_of_host.end()) continue;
-    double resident = 0;
+    std::vector<std::size_t> layers;
     for (std::size_t l = 0; l < profile.layers.size(); ++l)
       if (std::find(held->second.begin(), held->second.end(), partition.stage_of_layer[l]) != held->second.end())
-        resident += profile.layers[l].parameter_bytes;
-    // Weights and their gradients (as fill_analytic_times).
-    const bool on_chip = 2 * resident <= device.on_chip_bytes;
-    const bool whole_on_chip = 2 * whole_model_bytes <= device.on_chip_bytes;
-    if (on_chip != whole_on_chip)
-      notes.push_back(fmt::format("host '{}' ({}): its stages' weights and gradients, {:.1f} MB, {} its {:.1f} MB of "
-                                  "on-chip RAM: {}",
-                                  host.name, host.device_model, 2 * resident / 1e6, on_chip ? "fit in" : "exceed",
-                                  device.on_chip_bytes / 1e6, on_chip ? "weights on chip" : "streamed from DDR"));
-    for (std::size_t l = 0; l < profile.layers.size(); ++l) {
+        layers.push_back(l);
+    const OnChip on_chip = keep_on_chip(profile, layers, device);
+    notes.push_back(fmt::format("host '{}' ({}): its stages' {}", host.name, host.device_model, on_chip_text(on_chip, device)));
+    for (const std::size_t l : layers) {
       if (profile.layers[l].times_given) continue;
-      if (std::find(held->second.begin(), held->second.end(), partition.stage_of_layer[l]) == held->second.end()) continue;
-      auto [entry, inserted] = on_chip_of_layer[l].emplace(host.device_model, on_chip);
-      if (!inserted) entry->second = entry->second && on_chip;
+      auto [entry, inserted] = on_chip_of_layer[l].emplace(host.device_model, on_chip.of_layer.at(l));
+      if (!inserted) entry->second = entry->second && on_chip.of_layer.at(l);
     }
   }
   const std::string& first = platform.hosts.empty() ? std::string() : platform.hosts.front().device_model;

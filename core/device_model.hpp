@@ -147,19 +147,27 @@ LayerTimes analytic_layer_times(const Layer& layer, const DeviceModel& device, s
  *  its `device` type), or when a layer without times has no FLOPs; and for
  *  a multi-size profile with such layers. Returns notes for people (one a
  *  device model used), empty when no layer needed times. */
-std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSummary& platform);
+/// Where fill_analytic_times takes an FPGA board's weights from before the
+/// partition is known: WholeModel keeps the whole model's layers on chip as
+/// much as its on-chip RAM allows, as place_fpga_weights does per board
+/// (data parallelism: every board holds the model); StagesFit takes them on chip, as BaPipe's partition aims to
+/// (pipelines: place_fpga_weights then checks each board's own stages).
+enum class FpgaWeights { WholeModel, StagesFit };
+std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSummary& platform,
+                                             FpgaWeights fpga_weights = FpgaWeights::WholeModel);
 
-/** FPGA weights per board, once the partition is known: fill_analytic_times
- *  decides on chip or DDR from the whole model's weights; here each FPGA
- *  host with a device model holds the weights of the stages it runs (the
- *  sum over its stages), on chip when they and their gradients (2 x the
- *  bytes) fit its on-chip RAM, else
- *  streamed from DDR, and the analytic layers it runs (times_given false)
- *  are timed again under that rule (device_times[model], and the base times
+/** FPGA weights per board, once the partition is known (fill_analytic_times
+ *  decided before it, by its FpgaWeights rule): each FPGA
+ *  host with a device model holds the weights of the stages it runs, on chip
+ *  as much as its on-chip RAM allows (each layer's weights and gradients, 2 x
+ *  its parameter bytes; layers in order of the DDR time they would add per
+ *  byte, largest first, while they fit), the others streamed from DDR; the
+ *  analytic layers it runs (times_given false) are timed again under that rule (device_times[model], and the base times
  *  when the platform's first host is of that model). A layer held by two
  *  boards of one model that decide differently takes the DDR time (the
- *  slower). Split layers (partition.split_last) keep fill_analytic_times'
- *  times. Returns a note per board whose rule changed, for people. */
+ *  slower). A split layer's parts (split_layers scales their FLOPs, bytes
+ *  and weights) are timed on their own boards. Returns a note per FPGA
+ *  board that runs a stage (on chip or from DDR, and why), for people. */
 std::vector<std::string> place_fpga_weights(Profile& profile, const Partition& partition, const PlatformSummary& platform);
 
 /// Least squares fit of t = a x + b n over samples (x, n, t) with a > 0 and

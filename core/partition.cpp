@@ -285,6 +285,10 @@ Profile split_layers(const Profile& profile, const std::vector<LayerSplit>& spli
         times.backward_s *= share;
         scale_split(times.backward_input_s, times.backward_weight_s, share);
       }
+      // A part does its share of the layer's analytic work too.
+      for (std::optional<double>* work : {&part->forward_flops, &part->backward_input_flops, &part->backward_weight_flops,
+                                          &part->bytes_read, &part->bytes_written})
+        if (*work) **work *= share;
     }
     result.layers.push_back(std::move(first));
     result.layers.push_back(std::move(second));

@@ -40,7 +40,8 @@ struct LayerSplit {
  *  (SEMANTICS.md, BaPipe's balanced partition, step 3). Layer l split at f
  *  becomes "name[0:f]", with f of its forward and backward times (its
  *  device_times and a given backward split too: both parts x f, so they
- *  still sum to the backward) and of its parameter bytes, whose output is what the
+ *  still sum to the backward), of its analytic work (FLOPs, bytes read and
+ *  written, where given) and of its parameter bytes, whose output is what the
  *  earlier stage sends on: the layer's input (the previous layer's
  *  output_bytes, the profile's input_bytes for layer 0) plus f x its
  *  output_bytes; and "name[f:1]", with the rest (times and parameters x
