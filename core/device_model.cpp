@@ -372,9 +372,13 @@ std::vector<std::string> place_fpga_weights(Profile& profile, const Partition& p
     const auto held = stages_of_host.find(host.name);
     if (held == stages_of_host.end()) continue;
     std::vector<std::size_t> layers;
+    bool analytic = false;  // a board running measured layers only keeps their times: nothing to say
     for (std::size_t l = 0; l < profile.layers.size(); ++l)
-      if (std::find(held->second.begin(), held->second.end(), partition.stage_of_layer[l]) != held->second.end())
+      if (std::find(held->second.begin(), held->second.end(), partition.stage_of_layer[l]) != held->second.end()) {
         layers.push_back(l);
+        analytic = analytic || !profile.layers[l].times_given;
+      }
+    if (!analytic) continue;
     const OnChip on_chip = keep_on_chip(profile, layers, device);
     notes.push_back(fmt::format("host '{}' ({}): its stages' {}", host.name, host.device_model, on_chip_text(on_chip, device)));
     for (const std::size_t l : layers) {

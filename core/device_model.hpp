@@ -167,7 +167,8 @@ std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSum
  *  boards of one model that decide differently takes the DDR time (the
  *  slower). A split layer's parts (split_layers scales their FLOPs, bytes
  *  and weights) are timed on their own boards. Returns a note per FPGA
- *  board that runs a stage (on chip or from DDR, and why), for people. */
+ *  board that runs an analytic layer (on chip or from DDR, and why), for
+ *  people. */
 std::vector<std::string> place_fpga_weights(Profile& profile, const Partition& partition, const PlatformSummary& platform);
 
 /// Least squares fit of t = a x + b n over samples (x, n, t) with a > 0 and
