@@ -11,6 +11,8 @@
 #include "cli/run.hpp"
 #include "core/device_model.hpp"
 #include "core/error.hpp"
+#include "core/plan.hpp"
+#include "core/precision.hpp"
 #include "core/io.hpp"
 #include "core/model_graph.hpp"
 #include "partitioners/partitioners.hpp"
@@ -32,6 +34,8 @@ struct PartitionOptions {
   std::string cost_model = "released";
   std::string schedule;
   int micro_batches = 0;
+  std::string optimizer = "sgd";
+  std::string dtype;
   std::string output;
   bool json = false;
   std::optional<int> batch_size;
@@ -94,6 +98,9 @@ CLI::App* add_partition_command(CLI::App& app) {
   command->add_option("--cost-model", options.cost_model, "pipedream: released (default) or paper");
   command->add_option("--schedule", options.schedule, "the schedule the partition is for (memory estimates)");
   command->add_option("--micro-batches", options.micro_batches, "micro-batches per mini-batch (memory estimates)");
+  command->add_option("--optimizer", options.optimizer, "sgd (default), momentum or adam: optimizer state (memory estimates)");
+  command->add_option("--dtype", options.dtype,
+                      "fp32, fp16 or bf16: the profile's number format when it states none (memory per parameter)");
   command->add_option("--output", options.output, "write the partition file (read by simulate --partition)");
   command->add_flag("--json", options.json, "print one JSON object on stdout");
   command->add_option("--batch-size", options.batch_size, "micro-batch size the profile was measured at (graph.txt)");
@@ -134,6 +141,9 @@ int run_partition_command() {
   input.cost_model = options.cost_model;
   input.schedule = options.schedule;
   input.micro_batches = options.micro_batches;
+  optimizer_copies(options.optimizer);  // a clear error for an unknown optimizer
+  input.optimizer = options.optimizer;
+  input.dtype = run_dtype(input.profile.dtype, options.dtype, options.profile);
   const PartitionerOutput output = run_partitioner(options.partitioner, input);
 
   if (!options.output.empty()) write_file_atomically(options.output, partition_file_text(output));
