@@ -512,7 +512,10 @@ ResolvedModel resolve_model_spec(const ModelSpec& spec) {
   const ModelInfo& info = model_generator(spec.name);
   ResolvedModel model;
   model.name = info.name;
-  for (const auto& [name, value] : spec.options) {
+  for (const auto& entry : spec.options) {
+    // Named copies, not a structured binding: clang 14 cannot capture one in a lambda.
+    const std::string& name = entry.first;
+    const long long value = entry.second;
     const auto known = std::find_if(info.options.begin(), info.options.end(),
                                     [&](const ModelOptionInfo& option) { return option.name == name; });
     if (known == info.options.end())

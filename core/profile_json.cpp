@@ -563,7 +563,9 @@ std::string profile_to_json(const Profile& profile) {
     const std::optional<double>* own_fields[] = {&layer.forward_flops, &layer.backward_input_flops,
                                                  &layer.backward_weight_flops, &layer.bytes_read, &layer.bytes_written};
     for (std::size_t f = 0; f < std::size(analytic_fields); ++f) {
-      const auto [key, field] = analytic_fields[f];
+      // Not a structured binding: clang 14 cannot capture one in the lambda below.
+      const char* key = analytic_fields[f].first;
+      const AnalyticField field = analytic_fields[f].second;
       if (multi && (profile.measured.front().layers[l].*field))  // at every size or none (check_profile)
         analytic += fmt::format(", \"{}\": {}", key,
                                 per_size([l, field](const MeasuredSize& m) { return (m.layers[l].*field).value_or(0.0); }));
