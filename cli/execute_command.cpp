@@ -105,27 +105,6 @@ CLI::App* add_execute_command(CLI::App& app) {
 
 namespace {
 
-/** A Program file for --program, validated; InputError naming the file. (The
- *  simulator's reader lives in run.cpp, which builds only with SimGrid.) */
-Program read_program(const std::string& path, const std::string& format) {
-  Program program;
-  if (format == "text") {
-    program = parse_program_text(read_text_file(path), path);
-  } else if (format == "torch-csv") {
-    TorchCsvImport imported = parse_torch_csv(read_text_file(path), path);
-    program = std::move(imported.program);
-    for (const std::string& note : imported.notes) std::cerr << "pipegrid: note: " << note << "\n";
-  } else {
-    throw InputError(fmt::format("--program-format: expected text or torch-csv, found '{}'", printable(format)));
-  }
-  try {
-    validate_program(program);
-  } catch (const ProgramError& error) {
-    throw InputError(fmt::format("{}: {}", path, error.what()));
-  }
-  return program;
-}
-
 /** "0,3" */
 std::string stage_list(const std::vector<int>& stages) { return fmt::format("{}", fmt::join(stages, ",")); }
 
@@ -187,7 +166,9 @@ int run_execute_command() {
 
   Program program_from_file;
   if (from_file) {
-    program_from_file = read_program(options.program_file, options.program_format);
+    std::vector<std::string> notes;
+    program_from_file = read_program_file(options.program_file, options.program_format, &notes);
+    for (const std::string& note : notes) std::cerr << "pipegrid: note: " << note << "\n";
     if (command->count("--stages") && options.stages != program_from_file.num_stages)
       throw InputError(fmt::format("--stages {}: the Program {} has {} stages", options.stages, options.program_file,
                                    program_from_file.num_stages));

@@ -114,24 +114,6 @@ const ScheduleInfo& plan_schedule_info(const Plan& plan) {
   return plan.program_text.empty() ? schedule_info(plan.schedule) : program_info;
 }
 
-Program read_program_file(const std::string& path, const std::string& format, std::vector<std::string>* notes) {
-  Program program;
-  if (format == "text") {
-    program = parse_program_text(read_text_file(path), path);
-  } else if (format == "torch-csv") {
-    TorchCsvImport imported = parse_torch_csv(read_text_file(path), path);
-    program = std::move(imported.program);
-    if (notes) *notes = std::move(imported.notes);
-  } else {
-    throw InputError(fmt::format("--program-format: expected text or torch-csv, found '{}'", printable(format)));
-  }
-  try {
-    validate_program(program);
-  } catch (const ProgramError& error) {
-    throw InputError(fmt::format("{}: {}", path, error.what()));
-  }
-  return program;
-}
 
 namespace {
 

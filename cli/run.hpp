@@ -13,6 +13,7 @@
 #include "core/platform.hpp"
 #include "core/program.hpp"
 #include "core/timeline.hpp"
+#include "core/torch_schedule.hpp"
 #include "schedules/schedules.hpp"
 
 namespace pipegrid::cli {
@@ -77,10 +78,6 @@ struct PlanRequest {
  *  intended kind check beyond streams: see run_plan). */
 const ScheduleInfo& plan_schedule_info(const Plan& plan);
 
-/** Reads a Program file in `format` (text: pipegrid's text form; torch-csv:
- *  PyTorch's pipelining CSV, whose reading notes go to `notes` when given)
- *  and validates it; InputError naming the file. */
-Program read_program_file(const std::string& path, const std::string& format, std::vector<std::string>* notes = nullptr);
 
 /** A sweep reads each input once in its parent process, and its runs (forked
  *  children) inherit what it read: after this call, profiles and platform

@@ -279,6 +279,16 @@ OnChip keep_on_chip(const Profile& profile, const std::vector<std::size_t>& laye
   return result;
 }
 
+/// The layer's base times (what code reading forward_s/backward_s sees)
+/// become its device times for `model`.
+void take_base_times(Layer& layer, const std::string& model) {
+  const LayerTimes& times = layer.device_times.at(model);
+  layer.forward_s = times.forward_s;
+  layer.backward_s = times.backward_s;
+  layer.backward_input_s = times.backward_input_s;
+  layer.backward_weight_s = times.backward_weight_s;
+}
+
 std::string on_chip_text(const OnChip& on_chip, const DeviceModel& device) {
   if (on_chip.streamed_layers == 0)
     return fmt::format("weights and gradients, {:.1f} MB, fit in its {:.1f} MB of on-chip RAM", on_chip.kept_bytes / 1e6,
@@ -346,14 +356,7 @@ std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSum
   }
   const std::string& first = platform.hosts.front().device_model;
   if (!first.empty())
-    for (const std::size_t i : missing) {
-      Layer& layer = profile.layers[i];
-      const LayerTimes& times = layer.device_times.at(first);
-      layer.forward_s = times.forward_s;
-      layer.backward_s = times.backward_s;
-      layer.backward_input_s = times.backward_input_s;
-      layer.backward_weight_s = times.backward_weight_s;
-    }
+    for (const std::size_t i : missing) take_base_times(profile.layers[i], first);
   return notes;
 }
 
@@ -393,13 +396,7 @@ std::vector<std::string> place_fpga_weights(Profile& profile, const Partition& p
     for (const auto& [model, on_chip] : models) {
       layer.device_times[model] =
           analytic_layer_times(layer, device_model(model, "device_model"), profile.dtype, profile.sequence_length, on_chip);
-      if (model == first) {
-        const LayerTimes& times = layer.device_times.at(model);
-        layer.forward_s = times.forward_s;
-        layer.backward_s = times.backward_s;
-        layer.backward_input_s = times.backward_input_s;
-        layer.backward_weight_s = times.backward_weight_s;
-      }
+      if (model == first) take_base_times(layer, model);
     }
   }
   return notes;

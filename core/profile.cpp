@@ -30,6 +30,22 @@ const LayerTimes* device_times_of(const Layer& layer, const HostInfo& host) {
 
 }  // namespace
 
+void take_values_at_size(Layer& layer, const LayerAtSize& at) {
+  layer.forward_s = at.forward_s;
+  layer.backward_s = at.backward_s;
+  layer.output_bytes = at.output_bytes;
+  layer.activation_bytes = at.activation_bytes;
+  layer.device_times = at.device_times;
+  layer.backward_input_s = at.backward_input_s;
+  layer.backward_weight_s = at.backward_weight_s;
+  layer.forward_flops = at.forward_flops;
+  layer.backward_input_flops = at.backward_input_flops;
+  layer.backward_weight_flops = at.backward_weight_flops;
+  layer.bytes_read = at.bytes_read;
+  layer.bytes_written = at.bytes_written;
+  layer.times_given = at.times_given;
+}
+
 LayerTimes layer_times_on(const Layer& layer, const HostInfo& host) {
   if (const LayerTimes* times = device_times_of(layer, host)) return *times;
   return {layer.forward_s / host.speed_factor, layer.backward_s / host.speed_factor};
@@ -132,23 +148,7 @@ Profile profile_at_measured(const Profile& profile, const MeasuredSize& m) {
   result.measured.clear();
   result.micro_batch_size = m.micro_batch_size;
   result.input_bytes = m.input_bytes;
-  for (std::size_t l = 0; l < result.layers.size(); ++l) {
-    Layer& layer = result.layers[l];
-    const LayerAtSize& at = m.layers[l];
-    layer.forward_s = at.forward_s;
-    layer.backward_s = at.backward_s;
-    layer.output_bytes = at.output_bytes;
-    layer.activation_bytes = at.activation_bytes;
-    layer.device_times = at.device_times;
-    layer.backward_input_s = at.backward_input_s;
-    layer.backward_weight_s = at.backward_weight_s;
-    layer.forward_flops = at.forward_flops;
-    layer.backward_input_flops = at.backward_input_flops;
-    layer.backward_weight_flops = at.backward_weight_flops;
-    layer.bytes_read = at.bytes_read;
-    layer.bytes_written = at.bytes_written;
-    layer.times_given = at.times_given;
-  }
+  for (std::size_t l = 0; l < result.layers.size(); ++l) take_values_at_size(result.layers[l], m.layers[l]);
   return result;
 }
 

@@ -94,6 +94,11 @@ struct MeasuredSize {
   std::vector<LayerAtSize> layers;  ///< one per Profile::layers, same order
 };
 
+/** Sets every size-dependent field of `layer` (times, their split and
+ *  device times, output and activation bytes, analytic work, times_given)
+ *  to `at`'s; name, op and parameter bytes stay. */
+void take_values_at_size(Layer& layer, const LayerAtSize& at);
+
 struct Profile {
   std::string name;
   /// The model that was measured, when it can be rebuilt: `pipegrid

@@ -500,21 +500,7 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
   const MeasuredSize& first = measured.front();
   profile.micro_batch_size = first.micro_batch_size;
   profile.input_bytes = first.input_bytes;
-  for (std::size_t l = 0; l < profile.layers.size(); ++l) {
-    profile.layers[l].forward_s = first.layers[l].forward_s;
-    profile.layers[l].backward_s = first.layers[l].backward_s;
-    profile.layers[l].output_bytes = first.layers[l].output_bytes;
-    profile.layers[l].activation_bytes = first.layers[l].activation_bytes;
-    profile.layers[l].device_times = first.layers[l].device_times;
-    profile.layers[l].backward_input_s = first.layers[l].backward_input_s;
-    profile.layers[l].backward_weight_s = first.layers[l].backward_weight_s;
-    profile.layers[l].forward_flops = first.layers[l].forward_flops;
-    profile.layers[l].backward_input_flops = first.layers[l].backward_input_flops;
-    profile.layers[l].backward_weight_flops = first.layers[l].backward_weight_flops;
-    profile.layers[l].bytes_read = first.layers[l].bytes_read;
-    profile.layers[l].bytes_written = first.layers[l].bytes_written;
-    profile.layers[l].times_given = first.layers[l].times_given;
-  }
+  for (std::size_t l = 0; l < profile.layers.size(); ++l) take_values_at_size(profile.layers[l], first.layers[l]);
   if (shape.multi) profile.measured = std::move(measured);
   check_backward_splits(profile, origin);
   return profile;

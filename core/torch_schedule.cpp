@@ -11,7 +11,9 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/io.hpp"
 #include "core/limits.hpp"
+#include "core/platform_check.hpp"
 
 namespace pipegrid {
 
@@ -654,6 +656,25 @@ std::string program_to_torch_csv(const Program& program) {
     out += '\n';
   }
   return out;
+}
+
+Program read_program_file(const std::string& path, const std::string& format, std::vector<std::string>* notes) {
+  Program program;
+  if (format == "text") {
+    program = parse_program_text(read_text_file(path), path);
+  } else if (format == "torch-csv") {
+    TorchCsvImport imported = parse_torch_csv(read_text_file(path), path);
+    program = std::move(imported.program);
+    if (notes) *notes = std::move(imported.notes);
+  } else {
+    throw InputError(fmt::format("--program-format: expected text or torch-csv, found '{}'", printable(format)));
+  }
+  try {
+    validate_program(program);
+  } catch (const ProgramError& error) {
+    throw InputError(fmt::format("{}: {}", path, error.what()));
+  }
+  return program;
 }
 
 }  // namespace pipegrid
