@@ -13,4 +13,8 @@ mkdir -p "$macros_dir/c10/cuda/impl"
 echo '#pragma once' >"$macros_dir/c10/cuda/impl/cuda_cmake_macros.h"
 g++ -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -DPIPEGRID_CUDA_BACKEND -I"$macros_dir" -I. \
   -isystem /usr/include/torch/csrc/api/include -isystem "$cuda/include" validate/cuda/cuda_backend.cpp
+for source in validate/cuda/copy_probe.cpp; do
+  g++ -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -I"$macros_dir" -I. \
+    -isystem /usr/include/torch/csrc/api/include -isystem "$cuda/include" "$source"
+done
 echo "validate/cuda/cuda_backend.cpp compiles against LibTorch $(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null || echo '?') and $cuda"

@@ -48,6 +48,7 @@ prefix=/tmp/pipegrid-deps
 mkdir -p "$prefix"
 for deb in .gpu-deps/*.deb; do dpkg -x "$deb" "$prefix"; done
 export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+[ -f .gpu-build/build-gpu.tar.gz ] && [ ! -x build-gpu/pipegrid ] && tar -xzf .gpu-build/build-gpu.tar.gz
 if [ ! -x build-gpu/pipegrid ]; then
   # LibTorch's CMake otherwise probes the GPU's architecture by compiling a
   # program with nvcc (pipegrid compiles no CUDA code); H100 and H200 are 9.0.
@@ -60,7 +61,7 @@ if [ ! -x build-gpu/pipegrid ]; then
       -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" >"$out/configure.log" 2>&1; then
     say "configure failed: see configure.log"; tail -30 "$out/configure.log"; exit 1
   fi
-  if ! cmake --build build-gpu -j"$(nproc)" --target pipegrid >"$out/build.log" 2>&1; then
+  if ! cmake --build build-gpu -j"$(nproc)" --target pipegrid pipegrid-copy-probe >"$out/build.log" 2>&1; then
     say "build failed: see build.log"; grep -E "error" "$out/build.log" | head -30; exit 1
   fi
 fi
@@ -85,6 +86,17 @@ for smoke in "${device%-partitioned}" "$device:2"; do
     say "smoke on $smoke failed:"; tail -5 "$work/matrix/smoke-${smoke/:/-}.err" | tee -a "$log"
   fi
 done
+
+# --- transfer rule -------------------------------------------------------
+# How concurrent copies leaving one GPU share their path (simulate
+# --transfer-rule; docs/validation.md, "Transfer rule").
+if [ -x build-gpu/validate/pipegrid-copy-probe ]; then
+  if build-gpu/validate/pipegrid-copy-probe --megabytes 4,16,64 --repeats 7 >"$out/copy-probe.json" 2>"$out/copy-probe.err"; then
+    say "copy probe: $(python3 -c "import json; print('; '.join('%s %d MB: %.2f/%.2f %s' % (r['pattern'], r['megabytes'], r['ratio_first'], r['ratio_last'], r['nearest_rule']) for r in json.load(open('$out/copy-probe.json'))['results']))")"
+  else
+    say "copy probe failed:"; tail -5 "$out/copy-probe.err" | tee -a "$log"
+  fi
+fi
 [ "$smoke_ok" = 1 ] || { say "no device kind ran the smoke plan: matrix not run"; exit 1; }
 
 # --- the matrix ----------------------------------------------------------
@@ -100,20 +112,26 @@ for model in $models; do
         --output-profile "$calibrated.json" --output-platform "$calibrated.xml" >"$calibrated.calibrate.txt" 2>&1; then
       say "calibrate $model on cuda-partitioned:$n failed:"; tail -5 "$calibrated.calibrate.txt" | tee -a "$log"; continue
     fi
-    for schedule in gpipe 1f1b-sno 1f1b-so; do
-      for m in 4 8; do
+    for schedule in gpipe 1f1b-sno 1f1b-so interleaved-1f1b zb-h1 pipedream; do
+      # Interleaved: two stages per device (--stages counts them all).
+      # PipeDream: one micro-batch per mini-batch, compared in the steady
+      # state over more mini-batches.
+      stages=$n; ms="4 8"; minis=5; warm=2
+      [ "$schedule" = interleaved-1f1b ] && stages=$((2 * n))
+      [ "$schedule" = pipedream ] && { ms=1; minis=16; warm=4; }
+      for m in $ms; do
         plan="$model-p$n-$schedule-m$m"
         echo "$plan" | grep -qE "$filter" || continue
         if [ $(( $(date +%s) - start )) -gt "$budget" ]; then say "budget of $budget s spent: $plan and later not run"; continue; fi
         ok=1
         for r in $(seq 1 "$repeats"); do
-          if ! $pipegrid execute --model "$model" $(model_options "$model") --schedule "$schedule" --stages "$n" \
-              --micro-batches "$m" --device "$device:$n" --mini-batches 5 --warmup 2 \
+          if ! $pipegrid execute --model "$model" $(model_options "$model") --schedule "$schedule" --stages "$stages" \
+              --micro-batches "$m" --device "$device:$n" --mini-batches "$minis" --warmup "$warm" \
               --csv "$work/matrix/$plan-r$r.csv" --json >"$work/matrix/$plan-r$r.json" 2>"$work/matrix/$plan-r$r.err"; then
             say "$plan run $r failed:"; tail -3 "$work/matrix/$plan-r$r.err" | tee -a "$log"; ok=0; break
           fi
         done
-        [ $ok = 1 ] && echo "$plan $model $n $schedule $m $repeats" >>"$work/matrix/plans.txt"
+        [ $ok = 1 ] && echo "$plan $model $n $schedule $m $repeats $stages $minis $warm" >>"$work/matrix/plans.txt"
         say "$plan: $(python3 -c "import json,sys; print(' '.join('%.3f ms' % (1e3*json.load(open(f))['measured_minibatch_time_s']) for f in sys.argv[1:]))" "$work"/matrix/"$plan"-r*.json 2>/dev/null)"
       done
     done
@@ -127,4 +145,7 @@ for model in $models; do
 done
 echo "$device $sizes" >"$work/matrix/device.txt"
 tar -C "$work" -czf "$out/gpu-matrix.tar.gz" matrix
+# The binaries, for a later call on a fresh machine (carried back as
+# .gpu-build/build-gpu.tar.gz, unpacked before the build step).
+[ -z "${PIPEGRID:-}" ] && tar -czf "$out/build-gpu.tar.gz" build-gpu/pipegrid build-gpu/validate/pipegrid-copy-probe 2>/dev/null
 say "plans run: $(wc -l <"$work/matrix/plans.txt"); total $(( $(date +%s) - start )) s; results in $out/gpu-matrix.tar.gz"
