@@ -89,6 +89,11 @@ int run_calibrate_command() {
     std::cout << fmt::format("optimizer step: {} + parameter bytes / {:.3g} GB/s ({} sizes)\n",
                              human_seconds(calibration.step_overhead_s), calibration.step_rate_bytes_per_s / 1e9,
                              calibration.steps.size());
+  if (calibration.whole_backward_s > 0)
+    std::cout << fmt::format("split backward: I + W {} against B {} ({:.2f} x); the profile divides each layer's B between I "
+                             "and W in the measured ratio\n",
+                             human_seconds(calibration.split_backward_s), human_seconds(calibration.whole_backward_s),
+                             calibration.split_backward_s / calibration.whole_backward_s);
   const validate::Calibration::Overhead& overhead = calibration.overhead;
   std::cout << fmt::format("per-action overhead: {} (in-action {}, dispatch {}, sends {}; {} actions of {})\n",
                            human_seconds(overhead.action_overhead_s), human_seconds(overhead.in_action_s),

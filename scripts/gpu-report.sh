@@ -24,12 +24,19 @@ model_options() { "$here/scripts/gpu-model-options.sh" "$sizes" "$1"; }
 
 echo "| plan | simulated | measured (median of runs) | relative error | run spread | action error median / p95 |"
 echo "| --- | --- | --- | --- | --- | --- |"
-while read -r plan model n schedule m repeats; do
+# plans.txt: plan model partitions schedule M repeats [stages mini-batches
+# warm-up] (archives from before interleaved and pipedream lack the last three).
+while read -r plan model n schedule m repeats stages minis warm; do
   measured=$(ls "$matrix/$plan"-r*.csv | sort | paste -sd, -)
-  "$pipegrid" validate --model "$model" $(model_options "$model") --schedule "$schedule" --stages "$n" \
-    --micro-batches "$m" --device "$device:$n" --mini-batches 5 \
-    --profile "$matrix/$model-p$n.json" --platform "$matrix/$model-p$n.xml" --measured "$measured" \
-    --svg "$report/$plan.svg" --json >"$report/$plan.json"
+  if ! "$pipegrid" validate --model "$model" $(model_options "$model") --schedule "$schedule" --stages "${stages:-$n}" \
+      --micro-batches "$m" --device "$device:$n" --mini-batches "${minis:-5}" \
+      --profile "$matrix/$model-p$n.json" --platform "$matrix/$model-p$n.xml" --measured "$measured" \
+      ${TRANSFER_RULE:+--transfer-rule "$TRANSFER_RULE"} \
+      --svg "$report/$plan.svg" --json >"$report/$plan.json" 2>"$work/$plan.err"; then
+    echo "| $plan | validate failed: $(tail -1 "$work/$plan.err" | cut -c1-150) | | | | |"
+    rm -f "$report/$plan.json"
+    continue
+  fi
   python3 - "$report/$plan.json" "$plan" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))

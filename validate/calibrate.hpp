@@ -49,6 +49,12 @@ struct Calibration {
   /// weighted least-squares fit seconds = latency + bytes / bandwidth (latency
   /// clamped at 0, bandwidth from the fitted slope).
   std::vector<CopySample> copies;
+  /// The split backward as the executor runs it (zero-bubble I and W, per
+  /// operator): the sum over layers of I + W, and of B. The profile keeps
+  /// each layer's B and divides it between I and W in the measured ratio
+  /// (docs/formats.md: I + W = B); this is what the split costs beyond B.
+  double split_backward_s = 0;
+  double whole_backward_s = 0;
   double latency_s = 0;
   double bandwidth_bytes_per_s = 0;
   /// The optimizer step as the executor takes it (SGD step + zero_grad),

@@ -204,6 +204,11 @@ struct Stash {
   torch::Tensor input;   ///< the stage's input (requires grad past stage 0)
   torch::Tensor output;  ///< the stage's output, or the scaled loss on the last stage; undefined until recomputed
   torch::Tensor output_gradient;  ///< split backward: the gradient I ran with (its graph retained), for its W
+  /// Split backward: every use of the stage's parameters in its forward
+  /// (detail::WeightTape) and, after I, the gradient of each use's output,
+  /// so that W runs each operator's weight gradient alone.
+  std::vector<detail::WeightUse> weight_uses;
+  std::vector<torch::Tensor> weight_use_gradients;
 };
 
 /** Ends of the actions that other actions wait for (the Program's extra
@@ -353,8 +358,20 @@ WorkerOutput run_stream(RunShared& shared, DeviceState& device, int stream_index
     if (device_running(from_stage, a) == device.device) return shared.local->take(device.device, key);
     return shared.transport->receive(device.device, key);
   };
-  const auto stage_forward = [&](StageState& stage, const torch::Tensor& input, const Action& a) {
-    torch::Tensor out = detail::run_layers(*device.layers, stage.first_layer, stage.last_layer, input);
+  // A Program with split backwards (I and W) records its weight uses.
+  bool split_backward = false;
+  for (const Stream& stream : program.devices[device.device].streams)
+    for (const Action& action : stream.actions) split_backward = split_backward || action.kind == ActionKind::BackwardInput;
+  const auto stage_forward = [&](StageState& stage, const torch::Tensor& input, const Action& a,
+                                 std::vector<detail::WeightUse>& weight_uses) {
+    torch::Tensor out;
+    if (split_backward) {
+      detail::WeightTape tape;
+      out = detail::run_layers(*device.layers, stage.first_layer, stage.last_layer, input);
+      weight_uses = std::move(tape.uses);
+    } else {
+      out = detail::run_layers(*device.layers, stage.first_layer, stage.last_layer, input);
+    }
     if (stage.stage == last_stage)
       out = detail::loss_of(request.model, out, shared.data.at({a.micro_batch, a.mini_batch}).target) * scale;
     return out;
@@ -487,12 +504,12 @@ WorkerOutput run_stream(RunShared& shared, DeviceState& device, int stream_index
       }
       torch::Tensor out;
       with_weights(stage, weights, [&] {
-        Stash stash{input, {}, {}};
+        Stash stash{input, {}, {}, {}, {}};
         if (stage.recomputed.count(id)) {
           torch::NoGradGuard no_grad;
           out = detail::run_layers(*device.layers, stage.first_layer, stage.last_layer, input);
         } else {
-          out = stage_forward(stage, input, a);
+          out = stage_forward(stage, input, a, stash.weight_uses);
           stash.output = out;
         }
         std::lock_guard lock(device.mutex);
@@ -505,7 +522,7 @@ WorkerOutput run_stream(RunShared& shared, DeviceState& device, int stream_index
       with_weights(stage, stashed_weights(stage, id), [&] {
         std::lock_guard lock(device.mutex);
         Stash& stash = stage.stashes.at(id);
-        stash.output = stage_forward(stage, stash.input, a);
+        stash.output = stage_forward(stage, stash.input, a, stash.weight_uses);
       });
       record("R", a, start, now(), 0, "");
     } else if (a.kind == ActionKind::Backward) {
@@ -524,7 +541,8 @@ WorkerOutput run_stream(RunShared& shared, DeviceState& device, int stream_index
       record("B", a, start, now(), 0, "");
       if (a.stage != 0) send(MessageKey::Kind::Gradient, a.stage - 1, a, stash.input.grad());
     } else if (a.kind == ActionKind::BackwardInput) {
-      // The gradient of the stage input only; the graph is kept for the W.
+      // The gradient of the stage input and of every weight use's output
+      // (the chain passes through them); the graph is kept for the W.
       // (Flush only, checked: the latest weights.)
       torch::Tensor gradient;
       if (a.stage != last_stage) gradient = receive(MessageKey::Kind::Gradient, a.stage + 1, a);
@@ -533,28 +551,45 @@ WorkerOutput run_stream(RunShared& shared, DeviceState& device, int stream_index
       {
         Stash stash = stash_of(stage, id, false);  // shares the tensors with the stored stash
         if (!gradient.defined()) gradient = torch::ones_like(stash.output);
-        if (a.stage != 0 && stash.input.requires_grad())
-          input_gradient = torch::autograd::grad({stash.output}, {stash.input}, {gradient}, /*retain_graph=*/true)[0];
+        // Wanted: the input's gradient (past stage 0) and each weight
+        // use's output's, in one pass.
+        std::vector<torch::Tensor> wanted;
+        const bool wants_input = a.stage != 0 && stash.input.requires_grad();
+        if (wants_input) wanted.push_back(stash.input);
+        for (const detail::WeightUse& use : stash.weight_uses) wanted.push_back(use.output);
+        std::vector<torch::Tensor> gradients;
+        if (!wanted.empty() && stash.output.requires_grad())
+          gradients = torch::autograd::grad({stash.output}, wanted, {gradient}, /*retain_graph=*/true, /*create_graph=*/false,
+                                            /*allow_unused=*/true);
+        if (wants_input && !gradients.empty()) input_gradient = gradients.front();
+        if (!gradients.empty() && wants_input) gradients.erase(gradients.begin());
         std::lock_guard lock(device.mutex);
-        stage.stashes.at(id).output_gradient = gradient;
+        Stash& stored = stage.stashes.at(id);
+        stored.output_gradient = gradient;
+        stored.weight_use_gradients = std::move(gradients);
       }
       record("I", a, start, now(), 0, "");
       if (a.stage != 0) send(MessageKey::Kind::Gradient, a.stage - 1, a, input_gradient);
     } else {
-      // W: the parameter gradients from the graph its I retained, added to
-      // .grad as a B adds them; then the graph and the stash are freed.
+      // W: each weight use's parameter gradients from its output's gradient
+      // (the graph its I retained; autograd walks only that operator),
+      // added to .grad as a B adds them; then the graph and the stash are
+      // freed.
       const Stamp start = now();
       {
         Stash stash = stash_of(stage, id, true);
         if (!stash.output_gradient.defined())
           throw std::logic_error(fmt::format("executor: {} runs before its I", to_string(a)));
-        std::vector<torch::Tensor> trainable;
-        for (const torch::Tensor& parameter : stage.parameters)
-          if (parameter.requires_grad()) trainable.push_back(parameter);
-        if (!trainable.empty() && stash.output.requires_grad()) {
+        for (std::size_t u = 0; u < stash.weight_uses.size() && u < stash.weight_use_gradients.size(); ++u) {
+          std::vector<torch::Tensor> trainable;
+          for (const torch::Tensor& parameter : stash.weight_uses[u].parameters)
+            if (parameter.requires_grad()) trainable.push_back(parameter);
+          if (trainable.empty() || !stash.weight_use_gradients[u].defined()) continue;
+          // The graph is kept: an operator's backward node may be shared
+          // (two uses of one module); the stash's release frees it.
           const std::vector<torch::Tensor> grads =
-              torch::autograd::grad({stash.output}, trainable, {stash.output_gradient}, /*retain_graph=*/false,
-                                    /*create_graph=*/false, /*allow_unused=*/true);
+              torch::autograd::grad({stash.weight_uses[u].output}, trainable, {stash.weight_use_gradients[u]},
+                                    /*retain_graph=*/true, /*create_graph=*/false, /*allow_unused=*/true);
           torch::NoGradGuard no_grad;
           for (std::size_t p = 0; p < trainable.size(); ++p) {
             if (!grads[p].defined()) continue;

@@ -205,6 +205,15 @@ LayerRanges ranges_from_counts(const std::vector<int>& counts, int layers) {
 namespace detail {
 namespace {
 
+thread_local WeightTape* active_tape = nullptr;
+
+/** `output` of `module`, recorded on the thread's WeightTape when one is active. */
+template <typename Module>
+torch::Tensor taped(const Module& module, torch::Tensor output) {
+  if (active_tape && output.requires_grad()) active_tape->uses.push_back({output, module->parameters()});
+  return output;
+}
+
 namespace nn = torch::nn;
 
 class LinearLayer : public Layer {
@@ -213,7 +222,7 @@ class LinearLayer : public Layer {
   torch::Tensor forward(torch::Tensor input) override {
     // Flattens image features before a classifier.
     if (input.dim() > 2) input = input.flatten(1);
-    auto output = linear_->forward(input);
+    auto output = taped(linear_, linear_->forward(input));
     return relu_ ? torch::relu(output) : output;
   }
 
@@ -225,7 +234,7 @@ class LinearLayer : public Layer {
 class ConvLayer : public Layer {
  public:
   ConvLayer(int in, int out) : conv_(register_module("conv", nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1)))) {}
-  torch::Tensor forward(torch::Tensor input) override { return torch::relu(conv_->forward(input)); }
+  torch::Tensor forward(torch::Tensor input) override { return torch::relu(taped(conv_, conv_->forward(input))); }
 
  private:
   nn::Conv2d conv_;
@@ -243,8 +252,8 @@ class EmbeddingLayer : public Layer {
     if (positions > 0) positions_ = register_module("positions", nn::Embedding(positions, width));
   }
   torch::Tensor forward(torch::Tensor input) override {
-    auto output = tokens_->forward(input);
-    if (positions_) output = output + positions_->forward(torch::arange(input.size(1), input.options()));
+    auto output = taped(tokens_, tokens_->forward(input));
+    if (positions_) output = output + taped(positions_, positions_->forward(torch::arange(input.size(1), input.options())));
     return output;
   }
 
@@ -256,7 +265,7 @@ class EmbeddingLayer : public Layer {
 class LstmLayer : public Layer {
  public:
   explicit LstmLayer(int hidden) : lstm_(register_module("lstm", nn::LSTM(nn::LSTMOptions(hidden, hidden).batch_first(true)))) {}
-  torch::Tensor forward(torch::Tensor input) override { return std::get<0>(lstm_->forward(input)); }
+  torch::Tensor forward(torch::Tensor input) override { return taped(lstm_, std::get<0>(lstm_->forward(input))); }
 
  private:
   nn::LSTM lstm_;
@@ -277,14 +286,15 @@ class DecoderBlock : public Layer {
 
   torch::Tensor forward(torch::Tensor x) override {
     const int64_t batch = x.size(0), length = x.size(1), width = x.size(2), head_width = width / heads_;
-    auto qkv = qkv_->forward(norm1_->forward(x)).view({batch, length, 3, heads_, head_width}).permute({2, 0, 3, 1, 4});
+    auto qkv = taped(qkv_, qkv_->forward(taped(norm1_, norm1_->forward(x)))).view({batch, length, 3, heads_, head_width}).permute({2, 0, 3, 1, 4});
     auto q = qkv[0], k = qkv[1], v = qkv[2];  // batch x heads x length x head_width
     auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_width));
     auto future = torch::ones({length, length}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
     auto attention = torch::softmax(scores.masked_fill(future, -std::numeric_limits<float>::infinity()), -1);
     auto mixed = torch::matmul(attention, v).transpose(1, 2).reshape({batch, length, width});
-    x = x + projection_->forward(mixed);
-    return x + down_->forward(torch::gelu(up_->forward(norm2_->forward(x))));
+    x = x + taped(projection_, projection_->forward(mixed));
+    auto hidden = taped(up_, up_->forward(taped(norm2_, norm2_->forward(x))));
+    return x + taped(down_, down_->forward(torch::gelu(hidden)));
   }
 
  private:
@@ -300,7 +310,9 @@ class HeadLayer : public Layer {
   HeadLayer(int width, int vocab, bool norm) : linear_(register_module("linear", nn::Linear(width, vocab))) {
     if (norm) norm_ = register_module("norm", nn::LayerNorm(nn::LayerNormOptions({width})));
   }
-  torch::Tensor forward(torch::Tensor input) override { return linear_->forward(norm_ ? norm_->forward(input) : input); }
+  torch::Tensor forward(torch::Tensor input) override {
+    return taped(linear_, linear_->forward(norm_ ? taped(norm_, norm_->forward(input)) : input));
+  }
 
  private:
   nn::Linear linear_;
@@ -378,6 +390,13 @@ LayerList build_layers(const ModelConfig& config, std::uint64_t seed) {
   }
   return layers;
 }
+
+WeightTape::WeightTape() {
+  if (active_tape) throw std::logic_error("WeightTape: one is already active on this thread");
+  active_tape = this;
+}
+
+WeightTape::~WeightTape() { active_tape = nullptr; }
 
 torch::Tensor run_layers(const LayerList& layers, int first, int last, torch::Tensor input) {
   for (int i = first; i < last; ++i) input = layers[i]->forward(input);

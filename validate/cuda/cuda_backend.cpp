@@ -38,6 +38,7 @@
 #include <vector>
 
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -262,6 +263,13 @@ class CudaBackend : public Backend {
   }
 
   Stamp stamp(int device) override { return record_on(devices_.at(device).compute); }
+
+  void hold(int device, double seconds) override {
+    // A spin kernel on the compute stream; about 2 GHz (an H100's or
+    // H200's SM clock under load): only a lower bound on the time matters.
+    c10::cuda::CUDAStreamGuard on_compute(devices_.at(device).compute);
+    at::cuda::sleep(static_cast<std::int64_t>(seconds * 2e9));
+  }
 
   void synchronize() override {
     for (const DeviceStreams& device : devices_) {

@@ -41,6 +41,14 @@ class Backend {
   virtual void start_clock() = 0;
   /** Now, on worker `device`'s compute stream (its thread only). */
   virtual Stamp stamp(int device) = 0;
+  /** Keeps device `device` busy for about `seconds` ahead of the work issued
+   *  next from its worker, so that work runs back to back as it does in a
+   *  pipeline, without the gap of issuing it to an idle device (a GPU's
+   *  launch latency). Nothing where work runs as it is issued (CPU). */
+  virtual void hold(int device, double seconds) {
+    (void)device;
+    (void)seconds;
+  }
   /** Waits until every device has finished all its queued work. */
   virtual void synchronize() = 0;
   /** Seconds from start_clock() to `stamp` (after synchronize()). */

@@ -24,6 +24,27 @@ using LayerList = std::vector<std::shared_ptr<Layer>>;
  *  and restores nothing else: call it from one thread at a time. */
 LayerList build_layers(const ModelConfig& config, std::uint64_t seed);
 
+/** One use of parameters in a forward: a module's output and the
+ *  parameters it was computed with (a Linear's weight and bias, say). */
+struct WeightUse {
+  torch::Tensor output;
+  std::vector<torch::Tensor> parameters;
+};
+
+/** While one lives on a thread, every parameterised module the zoo's layers
+ *  run on that thread appends its WeightUse, in forward order. A split
+ *  backward (zero-bubble I and W) uses them: I takes the gradient of every
+ *  use's output, W each use's parameter gradients from it alone (for a
+ *  Linear, X^T dY), as zero-bubble implementations split per operator. */
+class WeightTape {
+ public:
+  WeightTape();
+  ~WeightTape();
+  WeightTape(const WeightTape&) = delete;
+  WeightTape& operator=(const WeightTape&) = delete;
+  std::vector<WeightUse> uses;
+};
+
 /** Runs layers [first, last) of `layers` on `input`. */
 torch::Tensor run_layers(const LayerList& layers, int first, int last, torch::Tensor input);
 
