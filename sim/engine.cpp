@@ -582,7 +582,9 @@ class Simulation {
         while (channel.queue.empty()) channel.signal->wait(lock);
       }
       // Let the actors that run at this instant queue their messages before
-      // the channel picks one (ties go in program order).
+      // the channel picks one (ties go in program order). A message that a
+      // chain of zero-time actions makes ready later in the same instant,
+      // after the channel has started another, waits for that one.
       sg::this_actor::yield();
       ActionState& state = actions_[channel.queue.front()];
       channel.queue.pop_front();
