@@ -46,6 +46,7 @@ struct ExploreOptions {
   std::string semantics = "exact";
   int jobs = 0;
   std::string network = "simgrid";
+  std::string transfer_rule = "share";
   std::string optimizer = "sgd";
   bool json = false;
   bool split_layers = false;
@@ -158,6 +159,7 @@ void build_candidates(Exploration& exploration, int t) {
     request.micro_batch_size = size;
     request.schedule = "dp";
     request.network = options.network;
+    request.transfer_rule = options.transfer_rule;
     request.optimizer = options.optimizer;
     request.dtype = options.dtype;
     request.tensor_parallel = t;
@@ -661,6 +663,8 @@ CLI::App* add_explore_command(CLI::App& app) {
                       "exact (default: stale-weight schedules ranked apart) or all (one ranking for every schedule)");
   command->add_option("--jobs", options.jobs, "simulations at once (default: the number of cores)");
   command->add_option("--network", options.network, "simgrid (default) or analytic");
+  command->add_option("--transfer-rule", options.transfer_rule,
+                      "share (default) or fifo: how concurrent activations and gradients share the network (as simulate)");
   command->add_option("--optimizer", options.optimizer, "sgd (default), momentum or adam: optimizer state in memory");
   command->add_option("--batch-size", options.batch_size, "micro-batch size the profile was measured at (graph.txt)");
   command->add_option("--save-plan", options.save_plan, "write the winner's plan (pipegrid simulate --plan FILE re-runs it)");
@@ -681,6 +685,7 @@ int run_explore_command() {
   if (options.jobs < 0) throw InputError(fmt::format("--jobs: expected an integer >= 1, found {}", options.jobs));
   const int jobs = options.jobs > 0 ? options.jobs : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   sim::parse_network_model(options.network);
+  sim::parse_transfer_rule(options.transfer_rule);
   optimizer_copies(options.optimizer);
 
   Exploration exploration;
@@ -746,6 +751,7 @@ int run_explore_command() {
     document["mini_batch_size"] = options.mini_batch_size;
     if (exploration.memory_limit_bytes) document["memory_limit_bytes"] = *exploration.memory_limit_bytes;
     document["semantics"] = options.semantics;
+    if (options.transfer_rule != "share") document["transfer_rule"] = options.transfer_rule;
     document["micro_batch_note"] = exploration.choices.note;
     if (!exploration.notes.empty()) document["device_model_notes"] = exploration.notes;
     if (show_tp) {
@@ -773,7 +779,8 @@ int run_explore_command() {
                            profile.layers.size(), platform_name, exploration.platform.hosts.size(), kinds, options.mini_batch_size);
   std::cout << fmt::format("micro-batches: {}\n", exploration.choices.note);
   for (const std::string& note : exploration.notes) std::cout << fmt::format("device model: {}\n", note);
-  std::cout << fmt::format("memory: {}; {} network model; {} candidates simulated, {} at a time\n", memory_rule, options.network,
+  std::cout << fmt::format("memory: {}; {} network model{}; {} candidates simulated, {} at a time\n", memory_rule, options.network,
+                           options.transfer_rule != "share" ? fmt::format(", transfer rule {}", options.transfer_rule) : "",
                            outcomes.size(), jobs);
   if (show_tp) {
     std::string tried;

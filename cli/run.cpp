@@ -269,6 +269,8 @@ Plan make_plan(const PlanRequest& request) {
   plan.pipeline_depth = request.pipeline_depth;
   sim::parse_network_model(request.network);
   plan.network = request.network;
+  sim::parse_transfer_rule(request.transfer_rule);
+  plan.transfer_rule = request.transfer_rule;
   if (!request.memory.empty()) plan.memory_bytes = parse_bytes(request.memory, "--memory");
   // Partitioners other than uniform weigh the routes between every pair of hosts.
   // Tensor parallelism needs the routes inside each group (its all-reduces).
@@ -585,6 +587,7 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   request.hosts = plan.partition.hosts;
   request.fb_overlap = plan.fb_overlap;
   request.network = sim::parse_network_model(plan.network);
+  request.transfer_rule = sim::parse_transfer_rule(plan.transfer_rule);
   // Where a device without all-reduces updates its weights (optimizer steps).
   request.update_interval = plan.program_text.empty() ? update_interval(plan.schedule, options) : 0;
 
@@ -774,6 +777,8 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   document["profile"] = plan.profile.name;
   document["platform"] = plan.platform_file;
   document["network"] = plan.network;
+  // Present only when not the default: share runs print what they printed before.
+  if (plan.transfer_rule != "share") document["transfer_rule"] = plan.transfer_rule;
   document["stages"] = plan.partition.num_stages();
   document["micro_batches"] = plan.micro_batches;
   document["mini_batches"] = plan.mini_batches;
@@ -847,10 +852,11 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
 std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   const Metrics& m = result.metrics;
   std::string text = fmt::format(
-      "{} on {} ({} stages), profile {} ({} layers, micro-batch {}), M={}{}, network {}\n", plan.schedule,
+      "{} on {} ({} stages), profile {} ({} layers, micro-batch {}), M={}{}, network {}{}\n", plan.schedule,
       plan.platform_file, plan.partition.num_stages(), plan.profile.name, plan.profile.layers.size(),
       plan.profile.micro_batch_size, plan.micro_batches,
-      plan.mini_batches > 1 ? fmt::format(", {} mini-batches", plan.mini_batches) : "", plan.network);
+      plan.mini_batches > 1 ? fmt::format(", {} mini-batches", plan.mini_batches) : "", plan.network,
+      plan.transfer_rule != "share" ? fmt::format(", transfer rule {}", plan.transfer_rule) : "");
   if (!plan.profile.micro_batch_size_note.empty())
     text += fmt::format("  micro-batch size  {}\n", plan.profile.micro_batch_size_note);
   if (!plan.micro_batch_scaling_note.empty())

@@ -49,6 +49,9 @@ struct PlanRequest {
   std::string partitioner;
   bool split_layers = false;  ///< partitioner bapipe: split boundary layers between GPUs too
   std::string network = "simgrid";
+  /// How concurrent activations and gradients share the network: share
+  /// (default) or fifo (sim::TransferRule; Plan::transfer_rule).
+  std::string transfer_rule = "share";
   bool recompute = false;
   std::string optimizer = "sgd";
   bool vertical_sync = false;

@@ -35,6 +35,9 @@ void add_simulate_input_options(CLI::App& command, PlanRequest& request) {
                      "replace every host's memory capacity (bytes, or with a unit: 64GiB, 16GB); drives the OOM verdict");
   command.add_option("--network", request.network,
                      "simgrid (default: SimGrid's realistic model) or analytic (exactly latency + bytes/bandwidth)");
+  command.add_option("--transfer-rule", request.transfer_rule,
+                     "share (default: concurrent activations and gradients share the links) or fifo (one at a time per "
+                     "(source, destination) host pair, in the order they became ready)");
   command.add_flag("--recompute", request.recompute, "activation recomputation (flushed schedules)");
   command.add_option("--batch-size", request.batch_size, "micro-batch size the profile was measured at (graph.txt)");
   command.add_option("--micro-batch-size", request.micro_batch_size,

@@ -50,6 +50,7 @@ std::string plan_to_json(const Plan& plan) {
   if (!plan.micro_batch_scaling_note.empty()) document["micro_batch_scaling_note"] = plan.micro_batch_scaling_note;
   if (plan.virtual_stages != 1) document["virtual_stages"] = plan.virtual_stages;
   if (plan.fb_overlap != 1.0) document["fb_overlap"] = plan.fb_overlap;
+  if (plan.transfer_rule != "share") document["transfer_rule"] = plan.transfer_rule;
   if (!plan.program_text.empty()) document["program"] = plan.program_text;
   if (!plan.dtype.empty()) document["dtype"] = plan.dtype;
   if (plan.tensor_parallel != 1) document["tensor_parallel"] = plan.tensor_parallel;
@@ -72,7 +73,7 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
                              {"pipegrid_plan", "schedule", "micro_batches", "mini_batches", "recompute", "network",
                               "optimizer", "vertical_sync", "update_interval", "prediction_cost_s_per_byte", "wait_free",
                               "pipeline_depth", "partitioner", "micro_batch_scaling", "micro_batch_scaling_note",
-                              "virtual_stages", "fb_overlap", "program", "dtype", "tensor_parallel", "tensor_parallel_note", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
+                              "virtual_stages", "fb_overlap", "transfer_rule", "program", "dtype", "tensor_parallel", "tensor_parallel_note", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
   auto field = [&](const char* name, auto check, const std::string& expected) -> const nlohmann::json& {
     if (!document.contains(name) || !check(document[name]))
       throw InputError(fmt::format("{}: {}: expected {}, found {}", origin, name, expected,
@@ -134,6 +135,11 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
     plan.fb_overlap = field("fb_overlap", [](const nlohmann::json& j) { return json_number_in(j, 0, 1).has_value() && j.get<double>() > 0; },
                             "a number in (0, 1]")
                           .get<double>();
+  if (document.contains("transfer_rule")) {
+    plan.transfer_rule = field("transfer_rule", is_string, "share or fifo").get<std::string>();
+    if (plan.transfer_rule != "share" && plan.transfer_rule != "fifo")
+      throw InputError(fmt::format("{}: transfer_rule: expected share or fifo, found {}", origin, shown_json(document["transfer_rule"])));
+  }
   if (document.contains("program")) {
     plan.program_text = field("program", is_string, "a Program in pipegrid's text form").get<std::string>();
     parse_program_text(plan.program_text, origin + ": program");

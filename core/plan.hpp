@@ -29,6 +29,9 @@ struct Plan {
   std::optional<double> memory_bytes;
   bool recompute = false;
   std::string network = "analytic";  ///< analytic | simgrid
+  /// share | fifo: how concurrent activations and gradients share the
+  /// network (docs/semantics.md, Transfer rules; sim::TransferRule).
+  std::string transfer_rule = "share";
   std::string optimizer = "sgd";     ///< sgd | momentum | adam: 0, 1, 2 weight copies of state
   bool vertical_sync = false;        ///< pipedream: every stage uses the input stage's version
   int update_interval = 0;           ///< pipedream-2bw: mini-batches per update (0: the stages)

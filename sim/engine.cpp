@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -38,6 +39,14 @@ NetworkModel parse_network_model(const std::string& text) {
   if (text == "analytic") return NetworkModel::Analytic;
   if (text == "simgrid") return NetworkModel::SimGrid;
   throw InputError(fmt::format("--network: expected analytic or simgrid, found '{}'", text));
+}
+
+const char* to_string(TransferRule rule) { return rule == TransferRule::Share ? "share" : "fifo"; }
+
+TransferRule parse_transfer_rule(const std::string& text) {
+  if (text == "share") return TransferRule::Share;
+  if (text == "fifo") return TransferRule::Fifo;
+  throw InputError(fmt::format("--transfer-rule: expected share or fifo, found '{}'", printable(text)));
 }
 
 namespace {
@@ -92,6 +101,12 @@ struct ActionState {
   sg::Host* message_to = nullptr;
   double message_bytes = 0;
   sg::CommPtr message;
+  /// TransferRule::Fifo: the message's channel (Simulation::channels_), when
+  /// it became ready, and whether it has arrived (and, from an asynchronous
+  /// producer, the producer has ended).
+  std::size_t channel = 0;
+  double ready_at = 0;
+  bool arrived = false;
   bool ended = false;
   double start = 0, end = 0;
   /// Signalled when the action ends; created when a first actor waits. (Not
@@ -258,6 +273,20 @@ class Simulation {
     }
     for (const Dependency& dependency : program.extra_dependencies)
       actions_[find(dependency.after)].needs.push_back({ActionState::Need::What::End, find(dependency.before)});
+    if (request.transfer_rule == TransferRule::Fifo) {
+      std::map<std::pair<sg::Host*, sg::Host*>, std::size_t> channel_of;
+      for (ActionState& state : actions_) {
+        if (state.message_to == nullptr) continue;
+        const auto [it, added] = channel_of.emplace(std::make_pair(state.host, state.message_to), channels_.size());
+        if (added) {
+          channels_.emplace_back();
+          channels_.back().from = state.host;
+          channels_.back().to = state.message_to;
+        }
+        state.channel = it->second;
+        ++channels_[it->second].messages;
+      }
+    }
 
     for (const AllReduce& spec : program.all_reduces) {
       AllReduceState all_reduce;
@@ -337,6 +366,8 @@ class Simulation {
         sg::Host* host = actions_[first].host;
         sg::Actor::create(fmt::format("device{}-stream{}", d, s), host, [this, first, count] { run_stream(first, count); });
       }
+    for (std::size_t c = 0; c < channels_.size(); ++c)
+      sg::Actor::create(fmt::format("channel{}", c), channels_[c].from, [this, c] { run_channel(c); });
     for (const auto& [device, parts] : device_all_reduces_) {
       sg::Host* host = all_reduces_[parts.front().first].hosts[parts.front().second];
       sg::Actor::create(fmt::format("device{}-allreduce", device), host, [this, device = device] { run_all_reduces(device); });
@@ -507,13 +538,69 @@ class Simulation {
     }
   }
 
+  // The message of `state` is ready: under Share it starts now; under Fifo
+  // it joins its channel's queue.
   void send_message(ActionState& state) {
     if (state.message_to == nullptr) return;
+    if (request_.transfer_rule == TransferRule::Fifo) {
+      enqueue_message(static_cast<std::size_t>(&state - actions_.data()));
+      return;
+    }
+    start_message(state);
+  }
+
+  void start_message(ActionState& state) {
     // init + start rather than sendto_async: in SimGrid 3.32 a zero-byte
     // sendto_async only starts when somebody waits for it.
     state.message = sg::Comm::sendto_init(state.host, state.message_to);
     state.message->set_payload_size(static_cast<uint64_t>(state.message_bytes));
     state.message->start();
+  }
+
+  // Fifo: queues the message of action `index` on its channel, ordered by
+  // (ready time, program index). Ready times never decrease, so only the
+  // queue's tail of messages ready at this instant can follow it: O(1)
+  // amortised.
+  void enqueue_message(std::size_t index) {
+    ActionState& state = actions_[index];
+    Channel& channel = channels_[state.channel];
+    state.ready_at = sg::Engine::get_clock();
+    auto at = channel.queue.end();
+    while (at != channel.queue.begin() && *(at - 1) > index && actions_[*(at - 1)].ready_at == state.ready_at) --at;
+    channel.queue.insert(at, index);
+    channel.signal->notify_all();
+  }
+
+  // Fifo: the actor of one channel. Starts its messages one at a time, each
+  // when the previous one has arrived; an asynchronous (cut-through)
+  // producer's message holds the channel until the producer has ended too.
+  void run_channel(std::size_t c) {
+    Channel& channel = channels_[c];
+    for (std::size_t sent = 0; sent < channel.messages; ++sent) {
+      {
+        std::unique_lock lock(*mutex_);
+        while (channel.queue.empty()) channel.signal->wait(lock);
+      }
+      // Let the actors that run at this instant queue their messages before
+      // the channel picks one (ties go in program order). A message that a
+      // chain of zero-time actions makes ready later in the same instant,
+      // after the channel has started another, waits for that one.
+      sg::this_actor::yield();
+      ActionState& state = actions_[channel.queue.front()];
+      channel.queue.pop_front();
+      start_message(state);
+      state.message->wait();
+      if (state.async) wait_until_ended(state);
+      state.arrived = true;
+      if (state.ended_signal) state.ended_signal->notify_all();
+    }
+  }
+
+  void wait_until_arrived(ActionState& state) {
+    if (state.arrived) return;
+    if (!state.ended_signal) state.ended_signal = sg::ConditionVariable::create();
+    std::unique_lock lock(*mutex_);
+    while (!state.arrived) state.ended_signal->wait(lock);
   }
 
   // Waits until everything `state` needs has happened (its producers'
@@ -533,7 +620,10 @@ class Simulation {
       ActionState& producer = actions_[need.index];
       wait_until_ended(producer);
       if (need.what == ActionState::Need::What::Message) {
-        producer.message->wait();
+        if (request_.transfer_rule == TransferRule::Fifo)
+          wait_until_arrived(producer);
+        else
+          producer.message->wait();
         const bool forward = producer.action.kind == ActionKind::Forward;
         records_.push_back({producer.host->get_name(), 0, producer.action.stage, forward ? "SEND_F" : "SEND_B",
                             producer.action.micro_batch, producer.action.mini_batch, producer.message->get_start_time(),
@@ -618,6 +708,16 @@ class Simulation {
   std::vector<AllReduceState> all_reduces_;
   /// Per device: (all-reduce, participant) in Program order.
   std::map<std::size_t, std::vector<std::pair<std::size_t, std::size_t>>> device_all_reduces_;
+  /// TransferRule::Fifo: one per (source host, destination host) pair that
+  /// messages travel between, in Program order of their first message.
+  struct Channel {
+    sg::Host* from = nullptr;
+    sg::Host* to = nullptr;
+    std::size_t messages = 0;        ///< messages it carries in the whole run
+    std::deque<std::size_t> queue;   ///< ready, not yet started: action indices
+    sg::ConditionVariablePtr signal = sg::ConditionVariable::create();
+  };
+  std::vector<Channel> channels_;
   sg::MutexPtr mutex_ = sg::Mutex::create();
 };
 

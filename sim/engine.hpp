@@ -2,7 +2,8 @@
 // The SimGrid engine. One S4U actor per device stream interprets its action
 // list; activations and gradients travel as SimGrid communications along the
 // platform's routes (eager: a send never waits for the receiver); between
-// two stages of one device nothing travels. A device
+// two stages of one device nothing travels. How concurrent activations and
+// gradients share the network is SimulationRequest::transfer_rule. A device
 // that takes part in all-reduces has one more actor that runs them in
 // Program order, each as the 2(r-1) rounds of a ring, every round a
 // point-to-point transfer of 1/r of the gradients to the next replica over
@@ -30,6 +31,23 @@ enum class NetworkModel {
 };
 const char* to_string(NetworkModel model);
 NetworkModel parse_network_model(const std::string& text);
+
+/// How the activations and gradients that leave a host share the network
+/// (docs/semantics.md, "Transfer rules"). All-reduce rounds follow Share
+/// under both rules.
+enum class TransferRule {
+  /// Every message starts when it is ready; concurrent messages share the
+  /// links as the network model does.
+  Share,
+  /// One message at a time per (source host, destination host) channel: a
+  /// message starts when it is ready and the channel's previous message (in
+  /// the order they became ready; at one instant, program order) has
+  /// arrived. Messages on different channels share the links as under Share.
+  Fifo,
+};
+const char* to_string(TransferRule rule);
+/// InputError naming --transfer-rule unless `text` is share or fifo.
+TransferRule parse_transfer_rule(const std::string& text);
 
 /** One layer of a stage: its share of the backward and of the gradients
  *  (per-layer, wait-free all-reduces) and its times on particular device
@@ -75,6 +93,7 @@ struct SimulationRequest {
   /// empty) and when layers have device_times.
   std::vector<std::vector<LayerCost>> stage_layers;
   NetworkModel network = NetworkModel::Analytic;
+  TransferRule transfer_rule = TransferRule::Share;
   /// When the weights of a device without all-reduces are updated, for the
   /// optimizer step of hosts that declare one (HostInfo::has_optimizer_step):
   /// 0: after the device's last backward of each mini-batch and stage (flushed

@@ -92,8 +92,8 @@ std::vector<StageCost> balanced_stages(int num_stages, double forward_s, double 
 }
 
 std::string describe(const SimCase& c) {
-  return fmt::format("{} N={} M={} F={} B={} SR={}", c.schedule, c.stages, c.micro_batches, c.forward_s, c.backward_s,
-                     c.hop_s);
+  return fmt::format("{} N={} M={} F={} B={} SR={}{}", c.schedule, c.stages, c.micro_batches, c.forward_s, c.backward_s,
+                     c.hop_s, c.transfer_rule == sim::TransferRule::Share ? "" : " fifo");
 }
 
 const std::string& PlatformCache::get(int num_hosts, DeviceKind kind, double hop_s) {
@@ -120,6 +120,7 @@ SimOutcome run_case(const SimCase& c, const std::string& platform_file) {
     stage_of_host[chain_host(s)] = s;
   }
   request.network = sim::NetworkModel::Analytic;
+  request.transfer_rule = c.transfer_rule;
 
   sim::SimulationResult result = sim::simulate(request);
   MemoryModel memory;

@@ -13,6 +13,7 @@
 #include "core/partition.hpp"
 #include "core/platform.hpp"
 #include "core/timeline.hpp"
+#include "sim/engine.hpp"
 
 namespace pipegrid::testutil {
 
@@ -61,6 +62,7 @@ struct SimCase {
   int micro_batches = 1;
   double forward_s = 1, backward_s = 1;
   double hop_s = 0;  ///< SR: message time per hop (link latency)
+  sim::TransferRule transfer_rule = sim::TransferRule::Share;
 };
 std::string describe(const SimCase& sim_case);
 

@@ -242,6 +242,22 @@ TEST(PlanLimits, PartitionerAndScalingFieldsRoundTripAndAreChecked) {
                   "plan.json: partitioner: expected a partitioner name, found 3");
 }
 
+TEST(PlanLimits, TransferRuleRoundTripsAndIsChecked) {
+  Plan plan = parse_plan_json(plan_text(""), "plan.json");
+  EXPECT_EQ(plan.transfer_rule, "share");
+  // The default is not written: plans saved before the option read the same.
+  EXPECT_EQ(plan_to_json(plan).find("transfer_rule"), std::string::npos);
+  plan.transfer_rule = "fifo";
+  const Plan back = parse_plan_json(plan_to_json(plan), "again.json");
+  EXPECT_EQ(back.transfer_rule, "fifo");
+  EXPECT_EQ(plan_to_json(back), plan_to_json(plan));
+  EXPECT_EQ(parse_plan_json(plan_text(R"("transfer_rule": "share",)"), "plan.json").transfer_rule, "share");
+  EXPECT_CONTAINS(input_error_of([] { parse_plan_json(plan_text(R"("transfer_rule": "queue",)"), "plan.json"); }),
+                  "plan.json: transfer_rule: expected share or fifo, found \"queue\"");
+  EXPECT_CONTAINS(input_error_of([] { parse_plan_json(plan_text(R"("transfer_rule": 1,)"), "plan.json"); }),
+                  "plan.json: transfer_rule: expected share or fifo, found 1");
+}
+
 // --------------------------------------------------------------- programs
 
 TEST(ProgramLimits, HeaderCountsAreBounded) {
