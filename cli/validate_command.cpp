@@ -47,6 +47,7 @@ struct ValidateOptions {
   std::uint64_t seed = 1;
   std::string profile, platform;
   std::string network = "analytic";
+  std::string transfer_rule = "share";
   std::string svg;
   bool json = false;
 };
@@ -114,6 +115,8 @@ CLI::App* add_validate_command(CLI::App& app) {
   command->add_option("--platform", options.platform, "platform XML to simulate with instead of calibrating (with --profile)");
   command->add_option("--network", options.network,
                       "analytic (default: a copy takes exactly the fitted latency + bytes/bandwidth) or simgrid");
+  command->add_option("--transfer-rule", options.transfer_rule,
+                      "how concurrent transfers share the network in the simulation: share (default) or fifo, as for simulate");
   command->add_option("--measured", options.measured,
                       "timeline CSVs of the plan measured elsewhere (execute --csv, e.g. on a GPU machine without SimGrid), "
                       "comma-separated, instead of running it here; needs --profile and --platform from that machine")
@@ -136,7 +139,7 @@ struct SavedPlan {
 SavedPlan read_saved_plan(const std::string& file) {
   std::vector<std::string> plan_gives = {"--model",        "--schedule",         "--stages",       "--layers-per-stage",
                                          "--micro-batches", "--micro-batch-size", "--mini-batches", "--profile",
-                                         "--platform",      "--network"};
+                                         "--platform",      "--network",          "--transfer-rule"};
   for (const std::string& flag : given_model_flags(*command)) plan_gives.push_back(flag);
   for (const std::string& flag : plan_gives)
     if (command->count(flag)) throw InputError(fmt::format("{}: --plan {} gives it; leave it out", flag, file));
@@ -266,6 +269,7 @@ int run_validate_command() {
   plan_request.micro_batches = options.micro_batches;
   plan_request.mini_batches = options.mini_batches;
   plan_request.network = options.network;
+  plan_request.transfer_rule = options.transfer_rule;
   plan_request.virtual_stages = virtual_stages;
   Plan plan = make_plan(plan_request);
   if (!options.profile.empty() && !plan.profile.model.empty()) {

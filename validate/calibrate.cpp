@@ -98,7 +98,9 @@ void measure_on_device(const CalibrationRequest& request, detail::Backend& backe
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const int index = static_cast<int>(l);
     torch::Tensor layer_input = input.detach();
-    if (layer_input.is_floating_point()) layer_input.requires_grad_(true);
+    // The model's input is data: no run computes its gradient (stage 0's
+    // B stops at the first layer's weights), so neither does this one.
+    if (layer_input.is_floating_point() && l > 0) layer_input.requires_grad_(true);
     const double forward_s = median_seconds(request.warmup, request.repeats, [&] {
       return timed([&] { torch::Tensor out = detail::run_layers(layers, index, index + 1, layer_input); });
     });
