@@ -356,6 +356,13 @@ int run_validate_command() {
     platform_text = validate::calibration_platform_xml(
         calibration, device.count,
         fmt::format("model {}, micro-batch size {}, device {}", model.name, options.micro_batch_size, options.device));
+    // fbp-as on CPUs runs each device's two streams as two threads, in
+    // parallel: the calibrated hosts then execute asynchronously.
+    if (!from_file && schedule_info(options.schedule).needs_async && device.kind == "cpu") {
+      const std::string kind = "<prop id=\"kind\" value=\"gpu\"/>\n";
+      for (std::size_t at = platform_text.find(kind); at != std::string::npos; at = platform_text.find(kind, at + 1))
+        platform_text.insert(at + kind.size(), "      <prop id=\"execution\" value=\"async\"/>\n");
+    }
   } else {
     profile_text = read_text_file(options.profile);
     platform_text = read_text_file(options.platform);
@@ -379,12 +386,14 @@ int run_validate_command() {
   plan_request.micro_batch_size = options.micro_batch_size;
   plan_request.schedule = options.schedule;
   plan_request.micro_batches = options.micro_batches;
-  if (flushed || command->count("--mini-batches")) plan_request.mini_batches = options.mini_batches;
+  if (!from_file && (flushed || command->count("--mini-batches"))) plan_request.mini_batches = options.mini_batches;
   plan_request.network = options.network;
   if (!from_file) plan_request.virtual_stages = virtual_stages;
   plan_request.program_file = options.program_file;
   plan_request.program_format = options.program_format;
-  plan_request.replicas = fmt::format("{}", fmt::join(options.replicas, ","));
+  // dp runs the whole model on every host of the platform: its replicas are the hosts.
+  if (from_file || !schedule_info(options.schedule).single_stage)
+    plan_request.replicas = fmt::format("{}", fmt::join(options.replicas, ","));
   plan_request.vertical_sync = options.vertical_sync;
   plan_request.update_interval = options.update_interval;
   plan_request.wait_free = options.wait_free;
@@ -403,13 +412,21 @@ int run_validate_command() {
     throw InputError(fmt::format("{}: the platform has {} hosts, expected one per device ({} stages, {} per device)",
                                  options.platform.empty() ? "calibrated platform" : options.platform,
                                  plan.partition.num_stages() / virtual_stages, options.stages, virtual_stages));
+  std::size_t hosts = 0;
+  for (const auto& replicas : plan.partition.hosts) hosts += replicas.size();
+  if (virtual_stages == 1 && !from_file && static_cast<int>(hosts) != devices)
+    throw InputError(fmt::format("{}: the plan uses {} hosts, expected one per device ({})",
+                                 options.platform.empty() ? "calibrated platform" : options.platform, hosts, devices));
   for (int s = 0; s < options.stages; ++s)
     for (int l = ranges[s].first; l < ranges[s].second; ++l) plan.partition.stage_of_layer[l] = s;
   simulated_run = run_plan(plan);
   }
   const RunResult& simulated = *simulated_run;
-  for (const std::string& warning : simulated.warnings) std::cerr << "pipegrid: warning: " << warning << "\n";
   const bool steady = !plan_schedule_info(plan).flushed;
+  for (const std::string& warning : simulated.warnings)
+    // A flushed run is compared over whole mini-batches, whatever its timeline's overlap says.
+    if (steady || warning.find("steady-state cycle") == std::string::npos)
+      std::cerr << "pipegrid: warning: " << (warning.rfind("warning: ", 0) == 0 ? warning.substr(9) : warning) << "\n";
   const int stages = plan.partition.num_stages();
   options.mini_batches = from_file ? program_file.mini_batches - options.warmup : plan.mini_batches;
   // With replicated stages, a run of whole rounds of the replicas (every
@@ -444,6 +461,7 @@ int run_validate_command() {
 
   CompareOptions compare;
   compare.align_first = true;
+  compare.steady_period = steady;  // flushed: span / mini-batches, as simulate has it
   compare.steady_cycle = steady;
   compare.cycle_multiple = cycle_multiple;
   compare.measured_warmup = options.warmup;

@@ -96,7 +96,7 @@ Prepared prepare(const Timeline& timeline, const std::string& origin, const Comp
   Timeline shifted;
   shifted.hosts = timeline.hosts;
   shifted.records = prepared.records;
-  prepared.time = minibatch_time_of(shifted);
+  prepared.time = minibatch_time_of(shifted, options.steady_cycle ? std::optional<bool>(true) : options.steady_period);
   prepared.bubble_fraction = prepared.time.bubble_fraction;
   return prepared;
 }
@@ -373,8 +373,9 @@ TimelineComparison compare_timelines(const Timeline& simulated, const std::strin
   Prepared sim = prepare(without_steps(simulated), simulated_origin, options);
   Prepared real = prepare(without_steps(measured), measured_origin, options);
   // One definition for both sides: a steady-state period when either
-  // timeline's mini-batches overlap (or when one steady cycle is compared).
-  if (options.steady_cycle || sim.time.steady_state.has_value() != real.time.steady_state.has_value()) {
+  // timeline's mini-batches overlap (unless the options say which).
+  if (!options.steady_cycle && !options.steady_period &&
+      sim.time.steady_state.has_value() != real.time.steady_state.has_value()) {
     for (Prepared* side : {&sim, &real}) {
       Timeline shifted;
       shifted.records = side->records;

@@ -24,6 +24,12 @@ struct CompareOptions {
   bool compute_only = false;
   /// How many of the worst actions to keep (by action error).
   int worst = 5;
+  /// The mini-batch time's definition, when the schedule is known: false =
+  /// span / mini-batches (flushed schedules, as simulate has it, even when a
+  /// device starts the next mini-batch before another finished this one),
+  /// true = the steady-state period. Absent: the period when mini-batches
+  /// overlap in either timeline (the timelines tell).
+  std::optional<bool> steady_period;
   /// Compare one steady cycle instead of every action (schedules without a
   /// flush, whose mini-batches overlap): see compare_timelines.
   bool steady_cycle = false;
