@@ -165,7 +165,8 @@ struct SavedPlan {
 SavedPlan read_saved_plan(const std::string& file) {
   std::vector<std::string> plan_gives = {"--model",        "--schedule",         "--stages",       "--layers-per-stage",
                                          "--micro-batches", "--micro-batch-size", "--mini-batches", "--profile",
-                                         "--platform",      "--network"};
+                                         "--platform",      "--network",          "--program",      "--replicas",
+                                         "--vertical-sync", "--update-interval",  "--wait-free",    "--recompute"};
   for (const std::string& flag : given_model_flags(*command)) plan_gives.push_back(flag);
   for (const std::string& flag : plan_gives)
     if (command->count(flag)) throw InputError(fmt::format("{}: --plan {} gives it; leave it out", flag, file));
@@ -247,7 +248,6 @@ int run_validate_command() {
   std::optional<SavedPlan> saved;
   const bool from_file = !options.program_file.empty();
   if (!options.plan.empty()) {
-    if (from_file) throw InputError(fmt::format("--program: --plan {} gives the schedule; leave it out", options.plan));
     saved = read_saved_plan(options.plan);
   } else {
     if (options.model.empty()) throw InputError("validate: --model is required (or give --plan FILE)");

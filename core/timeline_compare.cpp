@@ -204,6 +204,9 @@ int positive_mod(int a, int b) { return ((a % b) + b) % b; }
 std::vector<MatchedAction> compare_steady_cycle(const Prepared& sim, const std::string& simulated_origin, const Prepared& real,
                                                 const std::string& measured_origin, const CompareOptions& options,
                                                 TimelineComparison& result) {
+  if (!sim.time.steady_state || !real.time.steady_state)
+    throw InputError(fmt::format("{}: no compute records: no steady state to compare",
+                                 sim.time.steady_state ? measured_origin : simulated_origin));
   SteadyCycle cycle;
   const SteadyState& simulated_steady = *sim.time.steady_state;
   cycle.cycle_confirmed = simulated_steady.periodic;
