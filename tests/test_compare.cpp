@@ -335,15 +335,16 @@ TEST(CompareReports, JsonHasTheStableKeysAndTheSpread) {
 /// [2k+3, 2k+4); stage 1 on host b F_k in [2k+1, 2k+2) (its start delayed by
 /// `delay` x k units) and B_k in [2k+2, 2k+3). Mini-batch k completes at
 /// 2k+4; the drain starts at a's last forward, 2(K-1), so mini-batches
-/// 0..K-3 are steady and the period is 2 units.
-Timeline pipedream_two_stages(int K, double scale, double delay = 0) {
+/// 0..K-3 are steady and the period is 2 units. `stretch` > 0 makes a's
+/// B_k end stretch x k^2 units later: completions that never repeat.
+Timeline pipedream_two_stages(int K, double scale, double delay = 0, double stretch = 0) {
   Timeline timeline;
   timeline.hosts = {"a", "b"};
   for (int k = 0; k < K; ++k) {
     timeline.records.push_back(compute("a", 0, "F", 0, scale * (2 * k), scale * (2 * k + 1), k));
     timeline.records.push_back(compute("b", 1, "F", 0, scale * (2 * k + 1 + delay * k), scale * (2 * k + 2), k));
     timeline.records.push_back(compute("b", 1, "B", 0, scale * (2 * k + 2), scale * (2 * k + 3), k));
-    timeline.records.push_back(compute("a", 0, "B", 0, scale * (2 * k + 3), scale * (2 * k + 4), k));
+    timeline.records.push_back(compute("a", 0, "B", 0, scale * (2 * k + 3), scale * (2 * k + 4 + stretch * k * k), k));
   }
   return timeline;
 }
@@ -492,6 +493,19 @@ TEST(SteadyCycle, ReplicasAndAllReducesMatchAtTheProgramsPhase) {
   options.measured_warmup = 0;
   EXPECT_CONTAINS(input_error_of([&] { compare_timelines(replicated_run(12, 0, 1.0), "sim", replicated_run(13, 1, 1.5), "real", options); }),
                   "do not hold the same actions");
+}
+
+TEST(SteadyCycle, WithoutAConfirmedCycleOneMiniBatchIsCompared) {
+  // The simulated completions never repeat: no cycle confirmed; the cycle
+  // compared is the replicas' round (1) and the period an estimate.
+  const TimelineComparison c =
+      compare_timelines(pipedream_two_stages(8, 1.0, 0, 0.01), "sim", pipedream_two_stages(8, 1.5), "real", steady_options());
+  ASSERT_TRUE(c.cycle.has_value());
+  EXPECT_FALSE(c.cycle->cycle_confirmed);
+  EXPECT_EQ(c.cycle->cycle_minibatches, 1);
+  EXPECT_EQ(c.matched, 4u);
+  EXPECT_EQ(c.measured_minibatch_time_s, 3.0);
+  EXPECT_NE(c.cycle->simulated_period_over.find("the mean of the last"), std::string::npos) << c.cycle->simulated_period_over;
 }
 
 TEST(SteadyCycle, TooFewMiniBatchesBeforeTheDrainIsAnError) {
