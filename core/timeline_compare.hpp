@@ -5,6 +5,7 @@
 // engine. The metric definitions are in docs/validation.md and below.
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,42 @@ struct CompareOptions {
   bool compute_only = false;
   /// How many of the worst actions to keep (by action error).
   int worst = 5;
+  /// The mini-batch time's definition, when the schedule is known: false =
+  /// span / mini-batches (flushed schedules, as simulate has it, even when a
+  /// device starts the next mini-batch before another finished this one),
+  /// true = the steady-state period. Absent: the period when mini-batches
+  /// overlap in either timeline (the timelines tell).
+  std::optional<bool> steady_period;
+  /// Compare one steady cycle instead of every action (schedules without a
+  /// flush, whose mini-batches overlap): see compare_timelines.
+  bool steady_cycle = false;
+  /// steady_cycle: the cycle's length in mini-batches is a multiple of this
+  /// (besides the simulated cycle and the replicas' round), e.g. replicas x
+  /// update interval when all-reduces come every few rounds (>= 1).
+  int cycle_multiple = 1;
+  /// steady_cycle: the mini-batches the measured run left out before its
+  /// mini-batch 0 (its warm-up; its first measured mini-batch is the
+  /// Program's mini-batch `measured_warmup`), so that both cycles are at
+  /// one phase of the Program. The simulated timeline starts at the
+  /// Program's mini-batch 0.
+  int measured_warmup = 0;
+};
+
+/** What steady_cycle compared: one cycle of C mini-batches in each timeline. */
+struct SteadyCycle {
+  int cycle_minibatches = 0;  ///< C
+  bool cycle_confirmed = false;  ///< the simulated completions repeat (SteadyState::periodic)
+  /// The cycle's mini-batches: the last C whose completions all come before
+  /// the simulated drain, and the measured ones at the same distance from
+  /// the end of the run (at the same Program phase). Numbers as compared
+  /// (after align_first).
+  int simulated_first_minibatch = 0, simulated_last_minibatch = 0;
+  int measured_first_minibatch = 0, measured_last_minibatch = 0;
+  /// Cycle start: the completion of the mini-batch before the cycle's first
+  /// (times after the shift to 0).
+  double simulated_start_s = 0, measured_start_s = 0;
+  /// What each period was measured over (SteadyState::measured_over).
+  std::string simulated_period_over, measured_period_over;
 };
 
 /** p-th percentile (0 <= p <= 100) by nearest rank: the value of rank
@@ -68,6 +105,8 @@ struct TimelineComparison {
   double simulated_bubble_fraction = 0, measured_bubble_fraction = 0;
   std::vector<MatchedAction> worst;  ///< largest action error first (ties: name order)
   std::vector<std::string> only_simulated, only_measured;  ///< names, in each timeline's time order
+  /// Present when the comparison was of one steady cycle (options.steady_cycle).
+  std::optional<SteadyCycle> cycle;
 };
 
 /** Compares `simulated` with `measured` (origins name the files in
@@ -84,9 +123,35 @@ struct TimelineComparison {
  *  timeline as minibatch_time_of gives them (core/metrics.hpp): the
  *  steady-state period and the bubbles inside its window when mini-batches
  *  overlap, else span / mini-batches and 1 - busy / span per device.
+ *
+ *  With options.steady_cycle both mini-batch times are steady-state
+ *  periods and the actions compared are those of one steady cycle: C =
+ *  lcm(the simulated cycle, or 1 when none is confirmed; the replicas'
+ *  round, lcm of the hosts per stage; options.cycle_multiple) mini-batches.
+ *  The simulated cycle is the last C mini-batches k0..k1 whose completions
+ *  (ends of their last compute records) all come before the simulated drain
+ *  (docs/semantics.md, Steady state); it starts at T0 = the completion of
+ *  mini-batch k0 - 1 and its actions are the simulated records starting in
+ *  [T0, T0 + C x simulated period). The measured cycle is k0 + D..k1 + D,
+ *  where D is the largest shift not beyond the measured run's end (D <=
+ *  measured mini-batches - simulated ones) that keeps both at one phase of
+ *  the Program (D + measured_warmup a multiple of C); it starts at T0' =
+ *  the completion of measured mini-batch k0 + D - 1. Each simulated cycle
+ *  action is matched with the measured record of the same identity, its
+ *  mini-batch shifted by D (an all-reduce's round by (D +
+ *  measured_warmup) / r - ceil(measured_warmup / r), r the stage's
+ *  replicas, as the executor renumbers rounds); times are offsets from the
+ *  cycle starts and errors are fractions of the measured period. The
+ *  measured period is the mean gap between completions over whole cycles
+ *  of C before its drain (SteadyState's estimate with rotation C).
+ *  only_simulated: cycle actions the measured timeline lacks; only_measured:
+ *  measured records in the cycle's mini-batch range with no counterpart in
+ *  the simulated timeline.
+ *
  *  InputError: a timeline without records, a non-finite time, a measured
- *  mini-batch time of 0, no action in common, or (without allow_missing)
- *  actions present in one timeline only. */
+ *  mini-batch time of 0, no action in common, (without allow_missing)
+ *  actions present in one timeline only, or (steady_cycle) too few
+ *  mini-batches before either timeline's drain for one cycle. */
 TimelineComparison compare_timelines(const Timeline& simulated, const std::string& simulated_origin,
                                      const Timeline& measured, const std::string& measured_origin,
                                      const CompareOptions& options);

@@ -327,6 +327,218 @@ TEST(CompareReports, JsonHasTheStableKeysAndTheSpread) {
   EXPECT_CONTAINS(table, "-50.00%");
 }
 
+// One steady cycle (CompareOptions::steady_cycle): synthetic PipeDream-like
+// runs whose cycles and errors are known exactly.
+
+/// Two stages, one micro-batch per mini-batch, mini-batches 0..K-1, in units
+/// of `scale` s: stage 0 on host a runs F_k in [2k, 2k+1) and B_k in
+/// [2k+3, 2k+4); stage 1 on host b F_k in [2k+1, 2k+2) (its start delayed by
+/// `delay` x k units) and B_k in [2k+2, 2k+3). Mini-batch k completes at
+/// 2k+4; the drain starts at a's last forward, 2(K-1), so mini-batches
+/// 0..K-3 are steady and the period is 2 units. `stretch` > 0 makes a's
+/// B_k end stretch x k^2 units later: completions that never repeat.
+Timeline pipedream_two_stages(int K, double scale, double delay = 0, double stretch = 0) {
+  Timeline timeline;
+  timeline.hosts = {"a", "b"};
+  for (int k = 0; k < K; ++k) {
+    timeline.records.push_back(compute("a", 0, "F", 0, scale * (2 * k), scale * (2 * k + 1), k));
+    timeline.records.push_back(compute("b", 1, "F", 0, scale * (2 * k + 1 + delay * k), scale * (2 * k + 2), k));
+    timeline.records.push_back(compute("b", 1, "B", 0, scale * (2 * k + 2), scale * (2 * k + 3), k));
+    timeline.records.push_back(compute("a", 0, "B", 0, scale * (2 * k + 3), scale * (2 * k + 4 + stretch * k * k), k));
+  }
+  return timeline;
+}
+
+CompareOptions steady_options() {
+  CompareOptions options;
+  options.align_first = true;
+  options.steady_cycle = true;
+  return options;
+}
+
+TEST(SteadyCycle, ComparesOneCycleFromEachCyclesStart) {
+  // Measured: 1.5 x slower, and b's forward of mini-batch k starts k/16 units
+  // late, so every cycle of the measured run differs from the others.
+  const Timeline sim = pipedream_two_stages(8, 1.0);
+  const Timeline real = pipedream_two_stages(8, 1.5, 0.0625);
+  const TimelineComparison c = compare_timelines(sim, "sim", real, "real", steady_options());
+  ASSERT_TRUE(c.cycle.has_value());
+  EXPECT_EQ(c.cycle->cycle_minibatches, 1);
+  EXPECT_TRUE(c.cycle->cycle_confirmed);
+  // The last mini-batch completed before the drain (2 x 7 = 14) is 5: 5 x 2 + 4 = 14.
+  EXPECT_EQ(c.cycle->simulated_first_minibatch, 5);
+  EXPECT_EQ(c.cycle->simulated_last_minibatch, 5);
+  EXPECT_EQ(c.cycle->measured_first_minibatch, 5);
+  EXPECT_EQ(c.cycle->measured_last_minibatch, 5);
+  EXPECT_EQ(c.cycle->simulated_start_s, 12.0);  // completion of mini-batch 4
+  EXPECT_EQ(c.cycle->measured_start_s, 18.0);
+  EXPECT_TRUE(c.steady_state);
+  EXPECT_EQ(c.simulated_minibatch_time_s, 2.0);
+  EXPECT_EQ(c.measured_minibatch_time_s, 3.0);
+  EXPECT_DOUBLE_EQ(c.relative_error, -1.0 / 3);
+  // The cycle [12, 14): 0F6, 0B5, 1B5, 1F6, at offsets (0,1), (1,2), (0,1), (1,2);
+  // measured (0,1.5), (1.5,3), (0,1.5), (2.0625,3): 1F6 starts 1.5 x 6 / 16 late.
+  EXPECT_EQ(c.matched, 4u);
+  EXPECT_TRUE(c.only_simulated.empty());
+  EXPECT_TRUE(c.only_measured.empty());
+  EXPECT_DOUBLE_EQ(c.action_error.median, 1.0 / 6);
+  EXPECT_DOUBLE_EQ(c.action_error.max, 1.0625 / 3);
+  EXPECT_DOUBLE_EQ(c.start_error.max, 1.0625 / 3);  // off by one cycle: 0.96875 / 3 (1F5), by two 0.875 / 3
+  EXPECT_DOUBLE_EQ(c.end_error.max, 1.0 / 3);
+  ASSERT_FALSE(c.worst.empty());
+  EXPECT_EQ(c.worst[0].name, "1F0@6");
+  EXPECT_EQ(c.worst[0].simulated_start_s, 1.0);
+  EXPECT_EQ(c.worst[0].measured_start_s, 2.0625);
+  // The whole-run comparison of the same timelines differs.
+  CompareOptions whole;
+  whole.align_first = true;
+  EXPECT_FALSE(compare_timelines(sim, "sim", real, "real", whole).cycle.has_value());
+}
+
+TEST(SteadyCycle, TheMeasuredCycleIsAsFarFromTheEnd) {
+  // A longer measured run: its cycle is the one just before its own drain,
+  // mini-batch 7, at the same distance from the end as the simulated 5.
+  const TimelineComparison c =
+      compare_timelines(pipedream_two_stages(8, 1.0), "sim", pipedream_two_stages(10, 1.5, 0.0625), "real", steady_options());
+  ASSERT_TRUE(c.cycle.has_value());
+  EXPECT_EQ(c.cycle->simulated_first_minibatch, 5);
+  EXPECT_EQ(c.cycle->measured_first_minibatch, 7);
+  EXPECT_EQ(c.cycle->measured_start_s, 24.0);  // completion of mini-batch 6: 1.5 x 16
+  EXPECT_EQ(c.worst[0].name, "1F0@6");
+  EXPECT_EQ(c.worst[0].measured_start_s, 2.25);  // measured 1F8: 1.5 x (17 + 8 / 16) - 24
+  EXPECT_DOUBLE_EQ(c.start_error.max, 1.25 / 3);
+}
+
+TEST(SteadyCycle, CyclesOfSeveralMiniBatchesKeepTheProgramPhase) {
+  // A cycle of 2 and a measured run that dropped 1 warm-up mini-batch: its
+  // mini-batch j is the Program's j + 1, so the measured cycle is 3..4 (the
+  // Program's 4..5, as the simulated 4..5), not 4..5.
+  CompareOptions options = steady_options();
+  options.cycle_multiple = 2;
+  options.measured_warmup = 1;
+  const TimelineComparison c =
+      compare_timelines(pipedream_two_stages(8, 1.0), "sim", pipedream_two_stages(8, 1.5, 0.0625), "real", options);
+  ASSERT_TRUE(c.cycle.has_value());
+  EXPECT_EQ(c.cycle->cycle_minibatches, 2);
+  EXPECT_EQ(c.cycle->simulated_first_minibatch, 4);
+  EXPECT_EQ(c.cycle->simulated_last_minibatch, 5);
+  EXPECT_EQ(c.cycle->measured_first_minibatch, 3);
+  EXPECT_EQ(c.cycle->measured_last_minibatch, 4);
+  EXPECT_EQ(c.cycle->simulated_start_s, 10.0);
+  EXPECT_EQ(c.cycle->measured_start_s, 12.0);  // completion of measured 2: 1.5 x 8
+  EXPECT_EQ(c.matched, 8u);
+  // Simulated 1F6 starts 3 into its cycle; its counterpart, measured 1F5, at
+  // 1.5 x (11 + 5 / 16) - 12 = 4.96875 (a cycle later, measured 1F6: 4.0625).
+  EXPECT_DOUBLE_EQ(c.start_error.max, 1.96875 / 3);
+}
+
+/// A replicated PipeDream-like run as the executor records it: stage 0 on
+/// hosts a0 and a1 (the Program's mini-batch p on a<p mod 2>), stage 1 on b;
+/// units of `scale` s: F_p on its stage-0 host in [2p, 2p+1), on b in
+/// [2p+1, 2p+2), B_p on b in [2p+2, 2p+3), on stage 0 in [2p+5, 2p+6); the
+/// all-reduce of round j (mini-batches 2j, 2j+1) on a0 and a1 in [4j+8,
+/// 4j+8.5). The Program's first `warmup` mini-batches are dropped, the rest
+/// renumbered from 0, rounds by ceil(warmup / 2) (all-reduces with a
+/// warm-up backward dropped).
+Timeline replicated_run(int program_minibatches, int warmup, double scale) {
+  Timeline timeline;
+  timeline.hosts = {"a0", "a1", "b"};
+  for (int p = warmup; p < program_minibatches; ++p) {
+    const std::string a = p % 2 == 0 ? "a0" : "a1";
+    const int k = p - warmup;
+    timeline.records.push_back(compute(a, 0, "F", 0, scale * (2 * p), scale * (2 * p + 1), k));
+    timeline.records.push_back(compute("b", 1, "F", 0, scale * (2 * p + 1), scale * (2 * p + 2), k));
+    timeline.records.push_back(compute("b", 1, "B", 0, scale * (2 * p + 2), scale * (2 * p + 3), k));
+    timeline.records.push_back(compute(a, 0, "B", 0, scale * (2 * p + 5), scale * (2 * p + 6), k));
+  }
+  for (int j = 0; 2 * j + 1 < program_minibatches; ++j) {
+    if (2 * j < warmup) continue;
+    for (const char* host : {"a0", "a1"}) {
+      TimelineRecord all_reduce = compute(host, 0, "ALLREDUCE", -1, scale * (4 * j + 8), scale * (4 * j + 8.5), j - (warmup + 1) / 2);
+      all_reduce.peer = host == std::string("a0") ? "a1" : "a0";
+      all_reduce.bytes = 8;
+      timeline.records.push_back(all_reduce);
+    }
+  }
+  return timeline;
+}
+
+TEST(SteadyCycle, ReplicasAndAllReducesMatchAtTheProgramsPhase) {
+  // Replicas 2,1: cycles of 2 mini-batches (the replicas' round). The
+  // measured run dropped 1 warm-up mini-batch: its mini-batch j ran on
+  // a<(j+1) mod 2>, and its rounds are the Program's less 1.
+  CompareOptions options = steady_options();
+  options.measured_warmup = 1;
+  const TimelineComparison c = compare_timelines(replicated_run(12, 0, 1.0), "sim", replicated_run(13, 1, 1.5), "real", options);
+  ASSERT_TRUE(c.cycle.has_value());
+  EXPECT_EQ(c.cycle->cycle_minibatches, 2);
+  // Drain at a0's last forward (Program 10: 20); completions 2k+6 <= 20: 0..7.
+  EXPECT_EQ(c.cycle->simulated_first_minibatch, 6);
+  EXPECT_EQ(c.cycle->simulated_last_minibatch, 7);
+  EXPECT_EQ(c.cycle->measured_first_minibatch, 5);
+  EXPECT_EQ(c.cycle->measured_last_minibatch, 6);
+  // [16, 20): a0 F8 B6, a1 F9 B7, b B7 F8 B8 F9, and both parts of round 2.
+  EXPECT_EQ(c.matched, 10u);
+  EXPECT_TRUE(c.only_simulated.empty());
+  EXPECT_TRUE(c.only_measured.empty());
+  EXPECT_DOUBLE_EQ(c.relative_error, -1.0 / 3);
+  // Every measured offset is 1.5 x the simulated one: error = offset / 6 (period 3);
+  // the latest end in the cycle is 4 units in.
+  EXPECT_DOUBLE_EQ(c.action_error.max, 2.0 / 3);
+  bool all_reduce = false;
+  for (const MatchedAction& action : c.worst) all_reduce = all_reduce || action.name.find("ALLREDUCE") != std::string::npos;
+  EXPECT_FALSE(all_reduce);  // they start the cycle: the smallest errors
+  // Without the measured warm-up the replicas and rounds would be paired
+  // out of phase: no measured counterpart for half of the cycle.
+  options.measured_warmup = 0;
+  EXPECT_CONTAINS(input_error_of([&] { compare_timelines(replicated_run(12, 0, 1.0), "sim", replicated_run(13, 1, 1.5), "real", options); }),
+                  "do not hold the same actions");
+}
+
+TEST(SteadyCycle, WithoutAConfirmedCycleOneMiniBatchIsCompared) {
+  // The simulated completions never repeat: no cycle confirmed; the cycle
+  // compared is the replicas' round (1) and the period an estimate.
+  const TimelineComparison c =
+      compare_timelines(pipedream_two_stages(8, 1.0, 0, 0.01), "sim", pipedream_two_stages(8, 1.5), "real", steady_options());
+  ASSERT_TRUE(c.cycle.has_value());
+  EXPECT_FALSE(c.cycle->cycle_confirmed);
+  EXPECT_EQ(c.cycle->cycle_minibatches, 1);
+  EXPECT_EQ(c.matched, 4u);
+  EXPECT_EQ(c.measured_minibatch_time_s, 3.0);
+  EXPECT_NE(c.cycle->simulated_period_over.find("the mean of the last"), std::string::npos) << c.cycle->simulated_period_over;
+}
+
+TEST(SteadyCycle, TooFewMiniBatchesBeforeTheDrainIsAnError) {
+  // K = 3: only mini-batch 0 completes before the drain (at 4); a cycle of 1
+  // needs the completion of the mini-batch before it too.
+  EXPECT_CONTAINS(input_error_of([&] {
+                    compare_timelines(pipedream_two_stages(3, 1.0), "sim", pipedream_two_stages(3, 1.5), "real", steady_options());
+                  }),
+                  "sim: 1 mini-batch completes before the drain; comparing one steady cycle of 1 mini-batch needs 2");
+}
+
+TEST(SteadyCycle, ReportsSayWhichComparison) {
+  const Timeline sim = pipedream_two_stages(8, 1.0);
+  const std::vector<TimelineComparison> runs = {
+      compare_timelines(sim, "sim", pipedream_two_stages(8, 1.5, 0.0625), "real", steady_options())};
+  const nlohmann::json json = nlohmann::json::parse(comparison_to_json(runs, "sim"));
+  EXPECT_EQ(json["comparison"], "steady-state");
+  EXPECT_EQ(json["simulated_minibatch_time_s"], 2.0);
+  EXPECT_EQ(json["measured_minibatch_time_s"], 3.0);
+  EXPECT_EQ(json["steady_cycle"]["cycle_minibatches"], 1);
+  EXPECT_EQ(json["steady_cycle"]["measured_first_minibatch"], 5);
+  EXPECT_DOUBLE_EQ(json["action_error_p95"].get<double>(), 1.0625 / 3);
+  const std::string table = comparison_to_table(runs, "sim");
+  EXPECT_CONTAINS(table, "steady state: one cycle of 1 mini-batch compared, simulated mini-batches 5..5, measured 5..5");
+  EXPECT_CONTAINS(table, "4 actions of the cycle matched; error = |simulated - measured| / measured period");
+  CompareOptions whole;
+  whole.align_first = true;
+  const nlohmann::json flushed =
+      nlohmann::json::parse(comparison_to_json({compare_timelines(two_stages("g0", "g1"), "s", two_stages("g0", "g1"), "m", whole)}, "s"));
+  EXPECT_EQ(flushed["comparison"], "whole-minibatch");
+  EXPECT_TRUE(flushed["steady_cycle"].is_null());
+}
+
 TEST(CompareReports, SvgStacksBothTimelinesUnderHeadings) {
   const std::string svg = comparison_to_svg(two_stages("gpu0", "gpu0b"), rescaled(two_stages("gpu0", "cpu1"), 2, 4), "t");
   const auto simulated = svg.find(">simulated</text>");
