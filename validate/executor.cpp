@@ -652,6 +652,14 @@ void check_request(const ExecutionRequest& request, int devices) {
                                      "the executor runs an all-reduce inline on its participants only",
                                      all_reduce.stage, all_reduce.round, to_string(released)));
   }
+  if (request.weight_rule == WeightRule::VerticalSync)
+    for (const auto& [stage, devices_of_stage] : replicas)
+      if (devices_of_stage.size() != replicas[0].size())
+        throw InputError(fmt::format(
+            "--vertical-sync: stage {} has {} replicas and the input stage {}; every stage takes the input stage's weight "
+            "version, which counts the input stage's updates, and a stage with other replicas counts other updates "
+            "(give every stage the same number of replicas)",
+            stage, devices_of_stage.size(), replicas[0].size()));
   for (const auto& [stage, devices_of_stage] : replicas) {
     if (devices_of_stage.size() < 2) continue;
     bool any = false;
