@@ -24,6 +24,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -282,21 +283,30 @@ class SendCompleter {
  *  reaches the action. All-reduces: one process group per replicated stage. */
 class C10dTransport : public Transport {
  public:
-  static constexpr std::size_t kWindow = 4;
-
-  C10dTransport(const Program& program, std::shared_ptr<Channel> world, std::map<int, std::shared_ptr<Channel>> stage_groups,
-                std::vector<std::vector<Incoming>> inbox, std::map<MessageKey, Shape> shapes, double timeout_s)
+  /** `activations` and `gradients` carry the two kinds of messages (one
+   *  group for both with Gloo, which matches by tag; two with NCCL, which
+   *  matches a pair's messages in posting order and serialises them on one
+   *  stream per group: apart, a rank's activation send never queues behind
+   *  its gradient receive). `window`: receives posted ahead per stream (0:
+   *  posted when the worker asks, the only order NCCL can match). `now`:
+   *  the backend's stamp of the calling worker's device. */
+  C10dTransport(const Program& program, std::shared_ptr<Channel> activations, std::shared_ptr<Channel> gradients,
+                std::map<int, std::shared_ptr<Channel>> stage_groups, std::vector<std::vector<Incoming>> inbox,
+                std::map<MessageKey, Shape> shapes, std::size_t window, std::function<Stamp()> now, double timeout_s)
       : program_(program),
-        world_(std::move(world)),
+        activations_(std::move(activations)),
+        gradients_(std::move(gradients)),
         stage_groups_(std::move(stage_groups)),
         inbox_(std::move(inbox)),
         shapes_(std::move(shapes)),
+        window_(window),
+        now_(std::move(now)),
         timeout_s_(timeout_s),
         next_(inbox_.size(), 0) {
     for (std::size_t s = 0; s < inbox_.size(); ++s)
       for (std::size_t i = 0; i < inbox_[s].size(); ++i) index_[inbox_[s][i].key] = {s, i};
     std::lock_guard lock(mutex_);
-    for (std::size_t s = 0; s < inbox_.size(); ++s) post_up_to(s, kWindow);
+    for (std::size_t s = 0; s < inbox_.size(); ++s) post_up_to(s, window_);
   }
 
   ~C10dTransport() override {
@@ -306,20 +316,20 @@ class C10dTransport : public Transport {
 
   CopyInterval send(int to, const MessageKey& key, const at::Tensor& tensor) override {
     CopyInterval interval;
-    interval.start.seconds = monotonic_seconds();
+    interval.start = now_();
     at::Tensor copy = tensor.detach().clone(at::MemoryFormat::Contiguous);
     WorkPtr work;
     SendCompleter* completer = nullptr;
     {
       std::lock_guard lock(mutex_);
       if (aborted_) throw std::runtime_error(reason_);
-      work = world_->send(copy, to, static_cast<int>(tag_of(program_, key)));
+      work = channel_of(key).send(copy, to, static_cast<int>(tag_of(program_, key)));
       std::unique_ptr<SendCompleter>& slot = completers_[to];
       if (!slot) slot = std::make_unique<SendCompleter>(timeout_s_);
       completer = slot.get();
     }
     completer->add(std::move(work), std::move(copy), fmt::format("{} to rank {}", describe(key), to));
-    interval.end.seconds = monotonic_seconds();
+    interval.end = now_();
     return interval;
   }
 
@@ -333,7 +343,7 @@ class C10dTransport : public Transport {
       if (at == index_.end()) throw std::logic_error(fmt::format("c10d transport: no receive planned for {}", describe(key)));
       const auto [stream, position] = at->second;
       from = inbox_[stream][position].from;
-      post_up_to(stream, position + kWindow);
+      post_up_to(stream, position + std::max<std::size_t>(window_, 1));
       posted = posted_.at(key);
     }
     const std::string what = fmt::format("receiving {} from rank {}", describe(key), from);
@@ -354,7 +364,7 @@ class C10dTransport : public Transport {
 
   CopyInterval all_reduce(int, const AllReduceKey& key, int, int participants, const std::vector<at::Tensor>& tensors) override {
     CopyInterval interval;
-    interval.start.seconds = monotonic_seconds();
+    interval.start = now_();
     const auto found = stage_groups_.find(key.stage);
     if (found == stage_groups_.end())
       throw std::logic_error(fmt::format("c10d transport: no process group for the replicas of stage {}", key.stage));
@@ -378,7 +388,7 @@ class C10dTransport : public Transport {
         offset += tensor.numel();
       }
     }
-    interval.end.seconds = monotonic_seconds();
+    interval.end = now_();
     return interval;
   }
 
@@ -410,6 +420,7 @@ class C10dTransport : public Transport {
     } catch (const std::exception&) {
     }
   }
+  Channel& channel_of(const MessageKey& key) { return key.kind == MessageKey::Kind::Activation ? *activations_ : *gradients_; }
   /** Posts stream `stream`'s receives before position `end` (mutex held). */
   void post_up_to(std::size_t stream, std::size_t end) {
     end = std::min(end, inbox_[stream].size());
@@ -417,17 +428,20 @@ class C10dTransport : public Transport {
       const Incoming& incoming = inbox_[stream][next_[stream]];
       const Shape& shape = shapes_.at(incoming.key);
       Posted posted;
-      posted.buffer = torch::empty(shape.sizes, torch::TensorOptions().dtype(shape.dtype).device(world_->device()));
-      posted.work = world_->recv(posted.buffer, incoming.from, static_cast<int>(tag_of(program_, incoming.key)));
+      Channel& channel = channel_of(incoming.key);
+      posted.buffer = torch::empty(shape.sizes, torch::TensorOptions().dtype(shape.dtype).device(channel.device()));
+      posted.work = channel.recv(posted.buffer, incoming.from, static_cast<int>(tag_of(program_, incoming.key)));
       posted_[incoming.key] = posted;
     }
   }
 
   const Program& program_;
-  std::shared_ptr<Channel> world_;
+  std::shared_ptr<Channel> activations_, gradients_;
   std::map<int, std::shared_ptr<Channel>> stage_groups_;
   std::vector<std::vector<Incoming>> inbox_;
   std::map<MessageKey, Shape> shapes_;
+  std::size_t window_;
+  std::function<Stamp()> now_;
   double timeout_s_;
   std::mutex mutex_;
   std::vector<std::size_t> next_;
@@ -495,6 +509,7 @@ RunPart run_rank(const ExecutionRequest& request, int rank, const std::shared_pt
                  const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix, const GlooNetwork& network) {
   const Program& program = request.program;
   const double timeout_s = request.launcher.timeout_s;
+  const int devices = static_cast<int>(program.devices.size());
   // One process group per replicated stage, its ranks the stage's devices in
   // ascending order; every member creates them in stage order.
   std::map<int, std::shared_ptr<Channel>> stage_groups;
@@ -512,13 +527,25 @@ RunPart run_rank(const ExecutionRequest& request, int rank, const std::shared_pt
   }
   std::vector<std::vector<Incoming>> inbox = inbox_of(program, rank);
   std::map<MessageKey, Shape> shapes = shapes_of(request, inbox);
-  const int devices = static_cast<int>(program.devices.size());
   std::unique_ptr<Backend> backend = request.device.kind == "cpu"
                                          ? make_cpu_backend(devices)
                                          : make_cuda_backend(request.device, devices, request.copy_through_host);
+  // Gloo: one group for both kinds of messages, receives posted ahead. NCCL:
+  // a group per kind, receives posted in order (see C10dTransport).
+  std::shared_ptr<Channel> activations = world, gradients = world;
+  std::size_t window = 4;
+  if (request.device.kind != "cpu") {
+    activations = make_channel(c10::make_intrusive<c10d::PrefixStore>(prefix + "/activations", store), rank, devices, request.device,
+                               network, timeout_s, rank);
+    gradients = make_channel(c10::make_intrusive<c10d::PrefixStore>(prefix + "/gradients", store), rank, devices, request.device,
+                             network, timeout_s, rank);
+    window = 0;
+  }
   RunPart part;
   {
-    C10dTransport transport(program, world, stage_groups, std::move(inbox), std::move(shapes), timeout_s);
+    Backend& device = *backend;
+    C10dTransport transport(program, activations, gradients, stage_groups, std::move(inbox), std::move(shapes), window,
+                            [&device, rank] { return device.stamp(rank); }, timeout_s);
     part = run_devices(request, {rank}, *backend, transport, [&] { barrier(*world, timeout_s); });
   }
   // Every rank done before any process group goes away.
@@ -956,6 +983,10 @@ ExecutionResult execute_from_env(const ExecutionRequest& request) {
   const int devices = static_cast<int>(request.program.devices.size());
   if (env.world != devices)
     throw InputError(fmt::format("--launcher env: WORLD_SIZE={} but the Program has {} devices (one rank per device)", env.world, devices));
+  if (request.device.kind != "cpu" && env.local_rank != env.rank)
+    throw InputError(fmt::format("--launcher env --device {}: rank {} has LOCAL_RANK {}; device d runs on cuda:d, so ranks on several "
+                                 "hosts are not supported on GPUs yet",
+                                 request.device.kind, env.rank, env.local_rank));
   std::lock_guard lock(env_mutex);
   EnvJob& job = join_env_job(request, env);
   const std::string prefix = fmt::format("pipegrid/run{}", job.runs++);
