@@ -200,7 +200,13 @@ struct ExecutionResult {
  *  that do not match the Program, a weight rule the Program cannot follow,
  *  an all-reduce that leaves out a replica of its stage, several streams per
  *  device on a GPU) and ProgramError for an invalid Program;
- *  std::runtime_error when LibTorch fails in a worker. */
+ *  std::runtime_error when LibTorch fails in a worker. With the processes
+ *  launcher, a rank that fails ends the run (the others stopped) with an
+ *  error naming it, its exit status and the end of its stderr: InputError
+ *  when it exited 2, std::runtime_error otherwise; with env, InputError for
+ *  a missing or invalid variable (named) or a WORLD_SIZE that is not the
+ *  Program's device count. Cross-device extra dependencies and
+ *  cuda-partitioned devices run with threads only (InputError). */
 ExecutionResult execute(const ExecutionRequest& request);
 
 /** The single-device reference: the whole model on the calling thread; for
