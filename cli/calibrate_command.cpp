@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/launcher_flag.hpp"
 #include "cli/model_flags.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
@@ -24,6 +25,7 @@ struct CalibrateOptions {
   int warmup = 2;
   std::uint64_t seed = 1;
   std::string profile, platform;
+  LauncherFlags launcher;
 };
 
 CalibrateOptions options;
@@ -53,6 +55,7 @@ CLI::App* add_calibrate_command(CLI::App& app) {
   command->add_option("--seed", options.seed, "seed of the weights and the data (default 1)");
   command->add_option("--output-profile", options.profile, "profile JSON to write")->required();
   command->add_option("--output-platform", options.platform, "SimGrid platform XML to write")->required();
+  add_launcher_flags(*command, options.launcher);
   return command;
 }
 
@@ -64,8 +67,10 @@ int run_calibrate_command() {
   request.repeats = options.repeats;
   request.warmup = options.warmup;
   request.seed = options.seed;
+  request.launcher = launcher_from_flags(options.launcher);
   const validate::DeviceSpec device = validate::parse_device_spec(options.device);
   const validate::Calibration calibration = calibrate_for_device(request, device);
+  if (!calibration.primary) return 0;  // an env rank other than 0: rank 0 writes
   const std::string description = fmt::format("model {}, micro-batch size {}, device {}, median of {} runs", model.name,
                                               options.micro_batch_size, options.device, options.repeats);
   OutputFileSet files;  // both or neither

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/launcher_flag.hpp"
 #include "cli/model_flags.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
@@ -50,6 +51,7 @@ struct ExecuteOptions {
   bool wait_free = false;
   std::string csv, svg, trace;
   bool json = false;
+  LauncherFlags launcher;
 };
 
 ExecuteOptions options;
@@ -100,6 +102,7 @@ CLI::App* add_execute_command(CLI::App& app) {
   command->add_option("--svg", options.svg, "write the measured timeline as an SVG Gantt chart");
   command->add_option("--trace", options.trace, "write a Chrome trace (Perfetto) JSON file");
   command->add_flag("--json", options.json, "print one JSON object with the measured times on stdout");
+  add_launcher_flags(*command, options.launcher);
   return command;
 }
 
@@ -217,8 +220,10 @@ int run_execute_command() {
   if (options.copy_through != "device" && options.copy_through != "host")
     throw InputError(fmt::format("--copy-through '{}': expected device or host", options.copy_through));
   request.copy_through_host = options.copy_through == "host";
+  request.launcher = launcher_from_flags(options.launcher);
 
   const validate::ExecutionResult result = validate::execute(request);
+  if (!result.primary) return 0;  // an env rank other than 0: rank 0 reports
   const std::string schedule_name = from_file ? "program " + options.program_file : options.schedule;
 
   OutputFileSet files;  // all or none
@@ -244,6 +249,8 @@ int run_execute_command() {
                            ? nlohmann::json(options.replicas)
                            : nlohmann::json(nullptr);
     json["device"] = options.device;
+    json["launcher"] = options.launcher.kind;
+    json["clock"] = result.clock;
     json["stages"] = options.stages;
     json["virtual_stages"] = virtual_stages;
     json["micro_batches"] = options.micro_batches;
@@ -263,6 +270,7 @@ int run_execute_command() {
                                  {"layers", layers},
                                  {"busy_s", device.busy_s},
                                  {"optimizer_step_s", device.step_s},
+                                 {"clock_offset_residual_s", result.clock_offset_residual_s.at(d)},
                                  {"bubble_fraction", 1 - device.busy_s / span},
                                  {"peak_memory_bytes", device.peak_memory_bytes < 0 ? nlohmann::json(nullptr)
                                                                                     : nlohmann::json(device.peak_memory_bytes)}});

@@ -19,6 +19,7 @@
 #ifdef PIPEGRID_WITH_TORCH
 #include "cli/calibrate_command.hpp"
 #include "cli/execute_command.hpp"
+#include "validate/launch.hpp"
 #endif
 #ifdef PIPEGRID_WITH_SIMGRID
 #include "cli/explore_command.hpp"
@@ -226,6 +227,13 @@ int main_with_exceptions(int argc, char** argv) {
 #ifdef PIPEGRID_WITH_TORCH
   CLI::App* execute = add_execute_command(app);
   CLI::App* calibrate = add_calibrate_command(app);
+  // One rank of `--launcher processes` (validate/launch.hpp); hidden.
+  CLI::App* launched_rank = app.add_subcommand("__rank", "");
+  launched_rank->group("");
+  std::string rank_folder;
+  int rank_index = 0;
+  launched_rank->add_option("folder", rank_folder)->required();
+  launched_rank->add_option("rank", rank_index)->required();
 #endif
 #ifdef PIPEGRID_WITH_SIMGRID
   CLI::App* partition = add_partition_command(app);
@@ -339,6 +347,10 @@ int main_with_exceptions(int argc, char** argv) {
   if (*platform) return run_platform_command();
   if (*model) return run_model_command();
 #ifdef PIPEGRID_WITH_TORCH
+  if (*launched_rank) {
+    validate::run_launched_rank(rank_folder, rank_index);
+    return 0;
+  }
   if (*execute) return run_execute_command();
   if (*calibrate) return run_calibrate_command();
 #endif

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/calibrate_command.hpp"
+#include "cli/launcher_flag.hpp"
 #include "cli/model_flags.hpp"
 #include "cli/run.hpp"
 #include "core/error.hpp"
@@ -60,6 +61,7 @@ struct ValidateOptions {
   std::string transfer_rule = "share";
   std::string svg;
   bool json = false;
+  LauncherFlags launcher;
 };
 
 ValidateOptions options;
@@ -152,6 +154,7 @@ CLI::App* add_validate_command(CLI::App& app) {
       ->delimiter(',');
   command->add_option("--svg", options.svg, "write the simulated and the first measured timeline stacked on one time axis");
   command->add_flag("--json", options.json, "print one JSON object (compare's) on stdout");
+  add_launcher_flags(*command, options.launcher);
   return command;
 }
 
@@ -355,6 +358,7 @@ int run_validate_command() {
     request.micro_batch_size = options.micro_batch_size;
     request.repeats = options.calibration_repeats;
     request.seed = options.seed;
+    request.launcher = launcher_from_flags(options.launcher);
     const validate::Calibration calibration = calibrate_for_device(request, device);
     profile_text = profile_to_json(calibration.profile);
     platform_text = validate::calibration_platform_xml(
@@ -463,6 +467,7 @@ int run_validate_command() {
   request.warmup_mini_batches = options.warmup;
   request.seed = options.seed;
   request.device = device;
+  request.launcher = launcher_from_flags(options.launcher);
 
   CompareOptions compare;
   compare.align_first = true;
@@ -483,9 +488,11 @@ int run_validate_command() {
   }
   for (int r = 0; options.measured.empty() && r < options.repeats; ++r) {
     const validate::ExecutionResult measured = validate::execute(request);
+    if (!measured.primary) continue;  // an env rank other than 0: rank 0 compares
     runs.push_back(compare_timelines(simulated_timeline, simulated_origin, measured.timeline, fmt::format("run {}", r), compare));
     if (r == 0) first_measured = measured.timeline;
   }
+  if (runs.empty() && options.repeats > 0 && options.measured.empty()) return 0;  // env ranks other than 0
   if (!options.svg.empty())
     write_file_atomically(options.svg,
                           comparison_to_svg(simulated_timeline, first_measured,

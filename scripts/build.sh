@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake pkg-config libsimgrid-dev libboost-dev libeigen3-dev nlohmann-json3-dev libcli11-dev libfmt-dev
           libtomlplusplus-dev libssl-dev
           libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev libopenblas0-openmp
+          libgloo-dev  # the headers of LibTorch's ProcessGroupGloo (--launcher processes|env)
           openmpi-bin  # a launcher only: the sweep tests run `mpirun -n 2 pipegrid sweep run ... --shard auto`
           clang libclang-rt-dev)  # clang: the sanitizer build of .ci/run
 missing=()

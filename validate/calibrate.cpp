@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "schedules/schedules.hpp"
 #include "validate/detail/backend.hpp"
+#include "validate/detail/c10d.hpp"
 #include "validate/detail/model.hpp"
 #include "validate/executor.hpp"
 #include "validate/transport.hpp"
@@ -254,6 +255,16 @@ Calibration calibrate(const CalibrationRequest& request) {
     worker.join();
     if (error) std::rethrow_exception(error);
   }
+  // Between processes the plan's copies go through c10d: measure those.
+  if (request.launcher.kind != Launcher::Kind::Threads && devices > 1) {
+    const std::optional<std::vector<CopySample>> copies = detail::measure_copies_between_ranks(request);
+    if (copies) {
+      result.copies = *copies;
+      std::tie(result.latency_s, result.bandwidth_bytes_per_s) = fit_latency_bandwidth(result.copies);
+    } else {
+      result.primary = false;
+    }
+  }
   const int layer_count = static_cast<int>(result.profile.layers.size());
 
   // The executor's per-action overhead: gpipe on min(devices, layers)
@@ -274,8 +285,14 @@ Calibration calibrate(const CalibrationRequest& request) {
   run.seed = request.seed;
   run.device = {request.device.kind, stages};
   run.copy_through_host = request.copy_through_host;
+  run.launcher = request.launcher;
   std::vector<Timeline> measured;
-  for (int r = 0; r < request.repeats; ++r) measured.push_back(execute(run).timeline);
+  for (int r = 0; r < request.repeats; ++r) {
+    ExecutionResult executed = execute(run);
+    if (!executed.primary) result.primary = false;
+    measured.push_back(std::move(executed.timeline));
+  }
+  if (!result.primary) return result;
   result.overhead = attribute_overhead(measured, result.profile, run.stages, result.latency_s, result.bandwidth_bytes_per_s);
   result.overhead.plan = fmt::format("{} run{} of gpipe, {} stage{} on {}:{}, M={}, {} measured mini-batches each",
                                      request.repeats, request.repeats == 1 ? "" : "s", stages, stages == 1 ? "" : "s",

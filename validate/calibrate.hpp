@@ -27,6 +27,9 @@ struct CalibrationRequest {
   int warmup = 2;       ///< runs before the timed ones
   int repeats = 5;      ///< timed runs; the median is kept
   std::uint64_t seed = 1;
+  /// processes or env: the copies are measured between two ranks through
+  /// c10d (Gloo on cpu), and the overhead runs use the launcher.
+  Launcher launcher;
 };
 
 struct CopySample {
@@ -35,6 +38,9 @@ struct CopySample {
 };
 
 struct Calibration {
+  /// False on the ranks of an env launch other than 0 (their copies and
+  /// overhead are rank 0's to report); write nothing from them.
+  bool primary = true;
   /// The devices as the executor names them (cpu0.., gpu0.., gpu0p0..), and
   /// the memory each may use where the backend knows it (0: unknown).
   std::vector<std::string> hosts;

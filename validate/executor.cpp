@@ -2,8 +2,11 @@
 
 #include "validate/executor.hpp"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <condition_variable>
 #include <exception>
 #include <limits>
@@ -23,15 +26,21 @@
 #include "validate/detail/backend.hpp"
 #include "validate/detail/model.hpp"
 #include "validate/detail/rendezvous.hpp"
+#include "validate/detail/run_part.hpp"
 #include "validate/transport.hpp"
 
 namespace pipegrid::validate {
+
+double detail::monotonic_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
+
 namespace {
 
-/** std::chrono::steady_clock's time since its epoch, in seconds (a CPU Stamp). */
-double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+/** CLOCK_MONOTONIC in seconds (a CPU Stamp). */
+double steady_seconds() { return detail::monotonic_seconds(); }
 
 class InProcessTransport : public Transport {
  public:
@@ -709,6 +718,25 @@ void check_request(const ExecutionRequest& request, int devices) {
     throw InputError(fmt::format("--warmup {}: expected 0 to {} (fewer than the {} mini-batches run)", request.warmup_mini_batches,
                                  program.mini_batches - 1, program.mini_batches));
   if (!(request.learning_rate > 0)) throw InputError(fmt::format("--learning-rate: expected > 0, found {}", request.learning_rate));
+  if (request.launcher.kind != Launcher::Kind::Threads) {
+    // One process per device: the ranks share no memory.
+    const std::string launcher = to_string(request.launcher.kind);
+    for (const Dependency& dependency : program.extra_dependencies)
+      if (device_of.at(dependency.before) != device_of.at(dependency.after))
+        throw InputError(fmt::format("--launcher {}: the Program makes {} wait for {} on another device; the executor keeps such "
+                                     "dependencies within a process (--launcher threads)",
+                                     launcher, to_string(dependency.after), to_string(dependency.before)));
+    if (request.device.kind == "cuda-partitioned")
+      throw InputError(fmt::format("--launcher {}: the partitions of cuda-partitioned:N share one GPU in one process; use "
+                                   "--launcher threads, or cuda:N (one GPU per rank)",
+                                   launcher));
+    if (request.device.kind == "cuda" && !detail::nccl_transport_built())
+      throw InputError(fmt::format("--launcher {} --device {}: this build has no NCCL process group (a CUDA LibTorch "
+                                   "with NCCL)",
+                                   launcher, request.device.kind));
+    if (!(request.launcher.timeout_s > 0))
+      throw InputError(fmt::format("launcher timeout: expected > 0 seconds, found {}", request.launcher.timeout_s));
+  }
 }
 
 }  // namespace
@@ -736,6 +764,25 @@ DeviceSpec parse_device_spec(const std::string& text) {
 
 bool cuda_devices_built() { return detail::cuda_backend_built(); }
 
+Launcher::Kind parse_launcher_kind(const std::string& text) {
+  if (text == "threads") return Launcher::Kind::Threads;
+  if (text == "processes") return Launcher::Kind::Processes;
+  if (text == "env") return Launcher::Kind::Env;
+  throw InputError(fmt::format("--launcher '{}': expected threads (one process, a thread per device), processes (one process "
+                               "per device on this machine, over c10d) or env (a rank of a job started elsewhere: RANK, "
+                               "WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK)",
+                               text));
+}
+
+std::string to_string(Launcher::Kind kind) {
+  switch (kind) {
+    case Launcher::Kind::Threads: return "threads";
+    case Launcher::Kind::Processes: return "processes";
+    case Launcher::Kind::Env: return "env";
+  }
+  return "unknown";
+}
+
 std::string to_string(WeightRule rule) {
   switch (rule) {
     case WeightRule::Flush: return "flush";
@@ -760,18 +807,18 @@ std::unique_ptr<Backend> make_cuda_backend(const DeviceSpec& spec, int, bool) {
 #endif
 }  // namespace detail
 
-ExecutionResult execute(const ExecutionRequest& request) {
+namespace detail {
+
+void check_request(const ExecutionRequest& request, int devices) { pipegrid::validate::check_request(request, devices); }
+
+RunPart run_devices(const ExecutionRequest& request, const std::vector<int>& local, Backend& backend, Transport& transport,
+                    const std::function<void()>& ready) {
   const Program& program = request.program;
   const int devices = static_cast<int>(program.devices.size());
-  check_request(request, devices);
-
-  std::unique_ptr<detail::Backend> backend = request.device.kind == "cpu"
-                                                  ? detail::make_cpu_backend(devices)
-                                                  : detail::make_cuda_backend(request.device, devices, request.copy_through_host);
   RunShared shared;
   shared.request = &request;
   shared.device_of = device_of_actions(program);
-  shared.backend = backend.get();
+  shared.backend = &backend;
   for (const Dependency& dependency : program.extra_dependencies) {
     shared.waits_for[dependency.after].push_back(dependency.before);
     shared.awaited.insert(dependency.before);
@@ -786,17 +833,18 @@ ExecutionResult execute(const ExecutionRequest& request) {
         shared.awaited.insert(forward);
       }
   const std::vector<DevicePlan> plans = plan_weights(request, shared.device_of);
+  const std::set<int> here(local.begin(), local.end());
   // Replica q of every stage uses model copy q, built from the same seed, so
   // the replicas of a stage start from the same weights.
-  int copies = 1;
-  for (const DeviceProgram& device : program.devices) copies = std::max(copies, device.replica + 1);
-  std::vector<detail::LayerList> models;
-  for (int q = 0; q < copies; ++q) models.push_back(detail::build_layers(request.model, request.seed));
-  std::unique_ptr<Transport> transport = backend->make_transport();
-  shared.transport = transport.get();
+  std::map<int, detail::LayerList> models;
+  for (const int d : local) {
+    const int q = program.devices.at(d).replica;
+    if (!models.count(q)) models[q] = detail::build_layers(request.model, request.seed);
+  }
+  shared.transport = &transport;
   shared.local = std::make_unique<detail::Mailboxes<torch::Tensor>>(devices);
-  std::vector<std::unique_ptr<DeviceState>> states;
-  for (int d = 0; d < devices; ++d) {
+  std::map<int, std::unique_ptr<DeviceState>> states;
+  for (const int d : local) {
     const DeviceProgram& device = program.devices[d];
     auto state = std::make_unique<DeviceState>();
     state->device = d;
@@ -805,7 +853,7 @@ ExecutionResult execute(const ExecutionRequest& request) {
       StageState stage;
       stage.stage = held;
       std::tie(stage.first_layer, stage.last_layer) = request.stages[held];
-      for (int layer = stage.first_layer; layer < stage.last_layer; ++layer) (*state->layers)[layer]->to(backend->torch_device(d));
+      for (int layer = stage.first_layer; layer < stage.last_layer; ++layer) (*state->layers)[layer]->to(backend.torch_device(d));
       stage.parameters = detail::parameters_of(*state->layers, stage.first_layer, stage.last_layer);
       for (const Stream& stream : device.streams)
         for (const Action& action : stream.actions)
@@ -813,36 +861,42 @@ ExecutionResult execute(const ExecutionRequest& request) {
       state->stages.push_back(std::move(stage));
     }
     state->plan = plans[d];
-    states.push_back(std::move(state));
+    states[d] = std::move(state);
   }
   // The inputs where their stage-0 forward runs, the targets where their
-  // last-stage forward runs.
+  // last-stage forward runs (of the local devices).
   for (int k = 0; k < program.mini_batches; ++k)
     for (int m = 0; m < program.micro_batches; ++m) {
-      detail::Batch batch = detail::make_batch(request.model, request.seed, k, m, request.micro_batch_size);
       const int first = shared.device_of.at({ActionKind::Forward, 0, m, k});
       const int last = shared.device_of.at({ActionKind::Forward, program.num_stages - 1, m, k});
-      shared.data[{m, k}] = {batch.input.to(backend->torch_device(first)), batch.target.to(backend->torch_device(last))};
+      if (!here.count(first) && !here.count(last)) continue;
+      detail::Batch batch = detail::make_batch(request.model, request.seed, k, m, request.micro_batch_size);
+      detail::Batch& placed = shared.data[{m, k}];
+      if (here.count(first)) placed.input = batch.input.to(backend.torch_device(first));
+      if (here.count(last)) placed.target = batch.target.to(backend.torch_device(last));
     }
 
   // One worker thread per device stream.
   std::vector<std::pair<int, int>> workers;  // (device, stream)
-  for (int d = 0; d < devices; ++d)
+  for (const int d : local)
     for (int s = 0; s < static_cast<int>(program.devices[d].streams.size()); ++s) workers.push_back({d, s});
   std::vector<WorkerOutput> outputs(workers.size());
   std::vector<std::exception_ptr> errors(workers.size());
-  backend->start_clock();
+  ready();
+  backend.start_clock();
+  RunPart part;
+  part.origin_s = monotonic_seconds();
   {
     std::vector<std::thread> threads;
     for (std::size_t w = 0; w < workers.size(); ++w) {
       threads.emplace_back([&, w] {
         const auto [d, s] = workers[w];
         try {
-          outputs[w] = run_stream(shared, *states[d], s);
+          outputs[w] = run_stream(shared, *states.at(d), s);
         } catch (const std::exception& error) {
-          errors[w] = std::make_exception_ptr(std::runtime_error(fmt::format("{}: {}", backend->host_name(d), error.what())));
-          const std::string reason = fmt::format("{} failed", backend->host_name(d));
-          transport->abort(reason);
+          errors[w] = std::make_exception_ptr(std::runtime_error(fmt::format("{}: {}", backend.host_name(d), error.what())));
+          const std::string reason = fmt::format("{} failed", backend.host_name(d));
+          transport.abort(reason);
           shared.local->abort(reason);
           shared.board.abort(reason);
         }
@@ -850,7 +904,6 @@ ExecutionResult execute(const ExecutionRequest& request) {
     }
     for (std::thread& thread : threads) thread.join();
   }
-  backend->synchronize();
   // Report the first failure that is not just another worker being woken.
   for (const std::exception_ptr& error : errors)
     if (error) {
@@ -862,8 +915,62 @@ ExecutionResult execute(const ExecutionRequest& request) {
     }
   for (const std::exception_ptr& error : errors)
     if (error) std::rethrow_exception(error);
+  transport.finish();
+  backend.synchronize();
 
+  for (const int d : local) {
+    DevicePart device;
+    device.device = d;
+    device.host = backend.host_name(d);
+    device.peak_memory_bytes = backend.peak_memory_bytes(d).value_or(-1);
+    part.devices.push_back(std::move(device));
+  }
+  const auto part_of = [&](int d) -> DevicePart& {
+    return part.devices[std::distance(local.begin(), std::find(local.begin(), local.end(), d))];
+  };
+  for (std::size_t w = 0; w < workers.size(); ++w) {
+    DevicePart& device = part_of(workers[w].first);
+    for (const StampedRecord& stamped : outputs[w].records) {
+      TimelineRecord record = stamped.record;
+      record.start_s = backend.seconds(stamped.start);
+      record.end_s = std::max(record.start_s, backend.seconds(stamped.end));
+      device.records.push_back(record);
+    }
+    for (const StampedStep& step : outputs[w].steps)
+      device.steps.push_back({step.mini_batch, backend.seconds(step.end) - backend.seconds(step.start)});
+  }
+  if (request.keep_state)
+    for (const int d : local)
+      for (StageState& stage : states.at(d)->stages) {
+        for (const torch::Tensor& parameter : stage.parameters) stage.state.weights.push_back(to_floats(parameter));
+        if (stage.state.gradients.empty())
+          for (const torch::Tensor& parameter : stage.parameters)
+            stage.state.gradients.push_back(std::vector<float>(parameter.numel(), 0.0f));
+        part_of(d).stages.push_back({stage.stage, std::move(stage.state)});
+      }
+  return part;
+}
+
+ExecutionResult assemble(const ExecutionRequest& request, const std::vector<RunPart>& parts) {
+  const Program& program = request.program;
+  const int devices = static_cast<int>(program.devices.size());
+  std::vector<const DevicePart*> device_parts(devices, nullptr);
+  std::vector<double> origin(devices, 0);
   ExecutionResult result;
+  result.clock_offset_residual_s.assign(devices, 0);
+  for (const RunPart& part : parts)
+    for (const DevicePart& device : part.devices) {
+      if (device.device < 0 || device.device >= devices || device_parts[device.device])
+        throw std::logic_error(fmt::format("executor: device {} reported by no part or twice", device.device));
+      device_parts[device.device] = &device;
+      origin[device.device] = part.origin_s;
+      result.clock_offset_residual_s[device.device] = part.clock_offset_residual_s;
+    }
+  for (int d = 0; d < devices; ++d)
+    if (!device_parts[d]) throw std::logic_error(fmt::format("executor: no part reports device {}", d));
+  // Times from the earliest origin, so that they stay small.
+  const double base = *std::min_element(origin.begin(), origin.end());
+
   const int warmup = request.warmup_mini_batches;
   result.measured_mini_batches = program.mini_batches - warmup;
   // All-reduces: measured when every backward they follow is; rounds
@@ -890,29 +997,29 @@ ExecutionResult execute(const ExecutionRequest& request) {
   double t0 = std::numeric_limits<double>::infinity(), t1 = 0;
   std::vector<DeviceSummary> summaries;
   for (int d = 0; d < devices; ++d) {
-    result.timeline.hosts.push_back(backend->host_name(d));
-    summaries.push_back({backend->host_name(d), program.devices[d].stages.front(), program.devices[d].stages, 0, 0,
-                         backend->peak_memory_bytes(d).value_or(-1)});
+    result.timeline.hosts.push_back(device_parts[d]->host);
+    summaries.push_back({device_parts[d]->host, program.devices[d].stages.front(), program.devices[d].stages, 0, 0,
+                         device_parts[d]->peak_memory_bytes});
   }
-  for (std::size_t w = 0; w < workers.size(); ++w) {
-    DeviceSummary& summary = summaries[workers[w].first];
-    for (const StampedRecord& stamped : outputs[w].records) {
-      TimelineRecord record = stamped.record;
+  for (int d = 0; d < devices; ++d) {
+    DeviceSummary& summary = summaries[d];
+    const double shift = origin[d] - base;
+    for (TimelineRecord record : device_parts[d]->records) {
       if (record.action == "ALLREDUCE") {
         if (!measured_all_reduce(record)) continue;
         record.mini_batch -= skipped_rounds.at(record.stage) - warmup;  // the common shift below subtracts warmup
       } else if (record.mini_batch < warmup) {
         continue;
       }
-      record.start_s = backend->seconds(stamped.start);
-      record.end_s = std::max(record.start_s, backend->seconds(stamped.end));
+      record.start_s += shift;
+      record.end_s += shift;
       result.timeline.records.push_back(record);
       if (record.kind() == RecordKind::Compute && record.action != kOptimizerStepAction) summary.busy_s += record.end_s - record.start_s;
       t0 = std::min(t0, record.start_s);
       t1 = std::max(t1, record.end_s);
     }
-    for (const StampedStep& step : outputs[w].steps)
-      if (step.mini_batch >= warmup) summary.step_s += backend->seconds(step.end) - backend->seconds(step.start);
+    for (const auto& [mini_batch, seconds] : device_parts[d]->steps)
+      if (mini_batch >= warmup) summary.step_s += seconds;
   }
   result.devices = std::move(summaries);
   for (TimelineRecord& record : result.timeline.records) {
@@ -930,19 +1037,36 @@ ExecutionResult execute(const ExecutionRequest& request) {
     // must hold the same weights.
     result.stages.resize(program.num_stages);
     for (int d = 0; d < devices; ++d)
-      for (StageState& stage : states[d]->stages) {
-        for (const torch::Tensor& parameter : stage.parameters) stage.state.weights.push_back(to_floats(parameter));
-        if (stage.state.gradients.empty())
-          for (const torch::Tensor& parameter : stage.parameters)
-            stage.state.gradients.push_back(std::vector<float>(parameter.numel(), 0.0f));
-        if (program.devices[d].replica == 0) result.stages[stage.stage] = stage.state;
-      }
+      if (program.devices[d].replica == 0)
+        for (const auto& [stage, state] : device_parts[d]->stages) result.stages.at(stage) = state;
     for (int d = 0; d < devices; ++d)
-      for (const StageState& stage : states[d]->stages)
-        if (stage.state.weights != result.stages[stage.stage].weights)
+      for (const auto& [stage, state] : device_parts[d]->stages)
+        if (state.weights != result.stages.at(stage).weights)
           throw std::logic_error(fmt::format("executor: replica {} of stage {} ends with weights that differ from replica 0's",
-                                             program.devices[d].replica, stage.stage));
+                                             program.devices[d].replica, stage));
   }
+  return result;
+}
+
+}  // namespace detail
+
+ExecutionResult execute(const ExecutionRequest& request) {
+  const Program& program = request.program;
+  const int devices = static_cast<int>(program.devices.size());
+  check_request(request, devices);
+  if (request.launcher.kind == Launcher::Kind::Processes) return detail::execute_in_processes(request);
+  if (request.launcher.kind == Launcher::Kind::Env) return detail::execute_from_env(request);
+
+  std::unique_ptr<detail::Backend> backend = request.device.kind == "cpu"
+                                                  ? detail::make_cpu_backend(devices)
+                                                  : detail::make_cuda_backend(request.device, devices, request.copy_through_host);
+  std::unique_ptr<Transport> transport = backend->make_transport();
+  std::vector<int> all(devices);
+  for (int d = 0; d < devices; ++d) all[d] = d;
+  std::vector<detail::RunPart> parts;
+  parts.push_back(detail::run_devices(request, all, *backend, *transport, [] {}));
+  ExecutionResult result = detail::assemble(request, parts);
+  result.clock = "one process";
   return result;
 }
 

@@ -53,6 +53,29 @@ struct DeviceSpec {
  *  InputError otherwise. */
 DeviceSpec parse_device_spec(const std::string& text);
 
+/** Where the devices' workers run (docs/validation.md, "Launchers and
+ *  c10d"). Threads: one process, a worker thread per device stream, the
+ *  in-process transport. Processes: one process per device on this machine
+ *  (`executable __rank`, see validate/launch.hpp), messages and all-reduces
+ *  through c10d (Gloo on cpu, NCCL on cuda), a FileStore in a fresh
+ *  temporary folder; the calling process waits, merges the ranks' parts and
+ *  returns the result. Env: this process is rank RANK of WORLD_SIZE (one
+ *  device each) of a job started elsewhere (torchrun's variables;
+ *  MASTER_ADDR and MASTER_PORT name the TCPStore rank 0 serves); rank 0
+ *  returns the merged result, the others a result with `primary` false. */
+struct Launcher {
+  enum class Kind { Threads, Processes, Env };
+  Kind kind = Kind::Threads;
+  /// Processes: the pipegrid binary each rank runs (default: this program).
+  std::string executable;
+  /// Waits on the store, on messages and on collectives (c10d launchers).
+  double timeout_s = 300;
+};
+
+/** Parses threads, processes or env; InputError naming --launcher otherwise. */
+Launcher::Kind parse_launcher_kind(const std::string& text);
+std::string to_string(Launcher::Kind kind);
+
 /** True when this build can run the cuda kinds (built against a CUDA
  *  LibTorch); whether a GPU is present is found out when one is asked for. */
 bool cuda_devices_built();
@@ -120,6 +143,7 @@ struct ExecutionRequest {
   /// then host to device, on the sender's copy stream), as over PCIe
   /// without peer access; default: one device-to-device copy.
   bool copy_through_host = false;
+  Launcher launcher;
 };
 
 /** Parameters of a stage (or of the whole model), each flattened, in layer
@@ -159,6 +183,16 @@ struct ExecutionResult {
   /// With keep_state, one per stage (its replica 0; replicas are checked to
   /// hold the same weights, std::logic_error otherwise).
   std::vector<ModelState> stages;
+  /// False on the ranks of an env launch other than 0: they ran their
+  /// device, rank 0 has the result; everything else here is empty.
+  bool primary = true;
+  /// How the ranks' timelines were put on one clock: "one process" (threads),
+  /// "shared CLOCK_MONOTONIC" (one host), or "ping-pong offsets" (hosts
+  /// apart: each rank's offset to rank 0 from the round trip of least time).
+  std::string clock = "one process";
+  /// Per device (the Program's order): the uncertainty of its offset to
+  /// rank 0's clock, half the least round trip (0 on a shared clock).
+  std::vector<double> clock_offset_residual_s;
 };
 
 /** Runs the request. Throws InputError for a request it cannot run (unknown
@@ -166,7 +200,13 @@ struct ExecutionResult {
  *  that do not match the Program, a weight rule the Program cannot follow,
  *  an all-reduce that leaves out a replica of its stage, several streams per
  *  device on a GPU) and ProgramError for an invalid Program;
- *  std::runtime_error when LibTorch fails in a worker. */
+ *  std::runtime_error when LibTorch fails in a worker. With the processes
+ *  launcher, a rank that fails ends the run (the others stopped) with an
+ *  error naming it, its exit status and the end of its stderr: InputError
+ *  when it exited 2, std::runtime_error otherwise; with env, InputError for
+ *  a missing or invalid variable (named) or a WORLD_SIZE that is not the
+ *  Program's device count. Cross-device extra dependencies and
+ *  cuda-partitioned devices run with threads only (InputError). */
 ExecutionResult execute(const ExecutionRequest& request);
 
 /** The single-device reference: the whole model on the calling thread; for

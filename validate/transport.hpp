@@ -1,10 +1,10 @@
 #pragma once
 // How the executor moves activations and gradients between devices. Small on
-// purpose: an in-process implementation (queues between worker threads) is
-// what runs now; a c10d implementation (Gloo/NCCL process groups, one process
-// per device, RANK/WORLD_SIZE from the environment) can replace it without
-// touching the executor: it would send `tensor` with a tag made of the key
-// and receive into a buffer of the shape the receiver expects.
+// purpose: an in-process implementation (queues between worker threads) for
+// the threads launcher, and a c10d one (validate/c10d.cpp: Gloo or NCCL
+// process groups, one process per device) for the processes and env
+// launchers, which sends `tensor` with a tag made of the key and receives
+// into a buffer of the shape the receiver expects.
 //
 // LibTorch-free header: at::Tensor is only declared.
 
@@ -45,9 +45,9 @@ struct AllReduceKey {
 };
 
 /** A moment on a device's timeline, resolved by the backend that made it
- *  once the devices are idle (validate/detail/backend.hpp): on a CPU the
- *  steady clock read at once (`seconds`: std::chrono::steady_clock's time
- *  since its own epoch, in seconds); on a GPU
+ *  once the devices are idle (validate/detail/backend.hpp): on a CPU
+ *  CLOCK_MONOTONIC read at once (`seconds`, shared by the processes of
+ *  one host); on a GPU
  *  an event recorded on a stream (`event`, opaque here), whose time is known
  *  only after the stream reached it. */
 struct Stamp {
@@ -55,7 +55,8 @@ struct Stamp {
   std::shared_ptr<void> event;
 };
 
-/** When a copy ran: on a CPU the send call itself; on a GPU the copy on the
+/** When a copy ran: on a CPU the send call itself (in-process: the copy;
+ *  c10d: the copy and the posting of the send); on a GPU the copy on the
  *  sender's copy stream, from the moment it could start (the producing
  *  compute done) to its end. */
 struct CopyInterval {
@@ -91,6 +92,11 @@ class Transport {
   /** Wakes every waiting receiver with an error saying `reason` (a worker
    *  failed), so that no thread waits forever. */
   virtual void abort(const std::string& reason) = 0;
+  /** Called once the workers have joined, before stamps are read: waits
+   *  until every send has been delivered and its stamps are final (the c10d
+   *  transport's sends complete in the background). Throws
+   *  std::runtime_error when one failed. */
+  virtual void finish() {}
 };
 
 /** Queues between threads of one process, one mailbox per device, for CPU
