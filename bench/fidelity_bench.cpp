@@ -28,6 +28,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -173,6 +174,12 @@ int main(int argc, char** argv) {
     fs::create_directories(dir);
   }
 
+  const auto load = [] {
+    double averages[3] = {0, 0, 0};
+    return getloadavg(averages, 3) == 3 ? fmt::format("{:.2f} {:.2f} {:.2f}", averages[0], averages[1], averages[2])
+                                        : std::string("unknown");
+  };
+  std::cout << fmt::format("load average at the start: {} on {} cores\n", load(), std::thread::hardware_concurrency());
   const auto bench_start = std::chrono::steady_clock::now();
   std::cout << fmt::format("{} plans on cpu:2, M = {}, {} measured mini-batches after {} warm-up, {} runs each; "
                            "relative error = (simulated - measured) / measured mini-batch time, median of the runs\n",
@@ -261,8 +268,8 @@ int main(int argc, char** argv) {
                              rows.size(), errors.empty() ? "-" : percent(median(errors)),
                              errors.empty() ? "-" : percent(*std::max_element(errors.begin(), errors.end())));
   }
-  std::cout << fmt::format("\nbench wall time {:.1f} s\n",
-                           std::chrono::duration<double>(std::chrono::steady_clock::now() - bench_start).count());
+  std::cout << fmt::format("\nbench wall time {:.1f} s; load average at the end: {}\n",
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - bench_start).count(), load());
   if (keep.empty()) fs::remove_all(dir);
   return 0;
 }

@@ -110,8 +110,8 @@ int run_calibrate_command() {
                            human_seconds(overhead.action_overhead_s), human_seconds(overhead.in_action_s),
                            human_seconds(overhead.dispatch_s), human_seconds(overhead.send_s), overhead.actions,
                            overhead.plan);
-  std::cout << fmt::format("stage actions: {:.3f} x their profiled layer time beyond the in-action constant (written as "
-                           "speed_factor {:.3f}){}{}\n",
+  std::cout << fmt::format("stage actions: {:.3f} x their profiled layer time beyond the in-action constant, time waiting for a "
+                           "core included (written as speed_factor {:.3f}){}{}\n",
                            overhead.compute_factor, 1 / overhead.compute_factor, overhead.fit_note.empty() ? "" : "; ",
                            overhead.fit_note);
   std::cout << fmt::format("wrote {} and {}\n", options.profile, options.platform);

@@ -229,10 +229,11 @@ TEST(Calibrate, StageTimeFitBoundsTheConstant) {
 
 TEST(Calibrate, ContentionIsNotAPerActionOverhead) {
   // gpipe, 2 stages of one layer (forward 4 ms, backward 8 ms), M = 4, both
-  // workers sharing cores: every action takes 8 x its layers, back to back
-  // (no dispatch gap, no send records), one worker descheduled once for
-  // 50 ms. The per-action overhead must stay 0; the factor is 8, plus the
-  // stall per profiled second.
+  // workers sharing cores with other work: every action takes 8 x its
+  // layers, back to back (instant sends, no dispatch gap), stage 1's F2 is
+  // descheduled for 50 ms inside the action and stage 0's F2 for 20 ms
+  // before it starts, its input there. The per-action overhead must stay 0;
+  // the factor is 8, plus the stalls per profiled second.
   Profile profile;
   profile.layers.resize(2);
   for (Layer& layer : profile.layers) {
@@ -240,18 +241,21 @@ TEST(Calibrate, ContentionIsNotAPerActionOverhead) {
     layer.backward_s = 8e-3;
   }
   Timeline timeline;
-  double t0 = 0, t1 = 32e-3;
+  double t0 = 0, t1 = 0;
   for (int m = 0; m < 4; ++m) {
+    if (m == 2) t0 += 20e-3;
     timeline.records.push_back(record("a", 0, "F", m, t0, t0 + 32e-3));
     t0 += 32e-3;
+    timeline.records.push_back(record("a", 0, "SEND_F", m, t0, t0));
     const double start = std::max(t1, t0);
-    const double extra = m == 2 ? 50e-3 : 0;
-    timeline.records.push_back(record("b", 1, "F", m, start, start + 32e-3 + extra));
-    t1 = start + 32e-3 + extra;
+    const double stall = m == 2 ? 50e-3 : 0;
+    timeline.records.push_back(record("b", 1, "F", m, start, start + 32e-3 + stall));
+    t1 = start + 32e-3 + stall;
   }
   for (int m = 3; m >= 0; --m) {
     timeline.records.push_back(record("b", 1, "B", m, t1, t1 + 64e-3));
     t1 += 64e-3;
+    timeline.records.push_back(record("b", 1, "SEND_B", m, t1, t1));
     t0 = std::max(t0, t1);
     timeline.records.push_back(record("a", 0, "B", m, t0, t0 + 64e-3));
     t0 += 64e-3;
@@ -259,8 +263,9 @@ TEST(Calibrate, ContentionIsNotAPerActionOverhead) {
   const Calibration::Overhead overhead = attribute_overhead({timeline}, profile, {{0, 1}, {1, 2}}, 0, 0);
   EXPECT_EQ(overhead.actions, 16);
   EXPECT_NEAR(overhead.in_action_s, 0, 1e-12);
+  EXPECT_NEAR(overhead.dispatch_s, 0, 1e-12);
   EXPECT_NEAR(overhead.action_overhead_s, 0, 1e-12);
-  EXPECT_NEAR(overhead.compute_factor, (8 * 32e-3 + 8 * 64e-3 + 50e-3) / (8 * 4e-3 + 8 * 8e-3), 1e-9);
+  EXPECT_NEAR(overhead.compute_factor, (8 * 32e-3 + 8 * 64e-3 + 50e-3 + 20e-3) / (8 * 4e-3 + 8 * 8e-3), 1e-9);
 }
 
 TEST(Calibrate, PlatformCarriesTheOverheadAndStepTerms) {

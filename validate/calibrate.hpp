@@ -94,6 +94,13 @@ struct Calibration {
   long busy_passes = 0;
 };
 
+/// The quantile that stands for a measured time in the attribution (the
+/// lower quartile): contention only ever lengthens a time, so the lower
+/// quartile is the uncontended one as long as a quarter of the samples ran
+/// without waiting for a core (a median needs half; on a 2-core machine
+/// shared with other jobs fewer than half do).
+inline constexpr double kTypicalQuantile = 0.25;
+
 /// The compute actions of one (kind, stage) in measured runs: the stage's
 /// profiled layer time for that kind, and each action's duration.
 struct StageTimeGroup {
@@ -111,7 +118,7 @@ struct StageTimeFit {
 /// Profiled layer times of the groups must differ by this fraction for a
 /// factor to be fitted (fit_stage_times).
 inline constexpr double kDistinctLayerTimes = 0.25;
-/// The fitted constant is at most this share of the shortest group's median
+/// The fitted constant is at most this share of the shortest group's typical
 /// duration (fit_stage_times).
 inline constexpr double kMaxConstantShare = 0.75;
 
@@ -121,19 +128,21 @@ inline constexpr double kMaxConstantShare = 0.75;
  *  memory, and the profile's error), so that contention is never taken for
  *  a per-action constant.
  *  - constant_s: the intercept of the least-squares line through the
- *    groups' median durations against their layer times, weighted by the
- *    groups' action counts (a descheduled outlier moves no median). With
- *    fewer than two layer times kDistinctLayerTimes apart nothing tells a
- *    factor from a constant: the count-weighted mean of (group median -
+ *    groups' typical durations (kTypicalQuantile) against their layer
+ *    times, weighted by the groups' action counts (descheduled outliers move
+ *    no quartile). With fewer than two layer times kDistinctLayerTimes
+ *    apart nothing tells a factor from a constant: the count-weighted mean of (group typical -
  *    layer time), and `note` says so. Then bounded to [0, kMaxConstantShare
- *    x the shortest group median]; `note` says when it was.
- *  - factor: (sum of all durations - actions x constant_s) / sum of the
- *    actions' layer times: every second the actions took beyond the
- *    constant, descheduled time included (a time-sliced worker pays it in
- *    the real run, in proportion to how long it computes), per profiled
- *    second. 1 when that is not positive.
+ *    x the shortest group typical]; `note` says when it was.
+ *  - factor: (sum of all durations - actions x constant_s + stalled_s) /
+ *    sum of the actions' layer times: every second the actions took beyond
+ *    the constant, and `stalled_s` (time a worker with work to do waited for
+ *    a core outside its actions; a negative one counts as 0), per profiled
+ *    second. Descheduled time is included: a
+ *    time-sliced worker pays it in the real run, in proportion to how long
+ *    it has work. 1 when that is not positive.
  *  No group: constant 0, factor 1. */
-StageTimeFit fit_stage_times(const std::vector<StageTimeGroup>& groups);
+StageTimeFit fit_stage_times(const std::vector<StageTimeGroup>& groups, double stalled_s = 0);
 
 /** What the executor costs beyond the profiled layer times, attributed
  *  from measured timelines of one plan (each from validate::execute, one
@@ -141,19 +150,22 @@ StageTimeFit fit_stage_times(const std::vector<StageTimeGroup>& groups);
  *  (F, B, R), with `layers` its stage's profiled forward (F, R) or backward
  *  (B) sum:
  *  - in_action_s, compute_factor, fit_note: fit_stage_times over the
- *    groups (kind, stage) of (layers, duration) (the constant is in_action_s);
- *  - dispatch_s: the median gap between an action's start and the end of
- *    the device's previous record, over the actions whose input was already
+ *    groups (kind, stage) of (layers, duration) (the constant is
+ *    in_action_s), stalled_s = what the dispatch gaps, the sends and the
+ *    waits below took beyond their typical values (a worker with work to
+ *    do waiting for a core);
+ *  - dispatch_s: the typical (kTypicalQuantile) gap between an action's
+ *    start and the end of the device's previous record, over the actions whose input was already
  *    there and that do not follow the device's last backward of a
  *    mini-batch (the optimizer step runs there, unrecorded). A remote input
  *    is there at its SEND record's start + the fitted copy time
  *    copy_latency_s + bytes / copy_bandwidth_Bps (not at the record's end:
  *    a sender descheduled after handing the message over ends it late);
  *  - send_s: the device time spent in SEND records (the executor's worker
- *    copies the tensor itself): the median send duration x sends / compute
+ *    copies the tensor itself): the typical send duration x sends / compute
  *    actions;
  *  - action_overhead_s = max(0, in_action_s + dispatch_s + send_s);
- *  - wakeup_s: message delivery beyond the copy, max(0, median over the
+ *  - wakeup_s: message delivery beyond the copy, max(0, the typical over the
  *    actions that waited for a remote input of (start - the time it was
  *    there) - dispatch_s), 0 without such actions.
  *  `actions`: compute actions seen. InputError when no timeline has a

@@ -15,25 +15,26 @@
 namespace pipegrid::validate {
 namespace {
 
-double median_of(std::vector<double> values) {
+/// The kTypicalQuantile-th quantile, nearest rank (rank max(1, ceil(q n))); 0 for none.
+double typical_of(std::vector<double> values) {
+  if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  if (n == 0) return 0;
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  const auto rank = static_cast<std::size_t>(std::ceil(kTypicalQuantile * static_cast<double>(values.size())));
+  return values[std::max<std::size_t>(rank, 1) - 1];
 }
 
 }  // namespace
 
-StageTimeFit fit_stage_times(const std::vector<StageTimeGroup>& groups) {
+StageTimeFit fit_stage_times(const std::vector<StageTimeGroup>& groups, double stalled_s) {
   StageTimeFit fit;
-  // Each group's median duration and weight (its action count); the sums of
+  // Each group's typical duration and weight (its action count); the sums of
   // all durations and of the layer times, outliers included.
   std::vector<double> x, y, n;
   double total = 0, all_durations = 0, all_layers = 0;
   for (const StageTimeGroup& group : groups) {
     if (group.durations_s.empty()) continue;
     x.push_back(group.layers_s);
-    y.push_back(median_of(group.durations_s));
+    y.push_back(typical_of(group.durations_s));
     n.push_back(static_cast<double>(group.durations_s.size()));
     total += n.back();
     for (double duration : group.durations_s) all_durations += duration;
@@ -72,9 +73,10 @@ StageTimeFit fit_stage_times(const std::vector<StageTimeGroup>& groups) {
                                      : fmt::format("fitted constant {:.3g} s below 0: set to 0", fit.constant_s);
     fit.constant_s = bounded;
   }
-  // The factor: all the time the actions took beyond the constant, per
-  // profiled second, descheduled time included (the real run pays it).
-  fit.factor = all_layers > 0 ? std::max(all_durations - total * fit.constant_s, 0.0) / all_layers : 1;
+  // The factor: all the time the actions took beyond the constant, and the
+  // stalls of a worker that had its input, per profiled second: descheduled
+  // time included (the real run pays it).
+  fit.factor = all_layers > 0 ? std::max(all_durations - total * fit.constant_s + std::max(stalled_s, 0.0), 0.0) / all_layers : 1;
   if (!(fit.factor > 0)) fit.factor = 1;
   return fit;
 }
@@ -152,14 +154,20 @@ Calibration::Overhead attribute_overhead(const std::vector<Timeline>& measured, 
 
   Calibration::Overhead overhead;
   overhead.actions = actions;
-  const StageTimeFit fit = fit_stage_times(in_action);
+  overhead.dispatch_s = typical_of(dispatch);
+  const double send = typical_of(sends), wait = typical_of(waited);
+  // Time a worker with work to do spent beyond the typical: waiting for a core.
+  double stalled = 0;
+  for (double gap : dispatch) stalled += std::max(0.0, gap - overhead.dispatch_s);
+  for (double duration : sends) stalled += std::max(0.0, duration - send);
+  for (double delay : waited) stalled += std::max(0.0, delay - wait);
+  const StageTimeFit fit = fit_stage_times(in_action, stalled);
   overhead.in_action_s = fit.constant_s;
   overhead.compute_factor = fit.factor;
   overhead.fit_note = fit.note;
-  overhead.dispatch_s = median_of(dispatch);
-  overhead.send_s = median_of(sends) * static_cast<double>(sends.size()) / actions;
+  overhead.send_s = send * static_cast<double>(sends.size()) / actions;
   overhead.action_overhead_s = std::max(0.0, overhead.in_action_s + overhead.dispatch_s + overhead.send_s);
-  overhead.wakeup_s = waited.empty() ? 0 : std::max(0.0, median_of(waited) - overhead.dispatch_s);
+  overhead.wakeup_s = waited.empty() ? 0 : std::max(0.0, wait - overhead.dispatch_s);
   return overhead;
 }
 
