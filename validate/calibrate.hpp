@@ -191,7 +191,7 @@ std::pair<double, double> fit_latency_bandwidth(const std::vector<CopySample>& s
  *  calibration.hosts (cpu0 .. cpuN-1 when it does not list `devices`)
  *  (kind gpu: synchronous execution, one action at a time, as a worker
  *  thread runs them; properties action_overhead, speed_factor = 1 /
- *  overhead.compute_factor when that is not 1, and optimizer_step_rate
+ *  overhead.compute_factor, and optimizer_step_rate
  *  and optimizer_step_overhead when a step was fitted; memory when known),
  *  one link per pair of
  *  hosts with the fitted bandwidth and latency + the measured wake-up, and

@@ -223,7 +223,7 @@ std::string calibration_platform_xml(const Calibration& calibration, int devices
     xml += fmt::format("    <host id=\"{}\" speed=\"1Gf\">\n      <prop id=\"kind\" value=\"gpu\"/>\n", host(d));
     if (calibration.memory_bytes > 0) xml += fmt::format("      <prop id=\"memory\" value=\"{:.0f}B\"/>\n", calibration.memory_bytes);
     xml += fmt::format("      <prop id=\"action_overhead\" value=\"{:.9g}s\"/>\n", overhead.action_overhead_s);
-    if (speed_factor != 1) xml += fmt::format("      <prop id=\"speed_factor\" value=\"{:.9g}\"/>\n", speed_factor);
+    xml += fmt::format("      <prop id=\"speed_factor\" value=\"{:.9g}\"/>\n", speed_factor);
     if (step) {
       xml += fmt::format("      <prop id=\"optimizer_step_rate\" value=\"{:.9g}Bps\"/>\n", step_rate);
       xml += fmt::format("      <prop id=\"optimizer_step_overhead\" value=\"{:.9g}s\"/>\n", calibration.step_overhead_s);
