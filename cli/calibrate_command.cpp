@@ -26,6 +26,7 @@ struct CalibrateOptions {
   std::uint64_t seed = 1;
   std::string profile, platform;
   LauncherFlags launcher;
+  bool idle_devices = false;
 };
 
 CalibrateOptions options;
@@ -53,6 +54,9 @@ CLI::App* add_calibrate_command(CLI::App& app) {
   command->add_option("--repeats", options.repeats, "timed runs per measurement, the median is kept (default 5)");
   command->add_option("--warmup", options.warmup, "untimed runs before them (default 2)");
   command->add_option("--seed", options.seed, "seed of the weights and the data (default 1)");
+  command->add_flag("--idle-devices", options.idle_devices,
+                   "time the layers with the other devices idle (default on cpu:N: they run the model meanwhile, as busy as "
+                   "in a pipeline)");
   command->add_option("--output-profile", options.profile, "profile JSON to write")->required();
   command->add_option("--output-platform", options.platform, "SimGrid platform XML to write")->required();
   add_launcher_flags(*command, options.launcher);
@@ -68,6 +72,7 @@ int run_calibrate_command() {
   request.warmup = options.warmup;
   request.seed = options.seed;
   request.launcher = launcher_from_flags(options.launcher);
+  request.busy_devices = !options.idle_devices;
   const validate::DeviceSpec device = validate::parse_device_spec(options.device);
   const validate::Calibration calibration = calibrate_for_device(request, device);
   if (!calibration.primary) return 0;  // an env rank other than 0: rank 0 writes
@@ -87,6 +92,12 @@ int run_calibrate_command() {
   std::cout << fmt::format("{}: {} layers, {} parameter bytes; forward {} + backward {} per micro-batch of {}\n", model.name,
                            calibration.profile.layers.size(), parameters, human_seconds(forward), human_seconds(backward),
                            options.micro_batch_size);
+  if (calibration.busy_devices > 0)
+    std::cout << fmt::format("layers timed on device 0 with the other {} device{} busy ({} forward + backward passes of the "
+                             "model meanwhile)\n",
+                             calibration.busy_devices, calibration.busy_devices == 1 ? "" : "s", calibration.busy_passes);
+  else if (device.count > 1)
+    std::cout << "layers timed on device 0 with the other devices idle\n";
   std::cout << fmt::format("copy: latency {} + bytes / {:.3g} GB/s ({} sizes), + wake-up {}\n",
                            human_seconds(calibration.latency_s), calibration.bandwidth_bytes_per_s / 1e9,
                            calibration.copies.size(), human_seconds(calibration.overhead.wakeup_s));
@@ -104,6 +115,10 @@ int run_calibrate_command() {
                            human_seconds(overhead.action_overhead_s), human_seconds(overhead.in_action_s),
                            human_seconds(overhead.dispatch_s), human_seconds(overhead.send_s), overhead.actions,
                            overhead.plan);
+  std::cout << fmt::format("stage actions: {:.3f} x their profiled layer time beyond the in-action constant, time waiting for a "
+                           "core included (written as speed_factor {:.3f}){}{}\n",
+                           overhead.compute_factor, 1 / overhead.compute_factor, overhead.fit_note.empty() ? "" : "; ",
+                           overhead.fit_note);
   std::cout << fmt::format("wrote {} and {}\n", options.profile, options.platform);
   return 0;
 }

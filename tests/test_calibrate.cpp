@@ -150,11 +150,16 @@ TEST(Calibrate, OverheadAttributionOnAKnownTimeline) {
   LayerRanges ranges = {{0, 1}, {1, 2}};
   const Calibration::Overhead overhead = attribute_overhead({timeline}, profile, ranges, 0.25, 0);
   EXPECT_EQ(overhead.actions, 8);
-  // Medians of F (0, 0.25, 0.25, 0.25) and B (0.5 x 4), weighted by count.
-  EXPECT_DOUBLE_EQ(overhead.in_action_s, 0.25 * 4 / 8 + 0.5 * 4 / 8);
+  // F takes 0.25 beyond its layer time of 1 and B 0.5 beyond 2: that grows
+  // with the layers, a factor and not a constant. Group medians (F0 1.25,
+  // F1 1.125, B0 and B1 2.5, two actions each) fit a constant of -0.125,
+  // set to 0; the factor is all durations over all layer times.
+  EXPECT_DOUBLE_EQ(overhead.in_action_s, 0);
+  EXPECT_DOUBLE_EQ(overhead.compute_factor, (2.5 + 2.25 + 5 + 5) / (2 + 2 + 4 + 4));
+  EXPECT_NE(overhead.fit_note.find("below 0"), std::string::npos) << overhead.fit_note;
   EXPECT_DOUBLE_EQ(overhead.dispatch_s, 0.25);
   EXPECT_DOUBLE_EQ(overhead.send_s, 1.0 / 8);  // 4 sends of 0.25 over 8 actions
-  EXPECT_DOUBLE_EQ(overhead.action_overhead_s, 0.375 + 0.25 + 0.125);
+  EXPECT_DOUBLE_EQ(overhead.action_overhead_s, 0.25 + 0.125);
   EXPECT_DOUBLE_EQ(overhead.wakeup_s, 0.5 - 0.25);
   // The action after a device's last backward of a mini-batch is not a
   // dispatch sample (the optimizer step runs there).
@@ -162,6 +167,105 @@ TEST(Calibrate, OverheadAttributionOnAKnownTimeline) {
   timeline.records.back().mini_batch = 1;
   EXPECT_DOUBLE_EQ(attribute_overhead({timeline}, profile, ranges, 0.25, 0).dispatch_s, 0.25);
   EXPECT_FALSE(input_error_of([&] { attribute_overhead({Timeline{}}, profile, ranges, 0.25, 0); }).empty());
+}
+
+// A group of `count` actions of layer time x, each taking constant + factor x.
+StageTimeGroup group_of(double x, double constant, double factor, int count) {
+  return {x, std::vector<double>(count, constant + factor * x)};
+}
+
+TEST(Calibrate, StageTimeFitSeparatesAFactorFromAConstant) {
+  // Contention only: actions take 8 x their layers (the 32 ms actions of 4 ms
+  // layers). Folding that into a constant would give 28 ms per action; it
+  // is a factor.
+  StageTimeFit fit = fit_stage_times({group_of(4e-3, 0, 8, 6), group_of(8e-3, 0, 8, 6), group_of(4.5e-3, 0, 8, 4)});
+  EXPECT_NEAR(fit.constant_s, 0, 1e-12);
+  EXPECT_NEAR(fit.factor, 8, 1e-9);
+  // A true constant (graph set-up) and a factor together.
+  fit = fit_stage_times({group_of(1e-3, 2e-5, 1.5, 4), group_of(2e-3, 2e-5, 1.5, 4), group_of(2.2e-3, 2e-5, 1.5, 2)});
+  EXPECT_NEAR(fit.constant_s, 2e-5, 1e-12);
+  EXPECT_NEAR(fit.factor, 1.5, 1e-9);
+  EXPECT_TRUE(fit.note.empty()) << fit.note;
+  // A constant larger than the layers' time (tiny layers) is kept when it
+  // stays under kMaxConstantShare of the shortest action.
+  fit = fit_stage_times({group_of(1e-5, 1.2e-5, 1, 3), group_of(2e-5, 1.2e-5, 1, 3)});
+  EXPECT_NEAR(fit.constant_s, 1.2e-5, 1e-15);
+  EXPECT_NEAR(fit.factor, 1, 1e-9);
+}
+
+TEST(Calibrate, StageTimeFitPutsDescheduledTimeInTheFactor) {
+  // Constant 2e-5, factor 1.5, and one action of each group descheduled for
+  // 10 ms: the medians, so the constant, do not move; the factor counts the
+  // stalls, per profiled second.
+  std::vector<StageTimeGroup> groups = {group_of(1e-3, 2e-5, 1.5, 5), group_of(2e-3, 2e-5, 1.5, 5)};
+  for (StageTimeGroup& group : groups) group.durations_s.front() += 1e-2;
+  const StageTimeFit fit = fit_stage_times(groups);
+  EXPECT_NEAR(fit.constant_s, 2e-5, 1e-12);
+  EXPECT_NEAR(fit.factor, (5 * 1.5e-3 + 5 * 3e-3 + 2e-2) / (5 * 1e-3 + 5 * 2e-3), 1e-9);
+}
+
+TEST(Calibrate, StageTimeFitBoundsTheConstant) {
+  // Fitted constant 0.9 of the shortest action (1.0): capped at
+  // kMaxConstantShare, the factor takes the rest.
+  StageTimeFit fit = fit_stage_times({{1, {1.0}}, {2, {1.1}}});
+  EXPECT_DOUBLE_EQ(fit.constant_s, kMaxConstantShare * 1.0);
+  EXPECT_DOUBLE_EQ(fit.factor, (2.1 - 2 * kMaxConstantShare) / 3);
+  EXPECT_NE(fit.note.find("capped"), std::string::npos) << fit.note;
+  // A decreasing line (noise): capped the same way, the factor positive.
+  fit = fit_stage_times({{1, {3.0}}, {2, {1.0}}});
+  EXPECT_DOUBLE_EQ(fit.constant_s, kMaxConstantShare * 1.0);
+  EXPECT_DOUBLE_EQ(fit.factor, (4 - 2 * kMaxConstantShare) / 3);
+  // One layer time: nothing to tell them apart, the constant is the median
+  // residual.
+  fit = fit_stage_times({{2, {2.5, 2.5, 9}}, {2.1, {2.5}}});
+  EXPECT_DOUBLE_EQ(fit.constant_s, (0.5 * 3 + 0.4 * 1) / 4);
+  EXPECT_DOUBLE_EQ(fit.factor, (16.5 - 4 * fit.constant_s) / 8.1);
+  EXPECT_NE(fit.note.find("one profiled action size"), std::string::npos) << fit.note;
+  // Nothing measured.
+  fit = fit_stage_times({});
+  EXPECT_EQ(fit.factor, 1);
+  EXPECT_EQ(fit.constant_s, 0);
+}
+
+TEST(Calibrate, ContentionIsNotAPerActionOverhead) {
+  // gpipe, 2 stages of one layer (forward 4 ms, backward 8 ms), M = 4, both
+  // workers sharing cores with other work: every action takes 8 x its
+  // layers, back to back (instant sends, no dispatch gap), stage 1's F2 is
+  // descheduled for 50 ms inside the action and stage 0's F2 for 20 ms
+  // before it starts, its input there. The per-action overhead must stay 0;
+  // the factor is 8, plus the stalls per profiled second.
+  Profile profile;
+  profile.layers.resize(2);
+  for (Layer& layer : profile.layers) {
+    layer.forward_s = 4e-3;
+    layer.backward_s = 8e-3;
+  }
+  Timeline timeline;
+  double t0 = 0, t1 = 0;
+  for (int m = 0; m < 4; ++m) {
+    if (m == 2) t0 += 20e-3;
+    timeline.records.push_back(record("a", 0, "F", m, t0, t0 + 32e-3));
+    t0 += 32e-3;
+    timeline.records.push_back(record("a", 0, "SEND_F", m, t0, t0));
+    const double start = std::max(t1, t0);
+    const double stall = m == 2 ? 50e-3 : 0;
+    timeline.records.push_back(record("b", 1, "F", m, start, start + 32e-3 + stall));
+    t1 = start + 32e-3 + stall;
+  }
+  for (int m = 3; m >= 0; --m) {
+    timeline.records.push_back(record("b", 1, "B", m, t1, t1 + 64e-3));
+    t1 += 64e-3;
+    timeline.records.push_back(record("b", 1, "SEND_B", m, t1, t1));
+    t0 = std::max(t0, t1);
+    timeline.records.push_back(record("a", 0, "B", m, t0, t0 + 64e-3));
+    t0 += 64e-3;
+  }
+  const Calibration::Overhead overhead = attribute_overhead({timeline}, profile, {{0, 1}, {1, 2}}, 0, 0);
+  EXPECT_EQ(overhead.actions, 16);
+  EXPECT_NEAR(overhead.in_action_s, 0, 1e-12);
+  EXPECT_NEAR(overhead.dispatch_s, 0, 1e-12);
+  EXPECT_NEAR(overhead.action_overhead_s, 0, 1e-12);
+  EXPECT_NEAR(overhead.compute_factor, (8 * 32e-3 + 8 * 64e-3 + 50e-3 + 20e-3) / (8 * 4e-3 + 8 * 8e-3), 1e-9);
 }
 
 TEST(Calibrate, PlatformCarriesTheOverheadAndStepTerms) {
@@ -173,6 +277,7 @@ TEST(Calibrate, PlatformCarriesTheOverheadAndStepTerms) {
   calibration.step_rate_bytes_per_s = 4e9;
   calibration.overhead.action_overhead_s = 1.5e-5;
   calibration.overhead.wakeup_s = 2e-6;
+  calibration.overhead.compute_factor = 1.25;
   const std::string path = ::testing::TempDir() + "calibrated-terms.xml";
   write_file_atomically(path, calibration_platform_xml(calibration, 2, "test"));
   const PlatformSummary platform = sim::read_platform(path);
@@ -183,6 +288,7 @@ TEST(Calibrate, PlatformCarriesTheOverheadAndStepTerms) {
     ASSERT_TRUE(host.optimizer_step_rate_Bps.has_value());
     EXPECT_DOUBLE_EQ(*host.optimizer_step_rate_Bps, 4e9);
     EXPECT_DOUBLE_EQ(host.optimizer_step_overhead_s.value_or(-1), 5e-6);
+    EXPECT_DOUBLE_EQ(host.speed_factor, 0.8);  // 1 / compute_factor
   }
   EXPECT_NEAR(platform.route_latency_s[0][1], 3e-6, 1e-15);  // copy latency + wake-up
 }

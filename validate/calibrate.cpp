@@ -1,11 +1,13 @@
 #include "validate/calibrate.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
 #include <exception>
 #include <limits>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -219,6 +221,60 @@ void measure_on_device(const CalibrationRequest& request, detail::Backend& backe
   }
 }
 
+/** Devices 1..count-1 of `backend` running forward and backward passes of
+ *  the whole model (a copy each, built from the request's seed; gradients
+ *  accumulate, no step) back to back on worker threads of their own, from
+ *  construction to stop(). The first error of a thread stops them all and
+ *  is rethrown by stop(). */
+class BusyDevices {
+ public:
+  BusyDevices(const CalibrationRequest& request, detail::Backend& backend, int count) {
+    for (int d = 1; d < count; ++d) threads_.emplace_back([this, &request, &backend, d] { keep_busy(request, backend, d); });
+  }
+  ~BusyDevices() { join(); }
+  BusyDevices(const BusyDevices&) = delete;
+  BusyDevices& operator=(const BusyDevices&) = delete;
+
+  /// Stops the threads; the passes they ran. Rethrows a thread's error.
+  long stop() {
+    join();
+    if (error_) std::rethrow_exception(error_);
+    return passes_;
+  }
+
+ private:
+  void keep_busy(const CalibrationRequest& request, detail::Backend& backend, int device) {
+    try {
+      backend.enter_worker(device);
+      const detail::LayerList layers = detail::build_layers(request.model, request.seed);
+      for (const auto& layer : layers) layer->to(backend.torch_device(device));
+      detail::Batch batch = detail::make_batch(request.model, request.seed, 0, device, request.micro_batch_size);
+      batch.input = batch.input.to(backend.torch_device(device));
+      const int count = static_cast<int>(layers.size());
+      while (!stopping_.load()) {
+        const torch::Tensor output = detail::run_layers(layers, 0, count, batch.input);
+        if (output.requires_grad()) output.backward(torch::ones_like(output));
+        passes_.fetch_add(1);
+      }
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+      stopping_.store(true);
+    }
+  }
+  void join() {
+    stopping_.store(true);
+    for (std::thread& thread : threads_)
+      if (thread.joinable()) thread.join();
+  }
+
+  std::atomic<bool> stopping_{false};
+  std::atomic<long> passes_{0};
+  std::mutex mutex_;
+  std::exception_ptr error_;
+  std::vector<std::thread> threads_;
+};
+
 }  // namespace
 
 Calibration calibrate(const CalibrationRequest& request) {
@@ -243,6 +299,10 @@ Calibration calibrate(const CalibrationRequest& request) {
     result.clock = request.device.kind == "cpu" ? "steady clock" : "CUDA events";
     // A thread of its own: a worker's settings (intra-op threads, the
     // current stream) end with it.
+    // The other devices busy as a pipeline keeps them (CPU workers only:
+    // on GPUs the partitions' interference is not measured yet).
+    const int busy = request.busy_devices && request.device.kind == "cpu" ? devices - 1 : 0;
+    BusyDevices others(request, *backend, busy + 1);
     std::exception_ptr error;
     std::thread worker([&] {
       try {
@@ -253,6 +313,8 @@ Calibration calibrate(const CalibrationRequest& request) {
       }
     });
     worker.join();
+    result.busy_devices = busy;
+    result.busy_passes = others.stop();
     if (error) std::rethrow_exception(error);
   }
   // Between processes the plan's copies go through c10d: measure those.

@@ -30,6 +30,11 @@ struct CalibrationRequest {
   /// processes or env: the copies are measured between two ranks through
   /// c10d (Gloo on cpu), and the overhead runs use the launcher.
   Launcher launcher;
+  /// cpu:N with N > 1: while device 0 is timed, devices 1..N-1 run forward
+  /// and backward passes of the same model on worker threads of their own,
+  /// as busy as a pipeline keeps them, so that the layer times hold their
+  /// contention (shared cores, memory bandwidth, caches). False: they idle.
+  bool busy_devices = true;
 };
 
 struct CopySample {
@@ -78,29 +83,95 @@ struct Calibration {
     std::string plan;  ///< what ran, for the platform's comment
     double in_action_s = 0, dispatch_s = 0, send_s = 0, wakeup_s = 0;
     double action_overhead_s = 0;
+    /// How much longer than their profiled layer sums the stage actions
+    /// ran beyond in_action_s, as a factor (fit_stage_times): the workers'
+    /// contention beyond what the profile holds (time-slicing on shared
+    /// cores included), and the stage's one autograd call against the sum
+    /// of per-layer ones. The platform's hosts get speed_factor =
+    /// 1 / compute_factor.
+    double compute_factor = 1;
+    std::string fit_note;  ///< why the fit was bounded; empty when it was not
     int actions = 0;
   } overhead;
+  /// Devices other than device 0 kept busy while device 0 was timed
+  /// (CalibrationRequest::busy_devices); 0 when they were idle.
+  int busy_devices = 0;
+  /// Forward + backward passes of the whole model they ran meanwhile.
+  long busy_passes = 0;
 };
+
+/// The quantile that stands for a measured time in the attribution (the
+/// lower quartile): contention only ever lengthens a time, so the lower
+/// quartile is the uncontended one as long as a quarter of the samples ran
+/// without waiting for a core (a median needs half; on a 2-core machine
+/// shared with other jobs fewer than half do).
+inline constexpr double kTypicalQuantile = 0.25;
+
+/// The compute actions of one (kind, stage) in measured runs: the stage's
+/// profiled layer time for that kind, and each action's duration.
+struct StageTimeGroup {
+  double layers_s = 0;
+  std::vector<double> durations_s;
+};
+
+/// Action duration = constant_s + factor x profiled layer time.
+struct StageTimeFit {
+  double constant_s = 0;
+  double factor = 1;
+  std::string note;  ///< why it was bounded, or fell back; empty otherwise
+};
+
+/// Profiled layer times of the groups must differ by this fraction for a
+/// factor to be fitted (fit_stage_times).
+inline constexpr double kDistinctLayerTimes = 0.25;
+/// The fitted constant is at most this share of the shortest group's typical
+/// duration (fit_stage_times).
+inline constexpr double kMaxConstantShare = 0.75;
+
+/** Separates what every compute action pays whatever its size (the
+ *  constant: graph set-up, the loss, stashing) from what grows with its
+ *  layers (the factor: contention of workers sharing cores, caches and
+ *  memory, and the profile's error), so that contention is never taken for
+ *  a per-action constant.
+ *  - constant_s: the intercept of the least-squares line through the
+ *    groups' typical durations (kTypicalQuantile) against their layer
+ *    times, weighted by the groups' action counts (descheduled outliers move
+ *    no quartile). With fewer than two layer times kDistinctLayerTimes
+ *    apart nothing tells a factor from a constant: the count-weighted mean of (group typical -
+ *    layer time), and `note` says so. Then bounded to [0, kMaxConstantShare
+ *    x the shortest group typical]; `note` says when it was.
+ *  - factor: (sum of all durations - actions x constant_s + stalled_s) /
+ *    sum of the actions' layer times: every second the actions took beyond
+ *    the constant, and `stalled_s` (time a worker with work to do waited for
+ *    a core outside its actions; a negative one counts as 0), per profiled
+ *    second. Descheduled time is included: a
+ *    time-sliced worker pays it in the real run, in proportion to how long
+ *    it has work. 1 when that is not positive.
+ *  No group: constant 0, factor 1. */
+StageTimeFit fit_stage_times(const std::vector<StageTimeGroup>& groups, double stalled_s = 0);
 
 /** What the executor costs beyond the profiled layer times, attributed
  *  from measured timelines of one plan (each from validate::execute, one
  *  device per stage, stage s running layers ranges[s]). Per compute action
  *  (F, B, R), with `layers` its stage's profiled forward (F, R) or backward
  *  (B) sum:
- *  - in_action_s: action duration - layers; the median per action kind,
- *    averaged weighted by each kind's number of actions;
- *  - dispatch_s: the median gap between an action's start and the end of
- *    the device's previous record, over the actions whose input was already
+ *  - in_action_s, compute_factor, fit_note: fit_stage_times over the
+ *    groups (kind, stage) of (layers, duration) (the constant is
+ *    in_action_s), stalled_s = what the dispatch gaps, the sends and the
+ *    waits below took beyond their typical values (a worker with work to
+ *    do waiting for a core);
+ *  - dispatch_s: the typical (kTypicalQuantile) gap between an action's
+ *    start and the end of the device's previous record, over the actions whose input was already
  *    there and that do not follow the device's last backward of a
  *    mini-batch (the optimizer step runs there, unrecorded). A remote input
  *    is there at its SEND record's start + the fitted copy time
  *    copy_latency_s + bytes / copy_bandwidth_Bps (not at the record's end:
  *    a sender descheduled after handing the message over ends it late);
  *  - send_s: the device time spent in SEND records (the executor's worker
- *    copies the tensor itself): the median send duration x sends / compute
+ *    copies the tensor itself): the typical send duration x sends / compute
  *    actions;
  *  - action_overhead_s = max(0, in_action_s + dispatch_s + send_s);
- *  - wakeup_s: message delivery beyond the copy, max(0, median over the
+ *  - wakeup_s: message delivery beyond the copy, max(0, the typical over the
  *    actions that waited for a remote input of (start - the time it was
  *    there) - dispatch_s), 0 without such actions.
  *  `actions`: compute actions seen. InputError when no timeline has a
@@ -125,7 +196,8 @@ std::pair<double, double> fit_latency_bandwidth(const std::vector<CopySample>& s
 /** SimGrid platform XML (version 4.1) of `devices` hosts, named as
  *  calibration.hosts (cpu0 .. cpuN-1 when it does not list `devices`)
  *  (kind gpu: synchronous execution, one action at a time, as a worker
- *  thread runs them; properties action_overhead, and optimizer_step_rate
+ *  thread runs them; properties action_overhead, speed_factor = 1 /
+ *  overhead.compute_factor, and optimizer_step_rate
  *  and optimizer_step_overhead when a step was fitted; memory when known),
  *  one link per pair of
  *  hosts with the fitted bandwidth and latency + the measured wake-up, and

@@ -15,14 +15,71 @@
 namespace pipegrid::validate {
 namespace {
 
-double median_of(std::vector<double> values) {
+/// The kTypicalQuantile-th quantile, nearest rank (rank max(1, ceil(q n))); 0 for none.
+double typical_of(std::vector<double> values) {
+  if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  if (n == 0) return 0;
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  const auto rank = static_cast<std::size_t>(std::ceil(kTypicalQuantile * static_cast<double>(values.size())));
+  return values[std::max<std::size_t>(rank, 1) - 1];
 }
 
 }  // namespace
+
+StageTimeFit fit_stage_times(const std::vector<StageTimeGroup>& groups, double stalled_s) {
+  StageTimeFit fit;
+  // Each group's typical duration and weight (its action count); the sums of
+  // all durations and of the layer times, outliers included.
+  std::vector<double> x, y, n;
+  double total = 0, all_durations = 0, all_layers = 0;
+  for (const StageTimeGroup& group : groups) {
+    if (group.durations_s.empty()) continue;
+    x.push_back(group.layers_s);
+    y.push_back(typical_of(group.durations_s));
+    n.push_back(static_cast<double>(group.durations_s.size()));
+    total += n.back();
+    for (double duration : group.durations_s) all_durations += duration;
+    all_layers += n.back() * group.layers_s;
+  }
+  if (x.empty()) return fit;
+  const auto [low, high] = std::minmax_element(x.begin(), x.end());
+  if (*low <= 0 || *high < *low * (1 + kDistinctLayerTimes)) {
+    // One profiled size (or sizes too close to tell apart): nothing
+    // separates a factor from a constant; the constant is the median residual.
+    for (std::size_t g = 0; g < x.size(); ++g) fit.constant_s += (y[g] - x[g]) * n[g] / total;
+    fit.note = "one profiled action size: the constant is the median residual";
+  } else {
+    // The constant: the intercept of the line through the medians.
+    double sn = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (std::size_t g = 0; g < x.size(); ++g) {
+      sn += n[g];
+      sx += n[g] * x[g];
+      sy += n[g] * y[g];
+      sxx += n[g] * x[g] * x[g];
+      sxy += n[g] * x[g] * y[g];
+    }
+    const double slope = (sn * sxy - sx * sy) / (sn * sxx - sx * sx);
+    fit.constant_s = (sy - slope * sx) / sn;
+  }
+  // What every action pays whatever its size cannot exceed a share of the
+  // shortest action, nor be negative (that is a factor below 1).
+  const double shortest = *std::min_element(y.begin(), y.end());
+  const double cap = kMaxConstantShare * shortest;
+  const double bounded = std::clamp(fit.constant_s, 0.0, cap);
+  if (bounded != fit.constant_s) {
+    fit.note += fit.note.empty() ? "" : "; ";
+    fit.note += fit.constant_s > cap ? fmt::format("fitted constant {:.3g} s above {:.0f}% of the shortest action ({:.3g} s): "
+                                                   "capped, the rest goes to the factor",
+                                                   fit.constant_s, 100 * kMaxConstantShare, shortest)
+                                     : fmt::format("fitted constant {:.3g} s below 0: set to 0", fit.constant_s);
+    fit.constant_s = bounded;
+  }
+  // The factor: all the time the actions took beyond the constant, and the
+  // stalls of a worker that had its input, per profiled second: descheduled
+  // time included (the real run pays it).
+  fit.factor = all_layers > 0 ? std::max(all_durations - total * fit.constant_s + std::max(stalled_s, 0.0), 0.0) / all_layers : 1;
+  if (!(fit.factor > 0)) fit.factor = 1;
+  return fit;
+}
 
 Calibration::Overhead attribute_overhead(const std::vector<Timeline>& measured, const Profile& profile,
                                          const LayerRanges& ranges, double copy_latency_s, double copy_bandwidth_Bps) {
@@ -38,7 +95,8 @@ Calibration::Overhead attribute_overhead(const std::vector<Timeline>& measured, 
     }
   const int last_stage = static_cast<int>(ranges.size()) - 1;
 
-  std::map<std::string, std::vector<double>> in_action;  // per action kind
+  std::vector<StageTimeGroup> in_action;  // per (action kind, stage)
+  std::map<std::tuple<std::string, int>, std::size_t> group_of;
   std::vector<double> dispatch, waited, sends;
   int actions = 0;
   for (const Timeline& timeline : measured) {
@@ -71,7 +129,9 @@ Calibration::Overhead attribute_overhead(const std::vector<Timeline>& measured, 
           throw InputError(fmt::format("overhead attribution: {} runs stage {}, expected 0..{}", host, record.stage, last_stage));
         ++actions;
         const double layers = forward ? stage_forward[record.stage] : stage_backward[record.stage];
-        in_action[record.action].push_back(record.end_s - record.start_s - layers);
+        const auto [group, added] = group_of.try_emplace({record.action, record.stage}, in_action.size());
+        if (added) in_action.push_back({layers, {}});
+        in_action[group->second].durations_s.push_back(record.end_s - record.start_s);
         if (i == 0) continue;
         const TimelineRecord& previous = *records[i - 1];
         if (previous.action == "B" && last_backward.at({host, previous.mini_batch}) == &previous) continue;
@@ -94,12 +154,20 @@ Calibration::Overhead attribute_overhead(const std::vector<Timeline>& measured, 
 
   Calibration::Overhead overhead;
   overhead.actions = actions;
-  for (const auto& [kind, values] : in_action)
-    overhead.in_action_s += median_of(values) * static_cast<double>(values.size()) / actions;
-  overhead.dispatch_s = median_of(dispatch);
-  overhead.send_s = median_of(sends) * static_cast<double>(sends.size()) / actions;
+  overhead.dispatch_s = typical_of(dispatch);
+  const double send = typical_of(sends), wait = typical_of(waited);
+  // Time a worker with work to do spent beyond the typical: waiting for a core.
+  double stalled = 0;
+  for (double gap : dispatch) stalled += std::max(0.0, gap - overhead.dispatch_s);
+  for (double duration : sends) stalled += std::max(0.0, duration - send);
+  for (double delay : waited) stalled += std::max(0.0, delay - wait);
+  const StageTimeFit fit = fit_stage_times(in_action, stalled);
+  overhead.in_action_s = fit.constant_s;
+  overhead.compute_factor = fit.factor;
+  overhead.fit_note = fit.note;
+  overhead.send_s = send * static_cast<double>(sends.size()) / actions;
   overhead.action_overhead_s = std::max(0.0, overhead.in_action_s + overhead.dispatch_s + overhead.send_s);
-  overhead.wakeup_s = waited.empty() ? 0 : std::max(0.0, median_of(waited) - overhead.dispatch_s);
+  overhead.wakeup_s = waited.empty() ? 0 : std::max(0.0, wait - overhead.dispatch_s);
   return overhead;
 }
 
@@ -110,6 +178,7 @@ std::string calibration_platform_xml(const Calibration& calibration, int devices
   const double latency = calibration.latency_s + overhead.wakeup_s;
   const bool step = calibration.step_rate_bytes_per_s > 0;
   const double step_rate = std::isfinite(calibration.step_rate_bytes_per_s) ? calibration.step_rate_bytes_per_s : 1e15;
+  const double speed_factor = overhead.compute_factor > 0 ? 1 / overhead.compute_factor : 1;
   const bool named = static_cast<int>(calibration.hosts.size()) == devices;
   const auto host = [&](int d) { return named ? calibration.hosts[d] : fmt::format("cpu{}", d); };
   const bool gpu = named && calibration.hosts.front().rfind("gpu", 0) == 0;
@@ -138,16 +207,23 @@ std::string calibration_platform_xml(const Calibration& calibration, int devices
     xml += fmt::format("  Optimizer step (SGD step + zero_grad), fitted over {} parameter sizes:\n"
                        "  {:.6g} s + parameter bytes / {:.6g} B/s.\n",
                        calibration.steps.size(), calibration.step_overhead_s, step_rate);
+  if (calibration.busy_devices > 0)
+    xml += fmt::format("  Layers timed on device 0 while the other {} device{} ran the model's forward and backward\n"
+                       "  ({} passes): the profile holds the workers' contention.\n",
+                       calibration.busy_devices, calibration.busy_devices == 1 ? "" : "s", calibration.busy_passes);
   xml += fmt::format(
       "  Per-action overhead {:.6g} s = in-action {:.6g} s + dispatch {:.6g} s + sends {:.6g} s,\n"
-      "  attributed over {} actions of {}.\n-->\n",
+      "  attributed over {} actions of {}; the actions ran {:.4g} x their profiled\n"
+      "  layer time beyond that (speed_factor {:.6g}){}{}.\n-->\n",
       overhead.action_overhead_s, overhead.in_action_s, overhead.dispatch_s, overhead.send_s, overhead.actions,
-      overhead.plan.empty() ? "no run" : overhead.plan);
+      overhead.plan.empty() ? "no run" : overhead.plan, overhead.compute_factor, speed_factor,
+      overhead.fit_note.empty() ? "" : "; ", overhead.fit_note);
   xml += "<platform version=\"4.1\">\n  <zone id=\"calibrated-cpu\" routing=\"Full\">\n";
   for (int d = 0; d < devices; ++d) {
     xml += fmt::format("    <host id=\"{}\" speed=\"1Gf\">\n      <prop id=\"kind\" value=\"gpu\"/>\n", host(d));
     if (calibration.memory_bytes > 0) xml += fmt::format("      <prop id=\"memory\" value=\"{:.0f}B\"/>\n", calibration.memory_bytes);
     xml += fmt::format("      <prop id=\"action_overhead\" value=\"{:.9g}s\"/>\n", overhead.action_overhead_s);
+    xml += fmt::format("      <prop id=\"speed_factor\" value=\"{:.9g}\"/>\n", speed_factor);
     if (step) {
       xml += fmt::format("      <prop id=\"optimizer_step_rate\" value=\"{:.9g}Bps\"/>\n", step_rate);
       xml += fmt::format("      <prop id=\"optimizer_step_overhead\" value=\"{:.9g}s\"/>\n", calibration.step_overhead_s);
