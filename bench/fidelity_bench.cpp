@@ -139,7 +139,7 @@ std::string calibration_summary(const std::string& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> launchers = {"threads"};
+  std::vector<std::string> launchers = {"threads", "processes"};
   std::string binary = PIPEGRID_BINARY;
   std::string keep;
   int repeats = 3;
