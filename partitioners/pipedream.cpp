@@ -89,16 +89,23 @@ double difference(const std::vector<double>& prefix, int row, int state) {
 /// The split search evaluates the candidates (replicas ascending, split
 /// state descending) the released optimizer evaluates and keeps the first
 /// strictly better one. Pruning skips only candidates whose time is provably
-/// above the best found so far, so it never changes the cell:
-///  - a candidate's time is at least its head's (the range up to the split
-///    with the remaining machines): splits whose heads, and every later
-///    split's head, are slower than the best (a suffix minimum over states)
-///    are skipped;
-///  - it is at least its last stage's work divided by the replicas (work
-///    and the data-parallel term are non-negative when the states' costs
-///    grow along the state graph, `costs_monotone`): once the smallest work
-///    of this and every earlier split (a prefix minimum over splits) is too
-///    slow, the search stops.
+/// no better than the best found so far, so it never changes a cell (which
+/// test_pipedream_fast.cpp checks against the solver as it was). It is on
+/// when every state's compute and parameters are at least its ancestors'
+/// (`costs_monotone_`: non-negative stage work and data-parallel terms):
+///  - a candidate takes at least its head (the range up to the split, on
+///    the remaining machines): splits after the last one whose head, or a
+///    later split's head, can beat the best (a suffix minimum over states,
+///    `head_bound`) are skipped;
+///  - it takes at least its last stage's work over its replicas: splits
+///    before the first one whose last stage, or an earlier split's, can beat
+///    the best (a prefix minimum of the lower level's times, `last_work_`,
+///    or the compute difference at the lowest level) are skipped;
+///  - each remaining split is tested on its head, its transfers and its
+///    last stage (with multiplications and a margin for rounding) before
+///    its time is computed exactly as the released optimizer does.
+/// Ties never replace the best (strictly better only), so skipping a
+/// candidate that can at most tie is safe too.
 class Solver {
  public:
   Solver(const StateChain& chain, const PipeDreamOptions& options) : chain_(chain), options_(options) {
@@ -319,7 +326,24 @@ class Solver {
             // the last k whose heads from k on can still beat the best
             // (head_bound, non-decreasing in k) too slow a head.
             while (k_low < state && last_work_bound(k_low) > work_limit) ++k_low;
-            while (k_low > row && last_work_bound(k_low - 1) <= work_limit) --k_low;
+            if (k_low > row && last_work_bound(k_low - 1) <= work_limit) {
+              // Galloping down, then bisecting: the k sought is in [low, k_low - 1].
+              int low = row, high = k_low - 1;  // last_work_bound(high) <= limit
+              for (int step = 1; high > low; step *= 2) {
+                const int next = std::max(high - step, low);
+                if (last_work_bound(next) > work_limit) {
+                  low = next + 1;
+                  break;
+                }
+                high = next;
+              }
+              while (low < high) {  // last_work_bound(high) <= limit; the k sought is in [low, high]
+                const int mid = low + (high - low) / 2;
+                if (last_work_bound(mid) <= work_limit) high = mid;
+                else low = mid + 1;
+              }
+              k_low = high;
+            }
             if (k_low >= state) continue;
             const double* column = &head_bound[static_cast<std::size_t>(m - replicas)];
             const auto bound = [&](int k) { return column[static_cast<std::size_t>(k) * machines]; };
