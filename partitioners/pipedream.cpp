@@ -44,10 +44,14 @@ struct Cell {
 /// One row of a level's table: the best time of the range (row, state) with
 /// m+1 machines, for every state and m, stored machine count by machine
 /// count (the split search reads one machine count across states).
+static_assert(limits::kMaxMachines <= 32767, "RowCells stores machine counts in 16 bits");
 struct RowCells {
   int states = 0;
   std::vector<double> time;  ///< [m * states + state]; NaN: no solution
-  std::vector<int> split_state, prefix_machines, replicas;
+  std::vector<int> split_state;
+  /// Machine counts fit 16 bits (limits::kMaxMachines), keeping a cell,
+  /// with the search's bound, at the 24 bytes the table limit assumes.
+  std::vector<std::int16_t> prefix_machines, replicas;
 
   void reset(int state_count, int machines) {
     states = state_count;
@@ -66,8 +70,8 @@ struct RowCells {
     const std::size_t i = index(state, m);
     time[i] = cell.time;
     split_state[i] = cell.split_state;
-    prefix_machines[i] = cell.prefix_machines;
-    replicas[i] = cell.replicas;
+    prefix_machines[i] = static_cast<std::int16_t>(cell.prefix_machines);
+    replicas[i] = static_cast<std::int16_t>(cell.replicas);
   }
 };
 
@@ -263,7 +267,7 @@ class Solver {
         if (!stashed_fits(activation, parameters, machines - (m + 1), m + 1)) continue;
         const std::size_t i = cells.index(state, m);
         cells.time[i] = stage_time(work, parameters, m + 1, true);
-        cells.replicas[i] = m + 1;
+        cells.replicas[i] = static_cast<std::int16_t>(m + 1);
       }
     }
     // head_bound[k * machines + m]: the fastest head (row, k') with m+1
