@@ -113,6 +113,7 @@ int run_partition_command() {
   // whose batch size cannot be inferred is read anyway (reported as unknown).
   input.graph = read_model_graph(options.profile, options.batch_size, BatchSizeUse::Optional);
   input.profile = input.graph->profile;
+  input.profile_file = options.profile;
   std::vector<double> bandwidths;
   for (const std::string& text : options.bandwidths) bandwidths.push_back(parse_bandwidth(text, "--bandwidth"));
   if (options.machines.size() != bandwidths.size())

@@ -44,18 +44,19 @@ Reach reachability(const std::vector<std::vector<int>>& consumers, const std::ve
 
 }  // namespace
 
-StateChain antichain_states(const ModelGraph& graph) {
+StateChain antichain_states(const ModelGraph& graph, const AntichainOptions& options) {
   const Profile& profile = graph.profile;
+  const std::string& source = options.file.empty() ? profile.name : options.file;
   const int count = static_cast<int>(profile.layers.size());
   if (count > limits::kMaxAntichainLayers)
     throw InputError(fmt::format("{}: expected at most {} layers for PipeDream's antichain construction (docs/formats.md, "
                                  "Limits), found {}",
-                                 profile.name, limits::kMaxAntichainLayers, count));
+                                 source, limits::kMaxAntichainLayers, count));
   for (int layer = 0; layer < count; ++layer)
     for (const int consumer : graph.consumers[layer])
       if (consumer <= layer)
         throw InputError(fmt::format("{}: layer '{}' feeds '{}', listed before it: expected producers first",
-                                     profile.name, profile.layers[layer].name, profile.layers[consumer].name));
+                                     source, profile.layers[layer].name, profile.layers[consumer].name));
 
   StateChain chain;
   std::vector<char> active(count, 1);
@@ -116,11 +117,11 @@ StateChain antichain_states(const ModelGraph& graph) {
   std::vector<std::vector<int>> antichains, augmented_of, successors;
   const auto state_of = [&](const std::vector<int>& antichain) {
     const auto [it, inserted] = index_of.emplace(antichain, static_cast<int>(antichains.size()));
-    if (inserted && static_cast<int>(antichains.size()) >= limits::kMaxAntichainStates)
+    if (inserted && static_cast<int>(antichains.size()) >= options.max_states)
       throw InputError(fmt::format("{}: PipeDream's antichain construction over its {} layers reaches more than {} states "
                                    "(docs/formats.md, Limits): the graph branches too widely; partition it as a chain "
                                    "(a profile JSON) or with another partitioner",
-                                   profile.name, count, limits::kMaxAntichainStates));
+                                   source, count, options.max_states));
     if (inserted) {
       antichains.push_back(antichain);
       augmented_of.push_back(augment(antichain));
@@ -210,7 +211,7 @@ StateChain antichain_states(const ModelGraph& graph) {
   for (int layer = 0; layer < count; ++layer)
     if (active[layer] && !last.in_down_set[layer])
       throw InputError(fmt::format("{}: layer '{}' is in no state of the antichain construction (is it reachable from '{}'?)",
-                                   profile.name, profile.layers[layer].name, profile.layers[first_source].name));
+                                   source, profile.layers[layer].name, profile.layers[first_source].name));
   return chain;
 }
 

@@ -5,8 +5,10 @@
 // its ancestors); a stage is the difference of two nested down-sets, so
 // every partition into stages over states respects the graph's edges.
 
+#include <string>
 #include <vector>
 
+#include "core/limits.hpp"
 #include "core/model_graph.hpp"
 
 namespace pipegrid {
@@ -34,6 +36,13 @@ struct StateChain {
   std::vector<int> detached_sinks;
 };
 
+struct AntichainOptions {
+  /// The graph's file, named in messages (empty: the profile's name).
+  std::string file;
+  /// The most states the construction may reach before it gives up.
+  int max_states = limits::kMaxAntichainStates;
+};
+
 /** Builds the states as PipeDream's optimizer does: start from the antichain
  *  holding the first source; the successors of an antichain replace one
  *  layer of its augmented antichain by one of that layer's consumers (when no
@@ -42,7 +51,9 @@ struct StateChain {
  *  reached, their edges the replacements. Throws InputError when the last
  *  state misses a layer (a graph the construction cannot cover), or when
  *  the graph has more than limits::kMaxAntichainLayers layers or the
- *  construction more than limits::kMaxAntichainStates states. */
-StateChain antichain_states(const ModelGraph& graph);
+ *  construction reaches more than options.max_states states (a graph with
+ *  many branches open at once: the states are its antichains; the message
+ *  names the file, its layers and the bound). */
+StateChain antichain_states(const ModelGraph& graph, const AntichainOptions& options = {});
 
 }  // namespace pipegrid

@@ -43,6 +43,9 @@ struct PartitionerInput {
   /// The model's graph when it branches (PipeDream graph.txt; its profile is
   /// `profile`); absent: the profile is a chain.
   std::optional<ModelGraph> graph;
+  /// The profile's file, named in messages about the graph (pipedream's
+  /// antichain bound); empty: the profile's name.
+  std::string profile_file;
 };
 
 /** One stage of a chosen partition, as reported to the user. Times are for

@@ -56,6 +56,10 @@ struct PipeDreamOptions {
   /// and Adam state).
   double extra_state_per_weight_byte = 0;
   PipeDreamCostModel cost_model = PipeDreamCostModel::Released;
+  /// Skip split candidates that provably cannot beat the best found so far
+  /// (the solution is the same either way; false evaluates every candidate
+  /// the released optimizer evaluates, for tests).
+  bool prune = true;
 };
 
 /** The machines of a hierarchy: the product of `machines` (counts per
