@@ -114,6 +114,21 @@ const ScheduleInfo& plan_schedule_info(const Plan& plan) {
   return plan.program_text.empty() ? schedule_info(plan.schedule) : program_info;
 }
 
+ScheduleOptions plan_schedule_options(const Plan& plan, int mini_batches) {
+  ScheduleOptions options;
+  options.num_stages = plan.partition.num_stages();
+  options.micro_batches = plan.micro_batches;
+  options.mini_batches = mini_batches;
+  options.recompute = plan.recompute;
+  options.update_interval = plan.update_interval;
+  options.wait_free = plan.wait_free;
+  options.pipeline_depth = plan.pipeline_depth;
+  options.virtual_stages = plan.virtual_stages;
+  if (plan.virtual_stages == 1)
+    for (const auto& replicas : plan.partition.hosts) options.replicas.push_back(static_cast<int>(replicas.size()));
+  return options;
+}
+
 
 namespace {
 
@@ -543,17 +558,7 @@ class PlatformCopy {
 // hosts `platform` summarises (checked once by run_plan, whatever the count).
 RunResult run_plan_once(const Plan& plan, const std::string& platform_path, const PlatformSummary& platform) {
   RunResult result;
-  ScheduleOptions options;
-  options.num_stages = plan.partition.num_stages();
-  options.micro_batches = plan.micro_batches;
-  options.mini_batches = plan.mini_batches;
-  options.recompute = plan.recompute;
-  options.update_interval = plan.update_interval;
-  options.wait_free = plan.wait_free;
-  options.pipeline_depth = plan.pipeline_depth;
-  options.virtual_stages = plan.virtual_stages;
-  if (plan.virtual_stages == 1)
-    for (const auto& replicas : plan.partition.hosts) options.replicas.push_back(static_cast<int>(replicas.size()));
+  const ScheduleOptions options = plan_schedule_options(plan, plan.mini_batches);
   const ScheduleInfo& info = plan_schedule_info(plan);
   result.program = plan.program_text.empty() ? generate_schedule(plan.schedule, options)
                                              : parse_program_text(plan.program_text, "plan program");

@@ -81,6 +81,10 @@ struct PlanRequest {
  *  intended kind check beyond streams: see run_plan). */
 const ScheduleInfo& plan_schedule_info(const Plan& plan);
 
+/** The options a plan's schedule is generated with, for `mini_batches`
+ *  mini-batches (replicas per stage from the partition's hosts). */
+ScheduleOptions plan_schedule_options(const Plan& plan, int mini_batches);
+
 
 /** A sweep reads each input once in its parent process, and its runs (forked
  *  children) inherit what it read: after this call, profiles and platform

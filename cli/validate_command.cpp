@@ -224,20 +224,10 @@ SavedPlan read_saved_plan(const std::string& file) {
 
 namespace {
 
-/** The Program the executor runs for `plan` (run_plan's, with `warmup`
- *  more mini-batches in front): generated from its schedule, or its
- *  Program file as it is. */
-Program executed_program(const Plan& plan, int warmup, ScheduleOptions& schedule) {
-  schedule.num_stages = plan.partition.num_stages();
-  schedule.micro_batches = plan.micro_batches;
-  schedule.mini_batches = warmup + plan.mini_batches;
-  schedule.recompute = plan.recompute;
-  schedule.update_interval = plan.update_interval;
-  schedule.wait_free = plan.wait_free;
-  schedule.pipeline_depth = plan.pipeline_depth;
-  schedule.virtual_stages = plan.virtual_stages;
-  if (plan.virtual_stages == 1)
-    for (const auto& replicas : plan.partition.hosts) schedule.replicas.push_back(static_cast<int>(replicas.size()));
+/** The Program the executor runs for `plan` with `schedule`
+ *  (plan_schedule_options, with the warm-up mini-batches in front):
+ *  generated from its schedule, or its Program file as it is. */
+Program executed_program(const Plan& plan, const ScheduleOptions& schedule) {
   return plan.program_text.empty() ? generate_schedule(plan.schedule, schedule) : parse_program_text(plan.program_text, "program");
 }
 
@@ -449,8 +439,8 @@ int run_validate_command() {
   validate::ExecutionRequest request;
   request.model = model;
   request.stages = ranges;
-  ScheduleOptions schedule;
-  request.program = from_file ? program_file : executed_program(plan, options.warmup, schedule);
+  const ScheduleOptions schedule = plan_schedule_options(plan, options.warmup + plan.mini_batches);
+  request.program = from_file ? program_file : executed_program(plan, schedule);
   // The weight rule of the schedule (execute's); a Program file is flushed.
   const std::string schedule_name = from_file ? "program " + options.program_file : plan.schedule;
   if (!from_file && plan.schedule == "pipedream")

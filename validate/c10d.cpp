@@ -452,14 +452,6 @@ class C10dTransport : public Transport {
   std::string reason_;
 };
 
-std::map<Action, int> device_of_actions(const Program& program) {
-  std::map<Action, int> device_of;
-  for (std::size_t d = 0; d < program.devices.size(); ++d)
-    for (const Stream& stream : program.devices[d].streams)
-      for (const Action& action : stream.actions) device_of[action] = static_cast<int>(d);
-  return device_of;
-}
-
 /** What device `device`'s streams receive from other devices, in each
  *  stream's order (the executor's receives: a forward's input from the
  *  previous stage, a B's or I's output gradient from the next). */

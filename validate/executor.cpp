@@ -133,15 +133,6 @@ struct DevicePlan {
   std::map<int, int> references;    ///< versioned rules: items of this device that use each version
 };
 
-/** The device that runs each action. */
-std::map<Action, int> device_of_actions(const Program& program) {
-  std::map<Action, int> device_of;
-  for (std::size_t d = 0; d < program.devices.size(); ++d)
-    for (const Stream& stream : program.devices[d].streams)
-      for (const Action& action : stream.actions) device_of[action] = static_cast<int>(d);
-  return device_of;
-}
-
 bool versioned(WeightRule rule) { return rule == WeightRule::Stashing || rule == WeightRule::TwoBW || rule == WeightRule::VerticalSync; }
 
 /** Update points and versions of every device (see WeightRule). */
@@ -646,7 +637,7 @@ void check_request(const ExecutionRequest& request, int devices) {
   std::map<int, std::set<int>> replicas;  // stage -> devices
   for (int d = 0; d < devices; ++d)
     for (const int stage : program.devices[d].stages) replicas[stage].insert(d);
-  const std::map<Action, int> device_of = device_of_actions(program);
+  const std::map<Action, int> device_of = detail::device_of_actions(program);
   for (const AllReduce& all_reduce : program.all_reduces) {
     std::set<int> participants;
     for (const Action& ready : all_reduce.ready) participants.insert(device_of.at(ready));
@@ -809,6 +800,14 @@ std::unique_ptr<Backend> make_cuda_backend(const DeviceSpec& spec, int, bool) {
 
 namespace detail {
 
+std::map<Action, int> device_of_actions(const Program& program) {
+  std::map<Action, int> device_of;
+  for (std::size_t d = 0; d < program.devices.size(); ++d)
+    for (const Stream& stream : program.devices[d].streams)
+      for (const Action& action : stream.actions) device_of[action] = static_cast<int>(d);
+  return device_of;
+}
+
 void check_request(const ExecutionRequest& request, int devices) { pipegrid::validate::check_request(request, devices); }
 
 RunPart run_devices(const ExecutionRequest& request, const std::vector<int>& local, Backend& backend, Transport& transport,
@@ -817,7 +816,7 @@ RunPart run_devices(const ExecutionRequest& request, const std::vector<int>& loc
   const int devices = static_cast<int>(program.devices.size());
   RunShared shared;
   shared.request = &request;
-  shared.device_of = device_of_actions(program);
+  shared.device_of = detail::device_of_actions(program);
   shared.backend = &backend;
   for (const Dependency& dependency : program.extra_dependencies) {
     shared.waits_for[dependency.after].push_back(dependency.before);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +41,9 @@ struct RunPart {
 /** CLOCK_MONOTONIC, in seconds: the clock of CPU stamps, shared by the
  *  processes of one host. */
 double monotonic_seconds();
+
+/** The device that runs each action of `program`. */
+std::map<Action, int> device_of_actions(const Program& program);
 
 /** The checks of execute() (see execute()'s InputErrors). */
 void check_request(const ExecutionRequest& request, int devices);
