@@ -31,6 +31,7 @@
 #include "core/platform_check.hpp"
 #include "core/profile.hpp"
 #include "core/termination.hpp"
+#include "sim/engine.hpp"
 #include "sim/platform_xml.hpp"
 #include "sweep/csv.hpp"
 #include "sweep/experiment.hpp"
@@ -274,9 +275,15 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
 
 std::function<int(int, char**)> dispatch_command;
 
+/// A Fast run's child that needs a second SimGrid engine gives up (no
+/// report): the runner runs it again Isolated.
+[[noreturn]] void give_up_for_a_second_engine() { _exit(75); }
+
 /// In a run's child: the command line, run as `pipegrid ... --json` would,
-/// its stdout and stderr kept in memory.
-sweep::ChildReport run_child(const ExperimentPlan& plan, const PlannedRun& run) {
+/// its stdout and stderr kept in memory. Fast: its first SimGrid engine runs
+/// in this child rather than in a child of its own.
+sweep::ChildReport run_child(const ExperimentPlan& plan, const PlannedRun& run, sweep::RunMode mode) {
+  if (mode == sweep::RunMode::Fast) sim::run_next_engine_in_process(give_up_for_a_second_engine);
   std::vector<std::string> args = {"pipegrid"};
   for (const std::string& arg : command_line_of(plan, run)) args.push_back(arg);
   args.push_back("--json");
@@ -409,7 +416,7 @@ int run_main() {
   std::map<std::string, std::string> new_status;
   if (resumed > 0) std::cerr << fmt::format("pipegrid: {} of {} runs already have a row in {}: skipped\n", resumed, selected.size(), options.out);
   const sweep::RunnerSummary summary = sweep::run_in_children(
-      todo, [&](const PlannedRun& run) { return run_child(plan, run); }, runner,
+      todo, [&](const PlannedRun& run, sweep::RunMode mode) { return run_child(plan, run, mode); }, runner,
       [&](const PlannedRun& run, const sweep::RunOutcome& outcome) {
         journal.append(sweep::rows_of(plan, run, outcome, shard, now_utc(), kVersion));
         new_status[run.key] = outcome.status;

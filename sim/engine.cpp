@@ -983,8 +983,63 @@ Timeline timeline_from_json(const nlohmann::json& json) {
 // as \xNN) before they cross. The child dies with its parent
 // (core/termination.hpp). `hold_point`: the test hook the child stops at
 // before simulating (hold_if_injected).
+// run_next_engine_in_process(): the next engine runs in this process.
+enum class InProcess { Off, Armed, Used };
+InProcess in_process = InProcess::Off;
+void (*on_second_engine)() = nullptr;
+
+// run_in_child's `work` in this process: the same result and exceptions
+// (the child's messages, made printable as they cross), SimGrid's messages
+// on a scratch stderr as in the child. A SimGrid abort ends this process.
+nlohmann::json run_in_this_process(const std::function<nlohmann::json(sg::Engine&)>& work, const char* hold_point) {
+  if (hold_point) hold_if_injected(hold_point);
+  std::fflush(nullptr);
+  const int log_fd = memfd_create("pipegrid-log", 0);
+  const int saved_stderr = dup(STDERR_FILENO);
+  if (log_fd < 0 || saved_stderr < 0) throw std::runtime_error("memfd_create or dup failed");
+  dup2(log_fd, STDERR_FILENO);
+  struct RestoreStderr {
+    int saved, log;
+    ~RestoreStderr() {
+      std::fflush(stderr);
+      dup2(saved, STDERR_FILENO);
+      close(saved);
+      close(log);
+    }
+  } restore{saved_stderr, log_fd};
+  try {
+    char arg0[] = "pipegrid", arg1[] = "--log=root.thres:warning", arg2[] = "--log=xbt_cfg.thres:warning";
+#ifdef PIPEGRID_SIMGRID_CONTEXT_FACTORY
+    char arg3[] = "--cfg=contexts/factory:" PIPEGRID_SIMGRID_CONTEXT_FACTORY;
+    char* argv[] = {arg0, arg1, arg2, arg3, nullptr};
+    int argc = 4;
+#else
+    char* argv[] = {arg0, arg1, arg2, nullptr};
+    int argc = 3;
+#endif
+    nlohmann::json result;
+    {
+      sg::Engine engine(&argc, argv);
+      result = work(engine);
+    }
+    return result;
+  } catch (const InputError& error) {
+    throw InputError(printable(error.what(), true));
+  } catch (const std::exception& error) {
+    throw std::runtime_error(printable(error.what(), true));
+  }
+}
+
 nlohmann::json run_in_child(const std::string& what, const std::function<nlohmann::json(sg::Engine&)>& work,
                             const char* hold_point = nullptr) {
+  if (in_process == InProcess::Used) {
+    on_second_engine();
+    throw std::logic_error("a second SimGrid engine in a process that ran one");
+  }
+  if (in_process == InProcess::Armed) {
+    in_process = InProcess::Used;
+    return run_in_this_process(work, hold_point);
+  }
   const int result_fd = memfd_create("pipegrid-result", 0);
   const int log_fd = memfd_create("pipegrid-log", 0);
   if (result_fd < 0 || log_fd < 0) throw std::runtime_error("memfd_create failed");
@@ -1067,6 +1122,11 @@ nlohmann::json run_in_child(const std::string& what, const std::function<nlohman
 }
 
 }  // namespace
+
+void run_next_engine_in_process(void (*second_engine)()) {
+  in_process = InProcess::Armed;
+  on_second_engine = second_engine;
+}
 
 SimulationResult simulate(const SimulationRequest& request) {
   check_platform_file(request.platform_file);

@@ -132,4 +132,12 @@ constexpr std::size_t kMaxRouteMatrixHosts = 2048;
  *  (unknown host properties) on stderr, once per file per process. */
 PlatformSummary read_platform(const std::string& platform_file, PlatformRoutes routes = PlatformRoutes::All);
 
+/** For a process forked to run one command (a sweep's run): the next engine
+ *  that simulate() or read_platform() starts runs in this process rather
+ *  than in a forked child, with the same results and exceptions; a SimGrid
+ *  abort then ends this process. SimGrid allows one engine per process: a
+ *  later engine calls `second_engine`, which must not return (the caller
+ *  runs the command again without this call). */
+void run_next_engine_in_process(void (*second_engine)());
+
 }  // namespace pipegrid::sim

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -31,6 +32,7 @@ struct Child {
   pid_t pid;
   int fd;
   std::size_t index;
+  RunMode mode;
   Clock::time_point started;
   std::string output;
   bool timed_out = false;
@@ -92,6 +94,7 @@ RunnerSummary run_in_children(const std::vector<PlannedRun>& runs, const RunInCh
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, &previous);
   std::vector<Child> running;
+  std::deque<std::size_t> again;  // runs whose Fast attempt left no report
   std::size_t next = 0, done = 0;
   Progress progress(runs.size(), options.progress);
   progress.show(0, summary.by_status);
@@ -100,8 +103,11 @@ RunnerSummary run_in_children(const std::vector<PlannedRun>& runs, const RunInCh
   std::optional<Clock::time_point> stop_deadline;
   const auto kill_child = [](Child& child) { ::kill(child.pid, SIGKILL); };
   try {
-    while (done < next || (next < runs.size() && !terminate_requested)) {
-      while (!terminate_requested && next < runs.size() && static_cast<int>(running.size()) < std::max(1, options.jobs)) {
+    while (!running.empty() || (!terminate_requested && (!again.empty() || next < runs.size()))) {
+      while (!terminate_requested && (!again.empty() || next < runs.size()) &&
+             static_cast<int>(running.size()) < std::max(1, options.jobs)) {
+        const RunMode mode = again.empty() ? RunMode::Fast : RunMode::Isolated;
+        const std::size_t index = again.empty() ? next : again.front();
         int fds[2];
         if (pipe(fds) != 0) throw std::runtime_error("sweep: pipe failed");
         const pid_t pid = fork_child(ChildStop::Terminate);
@@ -110,7 +116,7 @@ RunnerSummary run_in_children(const std::vector<PlannedRun>& runs, const RunInCh
           sigaction(SIGTERM, &previous, nullptr);  // a run stops its simulation when terminated
           ChildReport report;
           try {
-            report = run_in_child(runs[next]);
+            report = run_in_child(runs[index], mode);
           } catch (const std::exception& error) {
             report = {"crashed", fmt::format("internal error: {}", error.what()), ""};
           }
@@ -119,8 +125,9 @@ RunnerSummary run_in_children(const std::vector<PlannedRun>& runs, const RunInCh
           _exit(0);
         }
         ::close(fds[1]);
-        running.push_back({pid, fds[0], next, Clock::now(), "", false});
-        ++next;
+        running.push_back({pid, fds[0], index, mode, Clock::now(), "", false});
+        if (mode == RunMode::Fast) ++next;
+        else again.pop_front();
       }
       if (terminate_requested && !stop_deadline) {
         progress.clear_line();
@@ -191,6 +198,13 @@ RunnerSummary run_in_children(const std::vector<PlannedRun>& runs, const RunInCh
           }
         }
         const PlannedRun& run = runs[child.index];
+        const bool stopped_by_us = !complete && !child.timed_out && stop_deadline;
+        if (!complete && !child.timed_out && !stopped_by_us && child.mode == RunMode::Fast) {
+          again.push_back(child.index);  // run it again the plain way; record that
+          running.erase(running.begin() + static_cast<std::ptrdiff_t>(c));
+          polled.erase(polled.begin() + static_cast<std::ptrdiff_t>(c));
+          continue;
+        }
         if (!complete) {
           if (child.timed_out) {
             outcome.status = "timeout";
@@ -202,7 +216,6 @@ RunnerSummary run_in_children(const std::vector<PlannedRun>& runs, const RunInCh
                                                                WIFEXITED(status) ? WEXITSTATUS(status) : -1);
           }
         }
-        const bool stopped_by_us = !complete && !child.timed_out && stop_deadline;
         if (!stopped_by_us) {
           ++summary.by_status[outcome.status];
           if (outcome.status == "error" || outcome.status == "crashed" || outcome.status == "timeout") {

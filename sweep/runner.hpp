@@ -18,9 +18,16 @@ struct ChildReport {
   std::string status, reason, json;
 };
 
-/// Called in the child, once per run. Throws nothing the runner must know
+/// How a run's child runs it. Fast: as the caller sees fit to do it
+/// quickly (a sweep runs its engine in the child itself); a child that ends
+/// without a report (it died, or it gave up) is run again Isolated, the
+/// plain way, and only that outcome is recorded. Runs are deterministic, so
+/// either way gives the result the plain way gives.
+enum class RunMode { Fast, Isolated };
+
+/// Called in the child, once per attempt. Throws nothing the runner must know
 /// about: the caller maps its exceptions to a status itself.
-using RunInChild = std::function<ChildReport(const PlannedRun&)>;
+using RunInChild = std::function<ChildReport(const PlannedRun&, RunMode)>;
 
 struct RunnerOptions {
   int jobs = 1;
