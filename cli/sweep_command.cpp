@@ -1,6 +1,7 @@
 #include "cli/sweep_command.hpp"
 
 #include <signal.h>
+#include <malloc.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -343,11 +344,12 @@ void materialize_inline_platforms(std::vector<PlannedRun>& runs, const std::stri
   }
 }
 
-/// Reads every input file once in the parent (its children inherit them).
-void read_inputs_once(const ExperimentPlan& plan) {
+/// Reads every input file of `runs` once in the parent (its children inherit them).
+void read_inputs_once(const std::vector<const PlannedRun*>& runs) {
   std::set<std::string> profiles, platforms;
   bool partitioners = false;
-  for (const PlannedRun& run : plan.runs) {
+  for (const PlannedRun* each : runs) {
+    const PlannedRun& run = *each;
     if (const auto found = run.settings.find("partitioner"); found != run.settings.end() && !found->second.value.absent() &&
         found->second.value.text != "uniform")
       partitioners = true;
@@ -381,7 +383,10 @@ int run_main() {
   if (options.fresh)
     for (const char* name : {"shards", "runs.csv", "devices.csv"}) fs::remove_all(fs::path(options.out) / name);
   sweep::write_manifest(options.out, sweep::manifest_json(plan, input_hashes(plan), kVersion));
-  const std::vector<PlannedRun> selected = sweep::runs_of_shard(plan.runs, shard);
+  // Only this shard's runs are kept, once: every run forks this process,
+  // and a fork costs in proportion to the memory it copies the mappings of.
+  const std::vector<PlannedRun> selected = shard.count == 1 ? std::move(plan.runs) : sweep::runs_of_shard(plan.runs, shard);
+  plan.runs = {};
   // Other shards may be appending to their journals in this folder: only
   // this shard's own journals are repaired (Journal, below).
   const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out, false);
@@ -392,7 +397,7 @@ int run_main() {
     return found->second[static_cast<std::size_t>(status_column - recorded.header.begin())];
   };
   const auto failed = [](const std::string& status) { return status == "error" || status == "crashed" || status == "timeout"; };
-  std::vector<PlannedRun> todo;
+  std::vector<const PlannedRun*> todo;
   int resumed = 0;
   std::set<std::string> keys_to_run;  // runs equal but for their labels run once
   for (const PlannedRun& run : selected) {
@@ -401,9 +406,9 @@ int run_main() {
       ++resumed;
       continue;
     }
-    if (keys_to_run.insert(run.key).second) todo.push_back(run);
+    if (keys_to_run.insert(run.key).second) todo.push_back(&run);
   }
-  read_inputs_once(plan);
+  read_inputs_once(todo);
   const fs::path partitions = fs::path(options.out) / "cache" / "partitions";
   fs::create_directories(partitions, error);
   if (error) throw InputError(fmt::format("{}: cannot create: {}", partitions.string(), error.message()));
@@ -415,6 +420,7 @@ int run_main() {
   runner.progress = isatty(STDERR_FILENO) != 0;
   std::map<std::string, std::string> new_status;
   if (resumed > 0) std::cerr << fmt::format("pipegrid: {} of {} runs already have a row in {}: skipped\n", resumed, selected.size(), options.out);
+  malloc_trim(0);  // what planning freed leaves the process before the forks copy it
   const sweep::RunnerSummary summary = sweep::run_in_children(
       todo, [&](const PlannedRun& run, sweep::RunMode mode) { return run_child(plan, run, mode); }, runner,
       [&](const PlannedRun& run, const sweep::RunOutcome& outcome) {

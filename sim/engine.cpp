@@ -1131,17 +1131,24 @@ void run_next_engine_in_process(void (*second_engine)()) {
 SimulationResult simulate(const SimulationRequest& request) {
   check_platform_file(request.platform_file);
   check_one_device_per_host(request.hosts, "partition");
+  // In this process (run_next_engine_in_process) the timeline needs no JSON.
+  const bool here = in_process == InProcess::Armed;
+  Timeline timeline;
   const nlohmann::json result = run_in_child(request.platform_file, [&](sg::Engine& engine) {
     const PlatformSummary platform = load_platform(engine, request.platform_file, request.network, false);
     Simulation simulation(request, platform);
     check_routes(request.platform_file, simulation.needed_routes(), request.network == NetworkModel::SimGrid);
     simulation.start();
     engine.run();
+    if (here) {
+      timeline = simulation.timeline();
+      return nlohmann::json{{"platform", summary_to_json(platform)}};
+    }
     return nlohmann::json{{"platform", summary_to_json(platform)}, {"timeline", timeline_to_json(simulation.timeline())}};
   }, "hold-simulation");
   SimulationResult out;
   out.platform = summary_from_json(result.at("platform"), request.platform_file);
-  out.timeline = timeline_from_json(result.at("timeline"));
+  out.timeline = here ? std::move(timeline) : timeline_from_json(result.at("timeline"));
   return out;
 }
 

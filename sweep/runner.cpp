@@ -84,7 +84,7 @@ class Progress {
 
 }  // namespace
 
-RunnerSummary run_in_children(const std::vector<PlannedRun>& runs, const RunInChild& run_in_child,
+RunnerSummary run_in_children(const std::vector<const PlannedRun*>& runs, const RunInChild& run_in_child,
                               const RunnerOptions& options,
                               const std::function<void(const PlannedRun&, const RunOutcome&)>& finished) {
   RunnerSummary summary;
@@ -116,7 +116,7 @@ RunnerSummary run_in_children(const std::vector<PlannedRun>& runs, const RunInCh
           sigaction(SIGTERM, &previous, nullptr);  // a run stops its simulation when terminated
           ChildReport report;
           try {
-            report = run_in_child(runs[index], mode);
+            report = run_in_child(*runs[index], mode);
           } catch (const std::exception& error) {
             report = {"crashed", fmt::format("internal error: {}", error.what()), ""};
           }
@@ -197,7 +197,7 @@ RunnerSummary run_in_children(const std::vector<PlannedRun>& runs, const RunInCh
           } catch (const nlohmann::json::exception&) {
           }
         }
-        const PlannedRun& run = runs[child.index];
+        const PlannedRun& run = *runs[child.index];
         const bool stopped_by_us = !complete && !child.timed_out && stop_deadline;
         if (!complete && !child.timed_out && !stopped_by_us && child.mode == RunMode::Fast) {
           again.push_back(child.index);  // run it again the plain way; record that

@@ -43,7 +43,7 @@ struct RunnerSummary {
 
 /** Runs `runs`; `finished` is called in the parent for each, in completion
  *  order. Errors' first lines go to stderr as they happen. */
-RunnerSummary run_in_children(const std::vector<PlannedRun>& runs, const RunInChild& run_in_child,
+RunnerSummary run_in_children(const std::vector<const PlannedRun*>& runs, const RunInChild& run_in_child,
                               const RunnerOptions& options,
                               const std::function<void(const PlannedRun&, const RunOutcome&)>& finished);
 
