@@ -1,6 +1,8 @@
 #include "sweep/runner.hpp"
 
 #include <poll.h>
+#include <pthread.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,6 +50,34 @@ void write_whole(int fd, const std::string& text) {
     if (n <= 0) _exit(1);
     written += static_cast<std::size_t>(n);
   }
+}
+
+// Runs `work` on a new thread and waits for it. In a forked child this
+// gives the work a malloc arena of its own (glibc: one per thread, the main
+// thread's being the parent's heap): its allocations come from fresh pages
+// instead of the free lists of the parent's heap, whose every page the fork
+// shares copy-on-write (a fault and a copy at each first touch). The stack
+// is as large as the main thread's limit, and at least 64 MiB.
+void on_own_thread(const std::function<void()>& work) {
+  rlimit limit{};
+  std::size_t stack = std::size_t{64} << 20;
+  if (getrlimit(RLIMIT_STACK, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur > stack)
+    stack = static_cast<std::size_t>(limit.rlim_cur);
+  pthread_attr_t attributes;
+  pthread_attr_init(&attributes);
+  pthread_attr_setstacksize(&attributes, stack);
+  pthread_t thread;
+  const auto start = [](void* argument) -> void* {
+    (*static_cast<const std::function<void()>*>(argument))();
+    return nullptr;
+  };
+  const bool started = pthread_create(&thread, &attributes, start, const_cast<std::function<void()>*>(&work)) == 0;
+  pthread_attr_destroy(&attributes);
+  if (!started) {
+    work();  // no thread: the same work on this one
+    return;
+  }
+  pthread_join(thread, nullptr);
 }
 
 std::string signal_name(int signal) {
@@ -115,11 +145,15 @@ RunnerSummary run_in_children(const std::vector<const PlannedRun*>& runs, const 
           ::close(fds[0]);
           sigaction(SIGTERM, &previous, nullptr);  // a run stops its simulation when terminated
           ChildReport report;
-          try {
-            report = run_in_child(*runs[index], mode);
-          } catch (const std::exception& error) {
-            report = {"crashed", fmt::format("internal error: {}", error.what()), ""};
-          }
+          const auto run = [&] {
+            try {
+              report = run_in_child(*runs[index], mode);
+            } catch (const std::exception& error) {
+              report = {"crashed", fmt::format("internal error: {}", error.what()), ""};
+            }
+          };
+          if (mode == RunMode::Fast) on_own_thread(run);
+          else run();
           write_whole(fds[1], nlohmann::json{{"status", report.status}, {"reason", report.reason}, {"json", report.json}}.dump());
           std::fflush(nullptr);
           _exit(0);

@@ -18,11 +18,12 @@ struct ChildReport {
   std::string status, reason, json;
 };
 
-/// How a run's child runs it. Fast: as the caller sees fit to do it
-/// quickly (a sweep runs its engine in the child itself); a child that ends
-/// without a report (it died, or it gave up) is run again Isolated, the
-/// plain way, and only that outcome is recorded. Runs are deterministic, so
-/// either way gives the result the plain way gives.
+/// How a run's child runs it. Fast: on a thread of its own (a fresh malloc
+/// arena, not the parent's heap), as the caller sees fit to do it quickly (a
+/// sweep runs its engine in the child itself); a child that ends without a
+/// report (it died, or it gave up) is run again Isolated, the plain way, and
+/// only that outcome is recorded. Runs are deterministic, so either way
+/// gives the result the plain way gives.
 enum class RunMode { Fast, Isolated };
 
 /// Called in the child, once per attempt. Throws nothing the runner must know
