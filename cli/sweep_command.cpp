@@ -347,12 +347,15 @@ void materialize_inline_platforms(std::vector<PlannedRun>& runs, const std::stri
 /// Reads every input file of `runs` once in the parent (its children inherit them).
 void read_inputs_once(const std::vector<const PlannedRun*>& runs) {
   std::set<std::string> profiles, platforms;
-  bool partitioners = false;
+  bool partitioners = false, tensor_parallel = false;
   for (const PlannedRun* each : runs) {
     const PlannedRun& run = *each;
     if (const auto found = run.settings.find("partitioner"); found != run.settings.end() && !found->second.value.absent() &&
         found->second.value.text != "uniform")
       partitioners = true;
+    if (const auto found = run.settings.find("tensor_parallel"); found != run.settings.end() && found->second.value.numeric() &&
+        found->second.value.number() > 1)
+      tensor_parallel = true;
     if (const auto found = run.settings.find("profile"); found != run.settings.end() && !found->second.resolved_path.empty())
       profiles.insert(found->second.resolved_path);
     if (const auto found = run.settings.find("platform"); found != run.settings.end() && !found->second.resolved_path.empty())
@@ -361,6 +364,14 @@ void read_inputs_once(const std::vector<const PlannedRun*>& runs) {
   enable_input_cache();
   for (const std::string& path : profiles) preload_profile(path);
   for (const std::string& path : platforms) preload_platform(path, partitioners);
+  // Tensor parallelism reads the routes too (make_plan): read them here, so
+  // that a run needs no engine of its own for them. A platform whose routes
+  // cannot be read is left to the runs, which report it as before.
+  if (tensor_parallel && !partitioners)
+    for (const std::string& path : platforms) try {
+        preload_platform(path, true);
+      } catch (const InputError&) {
+      }
 }
 
 std::map<std::string, std::string> input_hashes(const ExperimentPlan& plan) {
