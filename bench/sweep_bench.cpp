@@ -3,8 +3,11 @@
 // stages each) with --jobs 2, and the same runs' cost as separate
 // `pipegrid simulate --json` processes (a sample of every 40th run, one at a
 // time). Prints runs per second, the sweep's CPU-seconds per run against a
-// simulate process's, and the total against the 3-minute aim. Nothing is
-// asserted. Usage: pipegrid_sweep_bench [JOBS] (default 2).
+// simulate process's, the total against the 3-minute aim (issue 17), and
+// the figures measured before the sweep runner's changes (docs/performance.md,
+// "Sweeps"). Nothing is asserted. Usage: pipegrid_sweep_bench [JOBS]
+// (default 2); PIPEGRID_SWEEP_BENCH_KEEP=1 keeps (and names) its folder, to
+// profile `sweep run` on the same inputs.
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -144,6 +147,15 @@ int main(int argc, char** argv) {
   std::printf("the same %d runs as simulate processes, %d at a time: about %.1f s; the sweep: %.1f s (%.2fx)\n", kRuns, jobs,
               per_simulate_wall * kRuns / jobs, sweep.wall_s, sweep.wall_s / (per_simulate_wall * kRuns / jobs));
   std::printf("total against the 3-minute aim: %.1f s of 180 s (%.2f)\n", sweep.wall_s, sweep.wall_s / 180);
-  fs::remove_all(dir);
+  // Before (docs/performance.md, "Sweeps"): main at 1fb26da on this 2-core
+  // machine shared with other agents' builds, RelWithDebInfo, --jobs 2.
+  constexpr double kBeforeTorchCpuPerRun = 26.0e-3, kBeforeCpuPerRun = 15.3e-3;
+  std::printf("before: %.1f ms CPU per run with LibTorch linked (144.5 s wall), %.1f ms without (267.6 s wall, "
+              "busier machine); now %.1f ms: %.2fx / %.2fx less CPU\n",
+              1e3 * kBeforeTorchCpuPerRun, 1e3 * kBeforeCpuPerRun, 1e3 * per_sweep_cpu, kBeforeTorchCpuPerRun / per_sweep_cpu,
+              kBeforeCpuPerRun / per_sweep_cpu);
+  std::printf("the sweep on 2 idle cores at this CPU cost: about %.0f s of 180 s\n", sweep.cpu_s / 2);
+  if (std::getenv("PIPEGRID_SWEEP_BENCH_KEEP")) std::printf("inputs and results kept in %s\n", dir.c_str());
+  else fs::remove_all(dir);
   return 0;
 }
