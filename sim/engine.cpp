@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -1082,7 +1083,7 @@ std::string records_to_bytes(const std::vector<PackedRecord>& records) {
   return std::string(reinterpret_cast<const char*>(records.data()), records.size() * sizeof(PackedRecord));
 }
 
-Timeline timeline_from_child(const nlohmann::json& hosts, const std::string& bytes) {
+Timeline timeline_from_child(const nlohmann::json& hosts, std::string_view bytes) {
   Timeline timeline;
   timeline.hosts = hosts.get<std::vector<std::string>>();
   if (bytes.size() % sizeof(PackedRecord) != 0) throw std::runtime_error(fmt::format("timeline of {} bytes", bytes.size()));
@@ -1106,7 +1107,9 @@ Timeline timeline_from_child(const nlohmann::json& hosts, const std::string& byt
 // What a child hands back: JSON (as CBOR) and raw bytes.
 struct ChildResult {
   nlohmann::json json;
-  std::string bytes;
+  std::string payload;         ///< the whole result file
+  std::size_t bytes_at = 0;    ///< where the raw bytes start in it
+  std::string_view bytes() const { return std::string_view(payload).substr(bytes_at); }
 };
 
 // Runs `work` (which starts one SimGrid engine) in a forked child and returns
@@ -1179,7 +1182,7 @@ ChildResult run_in_child(const std::string& what, const std::function<nlohmann::
     close(fd);
     return text;
   };
-  const std::string payload = slurp(result_fd);
+  std::string payload = slurp(result_fd);
   const std::string log = slurp(log_fd);
 #ifdef PIPEGRID_SANITIZE
   // A sanitizer report in the child goes to its captured stderr: show it.
@@ -1210,7 +1213,7 @@ ChildResult run_in_child(const std::string& what, const std::function<nlohmann::
   nlohmann::json result = nlohmann::json::from_cbor(payload.begin() + sizeof cbor_size, payload.begin() + static_cast<std::ptrdiff_t>(sizeof cbor_size + cbor_size));
   if (result.contains("input_error")) throw InputError(result["input_error"].get<std::string>());
   if (result.contains("error")) throw std::runtime_error(result["error"].get<std::string>());
-  return {std::move(result["ok"]), payload.substr(sizeof cbor_size + cbor_size)};
+  return {std::move(result["ok"]), std::move(payload), sizeof cbor_size + cbor_size};
 }
 
 }  // namespace
@@ -1231,7 +1234,7 @@ SimulationResult simulate(const SimulationRequest& request) {
   }, "hold-simulation");
   SimulationResult out;
   out.platform = summary_from_json(result.json.at("platform"), request.platform_file);
-  out.timeline = timeline_from_child(result.json.at("hosts"), result.bytes);
+  out.timeline = timeline_from_child(result.json.at("hosts"), result.bytes());
   return out;
 }
 
