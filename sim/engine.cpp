@@ -18,6 +18,7 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -237,6 +238,7 @@ struct PackedRecord {
   std::int32_t peer = -1;  ///< -1: none
   std::uint8_t action = 0;
 };
+static_assert(std::is_trivially_copyable_v<PackedRecord>, "records cross to the parent as bytes");
 constexpr std::uint8_t kSendForward = 1, kSendBackward = 2, kAllReduce = 3;
 
 std::string packed_action_name(std::uint8_t action) {
