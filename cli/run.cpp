@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -45,7 +46,25 @@ Profile profile_from(const std::string& path, std::optional<int> batch_size) {
 }
 
 PlatformSummary platform_from(const std::string& path, sim::PlatformRoutes routes = sim::PlatformRoutes::None) {
-  if (!input_cache_enabled) return sim::read_platform(path, routes);
+  if (!input_cache_enabled) {
+    // The last summary read, while the file holds the same text: a command
+    // reads its platform when it plans and again when it runs (a SimGrid
+    // load each, large on large platforms).
+    static std::string last_path, last_text;
+    static sim::PlatformRoutes last_routes = sim::PlatformRoutes::None;
+    static std::optional<PlatformSummary> last;
+    std::string text;
+    try {
+      text = read_text_file(path);
+    } catch (const InputError&) {
+      return sim::read_platform(path, routes);  // its message
+    }
+    if (last && path == last_path && routes == last_routes && text == last_text) return *last;
+    last.reset();
+    last = sim::read_platform(path, routes);
+    last_path = path, last_routes = routes, last_text = std::move(text);
+    return *last;
+  }
   const auto key = std::make_pair(path, routes);
   if (const auto found = cached_platforms.find(key); found != cached_platforms.end()) return found->second;
   return cached_platforms.emplace(key, sim::read_platform(path, routes)).first->second;

@@ -731,12 +731,22 @@ void check_platform_file(const std::string& file) {
   if (static_cast<std::size_t>(status.st_size) > kMaxPlatformFileBytes)
     throw InputError(fmt::format("{}: the file has {} bytes; pipegrid reads platform files of at most {} MiB",
                                  printable(file), status.st_size, kMaxPlatformFileBytes >> 20));
-  const PlatformCheck check = check_platform_xml(printable(file), read_text_file(file));
+  std::string text = read_text_file(file);
   static std::mutex mutex;
+  // The last file that passed, with its text: a command reads one platform
+  // several times (plan, run, simulation); the same text passes again.
+  static std::string passed_file, passed_text;
+  {
+    const std::lock_guard lock(mutex);
+    if (file == passed_file && text == passed_text) return;
+  }
+  const PlatformCheck check = check_platform_xml(printable(file), text);
   static std::set<std::string> warned;
   const std::lock_guard lock(mutex);
   if (warned.insert(file).second)
     for (const std::string& warning : check.warnings) std::cerr << "warning: " << warning << "\n";
+  passed_file = file;
+  passed_text = std::move(text);
 }
 
 // Loads the platform into a fresh engine and summarises its hosts in the
