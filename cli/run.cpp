@@ -107,6 +107,8 @@ PlatformSummary tensor_parallel_view(Plan& plan, PlatformSummary platform, const
 
 void enable_input_cache() { input_cache_enabled = true; }
 
+void enable_progress_on_terminal() { sim::set_progress(isatty(STDERR_FILENO) == 1); }
+
 namespace {
 std::string partition_cache_folder;
 }  // namespace

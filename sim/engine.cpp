@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +26,7 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/platform_check.hpp"
+#include "core/progress.hpp"
 #include "core/termination.hpp"
 #include "core/timeline.hpp"
 #include "sim/platform_xml.hpp"
@@ -409,6 +411,9 @@ class Simulation {
     return needed;
   }
 
+  /// Timeline records so far (progress).
+  std::size_t records_done() const { return records_.size(); }
+
   Timeline timeline() const {
     Timeline timeline;
     timeline.hosts = hosts_;
@@ -721,6 +726,39 @@ class Simulation {
   sg::MutexPtr mutex_ = sg::Mutex::create();
 };
 
+// Progress (set_progress): whether simulate() shows it, and in the child,
+// its copy of the terminal stderr was before the child captured stderr.
+bool progress_enabled = false;
+int progress_fd = -1;
+
+// Shows the progress line on progress_fd, at most every
+// kProgressIntervalSeconds; call finish() after the run (erases it).
+class ProgressHook {
+ public:
+  explicit ProgressHook(const Simulation& simulation) : simulation_(simulation) {
+    if (progress_fd < 0) return;
+    sg::Engine::on_time_advance_cb([this](double) {
+      if (++calls_ % 16 != 0) return;
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      if (!progress_due(elapsed, last_shown_)) return;
+      last_shown_ = elapsed;
+      show(progress_update(progress_line(sg::Engine::get_clock(), simulation_.records_done(), elapsed)));
+    });
+  }
+  void finish() {
+    if (last_shown_ >= 0) show(progress_erase());
+  }
+
+ private:
+  static void show(const std::string& text) {
+    if (write(progress_fd, text.data(), text.size()) < 0) progress_fd = -1;
+  }
+  const Simulation& simulation_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::size_t calls_ = 0;
+  double last_shown_ = -1;
+};
+
 // Reads `file` and checks it (check_platform_xml) before SimGrid sees it;
 // prints its warnings on stderr, once per file in this process.
 void check_platform_file(const std::string& file) {
@@ -1002,6 +1040,7 @@ nlohmann::json run_in_child(const std::string& what, const std::function<nlohman
   const pid_t child = fork_child(ChildStop::Kill);
   if (child == 0) {
     if (hold_point) hold_if_injected(hold_point);
+    if (progress_enabled) progress_fd = dup(STDERR_FILENO);
     dup2(log_fd, STDERR_FILENO);
     std::vector<std::uint8_t> payload;
     int code = 0;
@@ -1086,7 +1125,9 @@ SimulationResult simulate(const SimulationRequest& request) {
     Simulation simulation(request, platform);
     check_routes(request.platform_file, simulation.needed_routes(), request.network == NetworkModel::SimGrid);
     simulation.start();
+    ProgressHook progress(simulation);
     engine.run();
+    progress.finish();
     return nlohmann::json{{"platform", summary_to_json(platform)}, {"timeline", timeline_to_json(simulation.timeline())}};
   }, "hold-simulation");
   SimulationResult out;
@@ -1094,6 +1135,8 @@ SimulationResult simulate(const SimulationRequest& request) {
   out.timeline = timeline_from_json(result.at("timeline"));
   return out;
 }
+
+void set_progress(bool enabled) { progress_enabled = enabled; }
 
 PlatformSummary read_platform(const std::string& platform_file, PlatformRoutes routes) {
   check_platform_file(platform_file);
