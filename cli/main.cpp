@@ -295,6 +295,7 @@ int main_with_exceptions(int argc, char** argv) {
         throw InputError(fmt::format("simulate: --micro-batches is required for {} (or give --plan FILE)", request.schedule));
       plan = make_plan(request);
     }
+    enable_progress_on_terminal();
     const RunResult result = run_plan(plan);
     // The table lists the warnings itself; with --json they go to stderr too.
     if (outputs.json)

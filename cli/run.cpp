@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -109,6 +110,8 @@ PlatformSummary tensor_parallel_view(Plan& plan, PlatformSummary platform, const
 }  // namespace
 
 void enable_input_cache() { input_cache_enabled = true; }
+
+void enable_progress_on_terminal() { sim::set_progress(isatty(STDERR_FILENO) == 1); }
 
 namespace {
 std::string partition_cache_folder;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -29,6 +30,7 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/platform_check.hpp"
+#include "core/progress.hpp"
 #include "core/termination.hpp"
 #include "core/timeline.hpp"
 #include "sim/platform_xml.hpp"
@@ -512,6 +514,9 @@ class Simulation {
     return needed;
   }
 
+  /// Timeline records so far (progress).
+  std::size_t records_done() const { return records_.size(); }
+
   /** The hosts of the timeline in display order (the order the Program's
    *  devices first name them). */
   const std::vector<std::string>& hosts() const { return hosts_; }
@@ -842,6 +847,39 @@ class Simulation {
   sg::MutexPtr mutex_ = sg::Mutex::create();
 };
 
+// Progress (set_progress): whether simulate() shows it, and in the child,
+// its copy of the terminal stderr was before the child captured stderr.
+bool progress_enabled = false;
+int progress_fd = -1;
+
+// Shows the progress line on progress_fd, at most every
+// kProgressIntervalSeconds; call finish() after the run (erases it).
+class ProgressHook {
+ public:
+  explicit ProgressHook(const Simulation& simulation) : simulation_(simulation) {
+    if (progress_fd < 0) return;
+    sg::Engine::on_time_advance_cb([this](double) {
+      if (++calls_ % 16 != 0) return;
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      if (!progress_due(elapsed, last_shown_)) return;
+      last_shown_ = elapsed;
+      show(progress_update(progress_line(sg::Engine::get_clock(), simulation_.records_done(), elapsed)));
+    });
+  }
+  void finish() {
+    if (last_shown_ >= 0) show(progress_erase());
+  }
+
+ private:
+  static void show(const std::string& text) {
+    if (write(progress_fd, text.data(), text.size()) < 0) progress_fd = -1;
+  }
+  const Simulation& simulation_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::size_t calls_ = 0;
+  double last_shown_ = -1;
+};
+
 // Reads `file` and checks it (check_platform_xml) before SimGrid sees it;
 // prints its warnings on stderr, once per file in this process.
 void check_platform_file(const std::string& file) {
@@ -852,12 +890,22 @@ void check_platform_file(const std::string& file) {
   if (static_cast<std::size_t>(status.st_size) > kMaxPlatformFileBytes)
     throw InputError(fmt::format("{}: the file has {} bytes; pipegrid reads platform files of at most {} MiB",
                                  printable(file), status.st_size, kMaxPlatformFileBytes >> 20));
-  const PlatformCheck check = check_platform_xml(printable(file), read_text_file(file));
+  std::string text = read_text_file(file);
   static std::mutex mutex;
+  // The last file that passed, with its text: a command reads one platform
+  // several times (plan, run, simulation); the same text passes again.
+  static std::string passed_file, passed_text;
+  {
+    const std::lock_guard lock(mutex);
+    if (file == passed_file && text == passed_text) return;
+  }
+  const PlatformCheck check = check_platform_xml(printable(file), text);
   static std::set<std::string> warned;
   const std::lock_guard lock(mutex);
   if (warned.insert(file).second)
     for (const std::string& warning : check.warnings) std::cerr << "warning: " << warning << "\n";
+  passed_file = file;
+  passed_text = std::move(text);
 }
 
 // Loads the platform into a fresh engine and summarises its hosts in the
@@ -1131,6 +1179,7 @@ ChildResult run_in_child(const std::string& what, const std::function<nlohmann::
   const pid_t child = fork_child(ChildStop::Kill);
   if (child == 0) {
     if (hold_point) hold_if_injected(hold_point);
+    if (progress_enabled) progress_fd = dup(STDERR_FILENO);
     dup2(log_fd, STDERR_FILENO);
     std::vector<std::uint8_t> payload;
     std::string bytes;
@@ -1230,7 +1279,9 @@ SimulationResult simulate(const SimulationRequest& request) {
     Simulation& simulation = *new Simulation(request, platform);
     check_routes(request.platform_file, simulation.needed_routes(), request.network == NetworkModel::SimGrid);
     simulation.start();
+    ProgressHook progress(simulation);
     engine.run();
+    progress.finish();
     bytes = records_to_bytes(simulation.sorted_records());
     return nlohmann::json{{"platform", summary_to_json(platform)}, {"hosts", simulation.hosts()}};
   }, "hold-simulation");
@@ -1239,6 +1290,8 @@ SimulationResult simulate(const SimulationRequest& request) {
   out.timeline = timeline_from_child(result.json.at("hosts"), result.bytes());
   return out;
 }
+
+void set_progress(bool enabled) { progress_enabled = enabled; }
 
 PlatformSummary read_platform(const std::string& platform_file, PlatformRoutes routes) {
   check_platform_file(platform_file);
