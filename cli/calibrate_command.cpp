@@ -8,6 +8,7 @@
 
 #include "cli/launcher_flag.hpp"
 #include "cli/model_flags.hpp"
+#include "cli/torch_forward.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/profile.hpp"
@@ -42,9 +43,7 @@ validate::Calibration calibrate_for_device(validate::CalibrationRequest request,
 }
 
 CLI::App* add_calibrate_command(CLI::App& app) {
-  command = app.add_subcommand(
-      "calibrate", "measure a zoo model's layers, the copies between devices, the optimizer step and the per-action overhead "
-      "with LibTorch on the devices that will run it; write a profile and a platform");
+  command = app.add_subcommand("calibrate", kCalibrateSummary);
   command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or gpt (its options: the flags below)")->required();
   add_model_flags(*command, options.model_flags);
   command->add_option("--micro-batch-size", options.micro_batch_size, "samples per micro-batch (default 8)");

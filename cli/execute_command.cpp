@@ -11,6 +11,7 @@
 
 #include "cli/launcher_flag.hpp"
 #include "cli/model_flags.hpp"
+#include "cli/torch_forward.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/platform_check.hpp"
@@ -60,7 +61,7 @@ CLI::App* command = nullptr;
 }  // namespace
 
 CLI::App* add_execute_command(CLI::App& app) {
-  command = app.add_subcommand("execute", "run a schedule for real with LibTorch (CPU threads or CUDA GPUs) and record its timeline");
+  command = app.add_subcommand("execute", kExecuteSummary);
   command->add_option("--model", options.model, "zoo model: mlp, vgg16, gnmt or gpt (its options: the flags below)")->required();
   add_model_flags(*command, options.model_flags);
   command->add_option("--schedule", options.schedule,

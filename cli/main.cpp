@@ -1,6 +1,10 @@
 // pipegrid: predict, draw and check pipeline-parallel DNN training.
 // Subcommands: simulate, model, schedule, partition, explore, compare, platform, demo, execute, calibrate, validate (the last three in LibTorch builds).
 // Flag spellings are stable: users script against them.
+// Built twice where LibTorch is found (cli/CMakeLists.txt): pipegrid-torch with
+// every command (PIPEGRID_WITH_TORCH), and pipegrid without LibTorch, whose
+// stand-ins for the LibTorch commands hand their command lines to
+// pipegrid-torch (PIPEGRID_TORCH_EXECUTABLE, cli/torch_forward.hpp).
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +20,7 @@
 #include "cli/compare_command.hpp"
 #include "cli/model_command.hpp"
 #include "cli/platform_command.hpp"
+#include "cli/torch_forward.hpp"
 #ifdef PIPEGRID_WITH_TORCH
 #include "cli/calibrate_command.hpp"
 #include "cli/execute_command.hpp"
@@ -234,6 +239,10 @@ int main_with_exceptions(int argc, char** argv) {
   int rank_index = 0;
   launched_rank->add_option("folder", rank_folder)->required();
   launched_rank->add_option("rank", rank_index)->required();
+#elif defined(PIPEGRID_TORCH_EXECUTABLE)
+  add_forwarded_command(app, "execute", kExecuteSummary);
+  add_forwarded_command(app, "calibrate", kCalibrateSummary);
+  add_forwarded_command(app, "__rank", "");
 #endif
 #ifdef PIPEGRID_WITH_SIMGRID
   CLI::App* partition = add_partition_command(app);
@@ -241,6 +250,8 @@ int main_with_exceptions(int argc, char** argv) {
   CLI::App* sweep = add_sweep_command(app);
 #ifdef PIPEGRID_WITH_TORCH
   CLI::App* validate_plan = add_validate_command(app);
+#elif defined(PIPEGRID_TORCH_EXECUTABLE)
+  add_forwarded_command(app, "validate", kValidateSummary);
 #endif
 
   auto* demo = app.add_subcommand("demo", "compare GPipe, 1F1B-SNO and 1F1B-SO for VGG-16 on 4 V100s");
@@ -253,10 +264,17 @@ int main_with_exceptions(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
+#ifdef PIPEGRID_TORCH_EXECUTABLE
+    // `pipegrid --help execute` and alike: pipegrid-torch's to answer.
+    if (forwarded_command_chosen(app)) return forward_to_torch_executable(PIPEGRID_TORCH_EXECUTABLE, argv);
+#endif
     // CLI11 prints the message (stderr) or the help/version (stdout); a usage
     // error exits 2 like any other bad input, whatever CLI11's own code.
     return app.exit(error) == 0 ? 0 : 2;
   }
+#ifdef PIPEGRID_TORCH_EXECUTABLE
+  if (forwarded_command_chosen(app)) return forward_to_torch_executable(PIPEGRID_TORCH_EXECUTABLE, argv);
+#endif
 
 #ifdef PIPEGRID_WITH_SIMGRID
   if (*simulate) {
@@ -277,6 +295,7 @@ int main_with_exceptions(int argc, char** argv) {
         throw InputError(fmt::format("simulate: --micro-batches is required for {} (or give --plan FILE)", request.schedule));
       plan = make_plan(request);
     }
+    enable_progress_on_terminal();
     const RunResult result = run_plan(plan);
     // The table lists the warnings itself; with --json they go to stderr too.
     if (outputs.json)

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -44,8 +45,30 @@ Profile profile_from(const std::string& path, std::optional<int> batch_size) {
   return cached_profiles.emplace(key, read_profile(path, batch_size)).first->second;
 }
 
+// Without the input cache, the last platform summary read, kept while the
+// file's text is the same: run_plan then reuses the one make_plan read
+// (a simulate starts SimGrid twice instead of three times).
+struct LastPlatform {
+  std::string path, text;
+  sim::PlatformRoutes routes;
+  PlatformSummary summary;
+};
+std::optional<LastPlatform> last_platform;
+
 PlatformSummary platform_from(const std::string& path, sim::PlatformRoutes routes = sim::PlatformRoutes::None) {
-  if (!input_cache_enabled) return sim::read_platform(path, routes);
+  if (!input_cache_enabled) {
+    std::string text;
+    try {
+      text = read_text_file(path);
+    } catch (const InputError&) {
+      return sim::read_platform(path, routes);  // its own message
+    }
+    if (last_platform && last_platform->path == path && last_platform->routes == routes && last_platform->text == text)
+      return last_platform->summary;
+    PlatformSummary summary = sim::read_platform(path, routes);
+    last_platform = LastPlatform{path, std::move(text), routes, summary};
+    return summary;
+  }
   const auto key = std::make_pair(path, routes);
   if (const auto found = cached_platforms.find(key); found != cached_platforms.end()) return found->second;
   return cached_platforms.emplace(key, sim::read_platform(path, routes)).first->second;
@@ -87,6 +110,8 @@ PlatformSummary tensor_parallel_view(Plan& plan, PlatformSummary platform, const
 }  // namespace
 
 void enable_input_cache() { input_cache_enabled = true; }
+
+void enable_progress_on_terminal() { sim::set_progress(isatty(STDERR_FILENO) == 1); }
 
 namespace {
 std::string partition_cache_folder;

@@ -91,6 +91,9 @@ ScheduleOptions plan_schedule_options(const Plan& plan, int mini_batches);
  *  summaries are kept in memory by path for the life of the process (the
  *  files must not change meanwhile). Off by default. */
 void enable_input_cache();
+/// `pipegrid simulate`: a progress line on stderr while a simulation runs,
+/// when stderr is a terminal (sim::set_progress; never in pipes or files).
+void enable_progress_on_terminal();
 /** Reads a profile (as make_plan does without --batch-size) or a platform's
  *  summary (with its routes too, as partitioners need them) into the cache. */
 void preload_profile(const std::string& path);

@@ -18,6 +18,7 @@
 #include "cli/launcher_flag.hpp"
 #include "cli/model_flags.hpp"
 #include "cli/run.hpp"
+#include "cli/torch_forward.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/termination.hpp"
@@ -101,8 +102,7 @@ class TemporaryFile {
 }  // namespace
 
 CLI::App* add_validate_command(CLI::App& app) {
-  command = app.add_subcommand(
-      "validate", "calibrate, simulate a plan, run it for real R times (or read timelines measured elsewhere), and compare");
+  command = app.add_subcommand("validate", kValidateSummary);
   command->add_option("--plan", options.plan,
                       "a plan saved by simulate --save-plan from a calibrated profile: its model, schedule, M, mini-batches, "
                       "partition and platform (instead of --model, --schedule, ...)");

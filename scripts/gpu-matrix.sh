@@ -52,8 +52,9 @@ for deb in .gpu-deps/*.deb; do
   dpkg -x "$deb" "$prefix"
 done
 export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-[ -f .gpu-build/build-gpu.tar.gz ] && [ ! -x build-gpu/pipegrid ] && tar -xzf .gpu-build/build-gpu.tar.gz
-if [ ! -x build-gpu/pipegrid ]; then
+# pipegrid hands execute and calibrate to pipegrid-torch next to it: both are needed.
+[ -f .gpu-build/build-gpu.tar.gz ] && [ ! -x build-gpu/pipegrid-torch ] && tar -xzf .gpu-build/build-gpu.tar.gz
+if [ ! -x build-gpu/pipegrid ] || [ ! -x build-gpu/pipegrid-torch ]; then
   # LibTorch's CMake otherwise probes the GPU's architecture by compiling a
   # program with nvcc (pipegrid compiles no CUDA code); H100 and H200 are 9.0.
   export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
@@ -151,5 +152,5 @@ echo "$device $sizes" >"$work/matrix/device.txt"
 tar -C "$work" -czf "$out/gpu-matrix.tar.gz" matrix
 # The binaries, for a later call on a fresh machine (carried back as
 # .gpu-build/build-gpu.tar.gz, unpacked before the build step).
-[ -z "${PIPEGRID:-}" ] && tar -czf "$out/build-gpu.tar.gz" build-gpu/pipegrid build-gpu/validate/pipegrid-copy-probe 2>/dev/null
+[ -z "${PIPEGRID:-}" ] && tar -czf "$out/build-gpu.tar.gz" build-gpu/pipegrid build-gpu/pipegrid-torch build-gpu/validate/pipegrid-copy-probe 2>/dev/null
 say "plans run: $(wc -l <"$work/matrix/plans.txt"); total $(( $(date +%s) - start )) s; results in $out/gpu-matrix.tar.gz"

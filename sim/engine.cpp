@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +18,9 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -25,6 +30,7 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/platform_check.hpp"
+#include "core/progress.hpp"
 #include "core/termination.hpp"
 #include "core/timeline.hpp"
 #include "sim/platform_xml.hpp"
@@ -86,6 +92,74 @@ double stage_seconds_on(double stage_s, const std::vector<LayerCost>& layers, do
   return std::max(0.0, others + (stage_s - attributed)) / host.speed_factor + on_device;
 }
 
+// Where each action of the Program is: a table over the box of (kind, stage,
+// micro-batch, mini-batch) that the Program's actions span, when that box is
+// at most a few times their number (schedules number their micro-batches
+// and stages densely), else a hash map. An action listed twice: the last.
+class ActionIndex {
+ public:
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+  explicit ActionIndex(const std::vector<Action>& actions) {
+    if (actions.empty()) return;
+    lo_ = hi_ = {actions.front().stage, actions.front().micro_batch, actions.front().mini_batch};
+    for (const Action& a : actions) {
+      if (static_cast<std::size_t>(a.kind) >= kKinds) dense_ = false;
+      const std::array<int, 3> fields{a.stage, a.micro_batch, a.mini_batch};
+      for (std::size_t f = 0; f < 3; ++f) {
+        lo_[f] = std::min(lo_[f], fields[f]);
+        hi_[f] = std::max(hi_[f], fields[f]);
+      }
+    }
+    std::size_t cells = kKinds;
+    for (std::size_t f = 0; f < 3 && dense_; ++f) {
+      span_[f] = static_cast<std::size_t>(static_cast<std::int64_t>(hi_[f]) - lo_[f] + 1);
+      if (span_[f] > (kMaxCellsPerAction * actions.size() + 1024) / cells) dense_ = false;
+      else cells *= span_[f];
+    }
+    if (dense_) table_.assign(cells, npos);
+    else sparse_.reserve(actions.size());
+    for (std::size_t i = 0; i < actions.size(); ++i) {
+      if (dense_) table_[cell(actions[i])] = i;
+      else sparse_[actions[i]] = i;
+    }
+  }
+
+  /// The action's position, or npos when the Program does not schedule it.
+  std::size_t find(const Action& a) const {
+    if (!dense_) {
+      const auto it = sparse_.find(a);
+      return it == sparse_.end() ? npos : it->second;
+    }
+    const std::array<int, 3> fields{a.stage, a.micro_batch, a.mini_batch};
+    for (std::size_t f = 0; f < 3; ++f)
+      if (fields[f] < lo_[f] || fields[f] > hi_[f]) return npos;
+    if (static_cast<std::size_t>(a.kind) >= kKinds) return npos;
+    return table_[cell(a)];
+  }
+
+ private:
+  static constexpr std::size_t kKinds = 5, kMaxCellsPerAction = 8;
+  struct Hash {
+    std::size_t operator()(const Action& a) const {
+      std::uint64_t h = static_cast<std::uint64_t>(a.kind);
+      for (const int field : {a.stage, a.micro_batch, a.mini_batch})
+        h = (h ^ static_cast<std::uint32_t>(field)) * 0x9E3779B97F4A7C15ull;
+      return static_cast<std::size_t>(h ^ (h >> 29));
+    }
+  };
+  std::size_t cell(const Action& a) const {
+    return ((static_cast<std::size_t>(a.kind) * span_[2] + static_cast<std::size_t>(a.mini_batch - lo_[2])) * span_[0] +
+            static_cast<std::size_t>(a.stage - lo_[0])) * span_[1] +
+           static_cast<std::size_t>(a.micro_batch - lo_[1]);
+  }
+  bool dense_ = true;
+  std::array<int, 3> lo_{}, hi_{};  ///< stage, micro-batch, mini-batch
+  std::array<std::size_t, 3> span_{};
+  std::vector<std::size_t> table_;
+  std::unordered_map<Action, std::size_t, Hash> sparse_;
+};
+
 // Everything the engine tracks about one action of the Program.
 struct ActionState {
   Action action;
@@ -100,7 +174,10 @@ struct ActionState {
   // host (activation for F, gradient for B); absent when local or none.
   sg::Host* message_to = nullptr;
   double message_bytes = 0;
+  /// Released once each action that waits for it has recorded it (its
+  /// `message_readers`), so that finished communications do not pile up.
   sg::CommPtr message;
+  std::size_t message_readers = 0;
   /// TransferRule::Fifo: the message's channel (Simulation::channels_), when
   /// it became ready, and whether it has arrived (and, from an asynchronous
   /// producer, the producer has ended).
@@ -153,12 +230,37 @@ struct AllReduceState {
   sg::ConditionVariablePtr signal = sg::ConditionVariable::create();
 };
 
+// A timeline record as the engine keeps it and hands it to the parent
+// (records hold no strings until the parent builds the Timeline): hosts as
+// indices into Simulation::hosts_ (the display order), the action as its
+// letter or one of the transfer codes below.
+struct PackedRecord {
+  double start_s = 0, end_s = 0, bytes = 0;
+  std::int32_t host = 0, stream = 0, stage = 0, micro_batch = 0, mini_batch = 0;
+  std::int32_t peer = -1;  ///< -1: none
+  std::uint8_t action = 0;
+};
+static_assert(std::is_trivially_copyable_v<PackedRecord>, "records cross to the parent as bytes");
+constexpr std::uint8_t kSendForward = 1, kSendBackward = 2, kAllReduce = 3;
+
+std::string packed_action_name(std::uint8_t action) {
+  switch (action) {
+    case kSendForward: return "SEND_F";
+    case kSendBackward: return "SEND_B";
+    case kAllReduce: return "ALLREDUCE";
+    default: return std::string(1, static_cast<char>(action));
+  }
+}
+
 class Simulation {
  public:
   Simulation(const SimulationRequest& request, const PlatformSummary& platform) : request_(request) {
     const Program& program = request.program;
     const std::vector<LayerCost> no_layers;
-    std::map<Action, std::size_t> index;
+    std::size_t total_actions = 0;
+    for (const DeviceProgram& device : program.devices)
+      for (const Stream& stream : device.streams) total_actions += stream.actions.size();
+    actions_.reserve(total_actions);
     std::map<std::string, std::size_t> device_of_host;
     for (std::size_t d = 0; d < program.devices.size(); ++d) {
       const DeviceProgram& device = program.devices[d];
@@ -183,7 +285,7 @@ class Simulation {
       sg::Host* host = sg::Host::by_name_or_null(host_name);
       if (host == nullptr) throw InputError(fmt::format("{}: no host named '{}' (partition)", request.platform_file, host_name));
       const HostInfo& info = platform.host(host_name);
-      if (std::find(hosts_.begin(), hosts_.end(), host_name) == hosts_.end()) hosts_.push_back(host_name);
+      if (host_index_.emplace(host, static_cast<std::int32_t>(hosts_.size())).second) hosts_.push_back(host_name);
       for (std::size_t s = 0; s < device.streams.size(); ++s) {
         const Stream& stream = device.streams[s];
         for (std::size_t k = 0; k < stream.actions.size(); ++k) {
@@ -194,7 +296,7 @@ class Simulation {
           const std::vector<LayerCost>& layers = action.stage < static_cast<int>(request.stage_layers.size())
                                                      ? request.stage_layers[action.stage]
                                                      : no_layers;
-          ActionState state;
+          ActionState& state = actions_.emplace_back();
           state.action = action;
           state.device = d;
           state.stream = s;
@@ -224,15 +326,17 @@ class Simulation {
           }
           state.work = seconds * host->get_speed();
           if (info.action_overhead_s > 0) state.work += info.action_overhead_s * host->get_speed();
-          index[action] = actions_.size();
-          actions_.push_back(std::move(state));
         }
       }
     }
+    std::vector<Action> scheduled;
+    scheduled.reserve(actions_.size());
+    for (const ActionState& state : actions_) scheduled.push_back(state.action);
+    const ActionIndex index(scheduled);
     auto find = [&](const Action& action) -> std::size_t {
-      auto it = index.find(action);
-      if (it == index.end()) throw InputError(fmt::format("program: {} is needed but not scheduled", pipegrid::to_string(action)));
-      return it->second;
+      const std::size_t at = index.find(action);
+      if (at == ActionIndex::npos) throw InputError(fmt::format("program: {} is needed but not scheduled", pipegrid::to_string(action)));
+      return at;
     };
     const int last_stage = program.num_stages - 1;
     for (ActionState& state : actions_) {
@@ -246,6 +350,7 @@ class Simulation {
           source.message_bytes = bytes;
         }
         state.needs.push_back({remote ? ActionState::Need::What::Message : ActionState::Need::What::End, producer});
+        if (remote) ++source.message_readers;
       };
       switch (a.kind) {
         case ActionKind::Forward:
@@ -257,12 +362,12 @@ class Simulation {
         case ActionKind::Backward:
         case ActionKind::BackwardInput:
           state.needs.push_back({ActionState::Need::What::End, find({ActionKind::Forward, a.stage, a.micro_batch, a.mini_batch})});
-          if (auto r = index.find({ActionKind::Recompute, a.stage, a.micro_batch, a.mini_batch}); r != index.end())
-            state.needs.push_back({ActionState::Need::What::End, r->second});
+          if (const std::size_t r = index.find({ActionKind::Recompute, a.stage, a.micro_batch, a.mini_batch}); r != ActionIndex::npos)
+            state.needs.push_back({ActionState::Need::What::End, r});
           if (a.stage < last_stage) {
             // The gradient of the next stage: its B, or its I when split.
             const Action whole{ActionKind::Backward, a.stage + 1, a.micro_batch, a.mini_batch};
-            data_input(index.count(whole) ? whole : Action{ActionKind::BackwardInput, a.stage + 1, a.micro_batch, a.mini_batch},
+            data_input(index.find(whole) != ActionIndex::npos ? whole : Action{ActionKind::BackwardInput, a.stage + 1, a.micro_batch, a.mini_batch},
                        request.stages[a.stage].output_bytes);
           }
           break;
@@ -356,6 +461,7 @@ class Simulation {
 
   /** Creates one actor per device stream; call before Engine::run(). */
   void start() {
+    records_.reserve(2 * actions_.size());
     const Program& program = request_.program;
     std::size_t next = 0;
     for (std::size_t d = 0; d < program.devices.size(); ++d)
@@ -387,38 +493,41 @@ class Simulation {
   std::vector<NeededRoute> needed_routes() const {
     std::vector<NeededRoute> needed;
     std::set<std::pair<sg::Host*, sg::Host*>> seen;
-    auto add = [&](sg::Host* from, sg::Host* to, std::string reason) {
-      if (from != to && seen.emplace(from, to).second) needed.push_back({from, to, std::move(reason)});
+    // `reason` formats the reason, only for a pair not yet seen.
+    auto add = [&](sg::Host* from, sg::Host* to, auto reason) {
+      if (from != to && seen.emplace(from, to).second) needed.push_back({from, to, reason()});
     };
     for (const ActionState& state : actions_) {
       if (state.message_to == nullptr) continue;
       const bool forward = state.action.kind == ActionKind::Forward;  // else B or I: a gradient
-      add(state.host, state.message_to,
-          fmt::format("stage {} on '{}' sends {} to stage {} on '{}'", state.action.stage, printable(state.host->get_name()),
+      add(state.host, state.message_to, [&] { return fmt::format("stage {} on '{}' sends {} to stage {} on '{}'", state.action.stage, printable(state.host->get_name()),
                       forward ? "activations" : "gradients", state.action.stage + (forward ? 1 : -1),
-                      printable(state.message_to->get_name())));
+                      printable(state.message_to->get_name())); });
     }
     for (const AllReduceState& all_reduce : all_reduces_) {
       const std::size_t r = all_reduce.hosts.size();
       if (all_reduce.jobs.empty() || r < 2) continue;
       for (std::size_t p = 0; p < r; ++p)
-        add(all_reduce.hosts[p], all_reduce.hosts[(p + 1) % r],
-            fmt::format("the all-reduce ring of stage {} ({} replicas) sends from '{}' to '{}'", all_reduce.spec->stage, r,
-                        printable(all_reduce.hosts[p]->get_name()), printable(all_reduce.hosts[(p + 1) % r]->get_name())));
+        add(all_reduce.hosts[p], all_reduce.hosts[(p + 1) % r], [&] { return fmt::format("the all-reduce ring of stage {} ({} replicas) sends from '{}' to '{}'", all_reduce.spec->stage, r,
+                        printable(all_reduce.hosts[p]->get_name()), printable(all_reduce.hosts[(p + 1) % r]->get_name())); });
     }
     return needed;
   }
 
-  Timeline timeline() const {
-    Timeline timeline;
-    timeline.hosts = hosts_;
-    timeline.records = records_;
-    std::map<std::string, std::size_t> order;
-    for (std::size_t h = 0; h < hosts_.size(); ++h) order[hosts_[h]] = h;
-    std::stable_sort(timeline.records.begin(), timeline.records.end(), [&](const TimelineRecord& x, const TimelineRecord& y) {
-      return std::tie(x.start_s, order[x.host], x.stream, x.end_s) < std::tie(y.start_s, order[y.host], y.stream, y.end_s);
+  /// Timeline records so far (progress).
+  std::size_t records_done() const { return records_.size(); }
+
+  /** The hosts of the timeline in display order (the order the Program's
+   *  devices first name them). */
+  const std::vector<std::string>& hosts() const { return hosts_; }
+
+  /** The records sorted by (start, host in display order, stream, end),
+   *  ties in the order they happened; call after Engine::run(). */
+  std::vector<PackedRecord> sorted_records() {
+    std::stable_sort(records_.begin(), records_.end(), [](const PackedRecord& x, const PackedRecord& y) {
+      return std::tie(x.start_s, x.host, x.stream, x.end_s) < std::tie(y.start_s, y.host, y.stream, y.end_s);
     });
-    return timeline;
+    return std::move(records_);
   }
 
  private:
@@ -430,6 +539,8 @@ class Simulation {
   void place_optimizer_steps(const PlatformSummary& platform) {
     const int interval = request_.update_interval;
     if (interval < 0) throw InputError(fmt::format("simulation: update interval {} is negative", interval));
+    if (std::none_of(hosts_.begin(), hosts_.end(), [&](const std::string& host) { return platform.host(host).has_optimizer_step(); }))
+      return;
     // Per device, per stream: the indices of its actions, in program order.
     std::map<std::size_t, std::map<std::size_t, std::vector<std::size_t>>> streams;
     for (std::size_t i = 0; i < actions_.size(); ++i) streams[actions_[i].device][actions_[i].stream].push_back(i);
@@ -470,13 +581,28 @@ class Simulation {
     }
   }
 
+  void record(double start, double end, double bytes, sg::Host* host, int stream, int stage, std::uint8_t action,
+              int micro_batch, int mini_batch, sg::Host* peer) {
+    PackedRecord& r = records_.emplace_back();
+    r.start_s = start;
+    r.end_s = end;
+    r.bytes = bytes;
+    r.host = host_index_.at(host);
+    r.stream = stream;
+    r.stage = stage;
+    r.action = action;
+    r.micro_batch = micro_batch;
+    r.mini_batch = mini_batch;
+    r.peer = peer ? host_index_.at(peer) : -1;
+  }
+
   // Runs an optimizer step of `work` on the calling actor's host and records
   // it as a "U" compute record of the action `after` it follows.
   void run_step(double work, const ActionState& after, std::size_t stream) {
     const double start = sg::Engine::get_clock();
     if (work > 0) sg::this_actor::execute(work);
-    records_.push_back({after.host->get_name(), static_cast<int>(stream), after.action.stage, kOptimizerStepAction,
-                        after.action.micro_batch, after.action.mini_batch, start, sg::Engine::get_clock(), 0, "", 0});
+    record(start, sg::Engine::get_clock(), 0, after.host, static_cast<int>(stream), after.action.stage,
+           static_cast<std::uint8_t>(kOptimizerStepAction[0]), after.action.micro_batch, after.action.mini_batch, nullptr);
   }
 
   void wait_until_step_ended(ActionState& state) {
@@ -527,9 +653,8 @@ class Simulation {
           std::unique_lock lock(*mutex_);
           while (all_reduce.sent[j][previous] < round + 1) all_reduce.signal->wait(lock);
         }
-        records_.push_back({all_reduce.hosts[p]->get_name(), 0, all_reduce.spec->stage, "ALLREDUCE", job.layer,
-                            all_reduce.spec->round, start, sg::Engine::get_clock(), 2.0 * static_cast<double>(r - 1) * chunk,
-                            all_reduce.hosts[next]->get_name(), 0});
+        record(start, sg::Engine::get_clock(), 2.0 * static_cast<double>(r - 1) * chunk, all_reduce.hosts[p], 0,
+               all_reduce.spec->stage, kAllReduce, job.layer, all_reduce.spec->round, all_reduce.hosts[next]);
       }
       // The update follows the all-reduce; what it releases waits for both.
       if (all_reduce.step_work[p]) run_step(*all_reduce.step_work[p], ready, ready.stream);
@@ -625,10 +750,10 @@ class Simulation {
         else
           producer.message->wait();
         const bool forward = producer.action.kind == ActionKind::Forward;
-        records_.push_back({producer.host->get_name(), 0, producer.action.stage, forward ? "SEND_F" : "SEND_B",
-                            producer.action.micro_batch, producer.action.mini_batch, producer.message->get_start_time(),
-                            std::max(producer.end, producer.message->get_finish_time()), producer.message_bytes,
-                            state.host->get_name(), 0});
+        record(producer.message->get_start_time(), std::max(producer.end, producer.message->get_finish_time()),
+               producer.message_bytes, producer.host, 0, producer.action.stage, forward ? kSendForward : kSendBackward,
+               producer.action.micro_batch, producer.action.mini_batch, state.host);
+        if (--producer.message_readers == 0) producer.message = nullptr;
       }
     }
   }
@@ -637,9 +762,9 @@ class Simulation {
   // `record_end`, the signal to those waiting, and the optimizer step that
   // follows it, if any.
   void finish(ActionState& state, double record_start, double record_end) {
-    records_.push_back({state.host->get_name(), static_cast<int>(state.stream), state.action.stage,
-                        std::string(1, action_letter(state.action.kind)), state.action.micro_batch, state.action.mini_batch,
-                        record_start, record_end, 0, "", 0});
+    record(record_start, record_end, 0, state.host, static_cast<int>(state.stream), state.action.stage,
+           static_cast<std::uint8_t>(action_letter(state.action.kind)), state.action.micro_batch, state.action.mini_batch,
+           nullptr);
     state.ended = true;
     if (state.ended_signal) state.ended_signal->notify_all();
     if (state.step_work) {
@@ -704,7 +829,8 @@ class Simulation {
   const SimulationRequest& request_;
   std::vector<ActionState> actions_;
   std::vector<std::string> hosts_;
-  std::vector<TimelineRecord> records_;
+  std::unordered_map<const sg::Host*, std::int32_t> host_index_;  ///< index in hosts_
+  std::vector<PackedRecord> records_;
   std::vector<AllReduceState> all_reduces_;
   /// Per device: (all-reduce, participant) in Program order.
   std::map<std::size_t, std::vector<std::pair<std::size_t, std::size_t>>> device_all_reduces_;
@@ -721,6 +847,39 @@ class Simulation {
   sg::MutexPtr mutex_ = sg::Mutex::create();
 };
 
+// Progress (set_progress): whether simulate() shows it, and in the child,
+// its copy of the terminal stderr was before the child captured stderr.
+bool progress_enabled = false;
+int progress_fd = -1;
+
+// Shows the progress line on progress_fd, at most every
+// kProgressIntervalSeconds; call finish() after the run (erases it).
+class ProgressHook {
+ public:
+  explicit ProgressHook(const Simulation& simulation) : simulation_(simulation) {
+    if (progress_fd < 0) return;
+    sg::Engine::on_time_advance_cb([this](double) {
+      if (++calls_ % 16 != 0) return;
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      if (!progress_due(elapsed, last_shown_)) return;
+      last_shown_ = elapsed;
+      show(progress_update(progress_line(sg::Engine::get_clock(), simulation_.records_done(), elapsed)));
+    });
+  }
+  void finish() {
+    if (last_shown_ >= 0) show(progress_erase());
+  }
+
+ private:
+  static void show(const std::string& text) {
+    if (write(progress_fd, text.data(), text.size()) < 0) progress_fd = -1;
+  }
+  const Simulation& simulation_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::size_t calls_ = 0;
+  double last_shown_ = -1;
+};
+
 // Reads `file` and checks it (check_platform_xml) before SimGrid sees it;
 // prints its warnings on stderr, once per file in this process.
 void check_platform_file(const std::string& file) {
@@ -731,12 +890,22 @@ void check_platform_file(const std::string& file) {
   if (static_cast<std::size_t>(status.st_size) > kMaxPlatformFileBytes)
     throw InputError(fmt::format("{}: the file has {} bytes; pipegrid reads platform files of at most {} MiB",
                                  printable(file), status.st_size, kMaxPlatformFileBytes >> 20));
-  const PlatformCheck check = check_platform_xml(printable(file), read_text_file(file));
+  std::string text = read_text_file(file);
   static std::mutex mutex;
+  // The last file that passed, with its text: a command reads one platform
+  // several times (plan, run, simulation); the same text passes again.
+  static std::string passed_file, passed_text;
+  {
+    const std::lock_guard lock(mutex);
+    if (file == passed_file && text == passed_text) return;
+  }
+  const PlatformCheck check = check_platform_xml(printable(file), text);
   static std::set<std::string> warned;
   const std::lock_guard lock(mutex);
   if (warned.insert(file).second)
     for (const std::string& warning : check.warnings) std::cerr << "warning: " << warning << "\n";
+  passed_file = file;
+  passed_text = std::move(text);
 }
 
 // Loads the platform into a fresh engine and summarises its hosts in the
@@ -957,27 +1126,45 @@ PlatformSummary summary_from_json(const nlohmann::json& json, const std::string&
   return summary;
 }
 
-// The timeline as the child hands it to the parent (exact: CBOR doubles).
-nlohmann::json timeline_to_json(const Timeline& timeline) {
-  nlohmann::json records = nlohmann::json::array();
-  for (const TimelineRecord& r : timeline.records)
-    records.push_back({r.host, r.stream, r.stage, r.action, r.micro_batch, r.mini_batch, r.start_s, r.end_s, r.bytes, r.peer,
-                       r.memory_bytes});
-  return {{"hosts", timeline.hosts}, {"records", records}};
+// The records as the child hands them to the parent: the bytes of the
+// PackedRecords (exact doubles; the parent is a fork of the same program,
+// so the layout is the same).
+std::string records_to_bytes(const std::vector<PackedRecord>& records) {
+  return std::string(reinterpret_cast<const char*>(records.data()), records.size() * sizeof(PackedRecord));
 }
 
-Timeline timeline_from_json(const nlohmann::json& json) {
+Timeline timeline_from_child(const nlohmann::json& hosts, std::string_view bytes) {
   Timeline timeline;
-  timeline.hosts = json.at("hosts").get<std::vector<std::string>>();
-  for (const nlohmann::json& r : json.at("records"))
-    timeline.records.push_back({r.at(0).get<std::string>(), r.at(1).get<int>(), r.at(2).get<int>(), r.at(3).get<std::string>(),
-                                r.at(4).get<int>(), r.at(5).get<int>(), r.at(6).get<double>(), r.at(7).get<double>(),
-                                r.at(8).get<double>(), r.at(9).get<std::string>(), r.at(10).get<double>()});
+  timeline.hosts = hosts.get<std::vector<std::string>>();
+  if (bytes.size() % sizeof(PackedRecord) != 0) throw std::runtime_error(fmt::format("timeline of {} bytes", bytes.size()));
+  const std::size_t count = bytes.size() / sizeof(PackedRecord);
+  auto host = [&](std::int32_t index) -> const std::string& {
+    if (index < 0 || static_cast<std::size_t>(index) >= timeline.hosts.size())
+      throw std::runtime_error(fmt::format("timeline record names host {} of {}", index, timeline.hosts.size()));
+    return timeline.hosts[static_cast<std::size_t>(index)];
+  };
+  static const std::string none;
+  timeline.records.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    PackedRecord r;
+    std::memcpy(&r, bytes.data() + i * sizeof(PackedRecord), sizeof(PackedRecord));
+    timeline.records.push_back({host(r.host), r.stream, r.stage, packed_action_name(r.action), r.micro_batch, r.mini_batch,
+                                r.start_s, r.end_s, r.bytes, r.peer < 0 ? none : host(r.peer), 0});
+  }
   return timeline;
 }
 
+// What a child hands back: JSON (as CBOR) and raw bytes.
+struct ChildResult {
+  nlohmann::json json;
+  std::string payload;         ///< the whole result file
+  std::size_t bytes_at = 0;    ///< where the raw bytes start in it
+  std::string_view bytes() const { return std::string_view(payload).substr(bytes_at); }
+};
+
 // Runs `work` (which starts one SimGrid engine) in a forked child and returns
-// the JSON it produced (handed over as CBOR). The child's InputErrors come
+// the JSON it produced (handed over as CBOR) and the bytes it left in its
+// second argument. The child's InputErrors come
 // back as InputErrors; SimGrid aborts come back as InputErrors quoting
 // SimGrid's last message. Messages are made printable (invalid UTF-8 bytes
 // as \xNN) before they cross. The child dies with its parent
@@ -991,12 +1178,13 @@ void (*on_second_engine)() = nullptr;
 // run_in_child's `work` in this process: the same result and exceptions
 // (the child's messages, made printable as they cross), SimGrid's messages
 // on a scratch stderr as in the child. A SimGrid abort ends this process.
-nlohmann::json run_in_this_process(const std::function<nlohmann::json(sg::Engine&)>& work, const char* hold_point) {
+ChildResult run_in_this_process(const std::function<nlohmann::json(sg::Engine&, std::string&)>& work, const char* hold_point) {
   if (hold_point) hold_if_injected(hold_point);
   std::fflush(nullptr);
   const int log_fd = memfd_create("pipegrid-log", 0);
   const int saved_stderr = dup(STDERR_FILENO);
   if (log_fd < 0 || saved_stderr < 0) throw std::runtime_error("memfd_create or dup failed");
+  if (progress_enabled) progress_fd = dup(STDERR_FILENO);
   dup2(log_fd, STDERR_FILENO);
   struct RestoreStderr {
     int saved, log;
@@ -1017,10 +1205,10 @@ nlohmann::json run_in_this_process(const std::function<nlohmann::json(sg::Engine
     char* argv[] = {arg0, arg1, arg2, nullptr};
     int argc = 3;
 #endif
-    nlohmann::json result;
+    ChildResult result;
     {
       sg::Engine engine(&argc, argv);
-      result = work(engine);
+      result.json = work(engine, result.payload);  // the bytes: the whole payload
     }
     return result;
   } catch (const InputError& error) {
@@ -1030,7 +1218,7 @@ nlohmann::json run_in_this_process(const std::function<nlohmann::json(sg::Engine
   }
 }
 
-nlohmann::json run_in_child(const std::string& what, const std::function<nlohmann::json(sg::Engine&)>& work,
+ChildResult run_in_child(const std::string& what, const std::function<nlohmann::json(sg::Engine&, std::string&)>& work,
                             const char* hold_point = nullptr) {
   if (in_process == InProcess::Used) {
     on_second_engine();
@@ -1047,8 +1235,10 @@ nlohmann::json run_in_child(const std::string& what, const std::function<nlohman
   const pid_t child = fork_child(ChildStop::Kill);
   if (child == 0) {
     if (hold_point) hold_if_injected(hold_point);
+    if (progress_enabled) progress_fd = dup(STDERR_FILENO);
     dup2(log_fd, STDERR_FILENO);
     std::vector<std::uint8_t> payload;
+    std::string bytes;
     int code = 0;
     try {
       char arg0[] = "pipegrid", arg1[] = "--log=root.thres:warning", arg2[] = "--log=xbt_cfg.thres:warning";
@@ -1063,7 +1253,7 @@ nlohmann::json run_in_child(const std::string& what, const std::function<nlohman
       int argc = 3;
 #endif
       sg::Engine engine(&argc, argv);
-      payload = nlohmann::json::to_cbor(nlohmann::json{{"ok", work(engine)}});
+      payload = nlohmann::json::to_cbor(nlohmann::json{{"ok", work(engine, bytes)}});
     } catch (const InputError& error) {
       payload = nlohmann::json::to_cbor(nlohmann::json{{"input_error", printable(error.what(), true)}});
       code = 1;
@@ -1071,12 +1261,18 @@ nlohmann::json run_in_child(const std::string& what, const std::function<nlohman
       payload = nlohmann::json::to_cbor(nlohmann::json{{"error", printable(error.what(), true)}});
       code = 2;
     }
-    std::size_t written = 0;
-    while (written < payload.size()) {
-      const ssize_t n = write(result_fd, payload.data() + written, payload.size() - written);
-      if (n <= 0) _exit(3);
-      written += static_cast<std::size_t>(n);
-    }
+    // The result file: the CBOR's size (8 bytes), the CBOR, the bytes.
+    const std::uint64_t cbor_size = payload.size();
+    auto put = [&](const void* data, std::size_t size) {
+      for (std::size_t written = 0; written < size;) {
+        const ssize_t n = write(result_fd, static_cast<const char*>(data) + written, size - written);
+        if (n <= 0) _exit(3);
+        written += static_cast<std::size_t>(n);
+      }
+    };
+    put(&cbor_size, sizeof cbor_size);
+    put(payload.data(), payload.size());
+    put(bytes.data(), bytes.size());
     _exit(code);
   }
   int status = 0;
@@ -1085,13 +1281,15 @@ nlohmann::json run_in_child(const std::string& what, const std::function<nlohman
   forget_child(child);
   auto slurp = [](int fd) {
     std::string text;
+    struct stat file {};
+    if (fstat(fd, &file) == 0 && file.st_size > 0) text.reserve(static_cast<std::size_t>(file.st_size));
     lseek(fd, 0, SEEK_SET);
     char buffer[65536];
     for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<std::size_t>(n));
     close(fd);
     return text;
   };
-  const std::string payload = slurp(result_fd);
+  std::string payload = slurp(result_fd);
   const std::string log = slurp(log_fd);
 #ifdef PIPEGRID_SANITIZE
   // A sanitizer report in the child goes to its captured stderr: show it.
@@ -1115,50 +1313,54 @@ nlohmann::json run_in_child(const std::string& what, const std::function<nlohman
     throw InputError(fmt::format("{}: SimGrid rejected it: {}{}", printable(what), printable(reason),
                                  route.empty() ? "" : fmt::format(" (while finding the route {})", printable(route))));
   }
-  const nlohmann::json result = nlohmann::json::from_cbor(payload);
+  std::uint64_t cbor_size = 0;
+  if (payload.size() >= sizeof cbor_size) std::memcpy(&cbor_size, payload.data(), sizeof cbor_size);
+  if (payload.size() < sizeof cbor_size || payload.size() - sizeof cbor_size < cbor_size)
+    throw std::runtime_error(fmt::format("{}: a result of {} bytes", printable(what), payload.size()));
+  nlohmann::json result = nlohmann::json::from_cbor(payload.begin() + sizeof cbor_size, payload.begin() + static_cast<std::ptrdiff_t>(sizeof cbor_size + cbor_size));
   if (result.contains("input_error")) throw InputError(result["input_error"].get<std::string>());
   if (result.contains("error")) throw std::runtime_error(result["error"].get<std::string>());
-  return result["ok"];
+  return {std::move(result["ok"]), std::move(payload), sizeof cbor_size + cbor_size};
 }
 
 }  // namespace
+
+SimulationResult simulate(const SimulationRequest& request) {
+  check_platform_file(request.platform_file);
+  check_one_device_per_host(request.hosts, "partition");
+  const ChildResult result = run_in_child(request.platform_file, [&](sg::Engine& engine, std::string& bytes) {
+    const PlatformSummary platform = load_platform(engine, request.platform_file, request.network, false);
+    // Never destroyed: the child exits right after (destroying every
+    // action's communication would cost a tenth of the run).
+    Simulation& simulation = *new Simulation(request, platform);
+    check_routes(request.platform_file, simulation.needed_routes(), request.network == NetworkModel::SimGrid);
+    simulation.start();
+    ProgressHook progress(simulation);
+    engine.run();
+    progress.finish();
+    bytes = records_to_bytes(simulation.sorted_records());
+    return nlohmann::json{{"platform", summary_to_json(platform)}, {"hosts", simulation.hosts()}};
+  }, "hold-simulation");
+  SimulationResult out;
+  out.platform = summary_from_json(result.json.at("platform"), request.platform_file);
+  out.timeline = timeline_from_child(result.json.at("hosts"), result.bytes());
+  return out;
+}
+
+void set_progress(bool enabled) { progress_enabled = enabled; }
 
 void run_next_engine_in_process(void (*second_engine)()) {
   in_process = InProcess::Armed;
   on_second_engine = second_engine;
 }
 
-SimulationResult simulate(const SimulationRequest& request) {
-  check_platform_file(request.platform_file);
-  check_one_device_per_host(request.hosts, "partition");
-  // In this process (run_next_engine_in_process) the timeline needs no JSON.
-  const bool here = in_process == InProcess::Armed;
-  Timeline timeline;
-  const nlohmann::json result = run_in_child(request.platform_file, [&](sg::Engine& engine) {
-    const PlatformSummary platform = load_platform(engine, request.platform_file, request.network, false);
-    Simulation simulation(request, platform);
-    check_routes(request.platform_file, simulation.needed_routes(), request.network == NetworkModel::SimGrid);
-    simulation.start();
-    engine.run();
-    if (here) {
-      timeline = simulation.timeline();
-      return nlohmann::json{{"platform", summary_to_json(platform)}};
-    }
-    return nlohmann::json{{"platform", summary_to_json(platform)}, {"timeline", timeline_to_json(simulation.timeline())}};
-  }, "hold-simulation");
-  SimulationResult out;
-  out.platform = summary_from_json(result.at("platform"), request.platform_file);
-  out.timeline = here ? std::move(timeline) : timeline_from_json(result.at("timeline"));
-  return out;
-}
-
 PlatformSummary read_platform(const std::string& platform_file, PlatformRoutes routes) {
   check_platform_file(platform_file);
   return summary_from_json(run_in_child(platform_file,
-                                        [&](sg::Engine& engine) {
+                                        [&](sg::Engine& engine, std::string&) {
                                           return summary_to_json(load_platform(engine, platform_file, NetworkModel::Analytic,
                                                                                routes == PlatformRoutes::All));
-                                        }),
+                                        }).json,
                            platform_file);
 }
 

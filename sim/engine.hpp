@@ -119,6 +119,13 @@ struct SimulationResult {
  *  the request is rejected, including SimGrid aborts. */
 SimulationResult simulate(const SimulationRequest& request);
 
+/** Whether simulate() shows a progress line on stderr while SimGrid runs
+ *  (core/progress.hpp: simulated time, activities done, wall clock elapsed;
+ *  the first after 0.5 s, then at most 4 a second, erased at the end). The
+ *  caller decides; `pipegrid simulate` turns it on when stderr is a
+ *  terminal. Off by default. */
+void set_progress(bool enabled);
+
 /** Whether read_platform computes the all-pairs route matrices
  *  (PlatformSummary::route_bandwidth_Bps and route_latency_s): quadratic in
  *  hosts, needed by partitioners, not by simulations. */
