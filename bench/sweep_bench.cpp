@@ -147,13 +147,16 @@ int main(int argc, char** argv) {
   std::printf("the same %d runs as simulate processes, %d at a time: about %.1f s; the sweep: %.1f s (%.2fx)\n", kRuns, jobs,
               per_simulate_wall * kRuns / jobs, sweep.wall_s, sweep.wall_s / (per_simulate_wall * kRuns / jobs));
   std::printf("total against the 3-minute aim: %.1f s of 180 s (%.2f)\n", sweep.wall_s, sweep.wall_s / 180);
-  // Before (docs/performance.md, "Sweeps"): main at 1fb26da on this 2-core
-  // machine shared with other agents' builds, RelWithDebInfo, --jobs 2.
-  constexpr double kBeforeTorchCpuPerRun = 26.0e-3, kBeforeCpuPerRun = 15.3e-3;
-  std::printf("before: %.1f ms CPU per run with LibTorch linked (144.5 s wall), %.1f ms without (267.6 s wall, "
-              "busier machine); now %.1f ms: %.2fx / %.2fx less CPU\n",
-              1e3 * kBeforeTorchCpuPerRun, 1e3 * kBeforeCpuPerRun, 1e3 * per_sweep_cpu, kBeforeTorchCpuPerRun / per_sweep_cpu,
-              kBeforeCpuPerRun / per_sweep_cpu);
+  // Before (docs/performance.md, "Sweeps"): the sweep runner before its
+  // changes, on this 2-core machine, RelWithDebInfo, --jobs 2: main at
+  // 1fb26da (LibTorch linked), and main at 04910a7 (LibTorch split off, the
+  // engine's changes in), both running the same runner.
+  constexpr double kBeforeTorchCpuPerRun = 26.0e-3, kBeforeTorchWall = 144.5;
+  constexpr double kBeforeCpuPerRun = 9.4e-3, kBeforeWall = 51.9;
+  std::printf("before: %.1f ms CPU per run, %.1f s wall (main at 1fb26da, LibTorch linked); %.1f ms, %.1f s wall "
+              "(main at 04910a7); now %.1f ms, %.1f s: %.2fx / %.2fx less CPU\n",
+              1e3 * kBeforeTorchCpuPerRun, kBeforeTorchWall, 1e3 * kBeforeCpuPerRun, kBeforeWall, 1e3 * per_sweep_cpu, sweep.wall_s,
+              kBeforeTorchCpuPerRun / per_sweep_cpu, kBeforeCpuPerRun / per_sweep_cpu);
   std::printf("the sweep on 2 idle cores at this CPU cost: about %.0f s of 180 s\n", sweep.cpu_s / 2);
   if (std::getenv("PIPEGRID_SWEEP_BENCH_KEEP")) std::printf("inputs and results kept in %s\n", dir.c_str());
   else fs::remove_all(dir);
