@@ -7,7 +7,7 @@
 set -eu
 PIPEGRID=$1
 ROOT=$2
-command -v script >/dev/null || { echo "script(1) not installed: skipped"; exit 0; }
+command -v script >/dev/null || { echo "script(1) not installed: skipped"; exit 77; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$PIPEGRID" platform cluster --servers 1 --gpus-per-server 2 --device V100 --memory 32GiB --intra 150GBps,2us \
