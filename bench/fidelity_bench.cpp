@@ -13,9 +13,6 @@
 // with its message and skipped. --keep DIR keeps the calibrated files and
 // each plan's JSON report there (default: a temporary folder, removed).
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,7 +31,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-extern char** environ;
+#include "spawn.hpp"
 
 namespace {
 
@@ -79,28 +76,11 @@ std::string read_all(const fs::path& path) {
 
 /// Runs `binary args`, stdout and stderr to files in `dir`; both read back.
 Outcome run(const std::string& binary, const std::vector<std::string>& args, const fs::path& dir) {
-  std::vector<std::string> words = {binary};
-  words.insert(words.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& word : words) argv.push_back(word.data());
-  argv.push_back(nullptr);
   const std::string out = (dir / "stdout.txt").string(), err = (dir / "stderr.txt").string();
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const pipegrid::bench::Spawned spawned = pipegrid::bench::spawn_and_wait(binary, args, out, err);
   Outcome outcome;
-  const auto start = std::chrono::steady_clock::now();
-  pid_t pid = 0;
-  if (posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ) != 0) {
-    std::perror(("posix_spawn " + binary).c_str());
-    std::exit(1);
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  outcome.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  outcome.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  outcome.wall_s = spawned.wall_s;
+  outcome.status = spawned.status;
   outcome.out = read_all(out);
   outcome.err = read_all(err);
   return outcome;

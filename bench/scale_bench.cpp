@@ -12,13 +12,8 @@
 // "hosts", "dp", "pipeline", "M=", ...; all without one). Set
 // PIPEGRID_SCALE_BENCH_MAX_M to stop the micro-batch series earlier.
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -26,7 +21,7 @@
 #include <string>
 #include <vector>
 
-extern char** environ;
+#include "spawn.hpp"
 
 namespace {
 
@@ -34,38 +29,11 @@ namespace fs = std::filesystem;
 
 const std::string kBinary = PIPEGRID_BINARY;
 
-struct Timing {
-  double wall_s = 0;
-  double peak_bytes = 0;  ///< ru_maxrss of the process and its waited-for children
-  int status = -1;
-};
+using Timing = pipegrid::bench::Spawned;
 
 /// Runs the binary with `args`, stdout to `out`, stderr to `err`.
 Timing run(const std::vector<std::string>& args, const std::string& out = "/dev/null", const std::string& err = "/dev/null") {
-  std::vector<std::string> words = {kBinary};
-  words.insert(words.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& word : words) argv.push_back(word.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  Timing timing;
-  const auto start = std::chrono::steady_clock::now();
-  pid_t pid = 0;
-  if (posix_spawn(&pid, kBinary.c_str(), &actions, nullptr, argv.data(), environ) != 0) {
-    std::perror("posix_spawn");
-    std::exit(1);
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  int status = 0;
-  rusage usage{};
-  wait4(pid, &status, 0, &usage);
-  timing.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  timing.peak_bytes = 1024.0 * static_cast<double>(usage.ru_maxrss);
-  timing.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return timing;
+  return pipegrid::bench::spawn_and_wait(kBinary, args, out, err);
 }
 
 /// Records of a timeline CSV: its lines less the "# hosts:" line and the header.

@@ -8,14 +8,9 @@
 // links SimGrid (as pipegrid does) and returns at once. Nothing is
 // asserted. Usage: pipegrid_startup_bench [N] (default 20).
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -26,7 +21,7 @@
 #include <simgrid/forward.h>
 #include <simgrid/version.h>
 
-extern char** environ;
+#include "spawn.hpp"
 
 namespace {
 
@@ -39,39 +34,13 @@ struct Timing {
   double wall_s = -1, cpu_s = -1;  ///< negative: the run failed
 };
 
-double children_cpu_s() {
-  rusage usage{};
-  getrusage(RUSAGE_CHILDREN, &usage);
-  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
-         1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
-}
-
 /// Runs the binary with `args` (stdout and stderr to /dev/null); returns its
 /// wall and CPU seconds (user + system, its children included), or
 /// negative ones when it exits with another status than `expected`.
 Timing run_once(const std::vector<std::string>& args, int expected, const std::string& binary = kBinary) {
-  std::vector<std::string> words = {binary};
-  words.insert(words.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& word : words) argv.push_back(word.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-  const double cpu_before = children_cpu_s();
-  const auto start = std::chrono::steady_clock::now();
-  pid_t pid = 0;
-  if (posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ) != 0) {
-    std::perror("posix_spawn");
-    std::exit(1);
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != expected) return {};
-  return {wall, children_cpu_s() - cpu_before};
+  const pipegrid::bench::Spawned spawned = pipegrid::bench::spawn_and_wait(binary, args);
+  if (spawned.status != expected) return {};
+  return {spawned.wall_s, spawned.cpu_s};
 }
 
 double median(std::vector<double> values) {

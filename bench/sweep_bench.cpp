@@ -9,13 +9,6 @@
 // (default 2); PIPEGRID_SWEEP_BENCH_KEEP=1 keeps (and names) its folder, to
 // profile `sweep run` on the same inputs.
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -23,7 +16,7 @@
 #include <string>
 #include <vector>
 
-extern char** environ;
+#include "spawn.hpp"
 
 namespace {
 
@@ -31,43 +24,11 @@ namespace fs = std::filesystem;
 
 const std::string kBinary = PIPEGRID_BINARY;
 
-struct Timing {
-  double wall_s = 0, cpu_s = 0;  ///< cpu: user + system of the process and its children
-  int status = -1;
-};
-
-double children_cpu_s() {
-  rusage usage{};
-  getrusage(RUSAGE_CHILDREN, &usage);
-  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
-         1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
-}
+using Timing = pipegrid::bench::Spawned;
 
 /// Runs the binary with `args`, stdout to `out` (or /dev/null), stderr kept.
 Timing run(const std::vector<std::string>& args, const std::string& out = "/dev/null") {
-  std::vector<std::string> words = {kBinary};
-  words.insert(words.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& word : words) argv.push_back(word.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  Timing timing;
-  const double cpu_before = children_cpu_s();
-  const auto start = std::chrono::steady_clock::now();
-  pid_t pid = 0;
-  if (posix_spawn(&pid, kBinary.c_str(), &actions, nullptr, argv.data(), environ) != 0) {
-    std::perror("posix_spawn");
-    std::exit(1);
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  timing.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  timing.cpu_s = children_cpu_s() - cpu_before;
-  timing.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return timing;
+  return pipegrid::bench::spawn_and_wait(kBinary, args, out, "");
 }
 
 void write(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
