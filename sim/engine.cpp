@@ -1162,14 +1162,24 @@ struct ChildResult {
   std::string_view bytes() const { return std::string_view(payload).substr(bytes_at); }
 };
 
-// Runs `work` (which starts one SimGrid engine) in a forked child and returns
-// the JSON it produced (handed over as CBOR) and the bytes it left in its
-// second argument. The child's InputErrors come
-// back as InputErrors; SimGrid aborts come back as InputErrors quoting
-// SimGrid's last message. Messages are made printable (invalid UTF-8 bytes
-// as \xNN) before they cross. The child dies with its parent
-// (core/termination.hpp). `hold_point`: the test hook the child stops at
-// before simulating (hold_if_injected).
+// SimGrid's command line for every engine of pipegrid: warnings only, and
+// in sanitizer builds threads as contexts (AddressSanitizer follows
+// threads, not SimGrid's hand-made stack switches).
+struct EngineArguments {
+  std::vector<std::string> words{"pipegrid", "--log=root.thres:warning", "--log=xbt_cfg.thres:warning"
+#ifdef PIPEGRID_SIMGRID_CONTEXT_FACTORY
+                                 ,
+                                 "--cfg=contexts/factory:" PIPEGRID_SIMGRID_CONTEXT_FACTORY
+#endif
+  };
+  std::vector<char*> argv;
+  int argc = static_cast<int>(words.size());
+  EngineArguments() {
+    for (std::string& word : words) argv.push_back(word.data());
+    argv.push_back(nullptr);
+  }
+};
+
 // run_next_engine_in_process(): the next engine runs in this process.
 enum class InProcess { Off, Armed, Used };
 InProcess in_process = InProcess::Off;
@@ -1196,18 +1206,10 @@ ChildResult run_in_this_process(const std::function<nlohmann::json(sg::Engine&, 
     }
   } restore{saved_stderr, log_fd};
   try {
-    char arg0[] = "pipegrid", arg1[] = "--log=root.thres:warning", arg2[] = "--log=xbt_cfg.thres:warning";
-#ifdef PIPEGRID_SIMGRID_CONTEXT_FACTORY
-    char arg3[] = "--cfg=contexts/factory:" PIPEGRID_SIMGRID_CONTEXT_FACTORY;
-    char* argv[] = {arg0, arg1, arg2, arg3, nullptr};
-    int argc = 4;
-#else
-    char* argv[] = {arg0, arg1, arg2, nullptr};
-    int argc = 3;
-#endif
+    EngineArguments arguments;
     ChildResult result;
     {
-      sg::Engine engine(&argc, argv);
+      sg::Engine engine(&arguments.argc, arguments.argv.data());
       result.json = work(engine, result.payload);  // the bytes: the whole payload
     }
     return result;
@@ -1218,6 +1220,16 @@ ChildResult run_in_this_process(const std::function<nlohmann::json(sg::Engine&, 
   }
 }
 
+// Runs `work` (which starts one SimGrid engine) in a forked child and returns
+// the JSON it produced (handed over as CBOR) and the bytes it left in its
+// second argument. The child's InputErrors come
+// back as InputErrors; SimGrid aborts come back as InputErrors quoting
+// SimGrid's last message. Messages are made printable (invalid UTF-8 bytes
+// as \xNN) before they cross. The child dies with its parent
+// (core/termination.hpp). `hold_point`: the test hook the child stops at
+// before simulating (hold_if_injected). After run_next_engine_in_process(),
+// the next call runs `work` in this process instead, and a call after that
+// calls its `second_engine` callback.
 ChildResult run_in_child(const std::string& what, const std::function<nlohmann::json(sg::Engine&, std::string&)>& work,
                             const char* hold_point = nullptr) {
   if (in_process == InProcess::Used) {
@@ -1241,18 +1253,8 @@ ChildResult run_in_child(const std::string& what, const std::function<nlohmann::
     std::string bytes;
     int code = 0;
     try {
-      char arg0[] = "pipegrid", arg1[] = "--log=root.thres:warning", arg2[] = "--log=xbt_cfg.thres:warning";
-#ifdef PIPEGRID_SIMGRID_CONTEXT_FACTORY
-      // Sanitizer builds: AddressSanitizer follows threads, not SimGrid's
-      // hand-made stack switches.
-      char arg3[] = "--cfg=contexts/factory:" PIPEGRID_SIMGRID_CONTEXT_FACTORY;
-      char* argv[] = {arg0, arg1, arg2, arg3, nullptr};
-      int argc = 4;
-#else
-      char* argv[] = {arg0, arg1, arg2, nullptr};
-      int argc = 3;
-#endif
-      sg::Engine engine(&argc, argv);
+      EngineArguments arguments;
+      sg::Engine engine(&arguments.argc, arguments.argv.data());
       payload = nlohmann::json::to_cbor(nlohmann::json{{"ok", work(engine, bytes)}});
     } catch (const InputError& error) {
       payload = nlohmann::json::to_cbor(nlohmann::json{{"input_error", printable(error.what(), true)}});
