@@ -921,46 +921,86 @@ ExperimentPlan plan_experiment(const std::string& file, const ParametersOf& para
   return plan;
 }
 
+namespace {
+
+/// The most shards --shard I/N and --shard auto accept.
+constexpr long long kMaxShards = 1000000;
+
+/// A non-negative decimal integer (digits only, no sign or space); nullopt
+/// otherwise. Values past 10^18 read as 10^18: beyond every limit checked.
+std::optional<long long> non_negative_integer(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  constexpr long long kSaturated = 1000000000000000000LL;
+  long long value = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value >= kSaturated / 10 ? kSaturated : value * 10 + (c - '0');
+  }
+  return value;
+}
+
+}  // namespace
+
 Shard parse_shard(const std::string& text) {
   const std::size_t slash = text.find('/');
-  const auto number = [&](const std::string& part, long long& out) {
-    char* end = nullptr;
-    errno = 0;
-    out = std::strtoll(part.c_str(), &end, 10);
-    return !part.empty() && end && *end == '\0' && errno == 0;
-  };
-  long long index = 0, count = 0;
-  if (slash == std::string::npos || !number(text.substr(0, slash), index) || !number(text.substr(slash + 1), count) ||
-      count < 1 || count > 1000000 || index < 0 || index >= count)
-    throw InputError(fmt::format("--shard: expected I/N with 0 <= I < N (or auto), found '{}'", text));
-  return {static_cast<int>(index), static_cast<int>(count)};
+  const std::optional<long long> index = slash == std::string::npos ? std::nullopt : non_negative_integer(text.substr(0, slash));
+  const std::optional<long long> count = slash == std::string::npos ? std::nullopt : non_negative_integer(text.substr(slash + 1));
+  if (!index || !count)
+    throw InputError(fmt::format("--shard: expected I/N (integers, 0 <= I < N <= {}) or auto, found '{}'", kMaxShards, text));
+  if (*count > kMaxShards) throw InputError(fmt::format("--shard: expected at most {} shards (N), found '{}'", kMaxShards, text));
+  if (*count < 1 || *index >= *count) throw InputError(fmt::format("--shard: expected I/N with 0 <= I < N, found '{}'", text));
+  return {static_cast<int>(*index), static_cast<int>(*count)};
 }
 
 Shard shard_from_environment(const std::function<const char*(const char*)>& environment) {
+  // NAME='VALUE' as the environment gives it (messages show what was set,
+  // not a value read into a narrower type).
+  const auto setting = [&](const char* name) { return fmt::format("{}='{}'", name, environment(name)); };
+  // nullopt when unset or empty; else a non-negative integer or an error.
   const auto read = [&](const char* name) -> std::optional<long long> {
     const char* value = environment(name);
     if (!value || !*value) return std::nullopt;
-    char* end = nullptr;
-    errno = 0;
-    const long long number = std::strtoll(value, &end, 10);
-    if (!end || *end != '\0' || errno != 0) throw InputError(fmt::format("--shard auto: {}='{}' is not an integer", name, value));
+    const std::optional<long long> number = non_negative_integer(value);
+    if (!number) throw InputError(fmt::format("--shard auto: {}: expected a non-negative integer", setting(name)));
     return number;
   };
-  const auto make = [](long long index, long long count, const std::string& from) {
-    if (count < 1 || index < 0 || index >= count)
-      throw InputError(fmt::format("--shard auto: {} gives shard {} of {}", from, index, count));
-    return Shard{static_cast<int>(index), static_cast<int>(count)};
+  const auto check_count = [&](const char* name, long long count) {
+    if (count > kMaxShards) throw InputError(fmt::format("--shard auto: {}: expected at most {} shards", setting(name), kMaxShards));
+    if (count < 1) throw InputError(fmt::format("--shard auto: {}: expected at least 1 shard", setting(name)));
   };
-  if (const auto task = read("SLURM_ARRAY_TASK_ID")) {
-    const auto count = read("SLURM_ARRAY_TASK_COUNT");
-    if (!count) throw InputError("--shard auto: SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not");
-    return make(*task - read("SLURM_ARRAY_TASK_MIN").value_or(0), *count, "SLURM_ARRAY_TASK_ID/_MIN/_COUNT");
+  const auto from_rank = [&](const char* rank_name, const char* count_name) -> std::optional<Shard> {
+    const std::optional<long long> rank = read(rank_name), count = read(count_name);
+    if (!rank || !count) return std::nullopt;
+    check_count(count_name, *count);
+    if (*rank >= *count)
+      throw InputError(fmt::format("--shard auto: {}: expected a rank below {} ({})", setting(rank_name), *count, setting(count_name)));
+    return Shard{static_cast<int>(*rank), static_cast<int>(*count)};
+  };
+  if (const std::optional<long long> task = read("SLURM_ARRAY_TASK_ID")) {
+    // A task's shard is its position in the array MIN, MIN+STEP, ..., MAX.
+    const auto required = [&](const char* name) {
+      const std::optional<long long> value = read(name);
+      if (!value)
+        throw InputError(fmt::format("--shard auto: SLURM_ARRAY_TASK_ID is set but {} is not (sbatch --array sets "
+                                     "SLURM_ARRAY_TASK_MIN, _MAX, _STEP and _COUNT)",
+                                     name));
+      return *value;
+    };
+    const long long count = required("SLURM_ARRAY_TASK_COUNT"), min = required("SLURM_ARRAY_TASK_MIN"),
+                    max = required("SLURM_ARRAY_TASK_MAX"), step = required("SLURM_ARRAY_TASK_STEP");
+    check_count("SLURM_ARRAY_TASK_COUNT", count);
+    if (step < 1 || max < min || (max - min) % step != 0 || (max - min) / step + 1 != count)
+      throw InputError(fmt::format("--shard auto: the Slurm array is not one range MIN-MAX:STEP of COUNT tasks ({}, {}, {}, {}; "
+                                   "a list such as --array=1,5,9?): give the shard explicitly, --shard \"$SLURM_ARRAY_TASK_ID/N\"",
+                                   setting("SLURM_ARRAY_TASK_MIN"), setting("SLURM_ARRAY_TASK_MAX"),
+                                   setting("SLURM_ARRAY_TASK_STEP"), setting("SLURM_ARRAY_TASK_COUNT")));
+    if (*task < min || *task > max || (*task - min) % step != 0)
+      throw InputError(fmt::format("--shard auto: {}: not a task of the array {}-{}:{}", setting("SLURM_ARRAY_TASK_ID"), min, max, step));
+    return {static_cast<int>((*task - min) / step), static_cast<int>(count)};
   }
-  if (const auto rank = read("SLURM_PROCID"); rank && read("SLURM_NTASKS"))
-    return make(*rank, *read("SLURM_NTASKS"), "SLURM_PROCID/SLURM_NTASKS");
-  if (const auto rank = read("OMPI_COMM_WORLD_RANK"); rank && read("OMPI_COMM_WORLD_SIZE"))
-    return make(*rank, *read("OMPI_COMM_WORLD_SIZE"), "OMPI_COMM_WORLD_RANK/_SIZE");
-  if (const auto rank = read("PMI_RANK"); rank && read("PMI_SIZE")) return make(*rank, *read("PMI_SIZE"), "PMI_RANK/PMI_SIZE");
+  for (const auto& [rank_name, count_name] : {std::pair{"SLURM_PROCID", "SLURM_NTASKS"}, {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                             {"PMI_RANK", "PMI_SIZE"}})
+    if (const std::optional<Shard> shard = from_rank(rank_name, count_name)) return *shard;
   throw InputError("--shard auto: no launcher variables found (SLURM_ARRAY_TASK_ID, SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK)");
 }
 
