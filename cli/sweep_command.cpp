@@ -286,6 +286,7 @@ sweep::Shard shard_option(const std::string& text) {
 ReportSpec report_spec_of(const ExperimentPlan& plan);
 
 int plan_main() {
+  const std::optional<sweep::Shard> shard = options.shard.empty() ? std::nullopt : std::optional(shard_option(options.shard));
   const ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
   report_spec_of(plan);
   std::cout << fmt::format("experiment {}: {}\n", plan.name, plan.title.empty() ? "(no title)" : plan.title);
@@ -304,10 +305,7 @@ int plan_main() {
   if (!options.where.empty())
     std::cout << fmt::format("--where {} dropped {}\n", options.where, plan.runs_after_file_where - static_cast<int>(plan.runs.size()));
   std::cout << fmt::format("runs: {}\n", plan.runs.size());
-  if (!options.shard.empty()) {
-    const sweep::Shard shard = shard_option(options.shard);
-    std::cout << fmt::format("shard {}/{}: {} runs\n", shard.index, shard.count, sweep::runs_of_shard(plan.runs, shard).size());
-  }
+  if (shard) std::cout << fmt::format("shard {}/{}: {} runs\n", shard->index, shard->count, sweep::runs_of_shard(plan.runs, *shard).size());
   int status = 0;
   if (!plan.missing_capabilities.empty()) {
     std::string list;
