@@ -349,6 +349,14 @@ std::string journal_text(const fs::path& path, std::vector<std::string>& notes) 
   return text;
 }
 
+/// A journal's whole lines parsed, its header checked first (a header
+/// with a column more or less is named as such, not as a short row).
+CsvTable parse_journal(const std::string& text, const std::string& path, const std::vector<std::string>& expected,
+                       const std::string& expected_from) {
+  check_header(path, parse_csv(std::string_view(text).substr(0, text.find('\n') + 1), path).header, expected, expected_from);
+  return parse_csv(text, path);
+}
+
 void check_run_rows(const CsvTable& table, const std::string& command) {
   const std::size_t status = table.require_column("status");
   const auto& metrics = metric_columns(command);
@@ -407,8 +415,7 @@ RecordedRuns read_recorded_runs(const std::string& dir, const std::vector<std::s
   for (const fs::path& path : run_files) {
     const std::string text = journal_text(path, recorded.notes);
     if (text.empty()) continue;
-    const CsvTable table = parse_csv(text, path.string());
-    check_header(path.string(), table.header, runs_header, header_from);
+    const CsvTable table = parse_journal(text, path.string(), runs_header, header_from);
     check_run_rows(table, command);
     for (const auto& row : table.rows) {
       const std::string& key = row[0];
@@ -426,8 +433,7 @@ RecordedRuns read_recorded_runs(const std::string& dir, const std::vector<std::s
   for (const fs::path& path : device_files) {
     const std::string text = journal_text(path, recorded.notes);
     if (text.empty()) continue;
-    const CsvTable table = parse_csv(text, path.string());
-    check_header(path.string(), table.header, devices_columns(), "the columns of devices.csv");
+    const CsvTable table = parse_journal(text, path.string(), devices_columns(), "the columns of devices.csv");
     check_device_rows(table);
     std::map<std::string, std::vector<std::vector<std::string>>> in_file;
     for (const auto& row : table.rows)
