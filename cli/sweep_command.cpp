@@ -262,8 +262,12 @@ bool is_slurm_time_limit(const std::string& text) {
 
 void check_inputs_exist(const ExperimentPlan& plan) {
   std::vector<std::string> missing;
-  for (const std::string& path : plan.input_files)
+  for (const std::string& path : plan.input_files) {
+    std::error_code error;
+    if (fs::is_directory(path, error))
+      throw InputError(fmt::format("{}: input '{}' is a folder, not a file", plan.file, path));
     if (!fs::is_regular_file(path)) missing.push_back(path);
+  }
   if (missing.empty()) return;
   std::string list;
   for (const std::string& path : missing) list += "\n  " + path;
@@ -471,14 +475,21 @@ int run_main() {
   materialize_inline_platforms(plan.runs, options.out);
   if (options.fresh)
     for (const char* name : {"shards", "runs.csv", "devices.csv"}) fs::remove_all(fs::path(options.out) / name);
+  // Other shards may be appending to their journals in this folder: only
+  // this shard's own journals are repaired (Journal, below). Read before the
+  // manifest is written: journals of another plan leave it as it was.
+  const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out, sweep::runs_header(plan), plan.command, "the columns of this plan");
+  std::set<std::string> warned;
+  const auto warn = [&](const std::vector<std::string>& notes) {
+    for (const std::string& note : notes)
+      if (warned.insert(note).second) std::cerr << "pipegrid: warning: " << note << "\n";
+  };
+  warn(recorded.notes);
   sweep::write_manifest(options.out, sweep::manifest_json(plan, input_hashes(plan), kVersion));
   // Only this shard's runs are kept, once: every run forks this process,
   // and a fork costs in proportion to the memory it copies the mappings of.
   const std::vector<PlannedRun> selected = shard.count == 1 ? std::move(plan.runs) : sweep::runs_of_shard(plan.runs, shard);
   plan.runs = {};
-  // Other shards may be appending to their journals in this folder: only
-  // this shard's own journals are repaired (Journal, below).
-  const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out, false);
   const auto status_column = std::find(recorded.header.begin(), recorded.header.end(), "status");
   const auto recorded_status = [&](const std::string& key) -> std::string {
     const auto found = recorded.runs.find(key);
@@ -536,6 +547,7 @@ int run_main() {
   std::string where = fmt::format("{}/shards/shard-{}-of-{}.csv", options.out, shard.index, shard.count);
   if (!sharded && !summary.interrupted) {
     const sweep::MergeResult merged = sweep::merge_results(options.out);
+    warn(merged.notes);
     where = fmt::format("{}/runs.csv ({} rows) and devices.csv", options.out, merged.rows);
   }
   std::cout << fmt::format("{}: {} run{}{}: {}{} -> {}\n", plan.name, selected.size(), selected.size() == 1 ? "" : "s",
@@ -560,7 +572,8 @@ nlohmann::json read_manifest(const std::string& dir) {
 
 int status_main() {
   const nlohmann::json manifest = read_manifest(options.out);
-  const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out, false);
+  const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out);
+  for (const std::string& note : recorded.notes) std::cerr << "pipegrid: warning: " << note << "\n";
   const auto status_column = std::find(recorded.header.begin(), recorded.header.end(), "status");
   std::map<std::string, int> counts;
   int missing = 0;
@@ -581,6 +594,7 @@ int status_main() {
 
 int merge_main() {
   const sweep::MergeResult merged = sweep::merge_results(options.out);
+  for (const std::string& note : merged.notes) std::cerr << "pipegrid: warning: " << note << "\n";
   std::cout << fmt::format("{}/runs.csv: {} rows\n", options.out, merged.rows);
   if (merged.missing_labels.empty()) return 0;
   std::cerr << fmt::format("pipegrid: {} run{} of the plan have no row yet:\n", merged.missing_labels.size(), merged.missing_labels.size() == 1 ? "" : "s");

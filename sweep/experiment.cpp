@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "sweep/expression.hpp"
+#include "sweep/results.hpp"
 #include "sweep/suggest.hpp"
 
 namespace pipegrid::sweep {
@@ -97,7 +98,7 @@ std::string type_name(const toml::node& node) {
     case toml::node_type::array: return "an array";
     case toml::node_type::string: return "a string";
     case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::floating_point: return "a float";
     case toml::node_type::boolean: return "a boolean";
     default: return "a date or time";
   }
@@ -155,6 +156,24 @@ struct Reader {
   }
 };
 
+/// The largest magnitude below which every integer is a double.
+constexpr double kLargestExactInteger = 9007199254740992.0;  // 2^53
+
+/// A number where the parameter takes an integer: an integral float (2.0)
+/// becomes the integer (as a derived value does); any other float is an
+/// error at `place` that says it is a float.
+Scalar integral_where_integer(const Scalar& value, const ParameterSpec* spec, const std::string& key, const SourcePlace& place) {
+  if (!spec || spec->kind != ParameterSpec::Kind::Int || value.kind != Scalar::Kind::Real) return value;
+  const double v = value.real;
+  if (!std::isfinite(v) || v != std::floor(v))
+    fail(place, fmt::format("{}: expected an integer, found the float {} (an integral float such as 2.0 is read as 2)", key,
+                            value.to_text()));
+  if (std::fabs(v) >= kLargestExactInteger)
+    fail(place, fmt::format("{}: expected an integer, found the float {}, beyond 2^53 where floats no longer hold every integer",
+                            key, value.to_text()));
+  return Scalar::of_int(static_cast<long long>(v));
+}
+
 /// A value as an experiment file (or --set) gives it, with the folder its
 /// paths are relative to.
 Setting make_setting(const Reader& reader, const std::string& key, const toml::node& node, const SourcePlace& place,
@@ -176,7 +195,7 @@ Setting make_setting(const Reader& reader, const std::string& key, const toml::n
   }
   const std::optional<Scalar> scalar = scalar_of(node);
   if (!scalar) fail(place, fmt::format("{}: expected a value, found {}", key, type_name(node)));
-  setting.value = *scalar;
+  setting.value = integral_where_integer(*scalar, spec, key, place);
   if (spec && spec->kind == ParameterSpec::Kind::Path) {
     if (setting.value.kind != Scalar::Kind::Text) fail(place, fmt::format("{}: expected a file name (a string), found {}", key, type_name(node)));
     if (std::find(spec->literals.begin(), spec->literals.end(), setting.value.text) == spec->literals.end())
@@ -239,12 +258,19 @@ void read_labels(Reader& reader, const toml::table& root, const std::string& fil
   if (!labels) return;
   const auto* array = labels->as_array();
   if (!array) fail(place_of(file, *labels), fmt::format("labels: expected an array of names, found {}", type_name(*labels)));
+  std::set<std::string> in_this_list;
   for (const toml::node& item : *array) {
     const auto* name = item.as_string();
     if (!name) fail(place_of(file, item), fmt::format("labels: expected a name (a string), found {}", type_name(item)));
-    if (reader.parameter(name->get()))
-      fail(place_of(file, item), fmt::format("labels: '{}' is a parameter; labels name columns that are not parameters", name->get()));
-    if (!reader.is_label(name->get())) reader.labels.push_back(name->get());
+    const std::string& label = name->get();
+    if (label.empty()) fail(place_of(file, item), "labels: an empty name (a label names a column of runs.csv)");
+    if (!in_this_list.insert(label).second) fail(place_of(file, item), fmt::format("labels: '{}' is listed twice", label));
+    if (reader.parameter(label))
+      fail(place_of(file, item), fmt::format("labels: '{}' is a parameter; labels name columns that are not parameters", label));
+    if (is_reserved_column(label))
+      fail(place_of(file, item), fmt::format("labels: '{}' is a column of the results; a label may not be called {}", label,
+                                             reserved_column_list()));
+    if (!reader.is_label(label)) reader.labels.push_back(label);
   }
 }
 
@@ -317,8 +343,10 @@ std::vector<Scalar> range_values(const toml::table& spec, const SourcePlace& pla
   for (const auto& [key, node] : in_file_order(spec)) {
     if (std::find(keys.begin(), keys.end(), key) == keys.end()) unknown_key(place_of(place.file, *node), fmt::format("{}.{}", what, key), keys);
     const std::optional<Scalar> value = scalar_of(*node);
-    if (!value || !value->numeric() || !std::isfinite(value->number()))
+    if (!value || !value->numeric())
       fail(place_of(place.file, *node), fmt::format("{}.{}: expected a number, found {}", what, key, type_name(*node)));
+    if (!std::isfinite(value->number()))
+      fail(place_of(place.file, *node), fmt::format("{}.{}: expected a finite number, found {}", what, key, value->to_text()));
     numbers[key] = *value;
   }
   for (const char* required : {"from", "to"})
@@ -360,17 +388,34 @@ std::vector<Scalar> range_values(const toml::table& spec, const SourcePlace& pla
   return values;
 }
 
+/// The files a glob pattern matches, written as the pattern is: relative to
+/// the experiment's folder for a relative pattern, absolute for an absolute
+/// one (the same values whatever path the experiment was given by). Folders
+/// are not values.
 std::vector<std::string> glob_values(const std::string& pattern, const std::string& file, const SourcePlace& place) {
   const std::string base_dir = fs::path(file).parent_path().string();
-  const std::string full = (fs::path(base_dir) / pattern).string();
+  const bool absolute = fs::path(pattern).is_absolute();
+  const std::string full = absolute ? pattern : (fs::path(base_dir) / pattern).string();
   glob_t matches{};
   const int status = glob(full.c_str(), 0, nullptr, &matches);
   std::vector<std::string> values;
+  std::size_t folders = 0;
   if (status == 0)
-    for (std::size_t i = 0; i < matches.gl_pathc; ++i)
-      values.push_back(fs::path(matches.gl_pathv[i]).lexically_relative(base_dir.empty() ? "." : base_dir).string());
+    for (std::size_t i = 0; i < matches.gl_pathc; ++i) {
+      const fs::path match(matches.gl_pathv[i]);
+      std::error_code error;
+      if (fs::is_directory(match, error)) {
+        ++folders;
+        continue;
+      }
+      values.push_back(absolute ? match.lexically_normal().string()
+                                : match.lexically_relative(base_dir.empty() ? "." : base_dir).string());
+    }
   globfree(&matches);
-  if (values.empty()) fail(place, fmt::format("glob '{}': matches no file (relative to {})", pattern, base_dir.empty() ? "." : base_dir));
+  const std::string relative_to = absolute ? "" : fmt::format(" (relative to {})", base_dir.empty() ? "." : base_dir);
+  if (values.empty() && folders > 0)
+    fail(place, fmt::format("glob '{}'{}: matches only folders ({}), no file; a glob's values are files", pattern, relative_to, folders));
+  if (values.empty()) fail(place, fmt::format("glob '{}'{}: matches no file", pattern, relative_to));
   std::sort(values.begin(), values.end());
   return values;
 }
@@ -476,11 +521,12 @@ void read_axes(const Reader& reader, const toml::table& root, const std::string&
         for (const std::string& path : glob_values(pattern->as_string()->get(), file, place_of(file, *pattern)))
           scalars.push_back(Scalar::of_text(path));
       }
+      const toml::node* generator = table->get("range") ? table->get("range") : table->get("geom") ? table->get("geom") : table->get("glob");
       for (const Scalar& scalar : scalars) {
         AxisValue value;
         Setting setting;
-        setting.value = scalar;
         const ParameterSpec* spec = reader.parameter(axis.name);
+        setting.value = integral_where_integer(scalar, spec, axis.name, place_of(file, *generator));
         if (spec && spec->kind == ParameterSpec::Kind::Path && scalar.kind == Scalar::Kind::Text)
           setting.resolved_path = (fs::path(base_dir) / scalar.text).lexically_normal().string();
         value.settings.emplace_back(axis.name, setting);
@@ -646,7 +692,7 @@ Scalar coerce(const Scalar& value, const ParameterSpec* spec, const std::string&
   if (!spec || !value.numeric()) return value;
   if (spec->kind == ParameterSpec::Kind::Int) {
     const double v = value.number();
-    if (v != std::floor(v) || std::fabs(v) > 9.0e15)
+    if (v != std::floor(v) || std::fabs(v) >= kLargestExactInteger)
       throw InputError(fmt::format("{}: {} must be an integer, and comes out {}", where, key, value.to_text()));
     return Scalar::of_int(static_cast<long long>(v));
   }
@@ -743,7 +789,14 @@ ExperimentPlan plan_experiment(const std::string& file, const ParametersOf& para
       plan.missing_capabilities.push_back(capability);
   const std::string experiment_dir = fs::path(file).parent_path().string();
 
-  // --set: replaces an axis that sets the key, or a default.
+  // A key is set by an axis or derived, not both.
+  for (const DeriveRule& rule : experiment.derive)
+    for (const Axis& axis : experiment.axes)
+      if (std::find(axis.keys.begin(), axis.keys.end(), rule.key) != axis.keys.end())
+        fail(rule.place, fmt::format("derive.{}: axis '{}' ({}) sets '{}' too; a key is either an axis's or derived, not both",
+                                     rule.key, axis.name, axis.place.text(), rule.key));
+
+  // --set: replaces an axis that sets the key, a derived key, or a default.
   for (const std::string& assignment : options.sets) {
     const std::size_t equals = assignment.find('=');
     if (equals == std::string::npos || equals == 0)
@@ -762,9 +815,10 @@ ExperimentPlan plan_experiment(const std::string& file, const ParametersOf& para
       if (axis.keys.size() == 1) {
         AxisValue value;
         value.settings.emplace_back(key, setting);
+        const std::size_t replaced_values = axis.values.size();
         axis.values = {value};
         plan.notes.push_back(fmt::format("--set {} replaces axis '{}' ({} value{} -> 1)", assignment, axis.name,
-                                         axis.values.size(), axis.values.size() == 1 ? "" : "s"));
+                                         replaced_values, replaced_values == 1 ? "" : "s"));
       } else {
         for (AxisValue& value : axis.values)
           for (auto& [name, existing] : value.settings)
@@ -772,6 +826,13 @@ ExperimentPlan plan_experiment(const std::string& file, const ParametersOf& para
         plan.notes.push_back(fmt::format("--set {} replaces '{}' in every value of axis '{}'", assignment, key, axis.name));
       }
     }
+    for (auto rule = experiment.derive.begin(); rule != experiment.derive.end();)
+      if (rule->key == key) {
+        plan.notes.push_back(fmt::format("--set {} replaces derive.{} = '{}' ({})", assignment, key, rule->expression, rule->place.text()));
+        rule = experiment.derive.erase(rule);
+      } else {
+        ++rule;
+      }
     if (!replaced) {
       experiment.defaults.emplace_back(key, setting);
       if (std::find(experiment.default_order.begin(), experiment.default_order.end(), key) == experiment.default_order.end())

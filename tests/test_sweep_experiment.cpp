@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -182,6 +184,119 @@ TEST_F(SweepExperiment, IncludesComeFirstAndTheFileWins) {
   ASSERT_EQ(p.includes.size(), 1u);
   write("_base/loop.toml", "schema = 1\ninclude = [\"loop.toml\"]\n");
   EXPECT_NE(error_of(std::string(kHeader) + "include = [\"_base/loop.toml\"]\n").find("includes itself"), std::string::npos);
+}
+
+TEST_F(SweepExperiment, AbsoluteGlobGivesTheSameValuesWhateverTheExperimentPath) {
+  const std::string text = std::string(kHeader) + "[[axis]]\nname = \"platform\"\nglob = \"" + (dir_ / "p").string() + "/*.xml\"\n";
+  write("e.toml", text);
+  const auto parameters_of = [](const std::string&) { return std::optional(parameters()); };
+  const ExperimentPlan absolute = plan_experiment((dir_ / "e.toml").string(), parameters_of, {"simulate"}, {}, queries());
+  const fs::path before = fs::current_path();
+  fs::current_path(dir_);
+  ExperimentPlan relative;
+  try {
+    relative = plan_experiment("e.toml", parameters_of, {"simulate"}, {}, queries());
+  } catch (...) {
+    fs::current_path(before);
+    throw;
+  }
+  fs::current_path(before);
+  for (const ExperimentPlan* p : std::vector<const ExperimentPlan*>{&absolute, &relative}) {
+    ASSERT_EQ(p->runs.size(), 2u);
+    EXPECT_EQ(p->runs[0].settings.at("platform").value.text, (dir_ / "p/a.xml").string());
+    EXPECT_EQ(p->runs[0].settings.at("platform").resolved_path, (dir_ / "p/a.xml").string());
+    EXPECT_EQ(p->runs[1].label, "b");
+  }
+  EXPECT_EQ(absolute.runs[0].key, relative.runs[0].key);
+}
+
+TEST_F(SweepExperiment, GlobValuesAreFilesNeverFolders) {
+  fs::create_directories(dir_ / "p/sub.xml");  // a folder named like a match
+  const ExperimentPlan p = plan(std::string(kHeader) + "[[axis]]\nname = \"platform\"\nglob = \"p/*.xml\"\n");
+  ASSERT_EQ(p.runs.size(), 2u);
+  EXPECT_EQ(p.runs[1].settings.at("platform").value.text, "p/b.xml");
+  const std::string error = error_of(std::string(kHeader) + "[[axis]]\nname = \"profile\"\nglob = \"m/*\"\n");
+  EXPECT_NE(error.find("e.toml:5: glob 'm/*'"), std::string::npos) << error;
+  EXPECT_NE(error.find("matches only folders (2), no file"), std::string::npos) << error;
+}
+
+TEST_F(SweepExperiment, LabelsNamedLikeResultColumnsAreRefused) {
+  for (const char* name : {"status", "run_key", "reason", "label", "run_index", "shard", "sim_wall_s", "throughput_samples_per_s",
+                           "host", "busy_s", "total_flops", "partition_result"}) {
+    const std::string error = error_of(std::string(kHeader) + "labels = [\"tag\", \"" + name + "\"]\n");
+    EXPECT_NE(error.find(fmt::format("e.toml:3: labels: '{}' is a column of the results", name)), std::string::npos) << error;
+    EXPECT_NE(error.find("run_key, run_index, label, status, reason"), std::string::npos) << error;
+  }
+  EXPECT_NE(error_of(std::string(kHeader) + "labels = [\"x\", \"x\"]\n").find("e.toml:3: labels: 'x' is listed twice"), std::string::npos);
+  EXPECT_NE(error_of(std::string(kHeader) + "labels = [\"\"]\n").find("e.toml:3: labels: an empty name"), std::string::npos);
+  EXPECT_EQ(plan(std::string(kHeader) + "labels = [\"status_note\"]\n").runs.size(), 1u);
+}
+
+TEST_F(SweepExperiment, DeriveOfAKeyAnAxisSetsIsAnError) {
+  const std::string error = error_of(std::string(kHeader) + R"T(
+[[axis]]
+name = "micro_batches"
+values = [2, 4]
+[derive]
+micro_batches = "3"
+)T");
+  EXPECT_NE(error.find("e.toml:8: derive.micro_batches: axis 'micro_batches' (" + (dir_ / "e.toml").string() + ":5) sets 'micro_batches' too"),
+            std::string::npos)
+      << error;
+  // A bundle's key too.
+  const std::string bundle = error_of(std::string(kHeader) + R"T(labels = ["system"]
+[[axis]]
+name = "system"
+values = [ { system = "a", schedule = "gpipe" } ]
+[derive]
+schedule = "'1f1b'"
+)T");
+  EXPECT_NE(bundle.find("derive.schedule: axis 'system'"), std::string::npos) << bundle;
+}
+
+TEST_F(SweepExperiment, SetReplacesADerivedKeyAndSaysSo) {
+  PlanOptions options;
+  options.sets = {"micro_batch_size=8"};
+  const ExperimentPlan p = plan(std::string(kHeader) + "[defaults]\nmicro_batches = 4\n[derive]\nmicro_batch_size = \"256 / micro_batches\"\n", options);
+  ASSERT_EQ(p.runs.size(), 1u);
+  EXPECT_EQ(p.runs[0].settings.at("micro_batch_size").value.integer, 8);
+  ASSERT_EQ(p.notes.size(), 1u);
+  EXPECT_NE(p.notes[0].find("--set micro_batch_size=8 replaces derive.micro_batch_size = '256 / micro_batches' (" + (dir_ / "e.toml").string() + ":6)"),
+            std::string::npos)
+      << p.notes[0];
+}
+
+TEST_F(SweepExperiment, AnIntegralFloatIsAnIntegerEverywhere) {
+  const ExperimentPlan d = plan(std::string(kHeader) + "[defaults]\nmicro_batches = 2.0\n");
+  EXPECT_EQ(d.runs[0].settings.at("micro_batches").value.kind, Scalar::Kind::Int);
+  EXPECT_EQ(d.runs[0].settings.at("micro_batches").value.integer, 2);
+  const ExperimentPlan r = plan(std::string(kHeader) + "[[axis]]\nname = \"micro_batches\"\nrange = { from = 1.0, to = 3.0 }\n");
+  ASSERT_EQ(r.runs.size(), 3u);
+  EXPECT_EQ(r.runs[2].settings.at("micro_batches").value.kind, Scalar::Kind::Int);
+  EXPECT_EQ(r.runs[2].label, "M=3");
+  const ExperimentPlan v = plan(std::string(kHeader) + "[[axis]]\nname = \"micro_batches\"\nvalues = [2, 4.0]\n");
+  EXPECT_EQ(v.runs[0].key, d.runs[0].key);
+  PlanOptions options;
+  options.sets = {"micro_batches=2.0"};
+  EXPECT_EQ(plan(std::string(kHeader), options).runs[0].key, d.runs[0].key);
+
+  const std::string fraction = error_of(std::string(kHeader) + "[defaults]\nmicro_batches = 2.5\n");
+  EXPECT_NE(fraction.find("e.toml:4: micro_batches: expected an integer, found the float 2.5"), std::string::npos) << fraction;
+  const std::string huge = error_of(std::string(kHeader) + "[[axis]]\nname = \"micro_batches\"\ngeom = { from = 1, to = 1e308, factor = 2 }\n");
+  EXPECT_NE(huge.find("e.toml:5: micro_batches: expected an integer, found the float 9007199254740992, beyond 2^53"),
+            std::string::npos) << huge;
+  // A real parameter keeps its float.
+  EXPECT_EQ(plan(std::string(kHeader) + "[defaults]\nprediction_cost = 2.0\n").runs[0].settings.at("prediction_cost").value.kind,
+            Scalar::Kind::Real);
+}
+
+TEST_F(SweepExperiment, RangeBoundsMustBeFinite) {
+  const std::string to = error_of(std::string(kHeader) + "[[axis]]\nname = \"micro_batches\"\nrange = { from = 1, to = inf }\n");
+  EXPECT_NE(to.find("e.toml:5: range.to: expected a finite number, found inf"), std::string::npos) << to;
+  const std::string from = error_of(std::string(kHeader) + "[[axis]]\nname = \"micro_batches\"\ngeom = { from = nan, to = 4 }\n");
+  EXPECT_NE(from.find("geom.from: expected a finite number, found nan"), std::string::npos) << from;
+  const std::string text = error_of(std::string(kHeader) + "[[axis]]\nname = \"micro_batches\"\nrange = { from = 1, to = 'x' }\n");
+  EXPECT_NE(text.find("range.to: expected a number, found a string"), std::string::npos) << text;
 }
 
 TEST_F(SweepExperiment, SetReplacesAnAxisAndSaysSo) {
