@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -209,6 +210,30 @@ bool integer_text(const std::string& text) {
   return text.size() > digits && text.find_first_not_of("0123456789", digits) == std::string::npos;
 }
 
+/** Every integer option of `command` and its subcommands reads its value as
+ *  a decimal integer: leading zeros are dropped ("010" is 10, where CLI11
+ *  alone would read octal 8), and a value with a base prefix ("0x10", "0b1")
+ *  is a usage error naming the option. */
+void read_integers_as_decimal(CLI::App& command) {
+  for (CLI::Option* option : command.get_options()) {
+    const std::string type = option->get_type_name();
+    if (type != "INT" && type != "UINT") continue;
+    option->transform(CLI::Validator(
+        [](std::string& text) -> std::string {
+          const std::size_t sign = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+          if (text.size() > sign + 1 && text[sign] == '0' && std::isalpha(static_cast<unsigned char>(text[sign + 1])))
+            return fmt::format("expected a decimal integer, found '{}'", printable(text));
+          if (integer_text(text)) {
+            const std::size_t first = std::min(text.find_first_not_of('0', sign), text.size() - 1);
+            text.erase(sign, first - sign);
+          }
+          return "";
+        },
+        "", "decimal"));
+  }
+  for (CLI::App* subcommand : command.get_subcommands([](CLI::App*) { return true; })) read_integers_as_decimal(*subcommand);
+}
+
 /** A CLI11 usage error as pipegrid says it, without the leading
  *  "pipegrid: error: ": a value CLI11 could not convert names the option,
  *  what it expected and what was typed. */
@@ -306,6 +331,7 @@ int main_with_exceptions(int argc, char** argv) {
   demo->add_option("--micro-batches", demo_micro_batches, "micro-batches per mini-batch (default 8)");
 #endif
 
+  read_integers_as_decimal(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
