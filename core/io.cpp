@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <optional>
 #include <sstream>
 
@@ -44,7 +45,22 @@ struct OutputTarget {
   WriteMode mode = WriteMode::Replace;
   std::string file;  ///< Replace: the name the temporary is renamed onto
   std::string refusal;
+  /// WriteThrough: the regular file is this process's own standard output
+  /// (1) or error (2), as `--output /dev/stdout > file` makes it: the
+  /// content joins that stream where it stands (renaming onto the file, or
+  /// truncating it, would lose what the command prints around it); 0 else.
+  int standard_stream = 0;
 };
+
+/** 1 or 2 when `status` is the file this process's standard output or
+ *  error writes to, else 0. */
+int standard_stream_of(const struct stat& status) {
+  for (const int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    struct stat stream {};
+    if (fstat(fd, &stream) == 0 && stream.st_dev == status.st_dev && stream.st_ino == status.st_ino) return fd;
+  }
+  return 0;
+}
 
 /** Longest chain of symbolic links followed (Linux's own limit). */
 constexpr int kMaxLinksFollowed = 40;
@@ -94,6 +110,10 @@ OutputTarget resolve_output_target(const std::string& path) {
   }
   if (S_ISREG(status.st_mode)) {
     target.file = end_of_link_chain(path);
+    if ((target.standard_stream = standard_stream_of(status)) != 0) {
+      target.mode = WriteMode::WriteThrough;
+      return target;
+    }
     struct stat end_status {};
     // A link whose text does not name its file (/proc/self/fd/N of a file
     // since deleted): the open file is written through.
@@ -242,6 +262,11 @@ void OutputFileSet::commit() {
     Entry& e = *entry;
     if (e.target.mode == WriteMode::Refused) fail(e.target.refusal);
     if (e.target.mode != WriteMode::WriteThrough) continue;
+    if (e.target.standard_stream != 0) {
+      e.fd = ::dup(e.target.standard_stream);
+      if (e.fd < 0) fail(fmt::format("{}: cannot write to the standard stream: {}", e.path, std::strerror(errno)));
+      continue;
+    }
     // Non-blocking, so that a FIFO without a reader is an error (ENXIO), not
     // a wait without end; the writes themselves block.
     e.fd = ::open(e.path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
@@ -287,8 +312,13 @@ void OutputFileSet::commit() {
     Entry& e = *entry;
     if (e.target.mode != WriteMode::WriteThrough) continue;
     struct stat status {};
-    if (fstat(e.fd, &status) == 0 && S_ISREG(status.st_mode) && ftruncate(e.fd, 0) != 0)
+    if (e.target.standard_stream != 0) {
+      // What the command printed before goes first, in order.
+      std::fflush(e.target.standard_stream == STDOUT_FILENO ? stdout : stderr);
+      (e.target.standard_stream == STDOUT_FILENO ? std::cout : std::cerr).flush();
+    } else if (fstat(e.fd, &status) == 0 && S_ISREG(status.st_mode) && ftruncate(e.fd, 0) != 0) {
       fail(fmt::format("{}: write error: {}", e.path, std::strerror(errno)));
+    }
     try {
       write_all_through(e.fd, e.content, e.path);
     } catch (const InputError& error) {

@@ -23,6 +23,9 @@ std::string read_text_file(const std::string& path);
  *    never replaced), after every rename of the set has succeeded, since a
  *    write to a device cannot be undone. A FIFO that no process is reading
  *    is refused rather than waited for;
+ *  - the regular file this process's standard output or error writes to
+ *    (`--output /dev/stdout > file`): written through that stream, after
+ *    what the command printed before it, like a device;
  *  - a folder, a socket or a block device: refused.
  *  commit() refuses, and opens every device and FIFO, before it renames or
  *  writes anything. When anything fails (an add(), a refusal, a rename, a

@@ -223,4 +223,21 @@ TEST_F(OutputTargetsCliTest, FolderAndSymlinkLoopAreRefused) {
   EXPECT_TRUE(fs::is_symlink(path("loop-a")));
 }
 
+// `--output /dev/stdout > file`: the file is the command's own standard
+// output, so the platform joins that stream; the summary line printed after
+// it is kept (a rename onto the file would lose it).
+TEST_F(OutputTargetsCliTest, StandardOutputRedirectedToAFileKeepsEverything) {
+  const std::string file = path("stdout.txt");
+  std::string line = "timeout -s KILL 120 " + quote(kBinary);
+  for (const std::string& argument : platform_to("/dev/stdout")) line += " " + quote(argument);
+  line += " >" + quote(file) + " 2>/dev/null </dev/null";
+  const int status = std::system(line.c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << line;
+  const std::string text = pipegrid::read_text_file(file);
+  const std::string xml = platform_xml();
+  ASSERT_GE(text.size(), xml.size());
+  EXPECT_EQ(text.substr(0, xml.size()), xml);
+  EXPECT_NE(text.find("/dev/stdout: 2 hosts, 1 server x 2 GPUs", xml.size()), std::string::npos) << text;
+}
+
 }  // namespace
