@@ -590,6 +590,7 @@ std::string xy_svg(XYSpec spec) {
              max_chart_width)
     --per_row;
   const std::size_t rows = (n + per_row - 1) / per_row;
+  per_row = (n + rows - 1) / rows;  // rows as even as they can be
   // A row below another: its panel titles and the x tick labels above it.
   const double row_stride = panel_h + 8 + kTickFont + 14 + (has_panel_titles ? 22 : 0);
   const double plots_h = static_cast<double>(rows - 1) * row_stride + panel_h;
@@ -839,6 +840,7 @@ std::string grouped_bars_svg(const GSpec& spec) {
   std::size_t per_row = std::max<std::size_t>(groups, 1);
   while (per_row > 1 && min_left + group_w * static_cast<double>(per_row) + legend_block > max_chart_width) --per_row;
   const std::size_t rows = (groups + per_row - 1) / per_row;
+  if (rows > 0) per_row = (groups + rows - 1) / rows;  // rows as even as they can be
   const double plot_w = std::max(160.0, group_w * static_cast<double>(per_row));
   const double x_in_plot = (plot_w - group_w * static_cast<double>(per_row)) / 2;  ///< left of the first group
   // A rotated first group label reaches left of the plot by about cos(30 deg) of its width.
@@ -848,7 +850,7 @@ std::string grouped_bars_svg(const GSpec& spec) {
     left = std::max(left, 12 + 0.87 * text_width(shorten(spec.groups[g], kMaxTickLabelChars), kTickFont) - first_center);
   const double top = spec.title.empty() ? 16 : 46;
   const double plot_h = 300;
-  const double row_stride = plot_h + 8 + group_label_h + 16;
+  const double row_stride = plot_h + 8 + group_label_h + 30;
   const double plots_h = static_cast<double>(std::max<std::size_t>(rows, 1) - 1) * row_stride + plot_h;
   const double legend_x = left + plot_w + 24;
   const double bottom_axis = 8 + group_label_h + 8 + (spec.x_label.empty() ? 0 : kLabelFont + 10);
