@@ -13,7 +13,9 @@
 // pareto: every run that fit or ran out of memory is a point (peak memory,
 // throughput); the capacity line when all runs share one. memory: the peak
 // per device of each selected run (at most 12, in plan order), from
-// devices.csv. bars: a [[table]], one group per row, one bar per column,
+// devices.csv, hosts in pipeline order (hosts_in_stage_order). Axis labels
+// default to column_label (the documented name with its unit); y_min and
+// y_max fix the y range (render/charts.hpp clips what lies beyond it). bars: a [[table]], one group per row, one bar per column,
 // the paper values as ticks, a dashed 1 when the table is relative_to.
 
 #include <fmt/format.h>
