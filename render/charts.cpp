@@ -194,35 +194,54 @@ std::string power_of_two_label(int e) {
   return fmt::format("2^{}", e);
 }
 
-/// Ticks for data in [min, max] (finite; positive on a log2 axis).
+/// Ticks for data in [min, max] (finite; positive on a log2 axis). The ends
+/// the axis fixes (Axis::min, max) replace the data's and are kept exactly.
 Ticks make_ticks(const Axis& axis, double min, double max, bool have_data, int target = 6) {
   Ticks t;
   t.title = axis.label;
+  const bool fixed_lo = axis.min.has_value(), fixed_hi = axis.max.has_value();
   if (axis.scale == Scale::Log2) {
     t.log2 = true;
     if (!have_data) min = 1, max = 16;
+    if (fixed_lo) min = *axis.min;
+    if (fixed_hi) max = *axis.max;
+    if (fixed_lo && !fixed_hi && max <= min) max = min * 16;
+    if (fixed_hi && !fixed_lo && min >= max) min = max / 16;
     int e0 = static_cast<int>(std::floor(std::log2(min) + 1e-9));
     int e1 = static_cast<int>(std::ceil(std::log2(max) - 1e-9));
     if (e1 <= e0) --e0, ++e1;
     const int every = std::max(1, (e1 - e0 + 9) / 10);
-    t.lo = std::ldexp(1.0, e0);
-    t.hi = std::ldexp(1.0, e1);
+    t.lo = fixed_lo ? min : std::ldexp(1.0, e0);
+    t.hi = fixed_hi ? max : std::ldexp(1.0, e1);
     for (int e = e0; e <= e1; e += every) {
-      t.at.push_back(std::ldexp(1.0, e));
+      const double v = std::ldexp(1.0, e);
+      if (v < t.lo * (1 - 1e-12) || v > t.hi * (1 + 1e-12)) continue;
+      t.at.push_back(v);
       t.labels.push_back(power_of_two_label(e));
+    }
+    if (t.at.empty()) {  // a fixed range between two powers of 2: its ends
+      for (const double v : {t.lo, t.hi}) {
+        t.at.push_back(v);
+        t.labels.push_back(format_value(v));
+      }
     }
     return t;
   }
   double divisor = 1;
   if (!have_data) min = 0, max = 1;
   if (axis.from_zero) min = std::min(min, 0.0), max = std::max(max, 0.0);
+  if (fixed_lo) min = *axis.min;
+  if (fixed_hi) max = *axis.max;
+  // One end fixed beyond all the data: a range on the data's side of it.
+  if (fixed_lo && !fixed_hi && max <= min) max = min + std::max(std::fabs(min), 1.0);
+  if (fixed_hi && !fixed_lo && min >= max) min = max - std::max(std::fabs(max), 1.0);
   if (axis.unit == Unit::Bytes) {
     const ByteUnit unit = byte_unit_for(std::max(std::fabs(min), std::fabs(max)));
     divisor = unit.divisor;
     t.title = axis.label.empty() ? unit.name : axis.label + " (" + unit.name + ")";
   }
   double lo = min / divisor, hi = max / divisor;
-  if (hi - lo <= std::max(std::fabs(hi), std::fabs(lo)) * 1e-12) {
+  if (!fixed_lo && !fixed_hi && hi - lo <= std::max(std::fabs(hi), std::fabs(lo)) * 1e-12) {
     // One value: a range around it (or up from zero).
     const double v = lo;
     if (v == 0) {
@@ -234,8 +253,8 @@ Ticks make_ticks(const Axis& axis, double min, double max, bool have_data, int t
     }
   }
   const double step = nice_step(hi - lo, target);
-  t.lo = std::floor(lo / step + 1e-9) * step;
-  t.hi = std::ceil(hi / step - 1e-9) * step;
+  t.lo = fixed_lo ? lo : std::floor(lo / step + 1e-9) * step;
+  t.hi = fixed_hi ? hi : std::ceil(hi / step - 1e-9) * step;
   if (t.hi <= t.lo) t.hi = t.lo + step;
   // Suffixes for large values keep tick labels short.
   double shown = 1;
@@ -249,9 +268,11 @@ Ticks make_ticks(const Axis& axis, double min, double max, bool have_data, int t
     shown = 1e3, suffix = "k";
   }
   const int decimals = decimals_for(step / shown);
-  const int count = static_cast<int>(std::llround((t.hi - t.lo) / step));
+  // Ticks at the multiples of step inside [lo, hi] (all of them when no end is fixed).
+  const double first = std::ceil(t.lo / step - 1e-9);
+  const int count = static_cast<int>(std::llround(std::floor(t.hi / step + 1e-9) - first));
   for (int i = 0; i <= count; ++i) {
-    double v = t.lo + step * i;
+    double v = first * step + step * i;
     if (std::fabs(v) < step * 1e-9) v = 0;
     t.at.push_back(v * divisor);
     std::string label = fmt::format("{:.{}f}", v / shown, decimals);
@@ -327,7 +348,7 @@ double notes_width(const std::vector<std::string>& notes) {
 
 // ---- legend --------------------------------------------------------------------
 
-enum class Swatch { Line, DashedLine, Box, Tick, Marker, HollowMarker, OverBox, Hatch, Step };
+enum class Swatch { Line, DashedLine, Box, Tick, Marker, HollowMarker, OverBox, Hatch, Step, Triangle };
 
 struct LegendEntry {
   std::string name;
@@ -399,6 +420,10 @@ void write_legend(Svg& svg, const std::vector<LegendEntry>& entries, double x, d
         svg.line(fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"12\" fill=\"url(#{})\" stroke=\"{}\" "
                              "stroke-width=\"0.6\"/>",
                              num(x + 5), num(cy - 6), num(kLegendSwatch - 10), hatch_id, kFrame));
+        break;
+      case Swatch::Triangle:
+        svg.line(fmt::format("<polygon points=\"{},{} {},{} {},{}\" fill=\"{}\"/>", num((x + x1) / 2), num(cy - 5),
+                             num((x + x1) / 2 - 5), num(cy + 4), num((x + x1) / 2 + 5), num(cy + 4), e.colour));
         break;
     }
     std::string shown = shorten(e.name, kMaxLegendChars);
@@ -518,14 +543,31 @@ std::string xy_svg(XYSpec spec) {
   Ticks tx = make_ticks(spec.x, xmin, xmax, have_x, 6);
   Ticks ty = make_ticks(spec.y, ymin, ymax, any, 6);
 
+  // Points outside a fixed y range: triangles on the edge they cross.
+  const bool y_fixed = spec.y.min.has_value() || spec.y.max.has_value();
+  const double y_tolerance = (ty.hi - ty.lo) * 1e-9;
+  auto side_of = [&](double y) { return !y_fixed ? 0 : y > ty.hi + y_tolerance ? 1 : y < ty.lo - y_tolerance ? -1 : 0; };
+  std::size_t clipped = 0;
+  for (const XYPanel& panel : spec.panels)
+    for (const Layer& layer : panel.layers)
+      if (layer.markers)
+        for (const Point& p : layer.points)
+          if (side_of(p.y) != 0) ++clipped;
+
   std::vector<LegendEntry> legend = spec.legend;
   if (any_oom) legend.push_back({"out of memory", kMuted, Swatch::HollowMarker, false});
   if (vline_drawn) legend.push_back({spec.vline_label.empty() ? "capacity" : spec.vline_label, kReference,
                                      Swatch::DashedLine, false});
+  if (clipped) legend.push_back({"outside the y range", kMuted, Swatch::Triangle, false});
 
   std::vector<std::string> notes = spec.notes;
   if (!any) notes.push_back("no data");
   for (const std::string& n : skips.notes()) notes.push_back(n);
+  if (clipped) {
+    auto show = [&](double v) { return spec.y.unit == Unit::Bytes ? format_bytes(v) : format_value(v); };
+    notes.push_back(fmt::format("{} {} outside the y range {} to {}: drawn as triangles on its edge", clipped,
+                                clipped == 1 ? "value" : "values", show(ty.lo), show(ty.hi)));
+  }
 
   // ---- geometry
   if (spec.panels.empty()) spec.panels.push_back({});
@@ -539,27 +581,45 @@ std::string xy_svg(XYSpec spec) {
       std::any_of(spec.panels.begin(), spec.panels.end(), [](const XYPanel& p) { return !p.title.empty(); });
   const double left = 16 + (ty.title.empty() ? 0 : 22) + tick_w + 8;
   const double top = (spec.title.empty() ? 16 : 46) + (has_panel_titles ? 22 : 0);
-  const double plots_w = static_cast<double>(n) * panel_w + static_cast<double>(n - 1) * panel_gap;
-  const double legend_x = left + plots_w + 24;
   const double legend_w = legend_width(legend);
+  const double legend_block = 24 + (legend.empty() ? 0 : legend_w) + 8;
+  // Panels per row: as many as fit in max_chart_width, at least one.
+  std::size_t per_row = n;
+  while (per_row > 1 &&
+         left + static_cast<double>(per_row) * panel_w + static_cast<double>(per_row - 1) * panel_gap + legend_block >
+             max_chart_width)
+    --per_row;
+  const std::size_t rows = (n + per_row - 1) / per_row;
+  per_row = (n + rows - 1) / rows;  // rows as even as they can be
+  // A row below another: its panel titles and the x tick labels above it.
+  const double row_stride = panel_h + 8 + kTickFont + 14 + (has_panel_titles ? 22 : 0);
+  const double plots_h = static_cast<double>(rows - 1) * row_stride + panel_h;
+  const double plots_w = static_cast<double>(per_row) * panel_w + static_cast<double>(per_row - 1) * panel_gap;
+  const double legend_x = left + plots_w + 24;
   const double bottom_axis = 8 + kTickFont + 8 + (tx.title.empty() ? 0 : kLabelFont + 10);
-  const double notes_y = top + panel_h + bottom_axis + 10 + kNoteFont;
+  const double notes_y = top + plots_h + bottom_axis + 10 + kNoteFont;
   double width = legend_x + (legend.empty() ? 0 : legend_w) + 8;
   width = std::max({width, 24 + notes_width(notes), title_width(spec.title) + 32});
-  const double height = std::max(top + panel_h + bottom_axis + notes_height(notes) + 12,
+  const double height = std::max(top + plots_h + bottom_axis + notes_height(notes) + 12,
                                  top + legend_height(legend) + 12);
 
   Svg svg;
   open_document(svg, width, height, spec.title);
+  const std::string clip_id =
+      "pg-clip-" + id_suffix(fmt::format("{}|{}|{}|{}|{}", spec.title, tx.title, ty.title, num(ty.lo), num(ty.hi)));
 
   for (std::size_t pi = 0; pi < n; ++pi) {
     const XYPanel& panel = spec.panels[pi];
-    const double px = left + static_cast<double>(pi) * (panel_w + panel_gap);
+    const double px = left + static_cast<double>(pi % per_row) * (panel_w + panel_gap);
+    const double py = top + static_cast<double>(pi / per_row) * row_stride;
     auto X = [&](double v) { return px + tx.frac(v) * panel_w; };
-    auto Y = [&](double v) { return top + panel_h - ty.frac(v) * panel_h; };
+    auto Y = [&](double v) { return py + panel_h - ty.frac(v) * panel_h; };
     svg.line(fmt::format("<g class=\"panel\" data-index=\"{}\">", pi));
+    if (y_fixed)
+      svg.line(fmt::format("<clipPath id=\"{}-{}\"><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/></clipPath>",
+                           clip_id, pi, num(px), num(py), num(panel_w), num(panel_h)));
     if (!panel.title.empty())
-      svg.line(svg.text(px + panel_w / 2, top - 8, kPanelTitleFont,
+      svg.line(svg.text(px + panel_w / 2, py - 8, kPanelTitleFont,
                         shorten(panel.title, static_cast<std::size_t>(panel_w / (kPanelTitleFont * kCharWidth))),
                         "middle", kText, " class=\"panel-title\" font-weight=\"bold\""));
     // Grid and ticks.
@@ -568,19 +628,19 @@ std::string xy_svg(XYSpec spec) {
       svg.line(fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>", num(px), num(Y(v)), num(px + panel_w),
                            num(Y(v))));
     for (double v : tx.at)
-      svg.line(fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>", num(X(v)), num(top), num(X(v)),
-                           num(top + panel_h)));
+      svg.line(fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>", num(X(v)), num(py), num(X(v)),
+                           num(py + panel_h)));
     svg.line("</g>");
     svg.line(fmt::format("<rect class=\"frame\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
                          "stroke=\"{}\"/>",
-                         num(px), num(top), num(panel_w), num(panel_h), kFrame));
+                         num(px), num(py), num(panel_w), num(panel_h), kFrame));
     svg.line(fmt::format("<g class=\"axis x\" font-size=\"{}\" fill=\"{}\" text-anchor=\"middle\">", num(kTickFont),
                          kText));
     for (std::size_t i = 0; i < tx.at.size(); ++i)
-      svg.line(fmt::format("<text x=\"{}\" y=\"{}\">{}</text>", num(X(tx.at[i])), num(top + panel_h + 8 + kTickFont),
+      svg.line(fmt::format("<text x=\"{}\" y=\"{}\">{}</text>", num(X(tx.at[i])), num(py + panel_h + 8 + kTickFont),
                            escape(tx.labels[i])));
     svg.line("</g>");
-    if (pi == 0) {
+    if (pi % per_row == 0) {
       svg.line(fmt::format("<g class=\"axis y\" font-size=\"{}\" fill=\"{}\" text-anchor=\"end\">", num(kTickFont),
                            kText));
       for (std::size_t i = 0; i < ty.at.size(); ++i)
@@ -592,11 +652,12 @@ std::string xy_svg(XYSpec spec) {
     if (vline_drawn)
       svg.line(fmt::format("<line class=\"capacity dashed\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" "
                            "stroke-width=\"1.5\" stroke-dasharray=\"{}\"><title>{}</title></line>",
-                           num(X(*spec.vline)), num(top), num(X(*spec.vline)), num(top + panel_h), kReference, kDash,
+                           num(X(*spec.vline)), num(py), num(X(*spec.vline)), num(py + panel_h), kReference, kDash,
                            escape((spec.vline_label.empty() ? std::string("capacity") : spec.vline_label) + " " +
                                   (spec.x.unit == Unit::Bytes ? format_bytes(*spec.vline)
                                                               : format_value(*spec.vline)))));
-    // Lines first, then markers on top.
+    // Lines first (cut at the border of a fixed y range), then markers on top.
+    if (y_fixed) svg.line(fmt::format("<g class=\"clipped-lines\" clip-path=\"url(#{}-{})\">", clip_id, pi));
     for (const Layer& layer : panel.layers) {
       if (!layer.join || layer.points.size() < 2) continue;
       std::string pts;
@@ -609,29 +670,41 @@ std::string xy_svg(XYSpec spec) {
                            layer.cls, pts, layer.colour, layer.dashed ? "1.5" : "2",
                            layer.dashed ? fmt::format(" stroke-dasharray=\"{}\"", kDash) : "", escape(layer.series)));
     }
+    if (y_fixed) svg.line("</g>");
     for (const Layer& layer : panel.layers) {
       if (!layer.markers) continue;
       for (const Point& p : layer.points) {
-        if (p.oom)
+        const int side = side_of(p.y);
+        if (side != 0) {
+          // A triangle inside the plot area, its tip on the edge crossed.
+          const double tip = side > 0 ? py : py + panel_h;
+          const double base = side > 0 ? tip + 8 : tip - 8;
+          svg.line(fmt::format("<polygon class=\"point{} clipped\" points=\"{},{} {},{} {},{}\" fill=\"{}\" "
+                               "stroke=\"{}\" stroke-width=\"1.5\"><title>{}</title></polygon>",
+                               p.oom ? " oom" : "", num(X(p.x)), num(tip), num(X(p.x) - 5), num(base),
+                               num(X(p.x) + 5), num(base), p.oom ? "#ffffff" : layer.colour, layer.colour,
+                               escape(point_tooltip(layer.series, p, spec.x, spec.y) + " (outside the y range)")));
+        } else if (p.oom) {
           svg.line(fmt::format("<circle class=\"point oom\" cx=\"{}\" cy=\"{}\" r=\"{}\" fill=\"#ffffff\" "
                                "stroke=\"{}\" stroke-width=\"1.5\"><title>{}</title></circle>",
                                num(X(p.x)), num(Y(p.y)), num(kMarker), layer.colour,
                                escape(point_tooltip(layer.series, p, spec.x, spec.y))));
-        else
+        } else {
           svg.line(fmt::format("<circle class=\"point\" cx=\"{}\" cy=\"{}\" r=\"{}\" fill=\"{}\"><title>{}</title>"
                                "</circle>",
                                num(X(p.x)), num(Y(p.y)), num(kMarker), layer.colour,
                                escape(point_tooltip(layer.series, p, spec.x, spec.y))));
+        }
       }
     }
     svg.line("</g>");
   }
-  // Axis labels.
+  // Axis labels: x under the last row, y along all rows.
   if (!tx.title.empty())
-    svg.line(svg.text(left + plots_w / 2, top + panel_h + 8 + kTickFont + 8 + kLabelFont, kLabelFont, tx.title,
+    svg.line(svg.text(left + plots_w / 2, top + plots_h + 8 + kTickFont + 8 + kLabelFont, kLabelFont, tx.title,
                       "middle", kText, " class=\"axis-label x\""));
   if (!ty.title.empty()) {
-    const double lx = 16 + kLabelFont, ly = top + panel_h / 2;
+    const double lx = 16 + kLabelFont, ly = top + plots_h / 2;
     svg.line(svg.text(lx, ly, kLabelFont, ty.title, "middle", kText,
                       fmt::format(" class=\"axis-label y\" transform=\"rotate(-90 {} {})\"", num(lx), num(ly))));
   }
@@ -712,16 +785,39 @@ std::string grouped_bars_svg(const GSpec& spec) {
   // Leave room above the tallest bar for its label.
   const Ticks ty = make_ticks(yaxis, 0, any_labels ? ymax * 1.08 : ymax, any || has_hline, 6);
 
+  // A fixed y range: bars beyond it are cut (and marked), references beyond it left out.
+  const bool y_fixed = yaxis.min.has_value() || yaxis.max.has_value();
+  const double y_tolerance = (ty.hi - ty.lo) * 1e-9;
+  auto outside = [&](double v) { return y_fixed && (v > ty.hi + y_tolerance || v < ty.lo - y_tolerance); };
+  std::size_t bars_above = 0, bars_below = 0, references_out = 0;
+  for (auto& row : bars)
+    for (GBar& b : row) {
+      if (b.value && outside(*b.value)) ++(*b.value > ty.hi ? bars_above : bars_below);
+      if (b.paper && outside(*b.paper)) ++references_out, b.paper.reset();
+      if (b.capacity && outside(*b.capacity)) ++references_out, b.capacity.reset();
+    }
+  if (has_hline && outside(hline)) ++references_out, has_hline = false;
+
   std::vector<LegendEntry> legend;
   for (std::size_t s = 0; s < spec.series.size(); ++s) legend.push_back({spec.series[s], palette(s), Swatch::Box});
   if (legend.size() == 1 && spec.series[0].empty()) legend.clear();
   if (any_paper) legend.push_back({"paper", kText, Swatch::Tick});
   for (const LegendEntry& e : spec.extra_legend) legend.push_back(e);
   if (has_hline) legend.push_back({spec.hline_label, kReference, Swatch::DashedLine, false});
+  if (bars_above + bars_below) legend.push_back({"outside the y range", kMuted, Swatch::Triangle, false});
 
   std::vector<std::string> notes = spec.notes;
   if (!any) notes.push_back("no data");
   for (const std::string& n : skips.notes()) notes.push_back(n);
+  auto show = [&](double v) { return spec.y.unit == Unit::Bytes ? format_bytes(v) : format_value(v); };
+  if (bars_above + bars_below) {
+    const std::size_t count = bars_above + bars_below;
+    notes.push_back(fmt::format("{} {} outside the y range {} to {}: cut at its edge and marked with a triangle",
+                                count, count == 1 ? "bar" : "bars", show(ty.lo), show(ty.hi)));
+  }
+  if (references_out)
+    notes.push_back(fmt::format("{} reference {} (paper, capacity, baseline) outside the y range {} to {}: not drawn",
+                                references_out, references_out == 1 ? "value" : "values", show(ty.lo), show(ty.hi)));
 
   // ---- geometry
   double max_label = 0;
@@ -738,122 +834,143 @@ std::string grouped_bars_svg(const GSpec& spec) {
   const double group_label_h = rotate ? group_label_w * 0.5 + kTickFont : kTickFont;
   double tick_w = 0;
   for (const std::string& l : ty.labels) tick_w = std::max(tick_w, text_width(l, kTickFont));
-  const double plot_w = std::max(160.0, group_w * static_cast<double>(std::max<std::size_t>(groups, 1)));
-  const double x_in_plot = (plot_w - group_w * static_cast<double>(groups)) / 2;  ///< left of the first group
+  const double legend_block = 24 + (legend.empty() ? 0 : legend_width(legend)) + 8;
+  const double min_left = 16 + (ty.title.empty() ? 0 : 22) + tick_w + 8;
+  // Groups per row: as many as fit in max_chart_width, at least one.
+  std::size_t per_row = std::max<std::size_t>(groups, 1);
+  while (per_row > 1 && min_left + group_w * static_cast<double>(per_row) + legend_block > max_chart_width) --per_row;
+  const std::size_t rows = (groups + per_row - 1) / per_row;
+  if (rows > 0) per_row = (groups + rows - 1) / rows;  // rows as even as they can be
+  const double plot_w = std::max(160.0, group_w * static_cast<double>(per_row));
+  const double x_in_plot = (plot_w - group_w * static_cast<double>(per_row)) / 2;  ///< left of the first group
   // A rotated first group label reaches left of the plot by about cos(30 deg) of its width.
   const double first_center = x_in_plot + group_gap / 2 + slot * static_cast<double>(series) / 2;
-  const double left = std::max(16 + (ty.title.empty() ? 0 : 22) + tick_w + 8,
-                               rotate && !spec.groups.empty()
-                                   ? 12 + 0.87 * text_width(shorten(spec.groups[0], kMaxTickLabelChars), kTickFont) -
-                                         first_center
-                                   : 0.0);
+  double left = min_left;
+  for (std::size_t g = 0; rotate && g < groups; g += per_row)
+    left = std::max(left, 12 + 0.87 * text_width(shorten(spec.groups[g], kMaxTickLabelChars), kTickFont) - first_center);
   const double top = spec.title.empty() ? 16 : 46;
   const double plot_h = 300;
+  const double row_stride = plot_h + 8 + group_label_h + 30;
+  const double plots_h = static_cast<double>(std::max<std::size_t>(rows, 1) - 1) * row_stride + plot_h;
   const double legend_x = left + plot_w + 24;
   const double bottom_axis = 8 + group_label_h + 8 + (spec.x_label.empty() ? 0 : kLabelFont + 10);
-  const double notes_y = top + plot_h + bottom_axis + 10 + kNoteFont;
+  const double notes_y = top + plots_h + bottom_axis + 10 + kNoteFont;
   double width = legend_x + (legend.empty() ? 0 : legend_width(legend)) + 8;
   width = std::max({width, 24 + notes_width(notes), title_width(spec.title) + 32});
   const double height =
-      std::max(top + plot_h + bottom_axis + notes_height(notes) + 12, top + legend_height(legend) + 12);
-  auto Y = [&](double v) { return top + plot_h - ty.frac(v) * plot_h; };
+      std::max(top + plots_h + bottom_axis + notes_height(notes) + 12, top + legend_height(legend) + 12);
   const double x0 = left + x_in_plot;
 
   Svg svg;
   open_document(svg, width, height, spec.title);
-  svg.line(fmt::format("<g class=\"grid\" stroke=\"{}\" stroke-width=\"1\">", kGrid));
-  for (double v : ty.at)
-    svg.line(fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>", num(left), num(Y(v)), num(left + plot_w),
-                         num(Y(v))));
-  svg.line("</g>");
-  svg.line(fmt::format("<g class=\"axis y\" font-size=\"{}\" fill=\"{}\" text-anchor=\"end\">", num(kTickFont),
-                       kText));
-  for (std::size_t i = 0; i < ty.at.size(); ++i)
-    svg.line(fmt::format("<text x=\"{}\" y=\"{}\">{}</text>", num(left - 6), num(Y(ty.at[i]) + kTickFont * 0.35),
-                         escape(ty.labels[i])));
-  svg.line("</g>");
-  // The reference line: a baseline behind the bars, a capacity in front
-  // (where it crosses a bar over it, it shows by how much).
-  auto draw_hline = [&] {
-    const double hv = hline;
-    svg.line(fmt::format("<line class=\"{} dashed\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" "
-                         "stroke-width=\"1.5\" stroke-dasharray=\"{}\"><title>{}</title></line>",
-                         spec.hline_cls, num(left), num(Y(hv)), num(left + plot_w), num(Y(hv)), kReference, kDash,
-                         escape(spec.hline_label + " " +
-                                (spec.y.unit == Unit::Bytes ? format_bytes(hv) : format_value(hv)))));
-  };
-  const bool hline_in_front = spec.hline_cls == "capacity";
-  if (has_hline && !hline_in_front) draw_hline();
-  // Bars.
-  for (std::size_t g = 0; g < groups; ++g) {
-    const double gx = x0 + group_w * static_cast<double>(g) + group_gap / 2;
-    svg.line(fmt::format("<g class=\"group\" data-index=\"{}\">", g));
-    for (std::size_t s = 0; s < series; ++s) {
-      const GBar& b = bars[g][s];
-      const double sx = gx + slot * static_cast<double>(s);
-      const std::string name = s < spec.series.size() ? spec.series[s] : "";
-      if (b.value) {
-        const double yv = Y(*b.value);
-        const std::string tooltip =
-            b.tooltip.empty() ? (name.empty() ? "" : name + ", ") + spec.groups[g] + ": " +
-                                    (spec.y.unit == Unit::Bytes ? format_bytes(*b.value) : format_value(*b.value))
-                              : b.tooltip;
-        if (b.over)
-          svg.line(fmt::format("<rect class=\"bar over\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" "
-                               "stroke=\"{}\" stroke-width=\"2.5\"><title>{}</title></rect>",
-                               num(sx + 2.25), num(yv), num(slot - 4.5), num(top + plot_h - yv), palette(s), kOver,
-                               escape(tooltip)));
-        else
-          svg.line(fmt::format("<rect class=\"bar\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\">"
-                               "<title>{}</title></rect>",
-                               num(sx + 1), num(yv), num(slot - 2), num(top + plot_h - yv), palette(s),
-                               escape(tooltip)));
-        std::string above = b.label;
-        if (b.over) above = above.empty() ? "!" : "! " + above;
-        // Above the bar, and above its paper tick when the tick would cross the text.
-        double label_y = yv - 4;
-        if (b.paper && Y(*b.paper) < yv + 4 && Y(*b.paper) > label_y - 14) label_y = Y(*b.paper) - 5;
-        if (!above.empty())
-          svg.line(svg.text(sx + slot / 2, label_y, b.over ? 12 : 10, above, "middle", b.over ? kOver : kText,
-                            std::string(" class=\"bar-label\" stroke=\"#ffffff\" stroke-width=\"3\" "
-                                        "paint-order=\"stroke\"") +
-                                (b.over ? " font-weight=\"bold\"" : "")));
-      }
-      if (b.capacity)
-        svg.line(fmt::format("<line class=\"capacity dashed\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" "
-                             "stroke-width=\"1.5\" stroke-dasharray=\"3 2\"><title>{}</title></line>",
-                             num(sx - 1), num(Y(*b.capacity)), num(sx + slot + 1), num(Y(*b.capacity)), kReference,
-                             escape("capacity " + (spec.y.unit == Unit::Bytes ? format_bytes(*b.capacity)
-                                                                              : format_value(*b.capacity)))));
-      if (b.paper)
-        svg.line(fmt::format("<line class=\"paper\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" "
-                             "stroke-width=\"3\"><title>{}</title></line>",
-                             num(sx - 1), num(Y(*b.paper)), num(sx + slot + 1), num(Y(*b.paper)), kText,
-                             escape("paper: " + format_value(*b.paper))));
-    }
-    // Group label.
-    const double cx = gx + slot * static_cast<double>(series) / 2;
-    const std::string label = shorten(spec.groups[g], kMaxTickLabelChars);
-    if (rotate) {
-      const double ly = top + plot_h + 8 + kTickFont * 0.7;
-      svg.line(svg.text(cx, ly, kTickFont, label, "end", kText,
-                        fmt::format(" class=\"group-label\" transform=\"rotate(-30 {} {})\"", num(cx), num(ly))));
-    } else {
-      svg.line(svg.text(cx, top + plot_h + 8 + kTickFont, kTickFont, label, "middle", kText,
-                        " class=\"group-label\""));
-    }
+  for (std::size_t row = 0; row < std::max<std::size_t>(rows, 1); ++row) {
+    const double py = top + static_cast<double>(row) * row_stride;
+    auto Y = [&](double v) { return py + plot_h - ty.frac(std::clamp(v, ty.lo, ty.hi)) * plot_h; };
+    svg.line(fmt::format("<g class=\"grid\" stroke=\"{}\" stroke-width=\"1\">", kGrid));
+    for (double v : ty.at)
+      svg.line(fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>", num(left), num(Y(v)),
+                           num(left + plot_w), num(Y(v))));
     svg.line("</g>");
+    svg.line(fmt::format("<g class=\"axis y\" font-size=\"{}\" fill=\"{}\" text-anchor=\"end\">", num(kTickFont),
+                         kText));
+    for (std::size_t i = 0; i < ty.at.size(); ++i)
+      svg.line(fmt::format("<text x=\"{}\" y=\"{}\">{}</text>", num(left - 6), num(Y(ty.at[i]) + kTickFont * 0.35),
+                           escape(ty.labels[i])));
+    svg.line("</g>");
+    // The reference line: a baseline behind the bars, a capacity in front
+    // (where it crosses a bar over it, it shows by how much).
+    auto draw_hline = [&] {
+      const double hv = hline;
+      svg.line(fmt::format("<line class=\"{} dashed\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" "
+                           "stroke-width=\"1.5\" stroke-dasharray=\"{}\"><title>{}</title></line>",
+                           spec.hline_cls, num(left), num(Y(hv)), num(left + plot_w), num(Y(hv)), kReference, kDash,
+                           escape(spec.hline_label + " " + show(hv))));
+    };
+    const bool hline_in_front = spec.hline_cls == "capacity";
+    if (has_hline && !hline_in_front) draw_hline();
+    // Bars.
+    for (std::size_t g = row * per_row; g < groups && g < (row + 1) * per_row; ++g) {
+      const double gx = x0 + group_w * static_cast<double>(g - row * per_row) + group_gap / 2;
+      svg.line(fmt::format("<g class=\"group\" data-index=\"{}\">", g));
+      for (std::size_t s = 0; s < series; ++s) {
+        const GBar& b = bars[g][s];
+        const double sx = gx + slot * static_cast<double>(s);
+        const std::string name = s < spec.series.size() ? spec.series[s] : "";
+        if (b.value) {
+          const double yv = Y(*b.value);
+          const double base = Y(0);
+          const bool above = outside(*b.value) && *b.value > ty.hi;
+          const bool below = outside(*b.value) && *b.value < ty.lo;
+          std::string tooltip =
+              b.tooltip.empty() ? (name.empty() ? "" : name + ", ") + spec.groups[g] + ": " + show(*b.value) : b.tooltip;
+          if (above || below) tooltip += " (outside the y range)";
+          const std::string cls = std::string(b.over ? "bar over" : "bar") + (above || below ? " clipped" : "");
+          if (b.over)
+            svg.line(fmt::format("<rect class=\"{}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" "
+                                 "stroke=\"{}\" stroke-width=\"2.5\"><title>{}</title></rect>",
+                                 cls, num(sx + 2.25), num(yv), num(slot - 4.5), num(base - yv), palette(s), kOver,
+                                 escape(tooltip)));
+          else
+            svg.line(fmt::format("<rect class=\"{}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\">"
+                                 "<title>{}</title></rect>",
+                                 cls, num(sx + 1), num(yv), num(slot - 2), num(base - yv), palette(s), escape(tooltip)));
+          if (above || below) {
+            // A triangle inside the plot, its tip on the edge the value is beyond.
+            const double tip = above ? py : py + plot_h;
+            const double tri_base = above ? tip + 8 : tip - 8;
+            const double cx = sx + slot / 2;
+            svg.line(fmt::format("<polygon class=\"clip-mark\" points=\"{},{} {},{} {},{}\" fill=\"{}\" "
+                                 "stroke=\"#ffffff\" stroke-width=\"1\"/>",
+                                 num(cx), num(tip), num(cx - 5), num(tri_base), num(cx + 5), num(tri_base), kMuted));
+          }
+          std::string text = b.label;
+          if (b.over) text = text.empty() ? "!" : "! " + text;
+          // Above the bar, and above its paper tick when the tick would cross
+          // the text; inside the plot under the edge for a cut bar.
+          double label_y = yv - 4;
+          if (b.paper && Y(*b.paper) < yv + 4 && Y(*b.paper) > label_y - 14) label_y = Y(*b.paper) - 5;
+          if (above) label_y = py + 8 + 12;
+          if (!text.empty() && !below)
+            svg.line(svg.text(sx + slot / 2, label_y, b.over ? 12 : 10, text, "middle", b.over ? kOver : kText,
+                              std::string(" class=\"bar-label\" stroke=\"#ffffff\" stroke-width=\"3\" "
+                                          "paint-order=\"stroke\"") +
+                                  (b.over ? " font-weight=\"bold\"" : "")));
+        }
+        if (b.capacity)
+          svg.line(fmt::format("<line class=\"capacity dashed\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" "
+                               "stroke-width=\"1.5\" stroke-dasharray=\"3 2\"><title>{}</title></line>",
+                               num(sx - 1), num(Y(*b.capacity)), num(sx + slot + 1), num(Y(*b.capacity)), kReference,
+                               escape("capacity " + show(*b.capacity))));
+        if (b.paper)
+          svg.line(fmt::format("<line class=\"paper\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" "
+                               "stroke-width=\"3\"><title>{}</title></line>",
+                               num(sx - 1), num(Y(*b.paper)), num(sx + slot + 1), num(Y(*b.paper)), kText,
+                               escape("paper: " + format_value(*b.paper))));
+      }
+      // Group label.
+      const double cx = gx + slot * static_cast<double>(series) / 2;
+      const std::string label = shorten(spec.groups[g], kMaxTickLabelChars);
+      if (rotate) {
+        const double ly = py + plot_h + 8 + kTickFont * 0.7;
+        svg.line(svg.text(cx, ly, kTickFont, label, "end", kText,
+                          fmt::format(" class=\"group-label\" transform=\"rotate(-30 {} {})\"", num(cx), num(ly))));
+      } else {
+        svg.line(svg.text(cx, py + plot_h + 8 + kTickFont, kTickFont, label, "middle", kText,
+                          " class=\"group-label\""));
+      }
+      svg.line("</g>");
+    }
+    if (has_hline && hline_in_front) draw_hline();
+    svg.line(fmt::format("<line class=\"axis-line\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>", num(left),
+                         num(py + plot_h), num(left + plot_w), num(py + plot_h), kFrame));
+    svg.line(fmt::format("<line class=\"axis-line\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>", num(left),
+                         num(py), num(left), num(py + plot_h), kFrame));
   }
-  if (has_hline && hline_in_front) draw_hline();
-  svg.line(fmt::format("<line class=\"axis-line\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>", num(left),
-                       num(top + plot_h), num(left + plot_w), num(top + plot_h), kFrame));
-  svg.line(fmt::format("<line class=\"axis-line\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>", num(left),
-                       num(top), num(left), num(top + plot_h), kFrame));
   if (!spec.x_label.empty())
-    svg.line(svg.text(left + plot_w / 2, top + plot_h + 8 + group_label_h + 8 + kLabelFont, kLabelFont, spec.x_label,
+    svg.line(svg.text(left + plot_w / 2, top + plots_h + 8 + group_label_h + 8 + kLabelFont, kLabelFont, spec.x_label,
                       "middle", kText, " class=\"axis-label x\""));
   if (!ty.title.empty()) {
-    const double lx = 16 + kLabelFont, ly = top + plot_h / 2;
+    const double lx = 16 + kLabelFont, ly = top + plots_h / 2;
     svg.line(svg.text(lx, ly, kLabelFont, ty.title, "middle", kText,
                       fmt::format(" class=\"axis-label y\" transform=\"rotate(-90 {} {})\"", num(lx), num(ly))));
   }
@@ -1073,9 +1190,14 @@ std::string bar_chart_svg(const BarChart& chart) {
 std::string memory_chart_svg(const MemoryChart& chart) {
   GSpec spec;
   spec.title = chart.title;
-  spec.x_label = "device";
-  spec.y = Axis{chart.y_label, Scale::Linear, Unit::Bytes, true};
+  spec.x_label = chart.x_label;
+  spec.y = Axis{chart.y_label, Scale::Linear, Unit::Bytes, true, chart.y_min, chart.y_max};
   std::map<std::string, std::size_t> host_index;
+  std::set<std::string> drawn;
+  for (const MemoryRun& run : chart.runs)
+    for (const DeviceMemory& d : run.devices) drawn.insert(d.host);
+  for (const std::string& host : chart.host_order)
+    if (drawn.count(host) && host_index.emplace(host, spec.groups.size()).second) spec.groups.push_back(host);
   for (const MemoryRun& run : chart.runs)
     for (const DeviceMemory& d : run.devices)
       if (host_index.emplace(d.host, spec.groups.size()).second) spec.groups.push_back(d.host);

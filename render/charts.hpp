@@ -28,6 +28,15 @@
 //   <line class="paper">, every Pareto front a <polyline class="front">.
 //   Each data element carries a <title> child (a tooltip) naming its series
 //   and values, plus the point's `label` when given.
+// - A y range fixed by Axis::min/max holds exactly: nothing is drawn outside
+//   the plot area. A point outside it is a triangle on the edge it crossed
+//   (<polygon class="point clipped">, pointing out of the range), lines are
+//   cut at the border (a clipPath), a bar above it is cut at the top with a
+//   zigzag (<rect class="bar clipped">), references outside it are left out;
+//   a note counts them ("3 values outside the y range 0 to 100: drawn as
+//   triangles on its edge") and the legend shows the triangle.
+// - No chart is wider than max_chart_width unless one panel (or one group of
+//   bars) alone is: line panels wrap into rows, bar groups too.
 
 #include <optional>
 #include <string>
@@ -46,12 +55,20 @@ enum class Unit {
   Bytes,  ///< values are bytes; the axis shows KiB/MiB/GiB/TiB chosen from the range (ticks nice in that unit)
 };
 
+/// The widest chart, in px (a screen): wider charts wrap their panels or
+/// groups into rows.
+inline constexpr double max_chart_width = 1600;
+
 struct Axis {
-  std::string label;
+  std::string label;  ///< with its unit; on a Unit::Bytes axis the unit chosen (" (GiB)") is appended
   Scale scale = Scale::Linear;
   Unit unit = Unit::Plain;
   /// Linear axes only: include 0 in the range (usual for throughput, memory).
   bool from_zero = true;
+  /// A fixed end of the range (y axes; in data units, bytes on a bytes axis):
+  /// the axis ends exactly there and values beyond it are clipped (see the
+  /// contract above). Callers give finite values, min < max, > 0 on log2.
+  std::optional<double> min, max;
 };
 
 struct Point {
@@ -74,8 +91,9 @@ struct LinePanel {
 };
 
 /** Metric vs a parameter, one line per series, markers at the points (hollow
- *  where oom). Several panels are drawn side by side in one row, each with its
- *  own title and axes on one shared y range and one shared x range; a series
+ *  where oom). Several panels are drawn side by side, in rows of as many as fit
+ *  in max_chart_width (at least one), each with its own title and axes on one
+ *  shared y range and one shared x range; a series
  *  keeps its colour across panels (matched by name, colour in order of first
  *  appearance) and the legend is shared. */
 struct LineChart {
@@ -95,11 +113,12 @@ struct Bar {
 
 /** Grouped bars: one group per row of a table, one bar per column (series)
  *  in each group. Values must be >= 0 to be drawn (negative: skipped with a
- *  note). */
+ *  note). Groups wrap into rows of bars when one row would make the chart
+ *  wider than max_chart_width. */
 struct BarChart {
   std::string title;
   std::string x_label;  ///< names the groups (the table's row parameter)
-  Axis y;               ///< scale is ignored (always linear from 0)
+  Axis y;               ///< scale is ignored (always linear from 0, or from y.min)
   std::vector<std::string> groups;  ///< group names, left to right
   std::vector<std::string> series;  ///< bar names within a group (legend)
   std::vector<std::vector<Bar>> bars;  ///< [group][series]; missing entries: no bar; entries beyond groups/series: ignored
@@ -121,15 +140,19 @@ struct MemoryRun {
   std::vector<DeviceMemory> devices;
 };
 
-/** Peak memory per device: the x axis groups bars by host (hosts in order of
- *  first appearance over the runs), one bar per run in each group (colour =
+/** Peak memory per device: the x axis groups bars by host (the hosts of
+ *  `host_order` first, in that order, then the others in order of first
+ *  appearance over the runs), one bar per run in each group (colour =
  *  run). Capacities: one dashed horizontal line across the plot when every
  *  known capacity is equal, otherwise a dashed mark across each bar at its
  *  own capacity. A bar whose peak exceeds its capacity has a red outline
  *  (class "bar over") and a "!" above it. The y axis is in bytes (Unit::Bytes). */
 struct MemoryChart {
   std::string title;
+  std::string x_label = "device";
   std::string y_label = "peak memory";
+  std::optional<double> y_min, y_max;  ///< a fixed y range in bytes (Axis::min, max)
+  std::vector<std::string> host_order;
   std::vector<MemoryRun> runs;
 };
 std::string memory_chart_svg(const MemoryChart& chart);
@@ -144,8 +167,8 @@ std::string memory_chart_svg(const MemoryChart& chart);
  *  "<name> (closed form)"); others take the next palette colours. */
 struct BubbleChart {
   std::string title;
-  Axis x{"micro-batches M", Scale::Log2, Unit::Plain, false};
-  Axis y{"bubble fraction", Scale::Linear, Unit::Plain, true};
+  Axis x{"micro-batches M", Scale::Log2, Unit::Plain, false, {}, {}};
+  Axis y{"bubble fraction", Scale::Linear, Unit::Plain, true, {}, {}};
   std::vector<Series> measured;
   std::vector<Series> closed_form;
 };
@@ -181,8 +204,8 @@ std::string heatmap_svg(const Heatmap& chart);
  *  line (class "front"); the capacity, when given, as a dashed vertical line. */
 struct ParetoChart {
   std::string title;
-  Axis x{"peak memory", Scale::Linear, Unit::Bytes, true};
-  Axis y{"throughput (samples/s)", Scale::Linear, Unit::Plain, true};
+  Axis x{"peak memory", Scale::Linear, Unit::Bytes, true, {}, {}};
+  Axis y{"throughput (samples/s)", Scale::Linear, Unit::Plain, true, {}, {}};
   std::vector<Series> series;  ///< Point::x = peak memory bytes, Point::y = throughput
   std::optional<double> capacity_bytes;
 };
@@ -196,8 +219,8 @@ std::string pareto_chart_svg(const ParetoChart& chart);
  *  range. No ideal for a series with fewer than 2 drawable points. */
 struct ScalingChart {
   std::string title;
-  Axis x{"devices", Scale::Log2, Unit::Plain, false};
-  Axis y{"throughput (samples/s)", Scale::Linear, Unit::Plain, true};
+  Axis x{"devices", Scale::Log2, Unit::Plain, false, {}, {}};
+  Axis y{"throughput (samples/s)", Scale::Linear, Unit::Plain, true, {}, {}};
   std::vector<Series> series;
   bool ideal = true;
 };

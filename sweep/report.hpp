@@ -27,7 +27,8 @@
 //
 //   [report]
 //   plots = [ { kind = "line", x = "micro_batches", x_scale = "log2", y = "throughput_samples_per_s",
-//               series = "system", facet_cols = "platform" } ]
+//               series = "system", facet_cols = "platform", y_min = 0, y_max = 300,
+//               x_label = "micro-batches", y_label = "samples/s" } ]
 //
 // Names in a table expect: each column of the table by its value, raw as in
 // runs.csv and as printed when that differs (a path's stem); `C (paper)`
@@ -98,6 +99,8 @@ struct PlotSpec {
   std::optional<Expression> metric_expression;  ///< heatmap: agg(EXPR)
   std::string format;      ///< heatmap: the cell text format
   std::optional<Expression> where;  ///< only the runs where this holds
+  std::optional<double> y_min, y_max;  ///< a fixed y range (finite, y_min < y_max; > 0 on log2); not heatmap
+  std::optional<std::string> x_label, y_label;  ///< axis labels; none: the columns' (report_detail::column_label)
 };
 
 struct ReportSpec {

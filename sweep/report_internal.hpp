@@ -149,6 +149,22 @@ std::string table_html(const ComputedTable& table);
  *  `notes`. */
 std::string plot_svg(const PlotSpec& plot, std::size_t index0, const Results& runs, const Results* devices,
                      const std::vector<ComputedTable>& tables, std::vector<std::string>& notes);
+/** The axis label of a runs.csv or devices.csv column: its documented name
+ *  with its unit, "throughput (samples/s)", "mini-batch time (s)"; a bytes
+ *  column's without a unit ("peak memory": the chart appends the unit its
+ *  range calls for, " (GiB)"); a column the table does not know, its name. */
+std::string column_label(const std::string& column);
+/** column_label without the unit, for titles: "throughput". */
+std::string column_title(const std::string& column);
+/** Whether a column holds bytes (its name ends in `_bytes`). */
+bool is_bytes_column(const std::string& column);
+/** Compares host names with their digit runs as numbers: s0-gpu9 < s0-gpu10. */
+bool natural_less(const std::string& a, const std::string& b);
+/** The hosts of `rows` of devices.csv in pipeline order: by their first
+ *  (smallest) stage in the `stages` column, then replica, then natural_less;
+ *  hosts without a stage last. Each host once. */
+std::vector<std::string> hosts_in_stage_order(const Results& devices, const std::vector<std::size_t>& rows);
+
 /** Whether a plot reads devices.csv. */
 bool plot_needs_devices(const PlotSpec& plot);
 

@@ -13,13 +13,16 @@
 // pareto: every run that fit or ran out of memory is a point (peak memory,
 // throughput); the capacity line when all runs share one. memory: the peak
 // per device of each selected run (at most 12, in plan order), from
-// devices.csv. bars: a [[table]], one group per row, one bar per column,
+// devices.csv, hosts in pipeline order (hosts_in_stage_order). Axis labels
+// default to column_label (the documented name with its unit); y_min and
+// y_max fix the y range (render/charts.hpp clips what lies beyond it). bars: a [[table]], one group per row, one bar per column,
 // the paper values as ticks, a dashed 1 when the table is relative_to.
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "core/error.hpp"
@@ -30,6 +33,48 @@
 namespace pipegrid::report_detail {
 
 namespace {
+
+/// The documented columns (docs/semantics.md's metrics, docs/sweeps.md's
+/// results) and common parameters: name and unit ("" for none and for bytes,
+/// whose unit the chart picks from the range).
+struct ColumnLabel {
+  const char* column;
+  const char* name;
+  const char* unit;
+};
+constexpr ColumnLabel column_labels[] = {
+    {"minibatch_time_s", "mini-batch time", "s"},
+    {"steady_period_s", "steady-state period", "s"},
+    {"mean_minibatch_span_s", "mean mini-batch span", "s"},
+    {"throughput_samples_per_s", "throughput", "samples/s"},
+    {"bubble_fraction", "bubble fraction", ""},
+    {"span_bubble_fraction", "span bubble fraction", ""},
+    {"bytes_per_sample", "bytes sent per sample", ""},
+    {"peak_memory_bytes", "peak memory", ""},
+    {"memory_capacity_bytes", "memory capacity", ""},
+    {"memory_reserve_bytes", "memory reserve", ""},
+    {"tflops_per_gpu", "achieved TFLOP/s per GPU", "TFLOP/s"},
+    {"mfu", "model FLOPs utilisation (MFU)", ""},
+    {"hfu", "hardware FLOPs utilisation (HFU)", ""},
+    {"time_per_stage_s", "time per stage", "s"},
+    {"parameters", "parameters", ""},
+    {"sim_wall_s", "simulation wall time", "s"},
+    {"busy_s", "busy time", "s"},
+    {"peak_stashed", "peak stashed micro-batches", ""},
+    {"weight_versions", "weight versions", ""},
+    {"stages", "pipeline stages", ""},
+    {"micro_batches", "micro-batches per mini-batch", "M"},
+    {"micro_batch_size", "micro-batch size", "samples"},
+    {"devices", "devices", ""},
+    {"gpus", "GPUs", ""},
+    {"layers", "layers", ""},
+};
+
+const ColumnLabel* find_label(const std::string& column) {
+  for (const ColumnLabel& label : column_labels)
+    if (column == label.column) return &label;
+  return nullptr;
+}
 
 constexpr std::size_t max_memory_runs = 12;
 constexpr std::size_t no_column = static_cast<std::size_t>(-1);
@@ -59,12 +104,21 @@ std::vector<std::size_t> selected_runs(const PlotSpec& plot, const Results& runs
 
 charts::Scale scale_of(const std::string& name) { return name == "log2" ? charts::Scale::Log2 : charts::Scale::Linear; }
 
-charts::Axis axis_of(const std::string& column, const std::string& scale) {
+/// The axis of `column`: the plot's label, else the column's; bytes for a
+/// `_bytes` column.
+charts::Axis axis_of(const std::string& column, const std::string& scale, const std::optional<std::string>& label) {
   charts::Axis axis;
-  axis.label = column;
+  axis.label = label ? *label : column_label(column);
   axis.scale = scale_of(scale);
-  const bool bytes = column.size() >= 6 && column.compare(column.size() - 6, 6, "_bytes") == 0;
-  axis.unit = bytes ? charts::Unit::Bytes : charts::Unit::Plain;
+  axis.unit = is_bytes_column(column) ? charts::Unit::Bytes : charts::Unit::Plain;
+  return axis;
+}
+
+/// The y axis of `plot` (its column, scale, label and range).
+charts::Axis y_axis_of(const PlotSpec& plot) {
+  charts::Axis axis = axis_of(plot.y, plot.y_scale, plot.y_label);
+  axis.min = plot.y_min;
+  axis.max = plot.y_max;
   return axis;
 }
 
@@ -166,10 +220,10 @@ std::string line_svg(const PlotSpec& plot, std::size_t index0, const Results& ru
   const Grouped grouped = group_points(plot, runs, nullptr, index0);
   if (grouped.skipped) notes.push_back(skipped_note(grouped.skipped, plot.x));
   charts::LineChart chart;
-  chart.title = plot.title.empty() ? fmt::format("{} vs {}", plot.y, plot.x) : plot.title;
-  chart.x = axis_of(plot.x, plot.x_scale);
+  chart.title = plot.title.empty() ? fmt::format("{} vs {}", column_title(plot.y), column_title(plot.x)) : plot.title;
+  chart.x = axis_of(plot.x, plot.x_scale, plot.x_label);
   chart.x.from_zero = false;
-  chart.y = axis_of(plot.y, plot.y_scale);
+  chart.y = y_axis_of(plot);
   for (std::size_t f = 0; f < grouped.facets.size(); ++f) {
     charts::LinePanel panel;
     panel.title = plot.facet_cols.empty() ? "" : fmt::format("{} = {}", plot.facet_cols, grouped.facets[f]);
@@ -184,9 +238,12 @@ std::string bubble_svg(const PlotSpec& plot, std::size_t index0, const Results& 
   const Grouped grouped = group_points(plot, runs, nullptr, index0);
   if (grouped.skipped) notes.push_back(skipped_note(grouped.skipped, plot.x));
   charts::BubbleChart chart;
-  chart.title = plot.title.empty() ? fmt::format("bubble fraction vs {}", plot.x) : plot.title;
-  chart.x.label = plot.x;
+  chart.title = plot.title.empty() ? fmt::format("bubble fraction vs {}", column_title(plot.x)) : plot.title;
+  chart.x.label = plot.x_label ? *plot.x_label : column_label(plot.x);
   chart.x.scale = scale_of(plot.x_scale);
+  chart.y.label = plot.y_label ? *plot.y_label : column_label(plot.y);
+  chart.y.min = plot.y_min;
+  chart.y.max = plot.y_max;
   double low = 0, high = 0;
   bool any = false;
   for (std::size_t s = 0; s < grouped.series.size(); ++s) {
@@ -234,10 +291,10 @@ std::string scaling_svg(const PlotSpec& plot, std::size_t index0, const Results&
   const Grouped grouped = group_points(plot, runs, devices, index0);
   if (grouped.skipped) notes.push_back(skipped_note(grouped.skipped, plot.x));
   charts::ScalingChart chart;
-  chart.title = plot.title.empty() ? fmt::format("{} vs {}", plot.y, plot.x) : plot.title;
-  chart.x = axis_of(plot.x, plot.x_scale);
+  chart.title = plot.title.empty() ? fmt::format("{} vs {}", column_title(plot.y), column_title(plot.x)) : plot.title;
+  chart.x = axis_of(plot.x, plot.x_scale, plot.x_label);
   chart.x.from_zero = false;
-  chart.y = axis_of(plot.y, plot.y_scale);
+  chart.y = y_axis_of(plot);
   for (std::size_t s = 0; s < grouped.series.size(); ++s) {
     charts::Series series{grouped.series[s], {}};
     for (const auto& facet : grouped.points)
@@ -256,8 +313,8 @@ std::string heatmap_svg(const PlotSpec& plot, std::size_t index0, const Results&
   const RunValue metric = run_value(runs, plot.metric, plot.metric_expression, plot.line, what);
   charts::Heatmap chart;
   chart.title = plot.title.empty() ? fmt::format("{} by {} and {}", plot.value_text, plot.x, plot.y) : plot.title;
-  chart.x_label = plot.x;
-  chart.y_label = plot.y;
+  chart.x_label = plot.x_label ? *plot.x_label : column_label(plot.x);
+  chart.y_label = plot.y_label ? *plot.y_label : column_label(plot.y);
   chart.value_label = plot.value_text;
   std::vector<std::string> xs, ys;
   std::map<std::pair<std::size_t, std::size_t>, std::vector<std::size_t>> members;
@@ -293,6 +350,8 @@ std::string pareto_svg(const PlotSpec& plot, std::size_t index0, const Results& 
   const auto label = runs.find("label");
   charts::ParetoChart chart;
   chart.title = plot.title.empty() ? "throughput vs peak memory" : plot.title;
+  chart.x = axis_of(plot.x, "linear", plot.x_label);
+  chart.y = y_axis_of(plot);
   std::vector<std::string> names;
   std::optional<double> shared_capacity;
   bool capacities_equal = true;
@@ -325,6 +384,10 @@ std::string memory_svg(const PlotSpec& plot, std::size_t index0, const Results& 
   const auto capacity = devices.find("memory_capacity_bytes");
   charts::MemoryChart chart;
   chart.title = plot.title.empty() ? "peak memory per device" : plot.title;
+  chart.x_label = plot.x_label ? *plot.x_label : "host (in pipeline order)";
+  chart.y_label = plot.y_label ? *plot.y_label : column_label("peak_memory_bytes");
+  chart.y_min = plot.y_min;
+  chart.y_max = plot.y_max;
   std::vector<std::size_t> chosen;
   for (const std::size_t run : selected_runs(plot, runs))
     if (runs.fits(run) || runs.status(run) == "oom") chosen.push_back(run);
@@ -335,6 +398,10 @@ std::string memory_svg(const PlotSpec& plot, std::size_t index0, const Results& 
   }
   std::map<std::string, std::vector<std::size_t>> rows_of;
   for (std::size_t row = 0; row < devices.size(); ++row) rows_of[devices.cell(row, device_key)].push_back(row);
+  std::vector<std::size_t> drawn_rows;
+  for (const std::size_t run : chosen)
+    for (const std::size_t row : rows_of[runs.cell(run, key)]) drawn_rows.push_back(row);
+  chart.host_order = hosts_in_stage_order(devices, drawn_rows);
   for (const std::size_t run : chosen) {
     charts::MemoryRun entry;
     entry.name = label ? runs.cell(run, *label) : runs.cell(run, key);
@@ -356,8 +423,23 @@ std::string bars_svg(const PlotSpec& plot, const std::vector<ComputedTable>& tab
   if (table == tables.end()) return charts::bar_chart_svg(chart);  // parse_report_spec checked the name
   const TableSpec& spec = *table->spec;
   chart.title = plot.title.empty() ? fmt::format("{}: {}", spec.name, spec.value_text) : plot.title;
-  chart.x_label = fmt::format("{}", fmt::join(table->row_columns, " / "));
-  chart.y.label = spec.relative_to ? fmt::format("{} relative to {}", spec.value_text, *spec.relative_to) : spec.value_text;
+  if (plot.x_label) {
+    chart.x_label = *plot.x_label;
+  } else {
+    std::vector<std::string> names;
+    for (const std::string& column : table->row_columns) names.push_back(column_label(column));
+    chart.x_label = fmt::format("{}", fmt::join(names, " / "));
+  }
+  // agg(column): the column's label (its name alone for a ratio); agg(EXPR): the value as written.
+  const std::string measured = spec.metric.empty() ? spec.value_text
+                               : spec.relative_to  ? column_title(spec.metric)
+                                                   : column_label(spec.metric);
+  chart.y.label = plot.y_label                ? *plot.y_label
+                  : spec.relative_to          ? fmt::format("{} relative to {}", measured, *spec.relative_to)
+                                              : measured;
+  chart.y.unit = !spec.relative_to && is_bytes_column(spec.metric) ? charts::Unit::Bytes : charts::Unit::Plain;
+  chart.y.min = plot.y_min;
+  chart.y.max = plot.y_max;
   for (const auto& row : table->row_display) chart.groups.push_back(fmt::format("{}", fmt::join(row, " / ")));
   chart.series = table->col_display;
   for (std::size_t r = 0; r < table->cells.size(); ++r) {
@@ -373,6 +455,84 @@ std::string bars_svg(const PlotSpec& plot, const std::vector<ComputedTable>& tab
 }
 
 }  // namespace
+
+std::string column_label(const std::string& column) {
+  const ColumnLabel* label = find_label(column);
+  if (!label) return column;
+  if (*label->unit == '\0') return label->name;
+  return fmt::format("{} ({})", label->name, label->unit);
+}
+
+std::string column_title(const std::string& column) {
+  const ColumnLabel* label = find_label(column);
+  return label ? label->name : column;
+}
+
+bool is_bytes_column(const std::string& column) {
+  return column.size() >= 6 && column.compare(column.size() - 6, 6, "_bytes") == 0;
+}
+
+bool natural_less(const std::string& a, const std::string& b) {
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      std::size_t i_end = i, j_end = j;
+      while (i_end < a.size() && digit(a[i_end])) ++i_end;
+      while (j_end < b.size() && digit(b[j_end])) ++j_end;
+      // Leading zeros aside, a longer run of digits is a larger number.
+      std::size_t i0 = i, j0 = j;
+      while (i0 + 1 < i_end && a[i0] == '0') ++i0;
+      while (j0 + 1 < j_end && b[j0] == '0') ++j0;
+      if (i_end - i0 != j_end - j0) return i_end - i0 < j_end - j0;
+      const int order = a.compare(i0, i_end - i0, b, j0, j_end - j0);
+      if (order != 0) return order < 0;
+      if (i_end - i != j_end - j) return i_end - i < j_end - j;  // 7 before 07
+      i = i_end, j = j_end;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i, ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+std::vector<std::string> hosts_in_stage_order(const Results& devices, const std::vector<std::size_t>& rows) {
+  const auto host = devices.find("host");
+  if (!host) return {};
+  const auto stages = devices.find("stages");
+  const auto replica = devices.find("replica");
+  constexpr double none = std::numeric_limits<double>::infinity();
+  struct Place {
+    double stage = none, replica = none;
+  };
+  std::map<std::string, Place> places;
+  for (const std::size_t row : rows) {
+    Place& place = places[devices.cell(row, *host)];
+    if (stages) {
+      // "2" or "0;3" (interleaved and V schedules): the smallest stage.
+      const std::string& cell = devices.cell(row, *stages);
+      std::size_t start = 0;
+      while (start <= cell.size()) {
+        const std::size_t end = std::min(cell.find(';', start), cell.size());
+        if (const auto stage = parse_number(cell.substr(start, end - start))) place.stage = std::min(place.stage, *stage);
+        start = end + 1;
+      }
+    }
+    if (replica)
+      if (const auto r = devices.number(row, *replica)) place.replica = std::min(place.replica, *r);
+  }
+  std::vector<std::string> order;
+  for (const auto& [name, place] : places) order.push_back(name);
+  std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
+    const Place& pa = places.at(a);
+    const Place& pb = places.at(b);
+    if (pa.stage != pb.stage) return pa.stage < pb.stage;
+    if (pa.replica != pb.replica) return pa.replica < pb.replica;
+    return natural_less(a, b);
+  });
+  return order;
+}
 
 bool plot_needs_devices(const PlotSpec& plot) {
   return plot.kind == "memory" || (plot.kind == "scaling" && plot.x == "devices");

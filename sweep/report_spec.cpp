@@ -323,7 +323,7 @@ PlotSpec parse_plot(const Reader& reader, const toml::table& table, std::size_t 
   const std::string where_any = fmt::format("plot {}", index);
   static const std::vector<std::string> all_keys = {"kind",    "name",    "title",  "x",     "y",     "series",
                                                     "facet_cols", "x_scale", "y_scale", "agg", "where", "table",
-                                                    "value",   "format"};
+                                                    "value",   "format", "x_label", "y_label", "y_min", "y_max"};
   reader.check_keys(table, all_keys, where_any);
   const toml::node* kind = table.get("kind");
   if (!kind) reader.fail(spec.line, fmt::format("{} needs 'kind' (one of {})", where_any, report_detail::plot_kind_list()));
@@ -335,7 +335,7 @@ PlotSpec parse_plot(const Reader& reader, const toml::table& table, std::size_t 
   const std::string where = fmt::format("plot {} ({})", index, spec.kind);
 
   // Keys each kind takes; the rest are errors rather than silently ignored.
-  std::vector<std::string> allowed = {"kind", "name", "title"};
+  std::vector<std::string> allowed = {"kind", "name", "title", "x_label", "y_label"};
   std::vector<std::string> required;
   if (spec.kind == "line") {
     allowed.insert(allowed.end(), {"x", "y", "series", "facet_cols", "x_scale", "y_scale", "agg", "where"});
@@ -347,7 +347,7 @@ PlotSpec parse_plot(const Reader& reader, const toml::table& table, std::size_t 
     allowed.insert(allowed.end(), {"where"});
   } else if (spec.kind == "bubble") {
     allowed.insert(allowed.end(), {"x", "series", "x_scale", "agg", "where"});
-  } else if (spec.kind == "heatmap") {
+  } else if (spec.kind == "heatmap") {  // no numeric y axis: no y range
     allowed.insert(allowed.end(), {"x", "y", "value", "format", "where"});
     required = {"x", "y", "value"};
   } else if (spec.kind == "pareto") {
@@ -355,6 +355,7 @@ PlotSpec parse_plot(const Reader& reader, const toml::table& table, std::size_t 
   } else {  // scaling
     allowed.insert(allowed.end(), {"x", "y", "series", "x_scale", "y_scale", "agg", "where"});
   }
+  if (spec.kind != "heatmap") allowed.insert(allowed.end(), {"y_min", "y_max"});
   for (auto&& [key, node] : table) {
     const std::string name(key.str());
     if (std::find(allowed.begin(), allowed.end(), name) == allowed.end())
@@ -378,6 +379,14 @@ PlotSpec parse_plot(const Reader& reader, const toml::table& table, std::size_t 
   text("y_scale", spec.y_scale);
   text("agg", spec.agg);
   text("table", spec.table);
+  for (const char* key : {"x_label", "y_label"})
+    if (const toml::node* node = table.get(key))
+      (std::string(key) == "x_label" ? spec.x_label : spec.y_label) = reader.string(*node, key, where);
+  if (const toml::node* node = table.get("y_min")) spec.y_min = reader.number(*node, "y_min", where);
+  if (const toml::node* node = table.get("y_max")) spec.y_max = reader.number(*node, "y_max", where);
+  if (spec.y_min && spec.y_max && !(*spec.y_min < *spec.y_max))
+    reader.fail(line_of(*table.get("y_max")), fmt::format("{}: 'y_min' ({}) must be below 'y_max' ({})", where,
+                                                          format_number(*spec.y_min), format_number(*spec.y_max)));
   if (!spec.name.empty() && (spec.name.find_first_of("/\\") != std::string::npos || spec.name == "." || spec.name == ".."))
     reader.fail(line_of(*table.get("name")), fmt::format("{}: 'name' must be a file name without '/'", where));
   for (const char* key : {"x_scale", "y_scale"}) {
@@ -421,6 +430,13 @@ PlotSpec parse_plot(const Reader& reader, const toml::table& table, std::size_t 
   }
   if (spec.x_scale.empty()) spec.x_scale = "linear";
   if (spec.y_scale.empty()) spec.y_scale = "linear";
+  if (spec.y_scale == "log2")
+    for (const char* key : {"y_min", "y_max"}) {
+      const std::optional<double>& end = std::string(key) == "y_min" ? spec.y_min : spec.y_max;
+      if (end && *end <= 0)
+        reader.fail(line_of(*table.get(key)), fmt::format("{}: '{}' must be positive on a log2 y axis, found {}", where,
+                                                          key, format_number(*end)));
+    }
   return spec;
 }
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -124,8 +125,8 @@ Series series(const std::string& name, std::vector<double> xs, std::vector<doubl
 LineChart throughput_chart() {
   LineChart c;
   c.title = "Throughput vs M";
-  c.x = {"micro-batches", Scale::Log2, Unit::Plain, false};
-  c.y = {"throughput (samples/s)", Scale::Linear, Unit::Plain, true};
+  c.x = {"micro-batches", Scale::Log2, Unit::Plain, false, {}, {}};
+  c.y = {"throughput (samples/s)", Scale::Linear, Unit::Plain, true, {}, {}};
   LinePanel p;
   p.series.push_back(series("gpipe", {1, 2, 4, 8}, {100, 180, 260, 300}, {false, false, false, true}));
   p.series.push_back(series("1f1b-so", {1, 2, 4, 8}, {100, 190, 290, 340}));
@@ -486,6 +487,137 @@ TEST(ScalingChart, IdealDashedFromFirstPoint) {
   c.ideal = false;
   EXPECT_EQ(count(scaling_chart_svg(c), "polyline", {"ideal"}), 0u);
   expect_clean(scaling_chart_svg(ScalingChart{}));
+}
+
+// ---- issue 26: fixed y ranges, wrapping ----------------------------------------
+
+double svg_width(const std::string& svg) { return parse(svg).get<double>("svg.<xmlattr>.width"); }
+
+/// The y extent [top, bottom] of every frame (x/y panels) of a chart.
+std::vector<std::pair<double, double>> frames(const std::string& svg) {
+  std::vector<std::pair<double, double>> out;
+  for (const pt::ptree& frame : find(svg, "rect", {"frame"})) {
+    const double y = std::stod(attr(frame, "y"));
+    out.push_back({y, y + std::stod(attr(frame, "height"))});
+  }
+  return out;
+}
+
+/// Every y of a polygon's points.
+std::vector<double> polygon_ys(const pt::ptree& polygon) {
+  std::istringstream in(attr(polygon, "points"));
+  std::string pair;
+  std::vector<double> ys;
+  while (in >> pair) ys.push_back(std::stod(pair.substr(pair.find(',') + 1)));
+  return ys;
+}
+
+TEST(LineChart, FixedYRangeClipsPointsOntoItsEdge) {
+  LineChart c = throughput_chart();  // gpipe 100, 180, 260, 300 (oom); 1f1b-so ...
+  c.y.min = 150;
+  c.y.max = 200;
+  const std::string svg = line_chart_svg(c);
+  expect_clean(svg);
+  const auto frame = frames(svg).at(0);
+  // Points outside [150, 200]: triangles, inside the plot area, tips on its edges.
+  const auto clipped = find(svg, "polygon", {"point", "clipped"});
+  ASSERT_FALSE(clipped.empty());
+  for (const pt::ptree& p : clipped)
+    for (const double y : polygon_ys(p)) {
+      EXPECT_GE(y, frame.first - 1e-9);
+      EXPECT_LE(y, frame.second + 1e-9);
+    }
+  for (const pt::ptree& point : find(svg, "circle", {"point"})) {
+    const double cy = std::stod(attr(point, "cy"));
+    EXPECT_GE(cy, frame.first - 1e-9);
+    EXPECT_LE(cy, frame.second + 1e-9);
+  }
+  EXPECT_EQ(count(svg, "circle", {"point"}) + clipped.size(), 8u);  // every point drawn, as one or the other
+  EXPECT_EQ(count(svg, "clipPath", {}), 1u);                         // lines cut at the border
+  EXPECT_TRUE(contains_text(svg, "outside the y range 150 to 200"));
+  const std::vector<std::string> ticks = texts_in(svg, "y");
+  ASSERT_FALSE(ticks.empty());
+  EXPECT_EQ(ticks.front(), "150");
+  EXPECT_EQ(ticks.back(), "200");
+  const std::vector<std::string> legend = texts_in(svg, "legend");
+  EXPECT_NE(std::find(legend.begin(), legend.end(), "outside the y range"), legend.end());
+}
+
+TEST(LineChart, NoFixedRangeNoClipping) {
+  const std::string svg = line_chart_svg(throughput_chart());
+  EXPECT_EQ(count(svg, "polygon", {"clipped"}), 0u);
+  EXPECT_EQ(count(svg, "clipPath", {}), 0u);
+  EXPECT_FALSE(contains_text(svg, "outside the y range"));
+}
+
+TEST(LineChart, ManyFacetsWrapIntoRowsNoWiderThanAScreen) {
+  LineChart c = throughput_chart();
+  c.panels.clear();
+  for (int i = 0; i < 9; ++i) {
+    LinePanel p;
+    p.title = "facet " + std::to_string(i);
+    p.series.push_back(series("gpipe", {1, 2, 4}, {10, 20, 30.0 + i}));
+    c.panels.push_back(p);
+  }
+  const std::string svg = line_chart_svg(c);
+  expect_clean(svg);
+  EXPECT_LE(svg_width(svg), max_chart_width);
+  EXPECT_EQ(count(svg, "g", {"panel"}), 9u);
+  std::set<double> rows;
+  for (const auto& f : frames(svg)) rows.insert(f.first);
+  EXPECT_GE(rows.size(), 2u);
+  EXPECT_EQ(count(svg, "circle", {"point"}), 27u);
+  // Three facets stay in one row.
+  c.panels.resize(3);
+  std::set<double> one_row;
+  for (const auto& f : frames(line_chart_svg(c))) one_row.insert(f.first);
+  EXPECT_EQ(one_row.size(), 1u);
+}
+
+TEST(BarChart, FixedYRangeCutsBarsAndMarksThem) {
+  BarChart c = speedup_chart();  // BaPipe 1.33 (paper 3.90), 1.8 (paper 2.93)
+  c.y.max = 1.5;
+  const std::string svg = bar_chart_svg(c);
+  expect_clean(svg);
+  const auto cut = find(svg, "rect", {"bar", "clipped"});
+  ASSERT_EQ(cut.size(), 1u);  // 1.8
+  const auto axis = find(svg, "line", {"axis-line"});
+  const double plot_top = std::stod(attr(axis.at(1), "y1"));
+  for (const pt::ptree& bar : find(svg, "rect", {"bar"})) EXPECT_GE(std::stod(attr(bar, "y")), plot_top - 1e-9);
+  EXPECT_DOUBLE_EQ(std::stod(attr(cut[0], "y")), plot_top);
+  EXPECT_EQ(count(svg, "polygon", {"clip-mark"}), 1u);
+  EXPECT_EQ(count(svg, "line", {"paper"}), 0u);  // both paper values above 1.5: left out, and said so
+  EXPECT_TRUE(contains_text(svg, "1 bar outside the y range 0 to 1.5"));
+  EXPECT_TRUE(contains_text(svg, "2 reference values"));
+}
+
+TEST(MemoryChart, HostOrderGivenFirstThenFirstAppearance) {
+  MemoryChart c = memory_chart(16 * GiB);
+  c.runs[1].devices.push_back({"gpu2", 1 * GiB, 16 * GiB});
+  c.host_order = {"gpu1", "gpu0", "not-drawn"};
+  const std::string svg = memory_chart_svg(c);
+  std::vector<std::string> labels;
+  for (const pt::ptree& t : find(svg, "text", {"group-label"})) labels.push_back(t.data());
+  EXPECT_EQ(labels, (std::vector<std::string>{"gpu1", "gpu0", "gpu2"}));
+}
+
+TEST(MemoryChart, ManyHostsWrapIntoRowsNoWiderThanAScreen) {
+  MemoryChart c;
+  c.title = "Peak memory";
+  for (int r = 0; r < 3; ++r) {
+    MemoryRun run{"run " + std::to_string(r), {}};
+    for (int h = 0; h < 32; ++h) run.devices.push_back({"s0-gpu" + std::to_string(h), (1 + h % 5) * GiB, 16 * GiB});
+    c.runs.push_back(run);
+  }
+  c.y_max = 4 * GiB;
+  const std::string svg = memory_chart_svg(c);
+  expect_clean(svg);
+  EXPECT_LE(svg_width(svg), max_chart_width);
+  EXPECT_EQ(count(svg, "g", {"group"}), 32u);
+  EXPECT_EQ(count(svg, "rect", {"bar"}), 96u);
+  EXPECT_EQ(count(svg, "rect", {"bar", "clipped"}), 3u * 6);  // 5 GiB hosts: h % 5 == 4, 6 of 32
+  EXPECT_EQ(count(svg, "line", {"capacity"}), 0u);            // 16 GiB: above the range
+  EXPECT_GE(count(svg, "line", {"axis-line"}), 4u);           // two rows or more
 }
 
 TEST(Charts, EveryKindDeterministicAndClean) {

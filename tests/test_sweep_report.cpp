@@ -11,8 +11,10 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "core/io.hpp"
+#include "render/charts.hpp"
 #include "expect_input_error.hpp"
 #include "sweep/report.hpp"
 #include "sweep/report_internal.hpp"
@@ -248,8 +250,8 @@ TEST(SweepReportSpec, UnknownKeysWithLineAndSuggestion) {
   EXPECT_EQ(spec_error("[report]\nplots = [\n  { kind = \"line\", x = \"m\", y = \"t\", serie = \"s\" } ]\n"),
             "exp.toml:3: unknown key 'serie' in plot 1 (did you mean 'series'?)");
   EXPECT_EQ(spec_error("[report]\nplots = [ { kind = \"heatmap\", x = \"a\", y = \"b\", value = \"max(c)\", series = \"s\" } ]\n"),
-            "exp.toml:2: plot 1 (heatmap): key 'series' does not apply to a heatmap plot (it takes kind, name, title, x, "
-            "y, value, format, where)");
+            "exp.toml:2: plot 1 (heatmap): key 'series' does not apply to a heatmap plot (it takes kind, name, title, "
+            "x_label, y_label, x, y, value, format, where)");
   EXPECT_EQ(spec_error("[[table]]\nname = \"t\"\nrows = [\"a\"]\nvalue = \"max(x)\"\npaper = [ { a = \"1\", vlaue = 2 } ]\n"),
             "exp.toml:5: unknown key 'vlaue' in [[table]] 't': a 'paper' entry (did you mean 'value'?)");
 }
@@ -289,6 +291,141 @@ TEST(SweepReportSpec, WrongTypesAndValues) {
             "exp.toml:2: plot 1 (line): 'x_scale' must be \"linear\" or \"log2\", found \"log\"");
   EXPECT_EQ(spec_error("[report]\nplots = [ { kind = \"bubble\" }, { kind = \"bubble\" }, { kind = \"bubble\", name = \"1\" } ]\n"),
             "exp.toml:2: two plots write plots/1-bubble.svg (give them different names)");
+}
+
+TEST(SweepReportSpec, YRangeIsValidatedWithFileAndLine) {
+  const std::string line = "[report]\nplots = [\n  { kind = \"line\", x = \"micro_batches\", y = \"throughput_samples_per_s\", ";
+  EXPECT_EQ(spec_error(line + "y_min = 5, y_max = 3 } ]\n"), "exp.toml:3: plot 1 (line): 'y_min' (5) must be below 'y_max' (3)");
+  EXPECT_EQ(spec_error(line + "y_min = 2.5, y_max = 2.5 } ]\n"),
+            "exp.toml:3: plot 1 (line): 'y_min' (2.5) must be below 'y_max' (2.5)");
+  EXPECT_EQ(spec_error(line + "y_max = inf } ]\n"), "exp.toml:3: plot 1 (line): 'y_max' must be a finite number");
+  EXPECT_EQ(spec_error(line + "y_min = nan } ]\n"), "exp.toml:3: plot 1 (line): 'y_min' must be a finite number");
+  EXPECT_EQ(spec_error(line + "y_max = \"300\" } ]\n"),
+            "exp.toml:3: plot 1 (line): 'y_max' must be a number, found the string \"300\"");
+  EXPECT_EQ(spec_error(line + "y_scale = \"log2\", y_min = 0 } ]\n"),
+            "exp.toml:3: plot 1 (line): 'y_min' must be positive on a log2 y axis, found 0");
+  EXPECT_EQ(spec_error(line + "y_label = 3 } ]\n"), "exp.toml:3: plot 1 (line): 'y_label' must be a string, found the integer 3");
+  EXPECT_CONTAINS(spec_error("[report]\nplots = [ { kind = \"heatmap\", x = \"a\", y = \"b\", value = \"max(c)\", y_max = 1 } ]\n"),
+                  "exp.toml:2: plot 1 (heatmap): key 'y_max' does not apply to a heatmap plot");
+  const ReportSpec spec = spec_of(line + "y_min = 0, y_max = 300.5, x_label = \"M\", y_label = \"\" } ]\n");
+  ASSERT_EQ(spec.plots.size(), 1u);
+  EXPECT_EQ(spec.plots[0].y_min, 0.0);
+  EXPECT_EQ(spec.plots[0].y_max, 300.5);
+  EXPECT_EQ(spec.plots[0].x_label, "M");
+  EXPECT_EQ(spec.plots[0].y_label, "");
+  for (const char* kind : {"bars\", table = \"t", "memory", "bubble", "pareto", "scaling"})
+    EXPECT_NO_THROW(spec_of(std::string("[[table]]\nname = \"t\"\nrows = \"a\"\nvalue = \"max(b)\"\n[report]\nplots = [ { kind = \"") +
+                            kind + "\", y_min = 1, y_max = 2, x_label = \"x\", y_label = \"y\" } ]\n"))
+        << kind;
+}
+
+TEST(SweepReportPlots, ColumnLabelsCarryTheirUnits) {
+  EXPECT_EQ(report_detail::column_label("throughput_samples_per_s"), "throughput (samples/s)");
+  EXPECT_EQ(report_detail::column_label("minibatch_time_s"), "mini-batch time (s)");
+  EXPECT_EQ(report_detail::column_label("steady_period_s"), "steady-state period (s)");
+  EXPECT_EQ(report_detail::column_label("busy_s"), "busy time (s)");
+  EXPECT_EQ(report_detail::column_label("bubble_fraction"), "bubble fraction");
+  EXPECT_EQ(report_detail::column_label("peak_memory_bytes"), "peak memory");  // the chart appends (GiB)
+  EXPECT_EQ(report_detail::column_label("a_column_nobody_documents"), "a_column_nobody_documents");
+  EXPECT_EQ(report_detail::column_title("throughput_samples_per_s"), "throughput");
+}
+
+TEST(SweepReportPlots, NaturalOrderOfHostNames) {
+  using report_detail::natural_less;
+  EXPECT_TRUE(natural_less("s0-gpu9", "s0-gpu10"));
+  EXPECT_FALSE(natural_less("s0-gpu10", "s0-gpu9"));
+  EXPECT_TRUE(natural_less("s0-gpu11", "s1-gpu0"));
+  EXPECT_TRUE(natural_less("gpu2", "gpu10"));
+  EXPECT_TRUE(natural_less("a", "b"));
+  EXPECT_FALSE(natural_less("gpu1", "gpu1"));
+  EXPECT_TRUE(natural_less("gpu", "gpu0"));
+}
+
+/// Texts of the <text class="group-label"> elements of an SVG, in order.
+std::vector<std::string> group_labels(const std::string& svg) {
+  std::vector<std::string> out;
+  const std::string open = "class=\"group-label\"";
+  for (std::size_t at = svg.find(open); at != std::string::npos; at = svg.find(open, at + 1)) {
+    const std::size_t start = svg.find('>', at) + 1;
+    out.push_back(svg.substr(start, svg.find('<', start) - start));
+  }
+  return out;
+}
+
+/// A report of one plot over the fixture's runs.csv and the given devices.csv.
+std::string plot_of(const std::string& name, const std::string& plot, const std::string& devices_csv = "") {
+  TempOut out(name);
+  if (!devices_csv.empty()) std::ofstream(out.path() / "devices.csv", std::ios::binary) << devices_csv;
+  const ReportSpec spec = spec_of("[report]\nplots = [ " + plot + " ]\n");
+  write_report(spec, fixture_context(), out.str());
+  fs::path file;
+  for (const auto& entry : fs::directory_iterator(out.path() / "plots")) file = entry.path();
+  return slurp(file);
+}
+
+TEST(SweepReportPlots, MemoryPlotListsHostsInStageOrder) {
+  // devices.csv in alphabetical order; the stages say s0-gpu2 holds stage 0, then gpu9, gpu10, gpu11.
+  const std::string header = "run_key,host,stages,replica,busy_s,bubble_fraction,peak_memory_bytes,memory_capacity_bytes,"
+                             "peak_stashed,weight_versions\n";
+  std::string devices = header;
+  for (const auto& [host, stage] : std::vector<std::pair<std::string, std::string>>{
+           {"s0-gpu10", "2"}, {"s0-gpu11", "3"}, {"s0-gpu2", "0"}, {"s0-gpu9", "1"}})
+    devices += "ac26faebecf448de," + host + "," + stage + ",0,1,0.1,1000,16000000000,1,1\n";
+  const std::string plot = "{ kind = \"memory\", where = \"run_index == 0\" }";
+  EXPECT_EQ(group_labels(plot_of("stage-order", plot, devices)),
+            (std::vector<std::string>{"s0-gpu2", "s0-gpu9", "s0-gpu10", "s0-gpu11"}));
+  // Interleaved stages ("1;3"): the smallest counts; replicas of one stage by replica.
+  devices = header;
+  for (const auto& [host, stage, replica] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"a", "1;3", "0"}, {"b", "0;2", "1"}, {"c", "0;2", "0"}})
+    devices += "ac26faebecf448de," + host + "," + stage + "," + replica + ",1,0.1,1000,16000000000,1,1\n";
+  EXPECT_EQ(group_labels(plot_of("interleaved", plot, devices)), (std::vector<std::string>{"c", "b", "a"}));
+  // No stages: numeric-aware names.
+  devices = header;
+  for (const std::string host : {"s0-gpu10", "s0-gpu1", "s0-gpu9"})
+    devices += "ac26faebecf448de," + host + ",,,1,0.1,1000,16000000000,1,1\n";
+  EXPECT_EQ(group_labels(plot_of("natural", plot, devices)), (std::vector<std::string>{"s0-gpu1", "s0-gpu9", "s0-gpu10"}));
+}
+
+TEST(SweepReportPlots, AxisLabelsDefaultToTheColumnsWithUnitsAndCanBeSet) {
+  const std::string line = plot_of("labels-default",
+                                   "{ kind = \"line\", x = \"micro_batches\", y = \"throughput_samples_per_s\", series = \"schedule\" }");
+  EXPECT_CONTAINS(line, ">throughput (samples/s)</text>");
+  EXPECT_CONTAINS(line, ">micro-batches per mini-batch (M)</text>");
+  EXPECT_EQ(line.find(">throughput_samples_per_s</text>"), std::string::npos);
+  const std::string time = plot_of("labels-time", "{ kind = \"scaling\", x = \"micro_batches\", y = \"minibatch_time_s\" }");
+  EXPECT_CONTAINS(time, ">mini-batch time (s)</text>");
+  const std::string pareto = plot_of("labels-pareto", "{ kind = \"pareto\" }");
+  EXPECT_CONTAINS(pareto, ">peak memory (GiB)</text>");
+  EXPECT_CONTAINS(pareto, ">throughput (samples/s)</text>");
+  const std::string memory = plot_of("labels-memory", "{ kind = \"memory\", where = \"run_index == 0\" }");
+  EXPECT_CONTAINS(memory, ">peak memory (GiB)</text>");
+  const std::string set = plot_of("labels-set", "{ kind = \"line\", x = \"micro_batches\", y = \"throughput_samples_per_s\", "
+                                                "x_label = \"M (micro-batches)\", y_label = \"samples per second\" }");
+  EXPECT_CONTAINS(set, ">M (micro-batches)</text>");
+  EXPECT_CONTAINS(set, ">samples per second</text>");
+  EXPECT_EQ(set.find(">throughput (samples/s)</text>"), std::string::npos);
+  const std::string memory_set = plot_of("labels-memory-set", "{ kind = \"memory\", where = \"run_index == 0\", y_label = \"HBM\" }");
+  EXPECT_CONTAINS(memory_set, ">HBM (GiB)</text>");
+}
+
+TEST(SweepReportPlots, YRangeClipsWhatIsOutside) {
+  // Throughputs of the fixture run from 80 to about 150 samples/s.
+  const std::string svg = plot_of("y-range", "{ kind = \"line\", x = \"micro_batches\", y = \"throughput_samples_per_s\", "
+                                             "series = \"schedule\", y_min = 90, y_max = 120 }");
+  EXPECT_CONTAINS(svg, "class=\"point clipped\"");
+  EXPECT_CONTAINS(svg, "outside the y range 90 to 120: drawn as triangles on its edge");
+  EXPECT_CONTAINS(svg, "<clipPath");
+  const std::string bars = plot_of("y-range-bars", "{ kind = \"memory\", where = \"run_index == 2\", y_max = 20e9 }");
+  EXPECT_CONTAINS(bars, "class=\"bar over clipped\"");  // 28 GB on gpu0, above 20e9 B
+}
+
+TEST(SweepReportPlots, ManyFacetsStayNarrowerThanAScreen) {
+  // One facet per run: 24 panels.
+  const std::string svg = plot_of("facets", "{ kind = \"line\", x = \"micro_batches\", y = \"throughput_samples_per_s\", "
+                                            "facet_cols = \"run_index\" }");
+  const std::size_t at = svg.find("width=\"") + 7;
+  EXPECT_LE(std::stod(svg.substr(at, svg.find('"', at) - at)), charts::max_chart_width);
 }
 
 TEST(SweepReportSpec, ReadsTheFixture) {
