@@ -2,7 +2,11 @@
 // GPipe / PipeDream / BaPipe papers.
 //
 // Layout, top to bottom:
-//   - the title (options.title), centred;
+//   - the title (options.title), centred, in bold; the picture is at least
+//     as wide as its estimated width (estimated_text_width, which errs on the
+//     wide side), so it is never clipped;
+//   - when options.tensor_parallel > 1, a note that each row is a
+//     tensor-parallel group drawn as its first device;
 //   - a legend (forward, backward, recompute when present, other compute
 //     actions when present, transfers, all-reduce when present, memory when
 //     drawn) above the plot, so it never covers a box; it wraps onto further
@@ -30,12 +34,21 @@
 //     written in the label;
 //   - the time axis: nicely rounded ticks (1, 2, 5 x 10^k) in s, ms or us
 //     chosen from the span, with light grid lines behind the boxes.
+// The plot spans the picture from the label column to the right edge (less
+// room for the last tick label): as wide as its busiest sub-row asks, or
+// wider when the title, the note or a legend item needs the room, so no
+// empty margin is left on the right.
 // The label column on the left shows the host name and the stage(s) of its
-// compute records. Compute boxes carry the micro-batch number ("3", or "3@1"
-// for mini-batch 1 when it fits; odd mini-batches use a darker shade; a
-// smaller font for the bare number in narrow boxes), only when the estimated
-// text width fits inside the box and does not run into the previous label of
-// the same sub-row. Bubbles are the white gaps.
+// compute records. Compute boxes carry one kind of label on every device:
+// the micro-batch number ("3", or "3@1" for mini-batch 1 when it fits; a
+// smaller font for the bare number in narrow boxes; "U3" for an action
+// without a colour of its own), only when the estimated text width fits
+// inside the box and does not run into the previous label of the same
+// sub-row. The action is told by the box's colour, and on a device of
+// several stages (interleaved and V schedules: chunks) the chunk by its
+// shade, light (the device's lowest stage) to dark (its highest); on other
+// devices odd mini-batches are darker. The legend shows the shades it uses.
+// Bubbles are the white gaps.
 //
 // Every number is printed with a fixed format, and nothing depends on the
 // clock or on addresses: the same timeline always gives the same bytes.
@@ -455,7 +468,7 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
                  plot_right_pad;
   const std::string note = options.tensor_parallel > 1
                                ? fmt::format("each row is a tensor-parallel group of {} devices, drawn as its first "
-                                             "device (times and memory are one member's)",
+                                             "device; times and memory are per member",
                                              options.tensor_parallel)
                                : std::string();
 
