@@ -83,6 +83,7 @@ void write_outputs(const Plan& plan, const RunResult& result, const OutputFiles&
     options.title = fmt::format("{}: {} on {} ({})", plan.schedule, plan.profile.name, platform_name, shape);
     for (const DeviceMetrics& device : result.metrics.devices)
       if (device.memory_capacity_bytes) options.memory_capacity_bytes[device.host] = *device.memory_capacity_bytes;
+    options.tensor_parallel = plan.tensor_parallel;
     files.add(outputs.svg, timeline_to_svg(result.timeline, options));
   }
   if (!outputs.save_plan.empty()) files.add(outputs.save_plan, plan_to_json(plan));

@@ -2,7 +2,11 @@
 // GPipe / PipeDream / BaPipe papers.
 //
 // Layout, top to bottom:
-//   - the title (options.title), centred;
+//   - the title (options.title), centred, in bold; the picture is at least
+//     as wide as its estimated width (estimated_text_width, which errs on the
+//     wide side), so it is never clipped;
+//   - when options.tensor_parallel > 1, a note that each row is a
+//     tensor-parallel group drawn as its first device;
 //   - a legend (forward, backward, recompute when present, other compute
 //     actions when present, transfers, all-reduce when present, memory when
 //     drawn) above the plot, so it never covers a box; it wraps onto further
@@ -30,12 +34,21 @@
 //     written in the label;
 //   - the time axis: nicely rounded ticks (1, 2, 5 x 10^k) in s, ms or us
 //     chosen from the span, with light grid lines behind the boxes.
+// The plot spans the picture from the label column to the right edge (less
+// room for the last tick label): as wide as its busiest sub-row asks, or
+// wider when the title, the note or a legend item needs the room, so no
+// empty margin is left on the right.
 // The label column on the left shows the host name and the stage(s) of its
-// compute records. Compute boxes carry the micro-batch number ("3", or "3@1"
-// for mini-batch 1 when it fits; odd mini-batches use a darker shade; a
-// smaller font for the bare number in narrow boxes), only when the estimated
-// text width fits inside the box and does not run into the previous label of
-// the same sub-row. Bubbles are the white gaps.
+// compute records. Compute boxes carry one kind of label on every device:
+// the micro-batch number ("3", or "3@1" for mini-batch 1 when it fits; a
+// smaller font for the bare number in narrow boxes; "U3" for an action
+// without a colour of its own), only when the estimated text width fits
+// inside the box and does not run into the previous label of the same
+// sub-row. The action is told by the box's colour, and on a device of
+// several stages (interleaved and V schedules: chunks) the chunk by its
+// shade, light (the device's lowest stage) to dark (its highest); on other
+// devices odd mini-batches are darker. The legend shows the shades it uses.
+// Bubbles are the white gaps.
 //
 // Every number is printed with a fixed format, and nothing depends on the
 // clock or on addresses: the same timeline always gives the same bytes.
@@ -67,7 +80,6 @@ constexpr double kLabelFont = 12;          // host names, legend, axis
 constexpr double kSmallFont = 10;          // "stage s", stream tags
 constexpr double kBoxFont = 11;            // micro-batch numbers in boxes
 constexpr double kTinyBoxFont = 8;         // fallback for the plain number in narrow boxes
-constexpr double kCharWidth = 0.6;         // estimated glyph width / font size
 constexpr double kSubRowHeight = 24;       // one compute stream
 constexpr double kBoxHeight = 18;
 constexpr double kLaneHeight = 7;          // one communication lane
@@ -117,20 +129,28 @@ constexpr const char* kFont = "Helvetica, Arial, sans-serif";
 std::string num(double value) { return svg_number(value); }
 
 
-/// Estimated rendered width of `text` at `font_size` (px). UTF-8
-/// continuation bytes do not count as characters.
-double text_width(std::string_view text, double font_size) {
-  std::size_t chars = 0;
-  for (char c : text)
-    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++chars;
-  return static_cast<double>(chars) * font_size * kCharWidth;
-}
+double text_width(std::string_view text, double font_size) { return estimated_text_width(text, font_size); }
 
 std::string shorten(const std::string& text, std::size_t max_chars) {
   if (text.size() <= max_chars) return text;
   std::size_t cut = max_chars - 3;
   while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // keep UTF-8 whole
   return text.substr(0, cut) + "...";
+}
+
+/// "#rrggbb" of one of `count` shades running from palette.fill (index 0) to
+/// palette.fill_alt (index count - 1), mixed channel by channel.
+std::string shade(const Palette& palette, int index, int count) {
+  if (count <= 1 || index <= 0) return palette.fill;
+  if (index >= count - 1) return palette.fill_alt;
+  const double t = static_cast<double>(index) / (count - 1);
+  auto channel = [](const char* hex, int k) { return std::stoi(std::string(hex + 1 + 2 * k, 2), nullptr, 16); };
+  std::string colour = "#";
+  for (int k = 0; k < 3; ++k) {
+    const double mixed = channel(palette.fill, k) + t * (channel(palette.fill_alt, k) - channel(palette.fill, k));
+    colour += fmt::format("{:02x}", static_cast<int>(std::lround(mixed)));
+  }
+  return colour;
 }
 
 bool usable(const TimelineRecord& record) { return std::isfinite(record.start_s) && std::isfinite(record.end_s); }
@@ -380,6 +400,16 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
     for (std::size_t index : row.compute)
       busiest_sub_row = std::max(busiest_sub_row, ++per_stream[row.sub_row(timeline.records[index].stream)]);
   }
+  // Shading: a device of several stages (interleaved, V) shades its boxes by
+  // chunk (the position of the box's stage among the device's stages, light
+  // to dark); any other device by mini-batch (odd ones darker).
+  int most_chunks = 1;
+  bool any_odd_mini_batch = false;
+  for (const HostRow& row : rows) {
+    most_chunks = std::max(most_chunks, static_cast<int>(row.stages.size()));
+    if (row.stages.size() <= 1)
+      for (std::size_t index : row.compute) any_odd_mini_batch = any_odd_mini_batch || timeline.records[index].mini_batch % 2 != 0;
+  }
 
   // ---- memory: steps, peaks, one scale for every row -----------------------
   auto capacity_of = [&](const std::string& host) {
@@ -428,17 +458,27 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   }
   const double stream_tag_width = multi_stream ? 22 : 0;  // room for the "s1" tags
   const double plot_left = kMargin + label_width + 10 + stream_tag_width;
-  const double plot_width =
-      std::clamp(static_cast<double>(busiest_sub_row) * kPixelsPerBox, kMinPlotWidth, kMaxPlotWidth);
-  const double plot_right = plot_left + plot_width;
-  double width = plot_right + kMargin + 8;
+  // The plot reaches the right edge of the picture (less room for the last
+  // tick label): it is as wide as its boxes ask, or wider when the title, the
+  // note or a legend item needs more room, so nothing is clipped and no empty
+  // margin is left on the right.
+  const double plot_right_pad = kMargin + 8;
+  double width = plot_left +
+                 std::clamp(static_cast<double>(busiest_sub_row) * kPixelsPerBox, kMinPlotWidth, kMaxPlotWidth) +
+                 plot_right_pad;
+  const std::string note = options.tensor_parallel > 1
+                               ? fmt::format("each row is a tensor-parallel group of {} devices, drawn as its first "
+                                             "device; times and memory are per member",
+                                             options.tensor_parallel)
+                               : std::string();
 
   // ---- legend items -------------------------------------------------------
-  enum class Swatch { Box, Bar, Area, DashedLine };
+  enum class Swatch { Box, Bar, Area, DashedLine, Shades };
   struct LegendItem {
     std::string label;
     const char* colour;
     Swatch swatch;
+    int shades = 0;  ///< Swatch::Shades: forward boxes in this many shades, light to dark
   };
   bool any_capacity_line = false;
   if (draw_memory)
@@ -450,6 +490,11 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   if (any_weight_gradient) legend.push_back({"weight gradient (W)", kBackwardWeight.fill, Swatch::Box});
   if (any_recompute) legend.push_back({"recompute (R)", kRecompute.fill, Swatch::Box});
   if (any_other) legend.push_back({"other compute", kOtherCompute.fill, Swatch::Box});
+  if (most_chunks > 1)
+    legend.push_back({most_chunks == 2 ? std::string("chunk 0, 1 of a device: its lower, higher stage")
+                                       : fmt::format("chunk 0 to {} of a device: its stages, lowest first", most_chunks - 1),
+                      kForward.fill, Swatch::Shades, most_chunks});
+  if (any_odd_mini_batch) legend.push_back({"even, odd mini-batch", kForward.fill, Swatch::Shades, 2});
   if (options.show_transfers) {
     legend.push_back({"send activations (SEND_F)", kSendForward, Swatch::Bar});
     legend.push_back({"send gradients (SEND_B)", kSendBackward, Swatch::Bar});
@@ -458,16 +503,25 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   if (draw_memory) legend.push_back({fmt::format("memory (strip top {})", binary_bytes(memory_top)), kMemoryLine, Swatch::Area});
   if (any_capacity_line) legend.push_back({"memory capacity", kCapacity, Swatch::DashedLine});
   constexpr double kSwatch = 16, kSwatchGap = 5, kItemGap = 18, kLegendLine = 20;
-  auto item_width = [&](const LegendItem& item) { return kSwatch + kSwatchGap + text_width(item.label, kLabelFont); };
+  constexpr double kShadeSwatch = 10;
+  auto swatch_width = [&](const LegendItem& item) {
+    return item.swatch == Swatch::Shades ? kShadeSwatch * item.shades : kSwatch;
+  };
+  auto item_width = [&](const LegendItem& item) {
+    return swatch_width(item) + kSwatchGap + text_width(item.label, kLabelFont);
+  };
   // The legend wraps at the plot's right edge; only an item wider than the
   // whole plot widens the picture.
-  for (const LegendItem& item : legend) width = std::max(width, plot_left + item_width(item) + kMargin);
-  width = std::max(width, text_width(options.title, kTitleFont) + 2 * kMargin);
+  for (const LegendItem& item : legend) width = std::max(width, plot_left + item_width(item) + plot_right_pad);
+  width = std::max(width, estimated_text_width(options.title, kTitleFont, true) + 2 * kMargin);
+  width = std::max(width, text_width(note, kLabelFont) + 2 * kMargin);
   width = std::ceil(width);
+  const double plot_right = width - plot_right_pad;
+  const double plot_width = plot_right - plot_left;
   std::vector<double> legend_x(legend.size());
   std::vector<int> legend_line(legend.size());
   {
-    const double right = std::max(plot_right, width - kMargin);
+    const double right = plot_right;
     double x = plot_left;
     int line = 0;
     for (std::size_t i = 0; i < legend.size(); ++i) {
@@ -487,6 +541,8 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   const bool has_title = !options.title.empty();
   const double title_baseline = y + kTitleFont;
   if (has_title) y += kTitleFont + 10;
+  const double note_baseline = y + kLabelFont - 2;
+  if (!note.empty()) y += kLabelFont + 8;
   const double legend_center = y + 8;
   y += 16 + 12 + (legend_lines - 1) * kLegendLine;
   const double plot_top = y;
@@ -528,6 +584,10 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
         "<text class=\"title\" x=\"{}\" y=\"{}\" font-size=\"{}\" font-weight=\"bold\" text-anchor=\"middle\" "
         "fill=\"{}\">{}</text>",
         num(width / 2), num(title_baseline), num(kTitleFont), kText, escape_xml(options.title)));
+  if (!note.empty())
+    svg.line(fmt::format(
+        "<text class=\"note tensor-parallel\" x=\"{}\" y=\"{}\" font-size=\"{}\" text-anchor=\"middle\" fill=\"{}\">{}</text>",
+        num(width / 2), num(note_baseline), num(kLabelFont), kMutedText, escape_xml(note)));
 
   // Legend.
   {
@@ -554,6 +614,13 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
               "<polyline points=\"{0},{1} {2},{1} {2},{3} {4},{3}\" fill=\"none\" stroke=\"{5}\" stroke-width=\"1.2\"/>",
               num(x), num(center + 1), num(x + kSwatch / 2), num(center - 5), num(x + kSwatch), item.colour));
           break;
+        case Swatch::Shades:
+          for (int k = 0; k < item.shades; ++k)
+            svg.line(fmt::format(
+                "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" stroke=\"{}\" stroke-width=\"0.6\"/>",
+                num(x + k * kShadeSwatch), num(center - 6), num(kShadeSwatch), num(12), shade(kForward, k, item.shades),
+                kBoxStroke));
+          break;
         case Swatch::DashedLine:
           svg.line(fmt::format(
               "<line x1=\"{0}\" y1=\"{2}\" x2=\"{1}\" y2=\"{2}\" stroke=\"{3}\" stroke-width=\"1\" "
@@ -561,7 +628,7 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
               num(x), num(x + kSwatch), num(center), item.colour));
           break;
       }
-      svg.line(fmt::format("<text x=\"{}\" y=\"{}\">{}</text>", num(x + kSwatch + kSwatchGap),
+      svg.line(fmt::format("<text x=\"{}\" y=\"{}\">{}</text>", num(x + swatch_width(item) + kSwatchGap),
                            num(center + kLabelFont * 0.35), escape_xml(item.label)));
     }
     svg.line("</g>");
@@ -672,11 +739,12 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
       const double w = std::max(w_true, 0.5);
       const double box_top = row.top + sub * kSubRowHeight + (kSubRowHeight - kBoxHeight) / 2;
       const Palette& palette = compute_palette(record.action);
-      // A device of several stages (interleaved, V): alternate shades by
-      // chunk, so its chunks tell apart; otherwise by mini-batch.
+      // Shaded by chunk on a device of several stages, else by mini-batch
+      // (the legend says which).
       const int chunk = static_cast<int>(std::distance(row.stages.begin(), row.stages.find(record.stage)));
-      const bool chunked = row.stages.size() > 1;
-      const char* fill = (chunked ? chunk : record.mini_batch) % 2 != 0 ? palette.fill_alt : palette.fill;
+      const int chunks = static_cast<int>(row.stages.size());
+      const std::string fill =
+          chunks > 1 ? shade(palette, chunk, chunks) : shade(palette, record.mini_batch % 2 != 0 ? 1 : 0, 2);
       const std::string stroke = w < 4 ? " stroke=\"none\"" : "";
       std::string element = fmt::format("<rect class=\"box {}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"{}",
                                         action_class(record.action), num(x), num(box_top), num(w), num(kBoxHeight),
@@ -684,21 +752,19 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
       close_element(element, tooltips ? tooltip(record) : std::string(), "rect");
       svg.line(element);
 
-      // Label, first that fits: on a device of several stages the action as
-      // PyTorch writes it ("4F0": stage, action, micro-batch); "Rm" for
-      // actions other than F and B, "m@k" for mini-batch k > 0, "m", then
-      // "m" in a smaller font; else none.
+      // Label, first that fits, the same on every device: the micro-batch
+      // "m" (with "@k" for mini-batch k > 0 when it fits; a smaller font
+      // when only that fits), the action being told by the box's colour and
+      // the chunk by its shade; an action without a colour of its own (other
+      // compute) prefixes its name ("Um") or goes unlabelled.
       struct Candidate {
         std::string text;
         double font;
       };
-      const std::string number = fmt::format("{}", record.micro_batch);
+      const std::string number = (&palette == &kOtherCompute ? record.action : std::string()) +
+                                 fmt::format("{}", record.micro_batch);
       std::vector<Candidate> candidates;
-      if (chunked) candidates.push_back({fmt::format("{}{}{}", record.stage, record.action, record.micro_batch), kBoxFont});
-      if (record.action != "F" && record.action != "B")
-        candidates.push_back({fmt::format("{}{}", record.action, record.micro_batch), kBoxFont});
-      if (record.mini_batch > 0)
-        candidates.push_back({fmt::format("{}@{}", record.micro_batch, record.mini_batch), kBoxFont});
+      if (record.mini_batch > 0) candidates.push_back({fmt::format("{}@{}", number, record.mini_batch), kBoxFont});
       candidates.push_back({number, kBoxFont});
       candidates.push_back({number, kTinyBoxFont});
       for (const Candidate& candidate : candidates) {

@@ -27,11 +27,18 @@ struct SvgOptions {
   /// Headings, each drawn in a band above the row of the host it is keyed
   /// by ("simulated" above the first simulated device).
   std::map<std::string, std::string> row_headings = {};
+  /// Devices per tensor-parallel group (Plan::tensor_parallel). Above 1,
+  /// every row stands for a group drawn as its first device, and a note
+  /// under the title says so.
+  int tensor_parallel = 1;
 };
 
 /** SVG Gantt chart drawn like the papers' figures: a row per device, boxes
- *  labelled with the micro-batch number, forward and backward in two colours,
- *  bubbles as gaps, a time axis with units. Transfers (sends and all-reduce
+ *  labelled with the micro-batch number, forward and backward in two colours
+ *  (a device's chunks, or else odd mini-batches, in darker shades, as the
+ *  legend says), bubbles as gaps, a time axis with units. The picture is as
+ *  wide as its widest part (the plot, the title, a legend item) and the plot
+ *  spans it. Transfers (sends and all-reduce
  *  parts) are thin bars on communication lanes under the device's row and
  *  the device's memory a strip under those (see SvgOptions). */
 std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options);

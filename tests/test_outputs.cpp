@@ -9,11 +9,13 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "core/timeline.hpp"
 #include "render/chrome_trace.hpp"
+#include "render/svg_text.hpp"
 #include "render/timeline_csv.hpp"
 #include "render/timeline_svg.hpp"
 
@@ -568,6 +570,147 @@ TEST(Svg, NoMemoryStripWhenHiddenOrAllZero) {
   EXPECT_EQ(xml_problem(on), "");
   EXPECT_EQ(on, timeline_to_svg(Timeline(timeline), shown));  // deterministic
   EXPECT_GT(std::stod(attribute_after(on, "<svg", "height")), std::stod(attribute_after(off, "<svg", "height")) + 3 * 20);
+}
+
+/// The picture's width and the right edge of its plot frame (px).
+double svg_width(const std::string& svg) { return std::stod(attribute_after(svg, "<svg", "width")); }
+double frame_right(const std::string& svg) {
+  return std::stod(attribute_after(svg, "class=\"frame\"", "x")) + std::stod(attribute_after(svg, "class=\"frame\"", "width"));
+}
+/// The right edge of the rightmost rect or line, the background excepted.
+double rightmost_drawn(const std::string& svg) {
+  double right = 0;
+  for (std::size_t at = svg.find('<'); at != std::string::npos; at = svg.find('<', at + 1)) {
+    const std::string tag = svg.substr(at, svg.find('>', at) - at);
+    if (tag.rfind("<rect", 0) == 0 && tag.find("background") == std::string::npos)
+      right = std::max(right, std::stod(attribute_after(tag, "<rect", "x")) + std::stod(attribute_after(tag, "<rect", "width")));
+    else if (tag.rfind("<line", 0) == 0)
+      right = std::max({right, std::stod(attribute_after(tag, "<line", "x1")), std::stod(attribute_after(tag, "<line", "x2"))});
+  }
+  return right;
+}
+
+TEST(SvgText, EstimatedWidthFollowsTheGlyphs) {
+  EXPECT_DOUBLE_EQ(estimated_text_width("", 12), 0);
+  // Wide glyphs count more than narrow ones, bold more than regular.
+  EXPECT_GT(estimated_text_width("WWWW", 10), 2 * estimated_text_width("iiii", 10));
+  EXPECT_GT(estimated_text_width("pipegrid", 16, true), estimated_text_width("pipegrid", 16));
+  // DejaVu Sans Bold's W is wider than an em: no flat 0.6 em per character.
+  EXPECT_GT(estimated_text_width("W", 100, true), 100);
+  // Proportional to the font size; a UTF-8 sequence is one 1 em character.
+  EXPECT_DOUBLE_EQ(estimated_text_width("abc", 20), 2 * estimated_text_width("abc", 10));
+  EXPECT_DOUBLE_EQ(estimated_text_width("\xC3\xA9", 10), 10);
+  EXPECT_DOUBLE_EQ(estimated_text_width("\x01", 10), estimated_text_width("?", 10));
+}
+
+TEST(Svg, CanvasFitsALongBoldTitleAndThePlotSpansIt) {
+  // A title of wide capitals far wider than the plot would be with its boxes.
+  std::string title = "WIDE MODEL NAME ON A VERY LONG PLATFORM PATH /SOME/DIRECTORY/";
+  for (int k = 0; k < 3; ++k) title += title;
+  const std::string svg = timeline_to_svg(gpipe(3, 2, 1.0), {title, true});
+  const double width = svg_width(svg);
+  EXPECT_GE(width, estimated_text_width(title, 16, true) + 2 * 16);
+  // The title is centred, so it lies inside the picture on both sides.
+  EXPECT_DOUBLE_EQ(std::stod(attribute_after(svg, "class=\"title\"", "x")), width / 2);
+  // No empty margin on the right: the plot reaches the picture's right edge
+  // (less room for the last tick label) and nothing is drawn beyond it.
+  EXPECT_LE(width - frame_right(svg), 25);
+  EXPECT_LE(rightmost_drawn(svg), width);
+  EXPECT_LE(width - rightmost_drawn(svg), 25);
+  EXPECT_EQ(xml_problem(svg), "");
+}
+
+TEST(Svg, RightMarginIsSmallForEveryKindOfPicture) {
+  Timeline chunked;
+  chunked.hosts = {"a"};
+  for (int m = 0; m < 3; ++m) {
+    chunked.records.push_back(compute("a", 0, "F", m, 2 * m, 2 * m + 1));
+    chunked.records.push_back(compute("a", 2, "F", m, 2 * m + 1, 2 * m + 2));
+  }
+  SvgOptions grouped{"tp", true};
+  grouped.tensor_parallel = 8;
+  for (const std::string& svg : {timeline_to_svg(gpipe(4, 8, 1e-3), {"GPipe", true}),
+                                 timeline_to_svg(gpipe(2, 200, 1e-3), {"", true}), timeline_to_svg(chunked, {"c", false}),
+                                 timeline_to_svg(chunked, grouped)}) {
+    EXPECT_LE(svg_width(svg) - frame_right(svg), 25);
+    EXPECT_LE(rightmost_drawn(svg), svg_width(svg));
+  }
+}
+
+TEST(Svg, ChunksOfADeviceAreShadedNotRelabelled) {
+  // One device of stages 0 and 2 (two chunks), another of stages 1, 3 and 5.
+  Timeline timeline;
+  timeline.hosts = {"a", "b"};
+  for (int m = 0; m < 2; ++m) {
+    timeline.records.push_back(compute("a", 0, "F", m, 10 * m, 10 * m + 1));
+    timeline.records.push_back(compute("a", 2, "F", m, 10 * m + 2, 10 * m + 3));
+    timeline.records.push_back(compute("a", 2, "W", m, 10 * m + 4, 10 * m + 5));
+    for (int stage : {1, 3, 5}) timeline.records.push_back(compute("b", stage, "F", m, 10 * m + stage, 10 * m + stage + 1));
+  }
+  const std::string svg = timeline_to_svg(timeline, {"", false});
+  // Every box carries its micro-batch only, whichever its chunk and action.
+  const std::vector<std::string> labels = group_texts(svg, "labels");
+  EXPECT_EQ(labels.size(), 12u);
+  for (const std::string& label : labels) EXPECT_TRUE(label == "0" || label == "1") << label;
+  // The chunks differ by shade: 2 on a, 3 on b, and one shade per chunk.
+  auto fills_of = [&](const std::string& host, int stage) {
+    std::set<std::string> fills;
+    const std::string tooltip = fmt::format("<title>{} F", host);
+    for (std::size_t at = svg.find(tooltip); at != std::string::npos; at = svg.find(tooltip, at + 1)) {
+      const std::size_t end = svg.find("</title>", at);
+      if (svg.substr(at, end - at).find(fmt::format(" stage {}:", stage)) == std::string::npos) continue;
+      fills.insert(attribute_after(svg.substr(svg.rfind("<rect", at)), "<rect", "fill"));
+    }
+    return fills;
+  };
+  EXPECT_EQ(fills_of("a", 0).size(), 1u);
+  EXPECT_NE(fills_of("a", 0), fills_of("a", 2));
+  std::set<std::string> b_fills;
+  for (int stage : {1, 3, 5}) {
+    EXPECT_EQ(fills_of("b", stage).size(), 1u);
+    b_fills.insert(*fills_of("b", stage).begin());
+  }
+  EXPECT_EQ(b_fills.size(), 3u);
+  // The legend says what the shades mean, with a swatch per chunk.
+  const std::vector<std::string> legend = group_texts(svg, "legend");
+  EXPECT_NE(std::find(legend.begin(), legend.end(), "chunk 0 to 2 of a device: its stages, lowest first"), legend.end());
+  const std::vector<std::string> two_chunks = group_texts(timeline_to_svg(gpipe(2, 2, 1.0), {"", false}), "legend");
+  EXPECT_EQ(std::count_if(two_chunks.begin(), two_chunks.end(), [](const std::string& t) { return t.find("chunk") != std::string::npos; }), 0);
+  timeline.records.erase(std::remove_if(timeline.records.begin(), timeline.records.end(),
+                                        [](const TimelineRecord& r) { return r.host == "b"; }),
+                         timeline.records.end());
+  timeline.hosts = {"a"};
+  const std::vector<std::string> pair = group_texts(timeline_to_svg(timeline, {"", false}), "legend");
+  EXPECT_NE(std::find(pair.begin(), pair.end(), "chunk 0, 1 of a device: its lower, higher stage"), pair.end());
+  EXPECT_EQ(xml_problem(svg), "");
+}
+
+TEST(Svg, OddMiniBatchShadeIsInTheLegend) {
+  Timeline timeline;
+  timeline.hosts = {"a"};
+  timeline.records.push_back(compute("a", 0, "F", 0, 0, 1, 0));
+  const auto mentions = [](const std::string& svg) {
+    const std::vector<std::string> legend = group_texts(svg, "legend");
+    return std::find(legend.begin(), legend.end(), "even, odd mini-batch") != legend.end();
+  };
+  EXPECT_FALSE(mentions(timeline_to_svg(timeline, {"", false})));
+  timeline.records.push_back(compute("a", 0, "F", 0, 1, 2, 1));
+  EXPECT_TRUE(mentions(timeline_to_svg(timeline, {"", false})));
+}
+
+TEST(Svg, TensorParallelGroupsAreNotedUnderTheTitle) {
+  SvgOptions options{"t", true};
+  EXPECT_EQ(count(timeline_to_svg(gpipe(2, 2, 1.0), options), "tensor-parallel"), 0u);
+  options.tensor_parallel = 4;
+  const std::string svg = timeline_to_svg(gpipe(2, 2, 1.0), options);
+  EXPECT_NE(svg.find(">each row is a tensor-parallel group of 4 devices, drawn as its first device; times and memory "
+                     "are per member</text>"),
+            std::string::npos);
+  // Under the title, above the legend.
+  const double note_y = std::stod(attribute_after(svg, "class=\"note tensor-parallel\"", "y"));
+  EXPECT_GT(note_y, std::stod(attribute_after(svg, "class=\"title\"", "y")));
+  EXPECT_LT(note_y, std::stod(attribute_after(svg, "<g class=\"legend\"", "y")));
+  EXPECT_EQ(xml_problem(svg), "");
 }
 
 // ---------------------------------------------------------------------------
