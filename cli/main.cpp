@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -186,6 +187,75 @@ int run_demo_into(const std::string& output_dir, int micro_batches, const std::s
 }
 #endif
 
+// The option `name` as CLI11 names it in its errors ("--hidden", or a
+// positional's name), in the subcommands parsed so far first.
+const CLI::Option* option_named(const CLI::App& app, const std::string& name) {
+  for (const CLI::App* command : app.get_subcommands())
+    if (const CLI::Option* option = option_named(*command, name)) return option;
+  return app.get_option_no_throw(name);
+}
+
+// What a value of CLI11's type name `type` ("INT", "FLOAT", ...) is, for a
+// message; empty for types without a description.
+std::string value_description(const std::string& type) {
+  if (type == "INT" || type == "[INT]") return "an integer";
+  if (type == "UINT" || type == "[UINT]") return "an integer >= 0";
+  if (type == "FLOAT" || type == "[FLOAT]") return "a number";
+  return "";
+}
+
+// An optional sign and decimal digits only.
+bool integer_text(const std::string& text) {
+  const std::size_t digits = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+  return text.size() > digits && text.find_first_not_of("0123456789", digits) == std::string::npos;
+}
+
+/** Every integer option of `command` and its subcommands reads its value as
+ *  a decimal integer: leading zeros are dropped ("010" is 10, where CLI11
+ *  alone would read octal 8), and a value with a base prefix ("0x10", "0b1")
+ *  is a usage error naming the option. */
+void read_integers_as_decimal(CLI::App& command) {
+  for (CLI::Option* option : command.get_options()) {
+    const std::string type = option->get_type_name();
+    if (type != "INT" && type != "UINT") continue;
+    option->transform(CLI::Validator(
+        [](std::string& text) -> std::string {
+          const std::size_t sign = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+          if (text.size() > sign + 1 && text[sign] == '0' && std::isalpha(static_cast<unsigned char>(text[sign + 1])))
+            return fmt::format("expected a decimal integer, found '{}'", printable(text));
+          if (integer_text(text)) {
+            const std::size_t first = std::min(text.find_first_not_of('0', sign), text.size() - 1);
+            text.erase(sign, first - sign);
+          }
+          return "";
+        },
+        "", "decimal"));
+  }
+  for (CLI::App* subcommand : command.get_subcommands([](CLI::App*) { return true; })) read_integers_as_decimal(*subcommand);
+}
+
+/** A CLI11 usage error as pipegrid says it, without the leading
+ *  "pipegrid: error: ": a value CLI11 could not convert names the option,
+ *  what it expected and what was typed. */
+std::string usage_error_text(const CLI::App& app, const CLI::ParseError& error) {
+  std::string text = error.what();
+  static const std::string kConversion = "Could not convert: ";
+  if (text.rfind(kConversion, 0) == 0) {
+    const std::size_t equals = text.find(" = ", kConversion.size());
+    if (equals != std::string::npos) {
+      const std::string name = text.substr(kConversion.size(), equals - kConversion.size());
+      const std::string value = text.substr(equals + 3);
+      const CLI::Option* option = option_named(app, name);
+      const std::string expected = option ? value_description(option->get_type_name()) : "";
+      if (!expected.empty())
+        return fmt::format("{}: expected {}, found '{}'{}", name, expected, printable(value),
+                           expected != "a number" && integer_text(value) ? ", which is out of range" : "");
+      return fmt::format("{}: cannot read '{}' as its value", name, printable(value));
+    }
+  }
+  return text;
+}
+
 int main_with_exceptions(int argc, char** argv) {
   CLI::App app{"pipegrid: predict, draw and check pipeline-parallel DNN training on SimGrid platforms"};
   app.require_subcommand(1);
@@ -261,6 +331,7 @@ int main_with_exceptions(int argc, char** argv) {
   demo->add_option("--micro-batches", demo_micro_batches, "micro-batches per mini-batch (default 8)");
 #endif
 
+  read_integers_as_decimal(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -268,9 +339,11 @@ int main_with_exceptions(int argc, char** argv) {
     // `pipegrid --help execute` and alike: pipegrid-torch's to answer.
     if (forwarded_command_chosen(app)) return forward_to_torch_executable(PIPEGRID_TORCH_EXECUTABLE, argv);
 #endif
-    // CLI11 prints the message (stderr) or the help/version (stdout); a usage
-    // error exits 2 like any other bad input, whatever CLI11's own code.
-    return app.exit(error) == 0 ? 0 : 2;
+    // Help and version: CLI11 prints them (stdout). A usage error exits 2
+    // like any other bad input, with pipegrid's prefix.
+    if (error.get_exit_code() == 0) return app.exit(error);
+    std::cerr << "pipegrid: error: " << usage_error_text(app, error) << "\nRun with --help for more information.\n";
+    return 2;
   }
 #ifdef PIPEGRID_TORCH_EXECUTABLE
   if (forwarded_command_chosen(app)) return forward_to_torch_executable(PIPEGRID_TORCH_EXECUTABLE, argv);
@@ -321,21 +394,7 @@ int main_with_exceptions(int argc, char** argv) {
     }
     if (!program_to_check.empty()) {
       std::vector<std::string> notes;
-      Program program;
-      if (check_format == "torch-csv") {
-        TorchCsvImport imported = parse_torch_csv(read_text_file(program_to_check), program_to_check);
-        program = std::move(imported.program);
-        notes = std::move(imported.notes);
-      } else if (check_format == "text") {
-        program = parse_program_text(read_text_file(program_to_check), program_to_check);
-      } else {
-        throw InputError(fmt::format("--program-format: expected text or torch-csv, found '{}'", printable(check_format)));
-      }
-      try {
-        validate_program(program);
-      } catch (const ProgramError& error) {
-        throw ProgramError(fmt::format("{}: {}", program_to_check, error.what()));
-      }
+      const Program program = read_program_file(program_to_check, check_format, &notes);
       for (const std::string& note : notes) std::cerr << "pipegrid: note: " << note << "\n";
       print_program(program);
       return 0;

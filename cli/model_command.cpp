@@ -1,5 +1,6 @@
 #include "cli/model_command.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <iostream>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/platform_check.hpp"
 #include "core/profile.hpp"
 
 namespace pipegrid::cli {
@@ -42,6 +44,28 @@ std::string grouped(double value) {
   return digits;
 }
 
+// `model --list --json`: one array, a model per entry, its options as the
+// text list gives them (default null: derived from the others).
+int list_models_json() {
+  nlohmann::ordered_json models = nlohmann::ordered_json::array();
+  for (const ModelInfo& info : model_generators()) {
+    nlohmann::ordered_json entry;
+    entry["model"] = info.name;
+    entry["description"] = info.description;
+    nlohmann::ordered_json flags = nlohmann::ordered_json::array();
+    for (const ModelOptionInfo& option : info.options)
+      flags.push_back({{"option", flag_of(option.name)},
+                       {"default", option.default_value == 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(option.default_value)},
+                       {"description", option.description}});
+    flags.push_back({{"option", "--micro-batch-size"}, {"default", info.default_micro_batch_size}, {"description", "samples per micro-batch"}});
+    flags.push_back({{"option", "--dtype"}, {"default", "fp32"}, {"description", "fp32, fp16 or bf16 (parameters and activations)"}});
+    entry["options"] = flags;
+    models.push_back(entry);
+  }
+  std::cout << models.dump(2) << "\n";
+  return 0;
+}
+
 int list_models() {
   for (const ModelInfo& info : model_generators()) {
     std::cout << fmt::format("{}: {}\n", info.name, info.description);
@@ -56,6 +80,20 @@ int list_models() {
   return 0;
 }
 
+// The value of model option `name` typed as `text`: a decimal integer.
+// Otherwise (a fraction, an exponent, an integer beyond 64 bits) InputError
+// naming the flag and its range, quoting the text as typed.
+long long model_option_value(const std::string& name, const std::string& text) {
+  long long value = 0;
+  const char* end = text.data() + text.size();
+  const char* digits = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
+  const auto [stop, status] = std::from_chars(digits, end, value);
+  if (status != std::errc() || stop != end || digits == end)
+    throw InputError(fmt::format("{}: expected an integer from 1 to {}, found '{}'", flag_of(name), model_option_max(name),
+                                 printable(text)));
+  return value;
+}
+
 }  // namespace
 
 void add_model_options(CLI::App& command, ModelSpec& spec, bool with_micro_batch_size) {
@@ -64,13 +102,19 @@ void add_model_options(CLI::App& command, ModelSpec& spec, bool with_micro_batch
     for (const ModelInfo& info : model_generators())
       for (const ModelOptionInfo& option : info.options)
         if (option.name == name) help += fmt::format("{}{}: {}", help.empty() ? "" : "; ", info.name, option.description);
-    command.add_option_function<long long>(
-        flag_of(name), [&spec, name](const long long& value) { spec.options[name] = value; }, "model option: " + help);
+    command
+        .add_option_function<std::string>(
+            flag_of(name), [&spec, name](const std::string& text) { spec.options[name] = model_option_value(name, text); },
+            "model option: " + help)
+        ->type_name("INT");
   }
   if (with_micro_batch_size)
-    command.add_option_function<long long>(
-        "--micro-batch-size", [&spec](const long long& value) { spec.micro_batch_size = value; },
-        "samples per micro-batch (default: the model's, see --list)");
+    command
+        .add_option_function<std::string>(
+            "--micro-batch-size",
+            [&spec](const std::string& text) { spec.micro_batch_size = model_option_value("micro_batch_size", text); },
+            "samples per micro-batch (default: the model's, see --list)")
+        ->type_name("INT");
   if (command.get_option_no_throw("--dtype") == nullptr)
     command.add_option("--dtype", spec.dtype, "fp32 (default), fp16 or bf16: bytes of the parameters and activations");
 }
@@ -87,7 +131,12 @@ CLI::App* add_model_command(CLI::App& app) {
 }
 
 int run_model_command() {
-  if (options.list) return list_models();
+  if (options.list) {
+    if (!options.spec.name.empty() || !options.spec.options.empty() || options.spec.micro_batch_size ||
+        !options.spec.dtype.empty() || !options.output.empty())
+      throw InputError("--list: lists every model with its options and defaults; give no model, option or --output with it");
+    return options.json ? list_models_json() : list_models();
+  }
   if (options.spec.name.empty()) {
     std::string names;
     for (const ModelInfo& info : model_generators()) names += (names.empty() ? "" : ", ") + info.name;

@@ -194,6 +194,10 @@ void check_stage_placement(const Plan& plan, const std::string& origin) {
 
 Plan make_plan(const PlanRequest& request) {
   Plan plan;
+  // The profile as messages name it: its file, or the generated model.
+  const std::string profile_label = request.model.name.empty()
+                                        ? fmt::format("profile {}", printable(request.profile_file))
+                                        : fmt::format("model {} (--model)", printable(request.model.name));
   if (!request.model.name.empty()) {
     // A generated profile, built at the size to run.
     if (!request.profile_file.empty())
@@ -238,7 +242,7 @@ Plan make_plan(const PlanRequest& request) {
     plan.profile = std::move(at_size.profile);
     plan.micro_batch_scaling_note = std::move(at_size.note);
   } catch (const InputError& error) {
-    throw InputError(fmt::format("--micro-batch-size {}: {}: {}", micro_batch_size, request.profile_file, error.what()));
+    throw InputError(fmt::format("--micro-batch-size {}: {}: {}", micro_batch_size, profile_label, error.what()));
   }
   plan.micro_batch_scaling = scaling.name();
   // The path goes into JSON outputs (metrics, plans), which must be UTF-8.
@@ -258,6 +262,8 @@ Plan make_plan(const PlanRequest& request) {
                        "--partitioner do not apply (give --partition FILE to choose the layers of each stage)");
     if (request.virtual_stages)
       throw InputError("--virtual-stages: the Program's devices say which stages they hold; drop --virtual-stages");
+    if (request.pipeline_depth != 0)
+      throw InputError("--pipeline-depth: the Program's streams say when each device runs what; drop --pipeline-depth");
     program = read_program_file(request.program_file, request.program_format, &plan.program_notes);
     plan.program_text = program_to_text(*program);
     plan.schedule = "program " + request.program_file.substr(request.program_file.find_last_of('/') + 1);
@@ -300,8 +306,9 @@ Plan make_plan(const PlanRequest& request) {
     throw InputError(fmt::format("--update-interval: expected an integer >= 1 for pipedream-2bw, found {} for {}",
                                  request.update_interval, plan.schedule));
   plan.update_interval = request.update_interval;
-  if (request.prediction_cost_s_per_byte < 0 || (request.prediction_cost_s_per_byte != 0 && plan.schedule != "pipeoptim"))
-    throw InputError(fmt::format("--prediction-cost: expected seconds per parameter byte >= 0 for pipeoptim, found {} for {}",
+  if (!(request.prediction_cost_s_per_byte >= 0 && std::isfinite(request.prediction_cost_s_per_byte)) ||
+      (request.prediction_cost_s_per_byte != 0 && plan.schedule != "pipeoptim"))
+    throw InputError(fmt::format("--prediction-cost: expected seconds per parameter byte >= 0 (finite) for pipeoptim, found {} for {}",
                                  request.prediction_cost_s_per_byte, plan.schedule));
   plan.prediction_cost_s_per_byte = request.prediction_cost_s_per_byte;
   if (request.wait_free && plan.schedule != "dp")
@@ -355,8 +362,8 @@ Plan make_plan(const PlanRequest& request) {
                                        printable(request.program_file), s, stage_hosts[s].size() - 1, r));
     if (request.partition == "uniform") {
       if (stage_hosts.size() > plan.profile.layers.size())
-        throw InputError(fmt::format("--program {}: {} stages, but profile {} has only {} layers",
-                                     printable(request.program_file), stage_hosts.size(), request.profile_file,
+        throw InputError(fmt::format("--program {}: {} stages, but {} has only {} layers",
+                                     printable(request.program_file), stage_hosts.size(), profile_label,
                                      plan.profile.layers.size()));
       plan.partition = uniform_partition(plan.profile, std::vector<std::string>(stage_hosts.size()), program->num_stages);
       plan.partition.hosts = stage_hosts;
@@ -447,10 +454,10 @@ Plan make_plan(const PlanRequest& request) {
     const std::size_t stages = hosts.size() * static_cast<std::size_t>(plan.virtual_stages);
     if (stages > plan.profile.layers.size())
       throw InfeasibleError(fmt::format(
-          "--partition uniform: {} declares {} hosts, {} stage{} each, but profile {} has only {} layers: give a "
+          "--partition uniform: {} declares {} hosts, {} stage{} each, but {} has only {} layers: give a "
           "partition file with at most {} stages",
           request.platform_file, hosts.size(), plan.virtual_stages, plan.virtual_stages == 1 ? "" : "s",
-          request.profile_file, plan.profile.layers.size(), plan.profile.layers.size()));
+          profile_label, plan.profile.layers.size(), plan.profile.layers.size()));
     std::vector<std::string> stage_hosts(stages);
     const std::vector<int> device = stage_to_device(static_cast<int>(stages), plan.virtual_stages, stage_map_of(plan.schedule));
     for (std::size_t s = 0; s < stages; ++s) stage_hosts[s] = hosts[static_cast<std::size_t>(device[s])];
@@ -471,7 +478,7 @@ Plan make_plan(const PlanRequest& request) {
       try {
         plan.profile = reorder_layers(graph, order);
       } catch (const InputError& error) {
-        throw InputError(fmt::format("{}: layer_order does not fit {}: {}", request.partition, request.profile_file, error.what()));
+        throw InputError(fmt::format("{}: layer_order does not fit {}: {}", request.partition, profile_label, error.what()));
       }
     }
     PartitionFile file = parse_partition_file(text, request.partition, plan.profile);
@@ -580,6 +587,28 @@ class PlatformCopy {
   std::unique_ptr<RegisteredTemporary> registered_;
 };
 
+// The Program honours the plan's options that only act through it: an
+// --fb-overlap other than 1 needs an overlapped F&B pair, --recompute a
+// recompute (R). InputError naming the option otherwise (it would change
+// nothing).
+void check_program_uses_options(const Plan& plan, const Program& program) {
+  const std::string origin = plan.program_text.empty() ? "schedule " + plan.schedule : plan.schedule;
+  bool overlapped = false, recomputes = false;
+  for (const DeviceProgram& device : program.devices)
+    for (const Stream& stream : device.streams) {
+      overlapped = overlapped || !stream.overlapped.empty();
+      for (const Action& action : stream.actions) recomputes = recomputes || action.kind == ActionKind::Recompute;
+    }
+  if (plan.fb_overlap != 1.0 && !overlapped)
+    throw InputError(fmt::format("--fb-overlap {}: sets the time of overlapped F&B pairs, and {} runs none; drop "
+                                 "--fb-overlap (`pipegrid schedule --list` tells which schedules overlap F and B)",
+                                 plan.fb_overlap, origin));
+  if (plan.recompute && !recomputes)
+    throw InputError(fmt::format("--recompute: {} recomputes nothing (it has no R action); drop --recompute, or write the "
+                                 "recomputations into the Program",
+                                 origin));
+}
+
 // One simulation of exactly plan.mini_batches on `platform_path`, whose
 // hosts `platform` summarises (checked once by run_plan, whatever the count).
 RunResult run_plan_once(const Plan& plan, const std::string& platform_path, const PlatformSummary& platform) {
@@ -589,6 +618,7 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   result.program = plan.program_text.empty() ? generate_schedule(plan.schedule, options)
                                              : parse_program_text(plan.program_text, "plan program");
   validate_program(result.program);
+  check_program_uses_options(plan, result.program);
 
   sim::SimulationRequest request;
   request.platform_file = platform_path;
@@ -694,17 +724,23 @@ RunResult run_plan(Plan& plan) {
   if (plan.program_text.empty()) {
     host_warnings = check_schedule_for_hosts(plan.schedule, used);
   } else {
-    // A Program that runs two streams on a device needs an asynchronous host.
-    const Program program = parse_program_text(plan.program_text, "plan program");
-    for (const DeviceProgram& device : program.devices)
+    // A Program that runs two streams with actions on a device needs an
+    // asynchronous host (an empty stream runs nothing).
+    const Program program = parse_program_text(plan.program_text, plan.schedule);
+    for (std::size_t d = 0; d < program.devices.size(); ++d) {
+      const DeviceProgram& device = program.devices[d];
+      const auto busy_streams = std::count_if(device.streams.begin(), device.streams.end(),
+                                              [](const Stream& stream) { return !stream.actions.empty(); });
       for (const int stage : device.stages)
-        if (device.streams.size() > 1 && static_cast<std::size_t>(device.replica) < plan.partition.hosts[stage].size()) {
+        if (busy_streams > 1 && static_cast<std::size_t>(device.replica) < plan.partition.hosts[stage].size()) {
           const HostInfo& host = platform.host(plan.partition.hosts[stage][device.replica]);
           if (host.execution == Execution::Sync)
-            throw InputError(fmt::format("program: a device of stage {} runs {} streams in parallel, but host '{}' executes "
-                                         "synchronously ({})",
-                                         stage, device.streams.size(), host.name, to_string(host.kind)));
+            throw InputError(fmt::format("{}: device {} (stage {}) runs {} streams of actions in parallel, but its host "
+                                         "'{}' executes synchronously ({}): give that device one stream, or run the "
+                                         "Program on an asynchronous host",
+                                         plan.schedule, d, stage, busy_streams, host.name, to_string(host.kind)));
         }
+    }
   }
 
   RunResult result = run_plan_once(plan, platform_file.path(), platform);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -186,10 +187,87 @@ std::string shell_quote(const std::string& word) {
   return quoted + "'";
 }
 
+/// `text` with its control characters (bytes below 0x20, and 0x7f) written
+/// as C escapes, for messages.
+std::string printable(const std::string& text) {
+  std::string shown;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '\n') shown += "\\n";
+    else if (c == '\t') shown += "\\t";
+    else if (c == '\r') shown += "\\r";
+    else if (byte < 0x20 || byte == 0x7f) shown += fmt::format("\\x{:02x}", byte);
+    else shown += c;
+  }
+  return shown;
+}
+
+/// Refuses a value bound for the sbatch script that holds a control
+/// character: a newline would end an #SBATCH directive or a comment line and
+/// start a shell command. `field` names where the value came from.
+void check_no_control_characters(const std::string& field, const std::string& value) {
+  const auto found = std::find_if(value.begin(), value.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return byte < 0x20 || byte == 0x7f;
+  });
+  if (found == value.end()) return;
+  throw InputError(fmt::format("{}: expected no control characters (the sbatch script holds it on one line), found byte 0x{:02x} in '{}'",
+                               field, static_cast<unsigned char>(*found), printable(value)));
+}
+
+/// One argument of an #SBATCH directive, as sbatch reads it: sbatch splits
+/// the line at blanks, honours double quotes, takes a backslash as an escape
+/// and an unquoted '#' as the start of a comment (older versions even inside
+/// quotes). So: bare when safe, else double-quoted with '"', '\\' and '#'
+/// escaped. No control characters (check_no_control_characters).
+std::string sbatch_quote(const std::string& word) {
+  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == std::string::npos)
+    return word;
+  std::string quoted = "\"";
+  for (const char c : word) {
+    if (c == '"' || c == '\\' || c == '#') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
+/// Slurm's time limit forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (digits
+/// only; minutes and seconds below 60, and hours below 24 after a day count;
+/// a leading field of up to 8 digits), or UNLIMITED or INFINITE.
+bool is_slurm_time_limit(const std::string& text) {
+  if (text == "UNLIMITED" || text == "INFINITE") return true;
+  const auto digits = [](const std::string& field, std::size_t most) {
+    return !field.empty() && field.size() <= most && field.find_first_not_of("0123456789") == std::string::npos;
+  };
+  std::string clock = text;
+  const std::size_t dash = text.find('-');
+  const bool days = dash != std::string::npos;
+  if (days) {
+    if (!digits(text.substr(0, dash), 8)) return false;
+    clock = text.substr(dash + 1);
+  }
+  std::vector<std::string> fields;
+  std::size_t start = 0;
+  for (std::size_t colon; (colon = clock.find(':', start)) != std::string::npos; start = colon + 1) fields.push_back(clock.substr(start, colon - start));
+  fields.push_back(clock.substr(start));
+  if (fields.size() > 3) return false;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const bool leading = i == 0 && !days;
+    if (!digits(fields[i], leading ? 8 : 2)) return false;
+    const int limit = days && i == 0 ? 24 : 60;  // D-H..., else minutes or seconds
+    if (!leading && std::stoi(fields[i]) >= limit) return false;
+  }
+  return true;
+}
+
 void check_inputs_exist(const ExperimentPlan& plan) {
   std::vector<std::string> missing;
-  for (const std::string& path : plan.input_files)
+  for (const std::string& path : plan.input_files) {
+    std::error_code error;
+    if (fs::is_directory(path, error))
+      throw InputError(fmt::format("{}: input '{}' is a folder, not a file", plan.file, path));
     if (!fs::is_regular_file(path)) missing.push_back(path);
+  }
   if (missing.empty()) return;
   std::string list;
   for (const std::string& path : missing) list += "\n  " + path;
@@ -212,6 +290,7 @@ sweep::Shard shard_option(const std::string& text) {
 ReportSpec report_spec_of(const ExperimentPlan& plan);
 
 int plan_main() {
+  const std::optional<sweep::Shard> shard = options.shard.empty() ? std::nullopt : std::optional(shard_option(options.shard));
   const ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
   report_spec_of(plan);
   std::cout << fmt::format("experiment {}: {}\n", plan.name, plan.title.empty() ? "(no title)" : plan.title);
@@ -230,10 +309,7 @@ int plan_main() {
   if (!options.where.empty())
     std::cout << fmt::format("--where {} dropped {}\n", options.where, plan.runs_after_file_where - static_cast<int>(plan.runs.size()));
   std::cout << fmt::format("runs: {}\n", plan.runs.size());
-  if (!options.shard.empty()) {
-    const sweep::Shard shard = shard_option(options.shard);
-    std::cout << fmt::format("shard {}/{}: {} runs\n", shard.index, shard.count, sweep::runs_of_shard(plan.runs, shard).size());
-  }
+  if (shard) std::cout << fmt::format("shard {}/{}: {} runs\n", shard->index, shard->count, sweep::runs_of_shard(plan.runs, *shard).size());
   int status = 0;
   if (!plan.missing_capabilities.empty()) {
     std::string list;
@@ -382,6 +458,12 @@ std::map<std::string, std::string> input_hashes(const ExperimentPlan& plan) {
 
 int run_main() {
   if (options.out.empty()) throw InputError("sweep run: --out DIR is required");
+  // Left out, --jobs is every core and --timeout none; given, they must mean something.
+  if (run_command->count("--jobs") > 0 && options.jobs < 1)
+    throw InputError(fmt::format("--jobs: expected an integer >= 1 (leave it out for every core), found {}", options.jobs));
+  if (run_command->count("--timeout") > 0 && !(std::isfinite(options.timeout_s) && options.timeout_s > 0 && options.timeout_s <= 1e8))
+    throw InputError(fmt::format("--timeout: expected a positive finite number of seconds, at most 1e8 (leave it out for none), found {}",
+                                 options.timeout_s));
   ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
   check_requires(plan);
   check_inputs_exist(plan);
@@ -393,14 +475,21 @@ int run_main() {
   materialize_inline_platforms(plan.runs, options.out);
   if (options.fresh)
     for (const char* name : {"shards", "runs.csv", "devices.csv"}) fs::remove_all(fs::path(options.out) / name);
+  // Other shards may be appending to their journals in this folder: only
+  // this shard's own journals are repaired (Journal, below). Read before the
+  // manifest is written: journals of another plan leave it as it was.
+  const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out, sweep::runs_header(plan), plan.command, "the columns of this plan");
+  std::set<std::string> warned;
+  const auto warn = [&](const std::vector<std::string>& notes) {
+    for (const std::string& note : notes)
+      if (warned.insert(note).second) std::cerr << "pipegrid: warning: " << note << "\n";
+  };
+  warn(recorded.notes);
   sweep::write_manifest(options.out, sweep::manifest_json(plan, input_hashes(plan), kVersion));
   // Only this shard's runs are kept, once: every run forks this process,
   // and a fork costs in proportion to the memory it copies the mappings of.
   const std::vector<PlannedRun> selected = shard.count == 1 ? std::move(plan.runs) : sweep::runs_of_shard(plan.runs, shard);
   plan.runs = {};
-  // Other shards may be appending to their journals in this folder: only
-  // this shard's own journals are repaired (Journal, below).
-  const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out, false);
   const auto status_column = std::find(recorded.header.begin(), recorded.header.end(), "status");
   const auto recorded_status = [&](const std::string& key) -> std::string {
     const auto found = recorded.runs.find(key);
@@ -458,6 +547,7 @@ int run_main() {
   std::string where = fmt::format("{}/shards/shard-{}-of-{}.csv", options.out, shard.index, shard.count);
   if (!sharded && !summary.interrupted) {
     const sweep::MergeResult merged = sweep::merge_results(options.out);
+    warn(merged.notes);
     where = fmt::format("{}/runs.csv ({} rows) and devices.csv", options.out, merged.rows);
   }
   std::cout << fmt::format("{}: {} run{}{}: {}{} -> {}\n", plan.name, selected.size(), selected.size() == 1 ? "" : "s",
@@ -482,7 +572,8 @@ nlohmann::json read_manifest(const std::string& dir) {
 
 int status_main() {
   const nlohmann::json manifest = read_manifest(options.out);
-  const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out, false);
+  const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out);
+  for (const std::string& note : recorded.notes) std::cerr << "pipegrid: warning: " << note << "\n";
   const auto status_column = std::find(recorded.header.begin(), recorded.header.end(), "status");
   std::map<std::string, int> counts;
   int missing = 0;
@@ -503,6 +594,7 @@ int status_main() {
 
 int merge_main() {
   const sweep::MergeResult merged = sweep::merge_results(options.out);
+  for (const std::string& note : merged.notes) std::cerr << "pipegrid: warning: " << note << "\n";
   std::cout << fmt::format("{}/runs.csv: {} rows\n", options.out, merged.rows);
   if (merged.missing_labels.empty()) return 0;
   std::cerr << fmt::format("pipegrid: {} run{} of the plan have no row yet:\n", merged.missing_labels.size(), merged.missing_labels.size() == 1 ? "" : "s");
@@ -535,34 +627,71 @@ int show_main() {
   return dispatch_command(static_cast<int>(args.size()), argv.data());
 }
 
+/// The most array tasks `sweep slurm` writes: --shard's limit.
+constexpr int kMaxArrayTasks = 1000000;
+
+/// Where the experiment's name comes from, for messages: its `name` key
+/// (FILE:LINE) or, without one, its file name.
+std::string name_field_of(const ExperimentPlan& plan) {
+  try {
+    const toml::table root = toml::parse(plan.experiment_text, plan.file);
+    if (const toml::node* name = root.get("name")) return fmt::format("{}:{}: name", plan.file, name->source().begin.line);
+  } catch (const toml::parse_error&) {
+  }
+  return fmt::format("{}: the experiment's name (its file name: it has no `name` key)", plan.file);
+}
+
+/// Prints an sbatch job-array script: task T of N runs shard T/N. Every
+/// value from the file or a flag is checked (no control characters; --time
+/// in a Slurm form) and quoted for the place it goes: sbatch_quote in
+/// #SBATCH lines, shell_quote on command lines.
 int slurm_main() {
   if (options.out.empty()) throw InputError("sweep slurm: --out DIR is required");
-  if (options.shards < 1) throw InputError(fmt::format("--shards: expected an integer >= 1, found {}", options.shards));
+  if (options.shards < 1 || options.shards > kMaxArrayTasks)
+    throw InputError(fmt::format("--shards: expected an integer from 1 to {}, found {}", kMaxArrayTasks, options.shards));
   if (options.cpus < 1) throw InputError(fmt::format("--cpus: expected an integer >= 1, found {}", options.cpus));
+  if (!is_slurm_time_limit(options.time))
+    throw InputError(fmt::format("--time: expected a Slurm time limit, MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (digits; "
+                                 "minutes and seconds below 60, hours below 24 after D-), found '{}'",
+                                 printable(options.time)));
+  const std::string out_path = fs::absolute(options.out).lexically_normal().string();
+  const std::string file_path = fs::absolute(options.file).lexically_normal().string();
+  check_no_control_characters("--out", out_path);
+  check_no_control_characters(options.file, file_path);
+  // In sbatch's --output a backslash turns off the %A/%a replacement.
+  if (out_path.find('\\') != std::string::npos)
+    throw InputError(fmt::format("--out: expected no backslash (sbatch's --output would not replace %A and %a), found '{}'", out_path));
   const ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
   check_requires(plan);
+  check_no_control_characters(name_field_of(plan), plan.name);
+  if (static_cast<std::size_t>(options.shards) > plan.runs.size())
+    throw InputError(fmt::format("--shards: expected at most {} (the runs of {}: a task without a run is wasted), found {}",
+                                 plan.runs.size(), plan.file, options.shards));
   std::string sets;
   for (const std::string& set : options.sets) sets += " --set " + shell_quote(set);
   if (!options.where.empty()) sets += " --where " + shell_quote(options.where);
-  const std::string file = shell_quote(fs::absolute(options.file).lexically_normal().string());
-  const std::string out = shell_quote(fs::absolute(options.out).lexically_normal().string());
+  const std::string file = shell_quote(file_path);
+  const std::string out = shell_quote(out_path);
+  std::string log_pattern;  // sbatch's --output pattern: a '%' of the path is written %%
+  for (const char c : out_path) log_pattern += c == '%' ? std::string("%%") : std::string(1, c);
+  log_pattern += "/slurm-%A_%a.log";
   std::cout << fmt::format(
       "#!/bin/bash\n"
       "# {} runs of {} in {} array tasks; submit with: sbatch THIS_FILE\n"
-      "#SBATCH --job-name=pipegrid-{}\n"
+      "#SBATCH --job-name={}\n"
       "#SBATCH --array=0-{}\n"
       "#SBATCH --cpus-per-task={}\n"
       "#SBATCH --time={}\n"
-      "#SBATCH --output={}/slurm-%A_%a.log\n"
+      "#SBATCH --output={}\n"
       "set -euo pipefail\n"
-      "# Each task takes the runs with run_index % {} == SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN;\n"
-      "# a task resubmitted after a failure resumes where it stopped.\n"
-      "pipegrid sweep run {} --out {} --shard auto --jobs \"${{SLURM_CPUS_PER_TASK:-{}}}\"{}\n"
+      "# Task T runs shard T/{} (the runs with run_index % {} == T); resubmit failed tasks\n"
+      "# with sbatch --array=T1,T2,... THIS_FILE: each resumes where it stopped.\n"
+      "pipegrid sweep run {} --out {} --shard \"$SLURM_ARRAY_TASK_ID/{}\" --jobs \"${{SLURM_CPUS_PER_TASK:-{}}}\"{}\n"
       "# When every task has finished:\n"
       "#   pipegrid sweep merge {}\n"
       "#   pipegrid sweep report {} --out {}\n",
-      plan.runs.size(), plan.name, options.shards, plan.name, options.shards - 1, options.cpus, options.time, out, options.shards,
-      file, out, options.cpus, sets, out, file, out);
+      plan.runs.size(), plan.name, options.shards, sbatch_quote("pipegrid-" + plan.name), options.shards - 1, options.cpus, options.time,
+      sbatch_quote(log_pattern), options.shards, options.shards, file, out, options.shards, options.cpus, sets, out, file, out);
   return 0;
 }
 
@@ -610,9 +739,9 @@ CLI::App* add_sweep_command(CLI::App& app) {
   run_command = sweep->add_subcommand("run", "run every run that has no row yet (one forked process each)");
   add_plan_options(run_command);
   run_command->add_option("--out", options.out, "results folder (runs.csv, devices.csv, manifest.json)")->required();
-  run_command->add_option("--jobs", options.jobs, "runs at a time (default: every core)");
+  run_command->add_option("--jobs", options.jobs, "runs at a time, >= 1 (default: every core)");
   run_command->add_option("--shard", options.shard, "I/N: the runs with run_index % N == I; auto: from Slurm or MPI variables");
-  run_command->add_option("--timeout", options.timeout_s, "seconds per run; past it the run is killed (status timeout)");
+  run_command->add_option("--timeout", options.timeout_s, "seconds per run, > 0; past it the run is killed (status timeout; default: none)");
   run_command->add_flag("--retry-failed", options.retry_failed, "run again the runs recorded as error, crashed or timeout");
   run_command->add_flag("--fresh", options.fresh, "forget the recorded rows and run everything");
   status_command = sweep->add_subcommand("status", "count a results folder's runs by status");
@@ -631,9 +760,9 @@ CLI::App* add_sweep_command(CLI::App& app) {
   slurm_command = sweep->add_subcommand("slurm", "print an sbatch job-array script for a sweep (never submits)");
   add_plan_options(slurm_command);
   slurm_command->add_option("--out", options.out, "results folder")->required();
-  slurm_command->add_option("--shards", options.shards, "array tasks")->required();
+  slurm_command->add_option("--shards", options.shards, "array tasks, 1 to the number of runs (at most 1000000)")->required();
   slurm_command->add_option("--cpus", options.cpus, "CPUs per task (--jobs of each task; default 1)");
-  slurm_command->add_option("--time", options.time, "time limit per task, HH:MM:SS (default 04:00:00)");
+  slurm_command->add_option("--time", options.time, "time limit per task: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (default 04:00:00)");
   return sweep;
 }
 

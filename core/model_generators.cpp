@@ -508,6 +508,11 @@ double dtype_bytes(const std::string& dtype) {
   throw InputError(fmt::format("--dtype: expected fp32, fp16 or bf16, found '{}'", printable(dtype)));
 }
 
+long long model_option_max(const std::string& name) {
+  if (name == "micro_batch_size") return kMaxMicroBatchSize;
+  return name == "layers" ? kMaxLayersOption : kMaxOption;
+}
+
 ResolvedModel resolve_model_spec(const ModelSpec& spec) {
   const ModelInfo& info = model_generator(spec.name);
   ResolvedModel model;
@@ -521,7 +526,7 @@ ResolvedModel resolve_model_spec(const ModelSpec& spec) {
     if (known == info.options.end())
       throw InputError(fmt::format("{}: model {} has no such option; its options are {}, --micro-batch-size and --dtype",
                                    flag_of(name), info.name, option_list(info)));
-    const long long limit = name == "layers" ? kMaxLayersOption : kMaxOption;
+    const long long limit = model_option_max(name);
     if (value < 1 || value > limit)
       throw InputError(fmt::format("{}: expected an integer from 1 to {}, found {}", flag_of(name), limit, value));
   }
@@ -530,8 +535,9 @@ ResolvedModel resolve_model_spec(const ModelSpec& spec) {
     model.options[option.name] = given != spec.options.end() ? given->second : option.default_value;
   }
   const long long size = spec.micro_batch_size.value_or(info.default_micro_batch_size);
-  if (size < 1 || size > kMaxMicroBatchSize)
-    throw InputError(fmt::format("--micro-batch-size: expected an integer from 1 to {}, found {}", kMaxMicroBatchSize, size));
+  if (size < 1 || size > model_option_max("micro_batch_size"))
+    throw InputError(fmt::format("--micro-batch-size: expected an integer from 1 to {}, found {}",
+                                 model_option_max("micro_batch_size"), size));
   model.micro_batch_size = static_cast<int>(size);
   model.dtype = spec.dtype.empty() ? "fp32" : spec.dtype;
   dtype_bytes(model.dtype);

@@ -51,6 +51,10 @@ const ModelInfo& model_generator(const std::string& name);
 /// micro_batch_size and dtype: the CLI defines one flag per name.
 const std::vector<std::string>& model_option_names();
 
+/** The largest value model option `name` takes (1 is the smallest);
+ *  "micro_batch_size" too. */
+long long model_option_max(const std::string& name);
+
 /// The dtypes a generated profile may have: fp32, fp16, bf16.
 const std::vector<std::string>& model_dtypes();
 

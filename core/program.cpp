@@ -204,6 +204,8 @@ Program parse_program_text(const std::string& text, const std::string& origin) {
   std::string line;
   int line_number = 0;
   bool have_header = false;
+  // The line of each (stage, round) all-reduce declared so far.
+  std::map<std::pair<int, int>, int> all_reduce_line;
   auto fail = [&](const std::string& what) {
     throw InputError(fmt::format("{}:{}: {}", origin, line_number, what));
   };
@@ -293,6 +295,11 @@ Program parse_program_text(const std::string& text, const std::string& origin) {
           }
           (releasing ? all_reduce.release : all_reduce.ready).push_back(parse_action(word));
         }
+        const auto [first, inserted] = all_reduce_line.emplace(std::pair{all_reduce.stage, all_reduce.round}, line_number);
+        if (!inserted)
+          fail(fmt::format("allreduce stage {} round {} is declared a second time (first on line {}); expected one line per "
+                           "stage and round",
+                           all_reduce.stage, all_reduce.round, first->second));
         program.all_reduces.push_back(std::move(all_reduce));
       } else {
         fail(fmt::format("expected a line starting with '#', 'device', 'dependency' or 'allreduce', found '{}'", word));
@@ -550,9 +557,12 @@ void validate_program(const Program& program) {
   // distinct devices; released actions wait for them.
   std::map<Action, std::vector<std::size_t>> released_by;
   std::vector<std::vector<std::size_t>> participants(program.all_reduces.size());
+  std::set<std::pair<int, int>> stage_rounds;
   for (std::size_t c = 0; c < program.all_reduces.size(); ++c) {
     const AllReduce& all_reduce = program.all_reduces[c];
     const std::string name = fmt::format("allreduce stage {} round {}", all_reduce.stage, all_reduce.round);
+    if (!stage_rounds.insert({all_reduce.stage, all_reduce.round}).second)
+      reject(fmt::format("{} is declared twice; expected one all-reduce per stage and round", name), {});
     if (all_reduce.ready.empty()) reject(fmt::format("{} has no ready backward", name), {});
     for (const Action& action : all_reduce.ready) {
       auto it = where.find(action);

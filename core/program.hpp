@@ -149,7 +149,8 @@ class ProgramError : public std::runtime_error {
  *  one F and one B or I; and the data and extra dependencies can all be met
  *  (no deadlock: the cycle of waits is reported with its actions). Each
  *  all-reduce names backwards (B, or W when split) of its stage on distinct
- *  devices. Throws ProgramError otherwise. */
+ *  devices, and one all-reduce per (stage, round). Throws ProgramError
+ *  otherwise. */
 void validate_program(const Program& program);
 
 }  // namespace pipegrid

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <filesystem>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -660,6 +661,10 @@ std::string program_to_torch_csv(const Program& program) {
 
 Program read_program_file(const std::string& path, const std::string& format, std::vector<std::string>* notes) {
   Program program;
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored))
+    throw InputError(fmt::format("{}: is a folder; expected a Program file ({})", printable(path),
+                                 format == "torch-csv" ? "PyTorch's CSV, --program-format torch-csv" : "pipegrid's text form"));
   if (format == "text") {
     program = parse_program_text(read_text_file(path), path);
   } else if (format == "torch-csv") {

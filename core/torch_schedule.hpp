@@ -62,8 +62,8 @@ std::string program_to_torch_csv(const Program& program);
 
 /** Reads a Program file in `format` (text: pipegrid's text form; torch-csv:
  *  PyTorch's pipelining CSV, whose reading notes go to `notes` when given)
- *  and validates it (validate_program); InputError naming the file, and for
- *  a format other than those two. */
+ *  and validates it (validate_program); InputError naming the file (a
+ *  folder included), and for a format other than those two. */
 Program read_program_file(const std::string& path, const std::string& format, std::vector<std::string>* notes = nullptr);
 
 }  // namespace pipegrid

@@ -126,12 +126,13 @@ std::vector<Action> one_f_one_b(int stage, const Work& work, int warmup, bool re
   return actions;
 }
 
-// Forward and backward alternating per item (gradient accumulation).
-std::vector<Action> forward_backward_pairs(int stage, const Work& work) {
+// Forward and backward alternating per item (gradient accumulation); with
+// `recompute`, each backward is preceded by its recomputation.
+std::vector<Action> forward_backward_pairs(int stage, const Work& work, bool recompute) {
   std::vector<Action> actions;
-  for (const auto& [m, k] : work) {
-    actions.push_back(forward(stage, m, k));
-    actions.push_back(backward(stage, m, k));
+  for (const auto& item : work) {
+    actions.push_back(forward(stage, item.first, item.second));
+    push_backward(actions, stage, item, recompute);
   }
   return actions;
 }
@@ -157,6 +158,8 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
   if (options.recompute && !info.flushed)
     throw InputError(fmt::format("--recompute: {} does not flush; recomputation applies to gpipe and the 1f1b schedules", name));
   if (options.wait_free && info.name != "dp") throw InputError(fmt::format("--wait-free: applies to dp, not {}", name));
+  if (options.update_interval > 0 && info.name != "pipedream-2bw")
+    throw InputError(fmt::format("--update-interval: applies to pipedream-2bw, not {}", name));
   if (options.pipeline_depth < 0 || (options.pipeline_depth > 0 && info.flushed))
     throw InputError(fmt::format("--pipeline-depth: expected mini-batches >= 1 admitted per input replica of a pipedream-family "
                                  "schedule, found {} for {}", options.pipeline_depth, name));
@@ -212,7 +215,7 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
         for (int k = 0; k < K; ++k) {
           const Work& mine = work[q][k];
           const int count = static_cast<int>(mine.size());
-          auto actions = info.name == "dp" ? forward_backward_pairs(stage, mine)
+          auto actions = info.name == "dp" ? forward_backward_pairs(stage, mine, options.recompute)
                                            : one_f_one_b(stage, mine, warmup_forwards(name, replicas, stage, count), options.recompute);
           stream.actions.insert(stream.actions.end(), actions.begin(), actions.end());
         }

@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "sweep/expression.hpp"
+#include "sweep/results.hpp"
 #include "sweep/suggest.hpp"
 
 namespace pipegrid::sweep {
@@ -97,7 +98,7 @@ std::string type_name(const toml::node& node) {
     case toml::node_type::array: return "an array";
     case toml::node_type::string: return "a string";
     case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::floating_point: return "a float";
     case toml::node_type::boolean: return "a boolean";
     default: return "a date or time";
   }
@@ -155,6 +156,24 @@ struct Reader {
   }
 };
 
+/// The largest magnitude below which every integer is a double.
+constexpr double kLargestExactInteger = 9007199254740992.0;  // 2^53
+
+/// A number where the parameter takes an integer: an integral float (2.0)
+/// becomes the integer (as a derived value does); any other float is an
+/// error at `place` that says it is a float.
+Scalar integral_where_integer(const Scalar& value, const ParameterSpec* spec, const std::string& key, const SourcePlace& place) {
+  if (!spec || spec->kind != ParameterSpec::Kind::Int || value.kind != Scalar::Kind::Real) return value;
+  const double v = value.real;
+  if (!std::isfinite(v) || v != std::floor(v))
+    fail(place, fmt::format("{}: expected an integer, found the float {} (an integral float such as 2.0 is read as 2)", key,
+                            value.to_text()));
+  if (std::fabs(v) >= kLargestExactInteger)
+    fail(place, fmt::format("{}: expected an integer, found the float {}, beyond 2^53 where floats no longer hold every integer",
+                            key, value.to_text()));
+  return Scalar::of_int(static_cast<long long>(v));
+}
+
 /// A value as an experiment file (or --set) gives it, with the folder its
 /// paths are relative to.
 Setting make_setting(const Reader& reader, const std::string& key, const toml::node& node, const SourcePlace& place,
@@ -176,7 +195,7 @@ Setting make_setting(const Reader& reader, const std::string& key, const toml::n
   }
   const std::optional<Scalar> scalar = scalar_of(node);
   if (!scalar) fail(place, fmt::format("{}: expected a value, found {}", key, type_name(node)));
-  setting.value = *scalar;
+  setting.value = integral_where_integer(*scalar, spec, key, place);
   if (spec && spec->kind == ParameterSpec::Kind::Path) {
     if (setting.value.kind != Scalar::Kind::Text) fail(place, fmt::format("{}: expected a file name (a string), found {}", key, type_name(node)));
     if (std::find(spec->literals.begin(), spec->literals.end(), setting.value.text) == spec->literals.end())
@@ -239,12 +258,19 @@ void read_labels(Reader& reader, const toml::table& root, const std::string& fil
   if (!labels) return;
   const auto* array = labels->as_array();
   if (!array) fail(place_of(file, *labels), fmt::format("labels: expected an array of names, found {}", type_name(*labels)));
+  std::set<std::string> in_this_list;
   for (const toml::node& item : *array) {
     const auto* name = item.as_string();
     if (!name) fail(place_of(file, item), fmt::format("labels: expected a name (a string), found {}", type_name(item)));
-    if (reader.parameter(name->get()))
-      fail(place_of(file, item), fmt::format("labels: '{}' is a parameter; labels name columns that are not parameters", name->get()));
-    if (!reader.is_label(name->get())) reader.labels.push_back(name->get());
+    const std::string& label = name->get();
+    if (label.empty()) fail(place_of(file, item), "labels: an empty name (a label names a column of runs.csv)");
+    if (!in_this_list.insert(label).second) fail(place_of(file, item), fmt::format("labels: '{}' is listed twice", label));
+    if (reader.parameter(label))
+      fail(place_of(file, item), fmt::format("labels: '{}' is a parameter; labels name columns that are not parameters", label));
+    if (is_reserved_column(label))
+      fail(place_of(file, item), fmt::format("labels: '{}' is a column of the results; a label may not be called {}", label,
+                                             reserved_column_list()));
+    if (!reader.is_label(label)) reader.labels.push_back(label);
   }
 }
 
@@ -317,8 +343,10 @@ std::vector<Scalar> range_values(const toml::table& spec, const SourcePlace& pla
   for (const auto& [key, node] : in_file_order(spec)) {
     if (std::find(keys.begin(), keys.end(), key) == keys.end()) unknown_key(place_of(place.file, *node), fmt::format("{}.{}", what, key), keys);
     const std::optional<Scalar> value = scalar_of(*node);
-    if (!value || !value->numeric() || !std::isfinite(value->number()))
+    if (!value || !value->numeric())
       fail(place_of(place.file, *node), fmt::format("{}.{}: expected a number, found {}", what, key, type_name(*node)));
+    if (!std::isfinite(value->number()))
+      fail(place_of(place.file, *node), fmt::format("{}.{}: expected a finite number, found {}", what, key, value->to_text()));
     numbers[key] = *value;
   }
   for (const char* required : {"from", "to"})
@@ -360,17 +388,34 @@ std::vector<Scalar> range_values(const toml::table& spec, const SourcePlace& pla
   return values;
 }
 
+/// The files a glob pattern matches, written as the pattern is: relative to
+/// the experiment's folder for a relative pattern, absolute for an absolute
+/// one (the same values whatever path the experiment was given by). Folders
+/// are not values.
 std::vector<std::string> glob_values(const std::string& pattern, const std::string& file, const SourcePlace& place) {
   const std::string base_dir = fs::path(file).parent_path().string();
-  const std::string full = (fs::path(base_dir) / pattern).string();
+  const bool absolute = fs::path(pattern).is_absolute();
+  const std::string full = absolute ? pattern : (fs::path(base_dir) / pattern).string();
   glob_t matches{};
   const int status = glob(full.c_str(), 0, nullptr, &matches);
   std::vector<std::string> values;
+  std::size_t folders = 0;
   if (status == 0)
-    for (std::size_t i = 0; i < matches.gl_pathc; ++i)
-      values.push_back(fs::path(matches.gl_pathv[i]).lexically_relative(base_dir.empty() ? "." : base_dir).string());
+    for (std::size_t i = 0; i < matches.gl_pathc; ++i) {
+      const fs::path match(matches.gl_pathv[i]);
+      std::error_code error;
+      if (fs::is_directory(match, error)) {
+        ++folders;
+        continue;
+      }
+      values.push_back(absolute ? match.lexically_normal().string()
+                                : match.lexically_relative(base_dir.empty() ? "." : base_dir).string());
+    }
   globfree(&matches);
-  if (values.empty()) fail(place, fmt::format("glob '{}': matches no file (relative to {})", pattern, base_dir.empty() ? "." : base_dir));
+  const std::string relative_to = absolute ? "" : fmt::format(" (relative to {})", base_dir.empty() ? "." : base_dir);
+  if (values.empty() && folders > 0)
+    fail(place, fmt::format("glob '{}'{}: matches only folders ({}), no file; a glob's values are files", pattern, relative_to, folders));
+  if (values.empty()) fail(place, fmt::format("glob '{}'{}: matches no file", pattern, relative_to));
   std::sort(values.begin(), values.end());
   return values;
 }
@@ -476,11 +521,12 @@ void read_axes(const Reader& reader, const toml::table& root, const std::string&
         for (const std::string& path : glob_values(pattern->as_string()->get(), file, place_of(file, *pattern)))
           scalars.push_back(Scalar::of_text(path));
       }
+      const toml::node* generator = table->get("range") ? table->get("range") : table->get("geom") ? table->get("geom") : table->get("glob");
       for (const Scalar& scalar : scalars) {
         AxisValue value;
         Setting setting;
-        setting.value = scalar;
         const ParameterSpec* spec = reader.parameter(axis.name);
+        setting.value = integral_where_integer(scalar, spec, axis.name, place_of(file, *generator));
         if (spec && spec->kind == ParameterSpec::Kind::Path && scalar.kind == Scalar::Kind::Text)
           setting.resolved_path = (fs::path(base_dir) / scalar.text).lexically_normal().string();
         value.settings.emplace_back(axis.name, setting);
@@ -646,7 +692,7 @@ Scalar coerce(const Scalar& value, const ParameterSpec* spec, const std::string&
   if (!spec || !value.numeric()) return value;
   if (spec->kind == ParameterSpec::Kind::Int) {
     const double v = value.number();
-    if (v != std::floor(v) || std::fabs(v) > 9.0e15)
+    if (v != std::floor(v) || std::fabs(v) >= kLargestExactInteger)
       throw InputError(fmt::format("{}: {} must be an integer, and comes out {}", where, key, value.to_text()));
     return Scalar::of_int(static_cast<long long>(v));
   }
@@ -743,7 +789,14 @@ ExperimentPlan plan_experiment(const std::string& file, const ParametersOf& para
       plan.missing_capabilities.push_back(capability);
   const std::string experiment_dir = fs::path(file).parent_path().string();
 
-  // --set: replaces an axis that sets the key, or a default.
+  // A key is set by an axis or derived, not both.
+  for (const DeriveRule& rule : experiment.derive)
+    for (const Axis& axis : experiment.axes)
+      if (std::find(axis.keys.begin(), axis.keys.end(), rule.key) != axis.keys.end())
+        fail(rule.place, fmt::format("derive.{}: axis '{}' ({}) sets '{}' too; a key is either an axis's or derived, not both",
+                                     rule.key, axis.name, axis.place.text(), rule.key));
+
+  // --set: replaces an axis that sets the key, a derived key, or a default.
   for (const std::string& assignment : options.sets) {
     const std::size_t equals = assignment.find('=');
     if (equals == std::string::npos || equals == 0)
@@ -762,9 +815,10 @@ ExperimentPlan plan_experiment(const std::string& file, const ParametersOf& para
       if (axis.keys.size() == 1) {
         AxisValue value;
         value.settings.emplace_back(key, setting);
+        const std::size_t replaced_values = axis.values.size();
         axis.values = {value};
         plan.notes.push_back(fmt::format("--set {} replaces axis '{}' ({} value{} -> 1)", assignment, axis.name,
-                                         axis.values.size(), axis.values.size() == 1 ? "" : "s"));
+                                         replaced_values, replaced_values == 1 ? "" : "s"));
       } else {
         for (AxisValue& value : axis.values)
           for (auto& [name, existing] : value.settings)
@@ -772,6 +826,13 @@ ExperimentPlan plan_experiment(const std::string& file, const ParametersOf& para
         plan.notes.push_back(fmt::format("--set {} replaces '{}' in every value of axis '{}'", assignment, key, axis.name));
       }
     }
+    for (auto rule = experiment.derive.begin(); rule != experiment.derive.end();)
+      if (rule->key == key) {
+        plan.notes.push_back(fmt::format("--set {} replaces derive.{} = '{}' ({})", assignment, key, rule->expression, rule->place.text()));
+        rule = experiment.derive.erase(rule);
+      } else {
+        ++rule;
+      }
     if (!replaced) {
       experiment.defaults.emplace_back(key, setting);
       if (std::find(experiment.default_order.begin(), experiment.default_order.end(), key) == experiment.default_order.end())
@@ -921,46 +982,86 @@ ExperimentPlan plan_experiment(const std::string& file, const ParametersOf& para
   return plan;
 }
 
+namespace {
+
+/// The most shards --shard I/N and --shard auto accept.
+constexpr long long kMaxShards = 1000000;
+
+/// A non-negative decimal integer (digits only, no sign or space); nullopt
+/// otherwise. Values past 10^18 read as 10^18: beyond every limit checked.
+std::optional<long long> non_negative_integer(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  constexpr long long kSaturated = 1000000000000000000LL;
+  long long value = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value >= kSaturated / 10 ? kSaturated : value * 10 + (c - '0');
+  }
+  return value;
+}
+
+}  // namespace
+
 Shard parse_shard(const std::string& text) {
   const std::size_t slash = text.find('/');
-  const auto number = [&](const std::string& part, long long& out) {
-    char* end = nullptr;
-    errno = 0;
-    out = std::strtoll(part.c_str(), &end, 10);
-    return !part.empty() && end && *end == '\0' && errno == 0;
-  };
-  long long index = 0, count = 0;
-  if (slash == std::string::npos || !number(text.substr(0, slash), index) || !number(text.substr(slash + 1), count) ||
-      count < 1 || count > 1000000 || index < 0 || index >= count)
-    throw InputError(fmt::format("--shard: expected I/N with 0 <= I < N (or auto), found '{}'", text));
-  return {static_cast<int>(index), static_cast<int>(count)};
+  const std::optional<long long> index = slash == std::string::npos ? std::nullopt : non_negative_integer(text.substr(0, slash));
+  const std::optional<long long> count = slash == std::string::npos ? std::nullopt : non_negative_integer(text.substr(slash + 1));
+  if (!index || !count)
+    throw InputError(fmt::format("--shard: expected I/N (integers, 0 <= I < N <= {}) or auto, found '{}'", kMaxShards, text));
+  if (*count > kMaxShards) throw InputError(fmt::format("--shard: expected at most {} shards (N), found '{}'", kMaxShards, text));
+  if (*count < 1 || *index >= *count) throw InputError(fmt::format("--shard: expected I/N with 0 <= I < N, found '{}'", text));
+  return {static_cast<int>(*index), static_cast<int>(*count)};
 }
 
 Shard shard_from_environment(const std::function<const char*(const char*)>& environment) {
+  // NAME='VALUE' as the environment gives it (messages show what was set,
+  // not a value read into a narrower type).
+  const auto setting = [&](const char* name) { return fmt::format("{}='{}'", name, environment(name)); };
+  // nullopt when unset or empty; else a non-negative integer or an error.
   const auto read = [&](const char* name) -> std::optional<long long> {
     const char* value = environment(name);
     if (!value || !*value) return std::nullopt;
-    char* end = nullptr;
-    errno = 0;
-    const long long number = std::strtoll(value, &end, 10);
-    if (!end || *end != '\0' || errno != 0) throw InputError(fmt::format("--shard auto: {}='{}' is not an integer", name, value));
+    const std::optional<long long> number = non_negative_integer(value);
+    if (!number) throw InputError(fmt::format("--shard auto: {}: expected a non-negative integer", setting(name)));
     return number;
   };
-  const auto make = [](long long index, long long count, const std::string& from) {
-    if (count < 1 || index < 0 || index >= count)
-      throw InputError(fmt::format("--shard auto: {} gives shard {} of {}", from, index, count));
-    return Shard{static_cast<int>(index), static_cast<int>(count)};
+  const auto check_count = [&](const char* name, long long count) {
+    if (count > kMaxShards) throw InputError(fmt::format("--shard auto: {}: expected at most {} shards", setting(name), kMaxShards));
+    if (count < 1) throw InputError(fmt::format("--shard auto: {}: expected at least 1 shard", setting(name)));
   };
-  if (const auto task = read("SLURM_ARRAY_TASK_ID")) {
-    const auto count = read("SLURM_ARRAY_TASK_COUNT");
-    if (!count) throw InputError("--shard auto: SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not");
-    return make(*task - read("SLURM_ARRAY_TASK_MIN").value_or(0), *count, "SLURM_ARRAY_TASK_ID/_MIN/_COUNT");
+  const auto from_rank = [&](const char* rank_name, const char* count_name) -> std::optional<Shard> {
+    const std::optional<long long> rank = read(rank_name), count = read(count_name);
+    if (!rank || !count) return std::nullopt;
+    check_count(count_name, *count);
+    if (*rank >= *count)
+      throw InputError(fmt::format("--shard auto: {}: expected a rank below {} ({})", setting(rank_name), *count, setting(count_name)));
+    return Shard{static_cast<int>(*rank), static_cast<int>(*count)};
+  };
+  if (const std::optional<long long> task = read("SLURM_ARRAY_TASK_ID")) {
+    // A task's shard is its position in the array MIN, MIN+STEP, ..., MAX.
+    const auto required = [&](const char* name) {
+      const std::optional<long long> value = read(name);
+      if (!value)
+        throw InputError(fmt::format("--shard auto: SLURM_ARRAY_TASK_ID is set but {} is not (sbatch --array sets "
+                                     "SLURM_ARRAY_TASK_MIN, _MAX, _STEP and _COUNT)",
+                                     name));
+      return *value;
+    };
+    const long long count = required("SLURM_ARRAY_TASK_COUNT"), min = required("SLURM_ARRAY_TASK_MIN"),
+                    max = required("SLURM_ARRAY_TASK_MAX"), step = required("SLURM_ARRAY_TASK_STEP");
+    check_count("SLURM_ARRAY_TASK_COUNT", count);
+    if (step < 1 || max < min || (max - min) % step != 0 || (max - min) / step + 1 != count)
+      throw InputError(fmt::format("--shard auto: the Slurm array is not one range MIN-MAX:STEP of COUNT tasks ({}, {}, {}, {}; "
+                                   "a list such as --array=1,5,9?): give the shard explicitly, --shard \"$SLURM_ARRAY_TASK_ID/N\"",
+                                   setting("SLURM_ARRAY_TASK_MIN"), setting("SLURM_ARRAY_TASK_MAX"),
+                                   setting("SLURM_ARRAY_TASK_STEP"), setting("SLURM_ARRAY_TASK_COUNT")));
+    if (*task < min || *task > max || (*task - min) % step != 0)
+      throw InputError(fmt::format("--shard auto: {}: not a task of the array {}-{}:{}", setting("SLURM_ARRAY_TASK_ID"), min, max, step));
+    return {static_cast<int>((*task - min) / step), static_cast<int>(count)};
   }
-  if (const auto rank = read("SLURM_PROCID"); rank && read("SLURM_NTASKS"))
-    return make(*rank, *read("SLURM_NTASKS"), "SLURM_PROCID/SLURM_NTASKS");
-  if (const auto rank = read("OMPI_COMM_WORLD_RANK"); rank && read("OMPI_COMM_WORLD_SIZE"))
-    return make(*rank, *read("OMPI_COMM_WORLD_SIZE"), "OMPI_COMM_WORLD_RANK/_SIZE");
-  if (const auto rank = read("PMI_RANK"); rank && read("PMI_SIZE")) return make(*rank, *read("PMI_SIZE"), "PMI_RANK/PMI_SIZE");
+  for (const auto& [rank_name, count_name] : {std::pair{"SLURM_PROCID", "SLURM_NTASKS"}, {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                             {"PMI_RANK", "PMI_SIZE"}})
+    if (const std::optional<Shard> shard = from_rank(rank_name, count_name)) return *shard;
   throw InputError("--shard auto: no launcher variables found (SLURM_ARRAY_TASK_ID, SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK)");
 }
 

@@ -151,13 +151,19 @@ std::string canonical_run_text(const std::string& command, const std::map<std::s
 std::string sha256_hex(const std::string& bytes);
 std::string run_key_of(const std::string& canonical_text);
 
-/** --shard i/n: the runs with run_index % n == i. */
+/** --shard i/n: the runs with run_index % n == i; 0 <= index < count <= 1000000. */
 struct Shard {
   int index = 0, count = 1;
 };
+/** "I/N", two plain decimal integers; InputError otherwise (N over 1000000
+ *  says so). */
 Shard parse_shard(const std::string& text);
 /** --shard auto: from Slurm arrays, srun, Open MPI or MPICH variables (in
- *  that order); `environment` looks a variable up (nullptr when unset). */
+ *  that order); `environment` looks a variable up (nullptr when unset).
+ *  A Slurm array task's shard is its position in MIN-MAX:STEP (every one of
+ *  SLURM_ARRAY_TASK_MIN, _MAX, _STEP, _COUNT required; an array given as a
+ *  list is refused). Every value is a non-negative integer read without
+ *  narrowing, under the limits of parse_shard; InputError otherwise. */
 Shard shard_from_environment(const std::function<const char*(const char*)>& environment);
 std::vector<PlannedRun> runs_of_shard(const std::vector<PlannedRun>& runs, const Shard& shard);
 

@@ -294,12 +294,34 @@ std::string plot_heading(const PlotSpec& plot, std::size_t index0) {
   return fmt::format("{}. {}", index0 + 1, what);
 }
 
+/// InputError naming the file, the run and both lines when two rows of
+/// runs.csv have one run_index or one label: each run of the plan has one
+/// row (runs equal but for their labels share a run_key, so keys may repeat).
+void check_one_row_per_run(const CsvTable& runs) {
+  const auto key = runs.column("run_key");
+  for (const char* name : {"run_index", "label"}) {
+    const auto column = runs.column(name);
+    if (!column) continue;
+    std::map<std::string, std::size_t> first_row;
+    for (std::size_t r = 0; r < runs.rows.size(); ++r) {
+      const auto [found, inserted] = first_row.try_emplace(runs.rows[r][*column], r);
+      if (inserted) continue;
+      throw InputError(fmt::format("{}:{}: {} {} (run_key {}) has a row already, at line {}: each run of the plan has one "
+                                   "row (`pipegrid sweep merge DIR` writes runs.csv again from the journals)",
+                                   runs.file, runs.row_lines[r], name, runs.rows[r][*column], key ? runs.rows[r][*key] : "?",
+                                   runs.row_lines[found->second]));
+    }
+  }
+}
+
 }  // namespace
 
 ReportResult write_report(const ReportSpec& spec, const ReportContext& context, const std::string& out_dir) {
   namespace fs = std::filesystem;
   const std::string runs_path = (fs::path(out_dir) / "runs.csv").string();
-  const Results runs(read_csv_file(runs_path), context, spec.file);
+  CsvTable runs_csv = read_csv_file(runs_path);
+  check_one_row_per_run(runs_csv);
+  const Results runs(std::move(runs_csv), context, spec.file);
   const std::string devices_path = (fs::path(out_dir) / "devices.csv").string();
   std::optional<CsvTable> devices_csv;
   auto read_devices = [&]() -> const CsvTable& {

@@ -23,11 +23,15 @@ std::string plot_kind_list();
 /** "plots/<name or 1-based index>-<kind>.svg". */
 std::string plot_file(const PlotSpec& plot, std::size_t index0);
 
-/** A cell as an expression sees it: empty -> absent, a finite number ->
- *  number, "true"/"false" -> boolean, else the string. */
+/** A cell as an expression sees it: empty -> absent, a number (`inf`,
+ *  `-inf` and `nan` included: runs.csv's spellings of the non-finite ones)
+ *  -> number, "true"/"false" -> boolean, else the string. */
 Value infer_value(const std::string& cell);
 /** A finite number when the whole cell reads as one. */
 std::optional<double> parse_number(const std::string& cell);
+/** A number when the whole cell reads as one, `inf`, `-inf` and `nan`
+ *  included. */
+std::optional<double> parse_any_number(const std::string& cell);
 
 /** runs.csv (or devices.csv) with the lookups the report needs. */
 class Results {
@@ -36,7 +40,11 @@ class Results {
   std::size_t size() const { return csv_.rows.size(); }
   const CsvTable& csv() const { return csv_; }
   const std::string& cell(std::size_t run, std::size_t column) const { return csv_.rows[run][column]; }
+  /** The finite number of a cell (what a plot draws). */
   std::optional<double> number(std::size_t run, std::size_t column) const { return parse_number(cell(run, column)); }
+  /** The number of a cell, `inf`, `-inf` and `nan` included (what a table
+   *  aggregates; `nan` counts as no value). */
+  std::optional<double> any_number(std::size_t run, std::size_t column) const { return parse_any_number(cell(run, column)); }
   /** The column `name`; InputError "SPEC:LINE: WHAT: no column 'name' in
    *  FILE (did you mean ...?)" when runs.csv has none. */
   std::size_t column(const std::string& name, std::size_t line, std::string_view what) const;

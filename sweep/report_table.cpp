@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <variant>
@@ -39,9 +40,16 @@ std::optional<double> parse_number(const std::string& cell) {
   return value;
 }
 
+std::optional<double> parse_any_number(const std::string& cell) {
+  if (cell == "inf") return std::numeric_limits<double>::infinity();
+  if (cell == "-inf") return -std::numeric_limits<double>::infinity();
+  if (cell == "nan") return std::numeric_limits<double>::quiet_NaN();
+  return parse_number(cell);
+}
+
 Value infer_value(const std::string& cell) {
   if (cell.empty()) return {};
-  if (const auto number = parse_number(cell)) return *number;
+  if (const auto number = parse_any_number(cell)) return *number;
   if (cell == "true") return true;
   if (cell == "false") return false;
   return cell;
@@ -142,7 +150,7 @@ Aggregate aggregate(const std::string& agg, const std::vector<std::size_t>& runs
   std::size_t count = 0;
   for (const std::size_t run : runs) {
     const auto value = get(run);
-    if (!value || !std::isfinite(*value)) continue;
+    if (!value || std::isnan(*value)) continue;
     ++count;
     sum += *value;
     if (agg == "first") {
@@ -162,7 +170,7 @@ Aggregate aggregate(const std::string& agg, const std::vector<std::size_t>& runs
 
 Aggregate aggregate(const std::string& agg, const Results& results, const std::vector<std::size_t>& runs,
                     std::size_t column) {
-  return aggregate(agg, runs, [&](std::size_t run) { return results.number(run, column); });
+  return aggregate(agg, runs, [&](std::size_t run) { return results.any_number(run, column); });
 }
 
 Value ResultsScope::lookup(std::string_view name) const {
@@ -181,7 +189,7 @@ RunValue run_value(const Results& results, const std::string& column, const std:
                    std::size_t line, std::string_view what) {
   if (!expression) {
     const std::size_t index = results.column(column, line, what);
-    return [&results, index](std::size_t run) { return results.number(run, index); };
+    return [&results, index](std::size_t run) { return results.any_number(run, index); };
   }
   check_columns(*expression, results, line, what);
   std::vector<std::size_t> read;

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -63,13 +65,46 @@ void write_all(int fd, const std::string& text, const std::string& path) {
   }
 }
 
+/// The whole lines of a journal: everything up to its last line break.
+/// A journal's records never hold a line break (Journal::append), so what
+/// follows the last one is a record a kill tore in the middle of its write.
+std::string_view whole_lines(std::string_view text) {
+  const std::size_t last = text.rfind('\n');
+  return last == std::string_view::npos ? std::string_view() : text.substr(0, last + 1);
+}
+
+/// InputError naming the journal and the first column of its header that
+/// differs from `expected` (the columns `expected_from` names).
+void check_header(const std::string& path, const std::vector<std::string>& found, const std::vector<std::string>& expected,
+                  const std::string& expected_from) {
+  if (found == expected) return;
+  const std::string hint = "; the journal was written for another plan or edited: give `sweep run` another --out, or --fresh "
+                           "to run every run again";
+  for (std::size_t i = 0;; ++i) {
+    if (i >= found.size())
+      throw InputError(fmt::format("{}:1: the header ends after {} columns, before column {} '{}' of {}{}", path, found.size(),
+                                   i + 1, expected[i], expected_from, hint));
+    if (i >= expected.size())
+      throw InputError(fmt::format("{}:1: header column {} '{}' is one too many: {} end with '{}'{}", path, i + 1, found[i],
+                                   expected_from, expected.empty() ? "" : expected.back(), hint));
+    if (found[i] != expected[i])
+      throw InputError(fmt::format("{}:1: header column {} is '{}', expected '{}' (as in {}){}", path, i + 1, found[i], expected[i],
+                                   expected_from, hint));
+  }
+}
+
 /// Opens a journal for appending, cutting a torn last line and writing the
-/// header into a new or empty file.
-int open_journal(const std::string& path, const std::vector<std::string>& header) {
+/// header into a new or empty file; InputError when an existing journal's
+/// header is not `header`.
+int open_journal(const std::string& path, const std::vector<std::string>& header, const std::string& header_from) {
   std::string existing;
   if (fs::exists(path)) {
     existing = read_text_file(path);
-    const std::string_view whole = csv_whole_records(existing);
+    const std::string_view whole = whole_lines(existing);
+    if (!whole.empty()) {
+      const std::string_view first_line = whole.substr(0, whole.find('\n') + 1);
+      check_header(path, parse_csv(first_line, path).header, header, header_from);
+    }
     if (whole.size() != existing.size()) fs::resize_file(path, whole.size());
     existing.resize(whole.size());
   }
@@ -137,6 +172,43 @@ std::vector<std::string> runs_header(const ExperimentPlan& plan) {
   header.insert(header.end(), metrics.begin(), metrics.end());
   header.insert(header.end(), volatile_columns().begin(), volatile_columns().end());
   return header;
+}
+
+namespace {
+
+std::vector<std::string> reserved_columns() {
+  std::vector<std::string> names = kRunPrefix;
+  const auto add = [&](const std::string& name) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  };
+  add("status");
+  add("reason");
+  for (const std::string& name : volatile_columns()) add(name);
+  for (const std::string& name : devices_columns()) add(name);
+  for (const char* command : {"simulate", "partition", "model"})
+    for (const std::string& name : metric_columns(command)) add(name);
+  return names;
+}
+
+}  // namespace
+
+bool is_reserved_column(const std::string& name) {
+  static const std::vector<std::string> names = reserved_columns();
+  if (std::find(names.begin(), names.end(), name) != names.end()) return true;
+  const std::string suffix = "_result";
+  if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return false;
+  const std::string metric = name.substr(0, name.size() - suffix.size());
+  for (const char* command : {"simulate", "partition", "model"}) {
+    const auto& metrics = metric_columns(command);
+    if (std::find(metrics.begin(), metrics.end(), metric) != metrics.end()) return true;
+  }
+  return false;
+}
+
+std::string reserved_column_list() {
+  std::string list;
+  for (const std::string& name : reserved_columns()) list += (list.empty() ? "" : ", ") + name;
+  return list + ", or a metric's name with '_result'";
 }
 
 ParsedMetrics parse_metrics(const std::string& command, const std::string& json_text) {
@@ -233,8 +305,97 @@ RunRows rows_of(const ExperimentPlan& plan, const PlannedRun& run, const RunOutc
   return rows;
 }
 
-RecordedRuns read_recorded_runs(const std::string& dir, bool repair_torn_lines) {
+namespace {
+
+/// The statuses a run row may have.
+const std::vector<std::string> kStatuses = {"ok", "oom", "infeasible", "error", "timeout", "crashed"};
+
+std::string status_list() {
+  std::string list;
+  for (const std::string& status : kStatuses) list += (list.empty() ? "" : ", ") + status;
+  return list;
+}
+
+/// The metric columns of `command` that hold a number (not a host name or
+/// a partition); each is a count, a time, a size or a fraction: never negative.
+bool is_numeric_metric(const std::string& command, const std::string& metric) {
+  return !(command == "simulate" && (metric == "peak_memory_host" || metric == "partition")) &&
+         !(command == "partition" && metric == "partition");
+}
+
+/// Whether a journal cell holds what a number column may: nothing, or a
+/// number (the spellings format_number writes, `inf` and `nan` included)
+/// that is not negative.
+bool is_non_negative_number_cell(const std::string& cell) {
+  if (cell.empty()) return true;
+  char* end = nullptr;
+  const double value = std::strtod(cell.c_str(), &end);
+  if (end != cell.c_str() + cell.size()) return false;
+  return std::isnan(value) || !(value < 0);
+}
+
+std::size_t line_count(std::string_view text) { return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')); }
+
+/// A journal's text without its torn last line; notes the cut line.
+std::string journal_text(const fs::path& path, std::vector<std::string>& notes) {
+  std::string text = read_text_file(path.string());
+  const std::size_t whole = whole_lines(text).size();
+  if (whole != text.size()) {
+    notes.push_back(fmt::format("{}:{}: a torn last line (no line break at its end: a run stopped in the middle of writing "
+                                "it) is ignored; `sweep run` cuts it off and runs that run again",
+                                path.string(), line_count(text.substr(0, whole)) + 1));
+    text.resize(whole);
+  }
+  return text;
+}
+
+/// A journal's whole lines parsed, its header checked first (a header
+/// with a column more or less is named as such, not as a short row).
+CsvTable parse_journal(const std::string& text, const std::string& path, const std::vector<std::string>& expected,
+                       const std::string& expected_from) {
+  check_header(path, parse_csv(std::string_view(text).substr(0, text.find('\n') + 1), path).header, expected, expected_from);
+  return parse_csv(text, path);
+}
+
+void check_run_rows(const CsvTable& table, const std::string& command) {
+  const std::size_t status = table.require_column("status");
+  const auto& metrics = metric_columns(command);
+  for (std::size_t r = 0; r < table.rows.size(); ++r) {
+    const auto& row = table.rows[r];
+    if (std::find(kStatuses.begin(), kStatuses.end(), row[status]) == kStatuses.end())
+      throw InputError(fmt::format("{}:{}: status '{}' is not one of {}", table.file, table.row_lines[r], row[status], status_list()));
+    for (std::size_t m = 0; m < metrics.size(); ++m) {
+      const std::size_t column = status + 2 + m;
+      if (column < row.size() && is_numeric_metric(command, metrics[m]) && !is_non_negative_number_cell(row[column]))
+        throw InputError(fmt::format("{}:{}: {}: expected a number that is not negative (or nothing), found '{}'", table.file,
+                                     table.row_lines[r], table.header[column], row[column]));
+    }
+  }
+}
+
+void check_device_rows(const CsvTable& table) {
+  for (std::size_t r = 0; r < table.rows.size(); ++r)
+    for (std::size_t c = 0; c < table.header.size(); ++c) {
+      const std::string& name = table.header[c];
+      if (name == "run_key" || name == "host" || name == "stages") continue;
+      if (!is_non_negative_number_cell(table.rows[r][c]))
+        throw InputError(fmt::format("{}:{}: {}: expected a number that is not negative (or nothing), found '{}'", table.file,
+                                     table.row_lines[r], name, table.rows[r][c]));
+    }
+}
+
+/// Whether a run with this status wrote device rows (simulate's ok and oom
+/// runs: every metric is kept).
+bool has_device_rows(const std::string& command, const std::string& status) {
+  return command == "simulate" && (status == "ok" || status == "oom");
+}
+
+}  // namespace
+
+RecordedRuns read_recorded_runs(const std::string& dir, const std::vector<std::string>& runs_header, const std::string& command,
+                                const std::string& header_from) {
   RecordedRuns recorded;
+  recorded.header = runs_header;
   const fs::path shards = fs::path(dir) / "shards";
   if (!fs::is_directory(shards)) return recorded;
   std::vector<fs::path> run_files, device_files;
@@ -245,58 +406,60 @@ RecordedRuns read_recorded_runs(const std::string& dir, bool repair_torn_lines) 
   }
   std::sort(run_files.begin(), run_files.end());
   std::sort(device_files.begin(), device_files.end());
-  const auto whole_text = [&](const fs::path& path) {
-    std::string text = read_text_file(path.string());
-    const std::size_t whole = csv_whole_records(text).size();
-    if (whole != text.size()) {
-      if (repair_torn_lines) fs::resize_file(path, whole);
-      text.resize(whole);
-    }
-    return text;
-  };
-  // Device rows of runs whose run row was never written are dropped below.
-  std::map<std::string, std::vector<std::vector<std::string>>> devices;
-  for (const fs::path& path : device_files) {
-    const std::string text = whole_text(path);
-    if (text.empty()) continue;
-    const CsvTable table = parse_csv(text, path.string());
-    std::map<std::string, std::vector<std::vector<std::string>>> in_file;
-    for (const auto& row : table.rows) in_file[row[0]].push_back(row);
-    for (auto& [key, rows] : in_file) devices[key] = std::move(rows);
-  }
-  std::map<std::string, std::vector<std::string>> headers_of_key;
+  // Run journals first: a shard running beside this one appends a run's
+  // devices before its run row, so every run row read here has its devices
+  // in the device journals read after.
+  const std::size_t status_column =
+      static_cast<std::size_t>(std::find(runs_header.begin(), runs_header.end(), "status") - runs_header.begin());
+  std::map<std::string, std::string> file_of_key;
   for (const fs::path& path : run_files) {
-    const std::string text = whole_text(path);
+    const std::string text = journal_text(path, recorded.notes);
     if (text.empty()) continue;
-    const CsvTable table = parse_csv(text, path.string());
-    const std::size_t key_column = table.require_column("run_key");
-    recorded.header = table.header;  // the last journal's (files sorted by name)
+    const CsvTable table = parse_journal(text, path.string(), runs_header, header_from);
+    check_run_rows(table, command);
     for (const auto& row : table.rows) {
-      const std::string& key = row[key_column];
+      const std::string& key = row[0];
       if (const auto existing = recorded.runs.find(key); existing != recorded.runs.end()) {
-        if (stable_cells(headers_of_key[key], existing->second) != stable_cells(table.header, row) &&
+        if (stable_cells(runs_header, existing->second) != stable_cells(runs_header, row) &&
             std::find(recorded.conflicts.begin(), recorded.conflicts.end(), key) == recorded.conflicts.end())
           recorded.conflicts.push_back(key);
         continue;
       }
-      // Stored under the newest header's column order.
       recorded.runs[key] = row;
-      headers_of_key[key] = table.header;
+      file_of_key[key] = path.string();
     }
   }
-  // Rows in another column order (an older plan) are kept by name.
-  for (auto& [key, row] : recorded.runs) {
-    const auto& header = headers_of_key[key];
-    if (header == recorded.header) continue;
-    std::vector<std::string> reordered(recorded.header.size());
-    for (std::size_t i = 0; i < recorded.header.size(); ++i) {
-      const auto found = std::find(header.begin(), header.end(), recorded.header[i]);
-      if (found != header.end()) reordered[i] = row[static_cast<std::size_t>(found - header.begin())];
-    }
-    row = std::move(reordered);
+  // Device rows of runs whose run row was never written are dropped.
+  for (const fs::path& path : device_files) {
+    const std::string text = journal_text(path, recorded.notes);
+    if (text.empty()) continue;
+    const CsvTable table = parse_journal(text, path.string(), devices_columns(), "the columns of devices.csv");
+    check_device_rows(table);
+    std::map<std::string, std::vector<std::vector<std::string>>> in_file;
+    for (const auto& row : table.rows)
+      if (recorded.runs.count(row[0])) in_file[row[0]].push_back(row);
+    for (auto& [key, rows] : in_file) recorded.devices[key] = std::move(rows);
   }
-  for (auto& [key, rows] : devices)
-    if (recorded.runs.count(key)) recorded.devices[key] = std::move(rows);
+  // A run recorded as simulated without its devices lost them: it counts
+  // as not run, and runs again.
+  std::vector<std::string> without_devices;
+  for (auto run = recorded.runs.begin(); run != recorded.runs.end();) {
+    if (has_device_rows(command, run->second[status_column]) && !recorded.devices.count(run->first)) {
+      without_devices.push_back(fmt::format("{} ({}, in {})", run->first, run->second[2], file_of_key[run->first]));
+      run = recorded.runs.erase(run);
+    } else {
+      ++run;
+    }
+  }
+  if (!without_devices.empty()) {
+    std::string list;
+    for (const std::string& run : without_devices) list += "\n  " + run;
+    recorded.notes.push_back(fmt::format(
+        "{}/shards: {} run{} recorded as simulated {} no device rows in any devices-*.csv journal (rows lost): {} as not run, "
+        "and `sweep run` runs {} again:{}",
+        dir, without_devices.size(), without_devices.size() == 1 ? "" : "s", without_devices.size() == 1 ? "has" : "have",
+        without_devices.size() == 1 ? "it counts" : "they count", without_devices.size() == 1 ? "it" : "them", list));
+  }
   return recorded;
 }
 
@@ -308,12 +471,12 @@ namespace {
 void drop_orphan_device_rows(const std::string& devices_path, const std::string& runs_path) {
   if (!fs::exists(devices_path)) return;
   const std::string text = read_text_file(devices_path);
-  const std::string_view whole = csv_whole_records(text);
+  const std::string_view whole = whole_lines(text);
   if (whole.empty()) return;
   std::set<std::string> keys;
   if (fs::exists(runs_path)) {
     const std::string runs_text = read_text_file(runs_path);
-    const std::string_view runs_whole = csv_whole_records(runs_text);
+    const std::string_view runs_whole = whole_lines(runs_text);
     if (!runs_whole.empty()) {
       const CsvTable runs = parse_csv(runs_whole, runs_path);
       const std::size_t key = runs.require_column("run_key");
@@ -339,9 +502,9 @@ Journal::Journal(const std::string& dir, const Shard& shard, const std::vector<s
   if (error) throw InputError(fmt::format("{}: cannot create: {}", shards.string(), error.message()));
   runs_path_ = (shards / fmt::format("shard-{}-of-{}.csv", shard.index, shard.count)).string();
   const std::string devices_path = (shards / fmt::format("devices-{}-of-{}.csv", shard.index, shard.count)).string();
-  runs_fd_ = open_journal(runs_path_, runs_header);
+  runs_fd_ = open_journal(runs_path_, runs_header, "the columns of this plan");
   drop_orphan_device_rows(devices_path, runs_path_);
-  devices_fd_ = open_journal(devices_path, devices_columns());
+  devices_fd_ = open_journal(devices_path, devices_columns(), "the columns of devices.csv");
 }
 
 Journal::~Journal() {
@@ -349,14 +512,27 @@ Journal::~Journal() {
   if (devices_fd_ >= 0) ::close(devices_fd_);
 }
 
-void Journal::append(const RunRows& rows) {
-  std::string devices;
-  for (const auto& row : rows.devices) devices += csv_record(row);
-  if (!devices.empty()) write_all(devices_fd_, devices, runs_path_);
-  write_all(runs_fd_, csv_record(rows.run), runs_path_);
+namespace {
+
+/// A journal record: its cells with every line break made a space, so that
+/// each record is one line and a torn one is the text after the last.
+std::string journal_record(std::vector<std::string> cells) {
+  for (std::string& cell : cells) std::replace_if(cell.begin(), cell.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+  return csv_record(cells);
 }
 
-MergeResult merge_results(const std::string& dir) {
+}  // namespace
+
+void Journal::append(const RunRows& rows) {
+  std::string devices;
+  for (const auto& row : rows.devices) devices += journal_record(row);
+  if (!devices.empty()) write_all(devices_fd_, devices, runs_path_);
+  write_all(runs_fd_, journal_record(rows.run), runs_path_);
+}
+
+namespace {
+
+nlohmann::json read_manifest(const std::string& dir) {
   const fs::path manifest_path = fs::path(dir) / "manifest.json";
   if (!fs::exists(manifest_path))
     throw InputError(fmt::format("{}: no manifest.json: not the output folder of `pipegrid sweep run`", dir));
@@ -366,7 +542,26 @@ MergeResult merge_results(const std::string& dir) {
   } catch (const nlohmann::json::exception& error) {
     throw InputError(fmt::format("{}: not valid JSON: {}", manifest_path.string(), error.what()));
   }
-  const RecordedRuns recorded = read_recorded_runs(dir, false);
+  const auto columns = manifest.find("columns");
+  if (!manifest.is_object() || columns == manifest.end() || !columns->is_array() ||
+      !std::all_of(columns->begin(), columns->end(), [](const nlohmann::json& name) { return name.is_string(); }))
+    throw InputError(fmt::format("{}: no \"columns\" list of names: not a manifest of `pipegrid sweep run`", manifest_path.string()));
+  return manifest;
+}
+
+RecordedRuns recorded_runs_of(const std::string& dir, const nlohmann::json& manifest) {
+  const std::string command = manifest.contains("command") && manifest["command"].is_string() ? manifest["command"].get<std::string>() : "simulate";
+  return read_recorded_runs(dir, manifest.at("columns").get<std::vector<std::string>>(), command,
+                            fmt::format("the columns of {}", (fs::path(dir) / "manifest.json").string()));
+}
+
+}  // namespace
+
+RecordedRuns read_recorded_runs(const std::string& dir) { return recorded_runs_of(dir, read_manifest(dir)); }
+
+MergeResult merge_results(const std::string& dir) {
+  const nlohmann::json manifest = read_manifest(dir);
+  const RecordedRuns recorded = recorded_runs_of(dir, manifest);
   if (!recorded.conflicts.empty()) {
     std::string keys;
     for (const std::string& key : recorded.conflicts) keys += (keys.empty() ? "" : ", ") + key;
@@ -385,6 +580,7 @@ MergeResult merge_results(const std::string& dir) {
   }
   std::string runs = csv_record(header), devices = csv_record(devices_columns());
   MergeResult result;
+  result.notes = recorded.notes;
   for (const nlohmann::json& run : manifest.at("plan")) {
     const std::string key = run.at("key");
     const auto found = recorded.runs.find(key);

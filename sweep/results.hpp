@@ -32,6 +32,12 @@ const std::vector<std::string>& devices_columns();
 std::vector<std::string> metric_header(const ExperimentPlan& plan);
 /// The whole header of runs.csv for a plan.
 std::vector<std::string> runs_header(const ExperimentPlan& plan);
+/// The names a label may not take: the fixed columns of runs.csv
+/// (run_key, run_index, label, status, reason, the volatile columns) and of
+/// devices.csv, every command's metric columns, and those with "_result".
+bool is_reserved_column(const std::string& name);
+/// The reserved names as a message lists them.
+std::string reserved_column_list();
 
 /// Metric cells (and device rows, without their run_key) from the
 /// command's JSON; an out-of-memory run keeps all of them.
@@ -51,18 +57,38 @@ RunRows rows_of(const ExperimentPlan& plan, const PlannedRun& run, const RunOutc
                 const std::string& finished_at, const std::string& version);
 
 /// Rows already recorded in a results folder (every journal in shards/),
-/// by run key. A torn last line is cut off the file it was in.
+/// by run key. Reading changes no file.
+///
+/// Every run journal's header must be `runs_header` and every device
+/// journal's devices_columns(); a row's status one of ok, oom, infeasible,
+/// error, timeout, crashed; a numeric metric or device cell empty or a
+/// number that is not negative (`inf` and `nan` are numbers). Anything else,
+/// and any line that is not CSV with the header's number of fields, is an
+/// InputError naming the journal, the line and the column (`header_from`
+/// names where `runs_header` comes from). The one exception is a journal's
+/// torn last line (no line break at its end: a kill in the middle of a
+/// write): it is ignored, with a note. A simulate run recorded `ok` or
+/// `oom` without device rows (they were lost) is left out, as not run,
+/// with a note naming it.
 struct RecordedRuns {
-  std::vector<std::string> header;  ///< of the journals (the newest plan's)
+  std::vector<std::string> header;  ///< runs_header: every run journal's
   std::map<std::string, std::vector<std::string>> runs;                  ///< by key
   std::map<std::string, std::vector<std::vector<std::string>>> devices;  ///< by key
   std::vector<std::string> conflicts;  ///< keys with two different non-volatile results
+  std::vector<std::string> notes;      ///< torn last lines ignored, runs without their device rows
 };
-RecordedRuns read_recorded_runs(const std::string& dir, bool repair_torn_lines);
+RecordedRuns read_recorded_runs(const std::string& dir, const std::vector<std::string>& runs_header, const std::string& command,
+                                const std::string& header_from);
+/// The same, with the columns and command of DIR/manifest.json (InputError
+/// when it is missing or not a manifest).
+RecordedRuns read_recorded_runs(const std::string& dir);
 
 /** Appends whole lines to the shard's journals (one write() per line;
- *  devices first, then the run, so a run row means its devices are in).
- *  Creates the folder and headers as needed. */
+ *  devices first, then the run, so a run row means its devices are in; a
+ *  line break in a cell is written as a space, so a record is one line).
+ *  Creates the folder and headers as needed, cuts a torn last line off the
+ *  shard's journals, and refuses (InputError) a journal whose header is not
+ *  `runs_header` (or devices_columns()). */
 class Journal {
  public:
   Journal(const std::string& dir, const Shard& shard, const std::vector<std::string>& runs_header);
@@ -83,6 +109,7 @@ class Journal {
 struct MergeResult {
   std::vector<std::string> missing_labels;
   int rows = 0;
+  std::vector<std::string> notes;  ///< read_recorded_runs's
 };
 MergeResult merge_results(const std::string& dir);
 

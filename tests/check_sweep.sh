@@ -4,7 +4,7 @@
 # auto under Slurm and Open MPI variables, and under a real mpirun), the
 # statuses of runs and the exit statuses of the commands.
 # Usage: check_sweep.sh PIPEGRID ROOT SCENARIO
-#   SCENARIO: golden | resume | shards | mpirun | statuses
+#   SCENARIO: golden | resume | shards | mpirun | statuses | slurm
 # Inputs and goldens: tests/data/sweep-e2e/ (a sweep of 18 runs of a few ms
 # each: ok, oom and infeasible rows) and tests/data/sweep-statuses/.
 # Goldens of runs.csv leave out the volatile columns (sim_wall_s, shard,
@@ -102,6 +102,135 @@ golden)
   expect_status "slurm --shards 0" 2 "$PIPEGRID" sweep slurm "$E2E/experiment.toml" --out r --shards 0
   ;;
 
+slurm)
+  # sweep slurm: what comes from the file or a flag is refused (control
+  # characters, a bad --time, more tasks than runs) or quoted; the script,
+  # run with a stub pipegrid that records its arguments, runs nothing else
+  # and keeps every #SBATCH directive; run with the real pipegrid, task by
+  # task and resubmitted tasks apart, it gives the golden results.
+  mkdir bin work
+  printf '%s\n' '#!/bin/bash' 'printf "%s\0" "$@" >"$STUB_ARGV"' >bin/pipegrid
+  chmod +x bin/pipegrid
+  common=$ROOT/tests/data/common
+  # experiment FILE NAME_TOML: an experiment of 4 runs whose name key is NAME_TOML (none when empty).
+  experiment() {
+    { echo "schema = 1"; [ -n "$2" ] && echo "name = $2"
+      printf '[defaults]\nprofile = "%s"\nplatform = "%s"\nschedule = "gpipe"\n' "$common/tiny.json" "$common/chain2-latency.xml"
+      printf '[[axis]]\nname = "micro_batches"\nvalues = [1, 2, 3, 4]\n'; } >"$1"
+  }
+  # Refused, exit 2, no script: control characters in the name (the case
+  # from the robustness campaign, a tab, DEL), in a path, in --time.
+  experiment newline.toml '"evil\ntouch PWNED\n#"'
+  expect_status "slurm, a newline in name" 2 "$PIPEGRID" sweep slurm newline.toml --out r --shards 2
+  stderr_has "the name key is named with its line" "newline.toml:2: name: expected no control characters"
+  stderr_has "the name is shown escaped" "found byte 0x0a in 'evil\ntouch PWNED\n#'"
+  [ -s "$scratch/out.txt" ] && fail "a refused name printed a script"
+  experiment tab.toml '"a\tb"'
+  expect_status "slurm, a tab in name" 2 "$PIPEGRID" sweep slurm tab.toml --out r --shards 2
+  experiment del.toml '"a\u007fb"'
+  expect_status "slurm, DEL in name" 2 "$PIPEGRID" sweep slurm del.toml --out r --shards 2
+  experiment $'line\nbreak.toml' ""
+  expect_status "slurm, a newline in the file name (the name without a name key)" 2 "$PIPEGRID" sweep slurm $'line\nbreak.toml' \
+    --out r --shards 2
+  experiment ok.toml '"ok"'
+  expect_status "slurm, a newline in --out" 2 "$PIPEGRID" sweep slurm ok.toml --out $'r\ntouch PWNED' --shards 2
+  stderr_has "--out is named" "--out: expected no control characters"
+  expect_status "slurm, a backslash in --out" 2 "$PIPEGRID" sweep slurm ok.toml --out 'r\s' --shards 2
+  expect_status "slurm, a newline in --time" 2 "$PIPEGRID" sweep slurm ok.toml --out r --shards 2 --time $'1:00:00\necho injected'
+  stderr_has "--time is shown escaped" "found '1:00:00\necho injected'"
+  for time in 99:99:99 1:60 60:00:60 1-24 1-23:60 1-1:1:60 1:2:3:4 -1 1- :30 x '1:00:00 x' '' 123456789; do
+    expect_status "slurm --time '$time'" 2 "$PIPEGRID" sweep slurm ok.toml --out r --shards 2 --time "$time"
+  done
+  stderr_has "--time states the rule" "--time: expected a Slurm time limit, MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+  for time in 90 90:30 48:00:00 0:59:59 2-0 2-23:59 2-23:59:59 UNLIMITED; do
+    expect_status "slurm --time '$time'" 0 "$PIPEGRID" sweep slurm ok.toml --out r --shards 2 --time "$time"
+  done
+  expect_status "slurm, more tasks than runs" 2 "$PIPEGRID" sweep slurm ok.toml --out r --shards 5
+  stderr_has "--shards names the runs" "--shards: expected at most 4 (the runs of ok.toml"
+  expect_status "slurm --shards 1000000000" 2 "$PIPEGRID" sweep slurm ok.toml --out r --shards 1000000000
+  stderr_has "--shards states the cap" "--shards: expected an integer from 1 to 1000000, found 1000000000"
+  expect_status "slurm --cpus 0" 2 "$PIPEGRID" sweep slurm ok.toml --out r --shards 2 --cpus 0
+  [ -e r ] && fail "slurm created its --out folder"
+
+  # Accepted, quoted: shell and sbatch syntax in the name, the paths and --where.
+  hostile=$'$(touch PWNED) `touch PWNED` "dq" \'sq\' ; touch PWNED # %A 50% &'  # no backslash: refused in --out
+  mkdir "work/$hostile"
+  file="$scratch/work/$hostile/exp.toml" out="$scratch/work/$hostile/out"
+  experiment "$file" '"x $(touch PWNED) `touch PWNED` \"dq\" '"'sq'"' ; touch PWNED # %A 50% \\ &"'
+  where="micro_batches >= 1 or '\$(touch PWNED) \`touch PWNED\` ; \" #' == ''"
+  expect_status "slurm, hostile name, paths and --where" 0 "$PIPEGRID" sweep slurm "$file" --out "$out" --shards 4 --cpus 3 \
+    --time 2-23:59:59 --where "$where"
+  cp "$scratch/out.txt" job.sh
+  bash -n job.sh && ok "the script parses" || fail "bash -n job.sh"
+  name=$'x $(touch PWNED) `touch PWNED` "dq" \'sq\' ; touch PWNED # %A 50% \\ &'
+  # sbatch_words MODE LINE: the arguments sbatch reads from an #SBATCH line,
+  # one a line: blanks split, a backslash escapes, an unquoted '#' starts a
+  # comment; MODE new: both quotes group; old (before Slurm 17.11): only '"'
+  # groups, and '#' starts a comment even inside it.
+  sbatch_words() {
+    local mode=$1 line=${2#\#SBATCH} word="" quote="" escape=0 started=0 c i
+    for ((i = 0; i < ${#line}; i++)); do
+      c=${line:i:1}
+      if ((escape)); then word+=$c; escape=0
+      elif [[ $c == '\' ]]; then escape=1; started=1
+      elif [[ -n $quote && $c == "$quote" ]]; then quote=""
+      elif [[ $c == '#' && ( -z $quote || $mode == old ) ]]; then break
+      elif [[ -n $quote ]]; then word+=$c
+      elif [[ $c == '"' || ( $c == "'" && $mode == new ) ]]; then quote=$c; started=1
+      elif [[ $c == ' ' || $c == $'\t' ]]; then ((started)) && printf '%s\n' "$word"; word="" started=0
+      else word+=$c; started=1
+      fi
+    done
+    [[ -n $quote ]] && echo "(unmatched $quote)"
+    ((started)) && printf '%s\n' "$word"
+  }
+  log_pattern="${out//%/%%}/slurm-%A_%a.log"
+  expected=("--job-name=pipegrid-$name" "--array=0-3" "--cpus-per-task=3" "--time=2-23:59:59" "--output=$log_pattern")
+  directives=()
+  while IFS= read -r line; do
+    case $line in
+    '#SBATCH'*) directives+=("$line") ;;
+    '#'* | '') ;;
+    *) break ;;  # sbatch reads no #SBATCH line past the first command
+    esac
+  done <job.sh
+  [ "${#directives[@]}" = 5 ] && [ "$(grep -c '^#SBATCH' job.sh)" = 5 ] && ok "5 #SBATCH lines, all before the first command" ||
+    { fail "#SBATCH lines: ${#directives[@]} before the first command"; cat job.sh; }
+  for i in 0 1 2 3 4; do
+    for mode in new old; do
+      [ "$(sbatch_words $mode "${directives[i]}")" = "${expected[i]}" ] && ok "sbatch ($mode) reads ${expected[i]%%=*} intact" ||
+        fail "sbatch ($mode) reads '$(sbatch_words $mode "${directives[i]}")' from '${directives[i]}', expected '${expected[i]}'"
+    done
+  done
+  # Run it as task 2 of the array, then as a resubmitted task 3: the stub
+  # gets exactly the arguments, and nothing else runs.
+  for task in 2 3; do
+    (cd work && env -u SLURM_CPUS_PER_TASK SLURM_ARRAY_TASK_ID=$task STUB_ARGV="$scratch/argv$task" PATH="$scratch/bin:$PATH" \
+      bash ../job.sh) >"$scratch/out.txt" 2>"$scratch/err.txt" && ok "task $task ran" || { fail "task $task"; cat "$scratch/err.txt"; }
+    mapfile -d '' -t argv <"$scratch/argv$task"
+    want=(sweep run "$file" --out "$out" --shard "$task/4" --jobs 3 --where "$where")
+    [ "${argv[*]@Q}" = "${want[*]@Q}" ] && ok "task $task: pipegrid got its arguments intact" ||
+      fail "task $task: pipegrid got ${argv[*]@Q}, expected ${want[*]@Q}"
+  done
+  [ -n "$(find "$scratch" -name PWNED)" ] && fail "the script ran an injected command" || ok "no injected command ran"
+
+  # The golden sweep through the script and the real pipegrid: tasks 0 and 2,
+  # then 1 and 3 as a resubmission (sbatch --array=1,3 sets no MIN of 0).
+  ln -s "$(command -v "$PIPEGRID")" bin/real-pipegrid
+  printf '%s\n' '#!/bin/bash' 'exec "$(dirname "$0")/real-pipegrid" "$@"' >bin/pipegrid
+  expect_status "slurm, the e2e sweep" 0 "$PIPEGRID" sweep slurm "$E2E/experiment.toml" --out "$scratch/results" --shards 4 --cpus 2
+  cp "$scratch/out.txt" e2e.sh
+  for task in 0 2 1 3; do
+    min=$((task % 2))
+    env SLURM_ARRAY_TASK_ID=$task SLURM_ARRAY_TASK_MIN=$min SLURM_ARRAY_TASK_MAX=$((min + 2)) SLURM_ARRAY_TASK_STEP=2 \
+      SLURM_ARRAY_TASK_COUNT=2 PATH="$scratch/bin:$PATH" bash e2e.sh >"task$task.out" 2>"task$task.err" &&
+      ok "e2e task $task" || { fail "e2e task $task"; cat "task$task.err"; }
+  done
+  grep -q "in shard 3/4" task3.out && ok "resubmitted task 3 ran shard 3/4" || { fail "task 3 output"; cat task3.out; }
+  expect_status "merge the script's shards" 0 "$PIPEGRID" sweep merge "$scratch/results"
+  check_results "sweep slurm script, tasks 0,2 then 1,3" "$scratch/results"
+  ;;
+
 resume)
   # SIGKILL of the parent once three rows are journalled (two runs may be in
   # flight with --jobs 2: they die with it), then the same command again.
@@ -194,17 +323,37 @@ shards)
   stderr_has "merge counts the missing runs" "6 runs of the plan have no row yet:"
   stderr_has "merge lists a missing run" "chain3-fpga|GPipe|M=4"
 
-  # --shard auto: Slurm array variables (task ids from _MIN), then Open MPI's.
-  for task in 5 6 7; do
-    env -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u SLURM_PROCID -u SLURM_NTASKS \
-      SLURM_ARRAY_TASK_ID=$task SLURM_ARRAY_TASK_MIN=5 SLURM_ARRAY_TASK_COUNT=3 \
-      "$PIPEGRID" sweep run "$E2E/experiment.toml" --out slurm --shard auto --jobs 2 >/dev/null 2>"slurm$task.err" ||
-      { fail "--shard auto, Slurm task $task"; cat "slurm$task.err"; }
+  # --shard auto: Slurm array variables (a task's position in MIN-MAX:STEP),
+  # then Open MPI's. --array=5-7, then --array=0-4:2 (tasks 0, 2, 4).
+  for array in "slurm 5 7 1" "stepped 0 4 2"; do
+    read -r dir min max step <<<"$array"
+    for ((task = min; task <= max; task += step)); do
+      env -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u SLURM_PROCID -u SLURM_NTASKS \
+        SLURM_ARRAY_TASK_ID=$task SLURM_ARRAY_TASK_MIN=$min SLURM_ARRAY_TASK_MAX=$max SLURM_ARRAY_TASK_STEP=$step \
+        SLURM_ARRAY_TASK_COUNT=3 "$PIPEGRID" sweep run "$E2E/experiment.toml" --out "$dir" --shard auto --jobs 2 >/dev/null \
+        2>"$dir$task.err" || { fail "--shard auto, Slurm task $task of $min-$max:$step"; cat "$dir$task.err"; }
+    done
+    [ "$(ls "$dir/shards" | tr '\n' ' ')" = "devices-0-of-3.csv devices-1-of-3.csv devices-2-of-3.csv shard-0-of-3.csv shard-1-of-3.csv shard-2-of-3.csv " ] &&
+      ok "Slurm tasks $min-$max:$step ran shards 0-2 of 3" || fail "Slurm shards: $(ls "$dir/shards" | tr '\n' ' ')"
+    expect_status "merge, Slurm shards of $min-$max:$step" 0 "$PIPEGRID" sweep merge "$dir"
+    check_results "--shard auto under Slurm, $min-$max:$step" "$dir"
   done
-  [ "$(ls slurm/shards | tr '\n' ' ')" = "devices-0-of-3.csv devices-1-of-3.csv devices-2-of-3.csv shard-0-of-3.csv shard-1-of-3.csv shard-2-of-3.csv " ] &&
-    ok "Slurm tasks 5-7 ran shards 0-2 of 3" || fail "Slurm shards: $(ls slurm/shards | tr '\n' ' ')"
-  expect_status "merge, Slurm shards" 0 "$PIPEGRID" sweep merge slurm
-  check_results "--shard auto under Slurm" slurm
+  # An array given as a list (no position), a missing _MIN, a count past the cap.
+  expect_status "--shard auto, Slurm list 1,2,9" 2 env SLURM_ARRAY_TASK_ID=2 SLURM_ARRAY_TASK_MIN=1 SLURM_ARRAY_TASK_MAX=9 \
+    SLURM_ARRAY_TASK_STEP=1 SLURM_ARRAY_TASK_COUNT=3 "$PIPEGRID" sweep run "$E2E/experiment.toml" --out none --shard auto
+  stderr_has "a Slurm list is refused" "the Slurm array is not one range MIN-MAX:STEP of COUNT tasks"
+  expect_status "--shard auto, no SLURM_ARRAY_TASK_MIN" 2 env -u SLURM_ARRAY_TASK_MIN SLURM_ARRAY_TASK_ID=1 SLURM_ARRAY_TASK_COUNT=3 \
+    "$PIPEGRID" sweep run "$E2E/experiment.toml" --out none --shard auto
+  stderr_has "a missing _MIN is named" "SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_MIN is not"
+  expect_status "--shard auto, PMI_SIZE=2^31" 2 env -u SLURM_ARRAY_TASK_ID -u SLURM_PROCID -u OMPI_COMM_WORLD_RANK PMI_RANK=0 \
+    PMI_SIZE=2147483648 "$PIPEGRID" sweep run "$E2E/experiment.toml" --out none --shard auto
+  stderr_has "PMI_SIZE is read without narrowing" "PMI_SIZE='2147483648': expected at most 1000000 shards"
+  expect_status "--shard auto, OMPI_COMM_WORLD_SIZE=2^32+2" 2 env -u SLURM_ARRAY_TASK_ID -u SLURM_PROCID OMPI_COMM_WORLD_RANK=1 \
+    OMPI_COMM_WORLD_SIZE=4294967298 "$PIPEGRID" sweep run "$E2E/experiment.toml" --out none --shard auto
+  stderr_has "OMPI_COMM_WORLD_SIZE is read without narrowing" "OMPI_COMM_WORLD_SIZE='4294967298': expected at most 1000000 shards"
+  expect_status "--shard 0/2000000" 2 "$PIPEGRID" sweep plan "$E2E/experiment.toml" --shard 0/2000000
+  stderr_has "--shard states its cap" "--shard: expected at most 1000000 shards (N), found '0/2000000'"
+  [ -e none ] && fail "a refused --shard auto created its --out folder"
   for rank in 0 1; do
     env -u SLURM_ARRAY_TASK_ID -u SLURM_PROCID OMPI_COMM_WORLD_RANK=$rank OMPI_COMM_WORLD_SIZE=2 \
       "$PIPEGRID" sweep run "$E2E/experiment.toml" --out ompi --shard auto --jobs 2 >/dev/null 2>"ompi$rank.err" ||
@@ -262,6 +411,13 @@ statuses)
   expect_status "run, a typo" 2 "$PIPEGRID" sweep run "$STATUSES/typo.toml" --out typo
   [ -e typo ] && fail "run of a bad file created its --out folder"
   expect_status "run, bad --shard" 2 "$PIPEGRID" sweep run "$STATUSES/experiment.toml" --out bad --shard 3/3
+  expect_status "run, --jobs 0" 2 "$PIPEGRID" sweep run "$STATUSES/experiment.toml" --out bad --jobs 0
+  stderr_has "--jobs 0 states the rule" "--jobs: expected an integer >= 1 (leave it out for every core), found 0"
+  expect_status "run, --jobs -3" 2 "$PIPEGRID" sweep run "$STATUSES/experiment.toml" --out bad --jobs -3
+  for timeout in -1 0 nan inf -inf 1e300; do
+    expect_status "run, --timeout $timeout" 2 "$PIPEGRID" sweep run "$STATUSES/experiment.toml" --out bad --timeout "$timeout"
+    stderr_has "--timeout $timeout states the rule" "--timeout: expected a positive finite number of seconds"
+  done
   expect_status "run, bad --set" 2 "$PIPEGRID" sweep run "$STATUSES/experiment.toml" --out bad --set micro_batches=two
   expect_status "run, unknown --set key" 2 "$PIPEGRID" sweep run "$STATUSES/experiment.toml" --out bad --set netwrok=x
   expect_status "run, no such file" 2 "$PIPEGRID" sweep run "$STATUSES/none.toml" --out bad
@@ -274,6 +430,6 @@ statuses)
   ;;
 
 *)
-  echo "usage: check_sweep.sh PIPEGRID ROOT golden|resume|shards|mpirun|statuses"; exit 2;;
+  echo "usage: check_sweep.sh PIPEGRID ROOT golden|resume|shards|mpirun|statuses|slurm"; exit 2;;
 esac
 exit $failed

@@ -17,6 +17,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -307,6 +308,47 @@ TEST(Simulation, GeneratedPlatformIsAcceptedWithZeroLatency) {
   PlatformCache cache;
   const SimOutcome out = testutil::run_case({"gpipe", 2, 1, 2, 3, 0}, cache);
   EXPECT_NEAR(out.minibatch_time_s, 10, 1e-9 * 10);
+}
+
+TEST(ClosedForms, DataParallelWithRecomputation) {
+  // dp on the two hosts of a latency-only chain (hop SR, 1 TB/s links): replica
+  // 0 runs the ceil(M/2) micro-batches m = 0, 2, ..., each F, then with
+  // --recompute its R (a forward again), then B; the ring all-reduce of the
+  // stage's W weight bytes then runs 2(r - 1) = 2 rounds of W/2 bytes each:
+  //   T = ceil(M/2) (F + B) + 2 (SR + W/(2 x 1e12))               without,
+  //   T = ceil(M/2) (2F + B) + 2 (SR + W/(2 x 1e12))              with.
+  PlatformCache cache;
+  constexpr double kBandwidth = 1e12;
+  for (const double hop : {0.0, 0.5, 1.5})
+    for (const int m : {2, 3, 5, 8})
+      for (const auto& [forward_s, backward_s] : {std::pair{1.0, 2.0}, std::pair{3.0, 1.0}})
+        for (const bool recompute : {false, true}) {
+          ScheduleOptions options;
+          options.num_stages = 1;
+          options.micro_batches = m;
+          options.replicas = {2};
+          options.recompute = recompute;
+          sim::SimulationRequest request;
+          request.platform_file = cache.get(2, DeviceKind::Gpu, hop);
+          request.program = generate_schedule("dp", options);
+          request.stages = testutil::balanced_stages(1, forward_s, backward_s);
+          request.hosts = {{testutil::chain_host(0), testutil::chain_host(1)}};
+          const Timeline timeline = sim::simulate(request).timeline;
+          double start = timeline.records.front().start_s, end = timeline.records.front().end_s;
+          int recomputations = 0;
+          for (const TimelineRecord& record : timeline.records) {
+            start = std::min(start, record.start_s);
+            end = std::max(end, record.end_s);
+            recomputations += record.action == "R";
+          }
+          const int per_replica = (m + 1) / 2;
+          const double all_reduce = 2 * (hop + request.stages[0].weight_bytes / 2 / kBandwidth);
+          const double expected = per_replica * ((recompute ? 2 : 1) * forward_s + backward_s) + all_reduce;
+          EXPECT_TRUE(near(end - start, expected))
+              << "M=" << m << " F=" << forward_s << " B=" << backward_s << " SR=" << hop << " recompute=" << recompute
+              << ": simulated " << end - start << ", closed form " << expected;
+          EXPECT_EQ(recomputations, recompute ? m : 0);
+        }
 }
 
 }  // namespace

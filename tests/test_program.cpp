@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/program.hpp"
+#include "expect_input_error.hpp"
 #include "schedules/beyond.hpp"
 #include "schedules/schedules.hpp"
 
@@ -96,6 +97,38 @@ TEST(ProgramValidator, AllReducesNameBackwardsOfTheirStageOnDistinctDevices) {
     FAIL() << "expected a deadlock";
   } catch (const ProgramError& error) {
     EXPECT_NE(std::string(error.what()).find("0B1 waits for allreduce stage 0 round 0"), std::string::npos) << error.what();
+  }
+}
+
+TEST(ProgramText, AnAllReduceRoundDeclaredTwiceNamesTheFileAndBothLines) {
+  const std::string head =
+      "# pipegrid program: 1 stages, 2 micro-batches, 2 mini-batches\n"
+      "device 0 stage 0 replica 0 stream 0: 0F0 0B0 0F0@1 0B0@1\n"
+      "device 1 stage 0 replica 1 stream 0: 0F1 0B1 0F1@1 0B1@1\n"
+      "allreduce stage 0 round 0: ready 0B0 0B1\n";
+  const std::string error = testutil::input_error_of([&] { parse_program_text(head + "allreduce stage 0 round 0: ready 0B0 0B1\n", "ar.txt"); });
+  EXPECT_CONTAINS(error, "ar.txt:5: allreduce stage 0 round 0 is declared a second time (first on line 4)");
+  // The same round with other backwards, or per-layer, is the same round.
+  const std::string again =
+      testutil::input_error_of([&] { parse_program_text(head + "\nallreduce stage 0 round 0 per-layer: ready 0B0@1 0B1@1\n", "ar.txt"); });
+  EXPECT_CONTAINS(again, "ar.txt:6: allreduce stage 0 round 0 is declared a second time (first on line 4)");
+  // Another round of the stage is fine.
+  EXPECT_NO_THROW(validate_program(parse_program_text(head + "allreduce stage 0 round 1: ready 0B0@1 0B1@1\n", "ar.txt")));
+}
+
+TEST(ProgramValidator, AnAllReduceRoundDeclaredTwiceIsRejected) {
+  ScheduleOptions options;
+  options.micro_batches = 2;
+  options.mini_batches = 2;
+  options.replicas = {2};
+  Program program = generate_schedule("dp", options);
+  ASSERT_EQ(program.all_reduces.size(), 2u);
+  program.all_reduces[1].round = 0;
+  try {
+    validate_program(program);
+    FAIL() << "expected a ProgramError";
+  } catch (const ProgramError& error) {
+    EXPECT_CONTAINS(std::string(error.what()), "allreduce stage 0 round 0 is declared twice");
   }
 }
 

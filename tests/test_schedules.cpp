@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "expect_input_error.hpp"
 #include "schedules/beyond.hpp"
 #include "schedules/schedules.hpp"
 
@@ -78,6 +79,37 @@ TEST(Schedules, FbpHasTwoStreamsAndTheStashCapAsDependencies) {
 TEST(Schedules, RecomputeRunsAForwardRightBeforeEachBackward) {
   const Program program = make("1f1b-sno", 2, 3, 1, true);
   EXPECT_EQ(stream_text(program.devices[0].streams[0]), "0F0 0F1 0R0 0B0 0F2 0R1 0B1 0R2 0B2");
+}
+
+TEST(Schedules, DataParallelRecomputesBeforeEachBackward) {
+  ScheduleOptions options;
+  options.micro_batches = 3;
+  options.mini_batches = 2;
+  options.replicas = {2};
+  options.recompute = true;
+  const Program program = generate_schedule("dp", options);
+  EXPECT_EQ(stream_text(program.devices[0].streams[0]), "0F0 0R0 0B0 0F2 0R2 0B2 0F0@1 0R0@1 0B0@1 0F2@1 0R2@1 0B2@1");
+  EXPECT_EQ(stream_text(program.devices[1].streams[0]), "0F1 0R1 0B1 0F1@1 0R1@1 0B1@1");
+  validate_program(program);
+  // Without --recompute, dp is as before: F then B.
+  options.recompute = false;
+  EXPECT_EQ(stream_text(generate_schedule("dp", options).devices[1].streams[0]), "0F1 0B1 0F1@1 0B1@1");
+}
+
+TEST(Schedules, UpdateIntervalAppliesToPipeDream2BwOnly) {
+  for (const ScheduleInfo& info : schedule_catalog()) {
+    ScheduleOptions options;
+    options.num_stages = info.single_stage ? 1 : 2 * std::max(info.fixed_virtual_stages, 1);
+    options.virtual_stages = std::max(info.fixed_virtual_stages, 1);
+    options.micro_batches = info.flushed ? 4 : 1;
+    options.update_interval = 2;
+    if (info.name == "pipedream-2bw") {
+      EXPECT_NO_THROW(generate_schedule(info.name, options));
+    } else {
+      const std::string error = testutil::input_error_of([&] { generate_schedule(info.name, options); });
+      EXPECT_CONTAINS(error, "--update-interval: applies to pipedream-2bw, not " + info.name);
+    }
+  }
 }
 
 TEST(Schedules, MiniBatchesFollowEachOtherOnEveryDevice) {

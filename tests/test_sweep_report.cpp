@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -479,6 +480,62 @@ TEST(SweepReportSpec, AggregateMustEncloseTheValue) {
 }
 
 // ---------------------------------------------------------------- details
+
+TEST(SweepReport, ARepeatedRowIsRefusedNamingBothLines) {
+  TempOut out("repeated");
+  const std::string runs = slurp(out.path() / "runs.csv");
+  const std::size_t second = runs.find('\n') + 1;
+  const std::string row = runs.substr(second, runs.find('\n', second) + 1 - second);
+  std::ofstream(out.path() / "runs.csv", std::ios::app) << row;
+  const std::string error = input_error_of([&] { write_report(spec_of("[[expect]]\nassert = [\"true\"]\n"), fixture_context(), out.str()); });
+  EXPECT_CONTAINS(error, out.str() + "/runs.csv:26: run_index 0 (run_key ac26faebecf448de) has a row already, at line 2");
+  EXPECT_FALSE(fs::exists(out.path() / "report.md"));
+  // The same label under another run_index: refused too.
+  std::string relabelled = runs + row;
+  relabelled.replace(relabelled.rfind("ac26faebecf448de,0,"), 19, "ac26faebecf448de,99,");
+  std::ofstream(out.path() / "runs.csv", std::ios::trunc) << relabelled;
+  const std::string label = input_error_of([&] { write_report(spec_of("[[expect]]\nassert = [\"true\"]\n"), fixture_context(), out.str()); });
+  EXPECT_CONTAINS(label, "/runs.csv:26: label bapipe-2xv100|GPipe|gpipe|M=4|x (run_key ac26faebecf448de) has a row already, at line 2");
+}
+
+TEST(SweepReport, InfAndNanAreNumbersInExpectsAndTables) {
+  TempOut out("inf");
+  std::string runs = slurp(out.path() / "runs.csv");
+  // Run 0's throughput (80) becomes inf, run 1's nan.
+  runs.replace(runs.find(",3.2,2.88,80,"), 13, ",3.2,2.88,inf,");
+  runs.replace(runs.find(",3.2,2.88,80,"), 13, ",3.2,2.88,nan,");
+  std::ofstream(out.path() / "runs.csv", std::ios::trunc) << runs;
+  const ReportSpec spec = spec_of(R"toml(
+[[table]]
+name = "t"
+rows = ["platform"]
+cols = "system"
+value = "max(throughput_samples_per_s)"
+
+[[expect]]
+where = "run_index == 0"
+assert = ["throughput_samples_per_s > 0", "throughput_samples_per_s > 1e308"]
+
+[[expect]]
+where = "run_index == 1"
+assert = ["throughput_samples_per_s > 0"]
+)toml");
+  const ReportResult result = write_report(spec, fixture_context(), out.str());
+  ASSERT_EQ(result.failures.size(), 1u);  // nan > 0 is false; no type error
+  EXPECT_CONTAINS(result.failures[0], "'throughput_samples_per_s > 0' on run 1");
+  EXPECT_CONTAINS(result.failures[0], "throughput_samples_per_s = nan");
+  EXPECT_CONTAINS(slurp(out.path() / "tables/t.csv"), "inf");
+}
+
+TEST(SweepReportDetail, CellsReadAsNumbers) {
+  using report_detail::infer_value;
+  EXPECT_TRUE(std::isinf(std::get<double>(infer_value("inf"))));
+  EXPECT_LT(std::get<double>(infer_value("-inf")), 0);
+  EXPECT_TRUE(std::isnan(std::get<double>(infer_value("nan"))));
+  EXPECT_EQ(std::get<double>(infer_value("1.5e-05")), 1.5e-05);
+  EXPECT_EQ(std::get<std::string>(infer_value("infinity")), "infinity");
+  EXPECT_FALSE(report_detail::parse_number("inf"));
+}
 
 TEST(SweepReportDetail, PathStemsStayDistinct) {
   CsvTable csv = parse_csv("profile,platform\n../models/a/graph.txt,p/x.xml\n../models/b/graph.txt,q/y.xml\n", "r.csv");
