@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -750,6 +751,24 @@ RunResult run_plan(Plan& plan) {
     result = run_plan_once(plan, platform_file.path(), platform);
   }
   result.warnings = host_warnings;
+  std::vector<std::string> hosts;
+  std::set<std::string> models;
+  for (const auto& replicas : plan.partition.hosts)
+    for (const std::string& host : replicas)
+      if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) {
+        hosts.push_back(host);
+        if (const std::string& model = platform.host(host).device_model; !model.empty()) models.insert(model);
+      }
+  result.utilisation = flops_utilisation(plan.profile, plan.tensor_parallel, plan.recompute, plan.micro_batches,
+                                         result.metrics.minibatch_time_s, hosts, platform, plan.dtype);
+  for (const std::string& model : models)
+    for (const std::string& pass : passes_above_hardware(plan.profile, device_model(model, "device_model"), plan.dtype))
+      result.warnings.push_back("a modelled pass runs above the hardware: " + pass);
+  if (const auto& mfu = result.utilisation.mfu; mfu && *mfu > 1)
+    result.warnings.push_back(fmt::format(
+        "the model FLOPs per second exceed the devices' peak (MFU {:.1f}%, {:.1f} TFLOP/s per GPU): the profile's "
+        "times and its FLOPs cannot both be right",
+        *mfu * 100, *result.utilisation.tflops_per_gpu));
   // A stage whose devices never compute (PipeDream's optimizer can make one
   // of a single 0 s layer): the devices it holds add nothing.
   std::map<int, std::pair<double, std::string>> stage_busy;
@@ -820,6 +839,20 @@ std::vector<std::string> stage_layers_text(const Partition& partition) {
 
 namespace {
 
+// "150.2 TFLOP/s per GPU (model FLOPs) on 32 GPUs: MFU 48.1%, HFU 64.2% of
+// 312 TFLOP/s bf16 peak", or what is missing and why.
+std::string utilisation_text(const FlopsUtilisation& u, const std::string& dtype) {
+  if (!u.tflops_per_gpu) return "n/a: " + u.unavailable;
+  std::string text = fmt::format("{:.4g} TFLOP/s per GPU of model FLOPs on {} GPU{}", *u.tflops_per_gpu, u.gpus,
+                                 u.gpus == 1 ? "" : "s");
+  if (u.mfu)
+    text += fmt::format(": MFU {:.1f}%, HFU {:.1f}% of {:.4g} TFLOP/s {} peak per GPU", *u.mfu * 100, *u.hfu * 100,
+                        *u.peak_flops / u.gpus / 1e12, dtype.empty() ? "fp32" : dtype);
+  else
+    text += fmt::format(" (MFU n/a: {})", u.unavailable);
+  return text;
+}
+
 std::string stage_list_text(const std::vector<int>& stages) {
   std::string text;
   for (const int stage : stages) text += (text.empty() ? "" : ",") + std::to_string(stage);
@@ -878,6 +911,16 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   document["bubble_fraction"] = m.bubble_fraction;
   document["span_bubble_fraction"] = m.span_bubble_fraction;
   document["bytes_per_sample"] = m.bytes_per_sample;
+  const FlopsUtilisation& u = result.utilisation;
+  auto optional_number = [](const std::optional<double>& value) {
+    return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json();
+  };
+  document["model_flops_per_minibatch"] = optional_number(u.model_flops);
+  document["gpus"] = u.gpus;
+  document["tflops_per_gpu"] = optional_number(u.tflops_per_gpu);
+  document["mfu"] = optional_number(u.mfu);
+  document["hfu"] = optional_number(u.hfu);
+  if (!u.unavailable.empty()) document["utilisation_note"] = u.unavailable;
   if (m.steady_state) {
     const SteadyState& steady = *m.steady_state;
     document["steady_state"] = {{"periodic", steady.periodic},
@@ -954,6 +997,7 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   text += fmt::format("  span bubble       {:.4f} (per device: idle share from its first start to its last end)\n",
                       m.span_bubble_fraction);
   text += fmt::format("  traffic           {} per sample\n", human_bytes(m.bytes_per_sample));
+  text += "  utilisation       " + utilisation_text(result.utilisation, plan.dtype) + "\n";
   if (plan.memory_bytes) text += fmt::format("  memory            {} per device (--memory)\n", human_bytes(*plan.memory_bytes));
   const std::vector<std::string> layers = stage_layers_text(plan.partition);
   std::size_t layers_width = 6;

@@ -14,6 +14,7 @@
 #include "core/program.hpp"
 #include "core/timeline.hpp"
 #include "core/torch_schedule.hpp"
+#include "core/utilisation.hpp"
 #include "schedules/schedules.hpp"
 
 namespace pipegrid::cli {
@@ -116,6 +117,8 @@ struct RunResult {
   Program program;
   Timeline timeline;  ///< memory annotated
   Metrics metrics;
+  /// What the mini-batch time implies: TFLOP/s per GPU, MFU and HFU.
+  FlopsUtilisation utilisation;
   std::vector<std::string> warnings;
 };
 

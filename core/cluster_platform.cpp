@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/device_model.hpp"
 #include "core/error.hpp"
 #include "core/platform.hpp"
 #include "core/platform_check.hpp"
@@ -170,6 +171,13 @@ ClusterSpec cluster_spec_from_options(const std::map<std::string, std::string>& 
     throw InputError(fmt::format("{}: expected a device type name of at most 64 letters, digits, '.', '_', '+' or '-' "
                                  "(such as V100), found '{}'",
                                  what("device"), printable(value("device"))));
+  // A name outside the catalogue is refused at once: generated profiles are
+  // timed by the device's model, and a misspelt name would surface only
+  // later, as layers nobody can time (docs/devices.md, Catalogue).
+  if (!find_device_model(spec.device))
+    throw InputError(fmt::format("{}: unknown device '{}': expected one of the device catalogue's {} "
+                                 "(docs/devices.md)",
+                                 what("device"), spec.device, device_catalogue_names()));
   spec.memory = trimmed(value("memory"));
   if (!(parse_bytes(spec.memory, what("memory")) > 0))
     throw InputError(fmt::format("{}: expected a memory size above 0 (such as 16GiB), found '{}'", what("memory"),

@@ -22,10 +22,20 @@ namespace pipegrid {
 /// (P e_max): linear in s, which is what makes the fit a linear least
 /// squares problem (fit_efficiency).
 struct EfficiencyCurve {
-  double e_max = 1;  ///< efficiency of a very large operation, in (0, 1]
+  double e_max = 1;  ///< efficiency of a very large operation, in (0, 1]: at most the caps below in the catalogue
   double half = 0;   ///< the size at which the efficiency is e_max / 2 (>= 0)
   double at(double size) const { return size <= 0 ? 0 : e_max * size / (size + half); }
 };
+
+/// The highest efficiency a modelled GPU pass reaches, against the peak
+/// compute of its dtype and against the memory bandwidth (docs/devices.md,
+/// "Caps"): the largest GEMMs cuBLAS runs reach about nine tenths of a
+/// datasheet's dense peak, and streaming kernels about nine tenths of its
+/// bandwidth, so no modelled pass runs faster than that. Every curve of the
+/// catalogue's GPUs has e_max at most these (an invariant checked when the
+/// catalogue is built); the fit (fit_time_line's min_slope) holds to them.
+constexpr double kMaxComputeEfficiency = 0.9;
+constexpr double kMaxMemoryEfficiency = 0.9;
 
 /// The operation classes the efficiency depends on (op_class maps a
 /// Layer::op onto one).
@@ -171,19 +181,23 @@ std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSum
  *  people. */
 std::vector<std::string> place_fpga_weights(Profile& profile, const Partition& partition, const PlatformSummary& platform);
 
-/// Least squares fit of t = a x + b n over samples (x, n, t) with a > 0 and
-/// b >= 0 (b is refitted as 0 when the free fit makes it negative), solved
-/// with Eigen. Throws InputError when there are fewer than one sample or
-/// the slope is not positive.
+/// Least squares fit of t = a x + b n over samples (x, n, t) with
+/// a >= min_slope, a > 0 and b >= 0, solved with Eigen: the free fit first;
+/// b refitted as 0 when it comes out negative; when a comes out below
+/// `min_slope` (a rate above a cap: min_slope = 1 / (cap x peak)), a is
+/// held at min_slope and b refitted alone by least squares over the
+/// residuals t - a x (0 when that is negative), and `at_min_slope` is set.
+/// Throws InputError when there are no samples or the slope is not positive.
 struct LinearFit {
   double a = 0, b = 0;
+  bool at_min_slope = false;  ///< the free fit was steeper than allowed: a = min_slope
 };
 struct FitSample {
   double x = 0;  ///< size (FLOPs or bytes), summed over the parts the time covers
   double n = 0;  ///< steps, summed likewise
   double t = 0;  ///< measured seconds
 };
-LinearFit fit_time_line(const std::vector<FitSample>& samples);
+LinearFit fit_time_line(const std::vector<FitSample>& samples, double min_slope = 0);
 /// The efficiency curve of a fitted line at `rate` (peak FLOP/s or bytes/s):
 /// e_max = 1 / (a rate), half = b / a.
 EfficiencyCurve curve_from_fit(const LinearFit& fit, double rate);

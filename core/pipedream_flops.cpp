@@ -305,17 +305,20 @@ void fit_efficiency(const std::vector<PipeDreamModel>& models, double peak_flops
       }
     }
   const int m = static_cast<int>(OpClass::Memory);
-  const EfficiencyCurve memory_forward = curve_from_fit(fit_time_line(forward[m]), bandwidth_Bps);
-  const EfficiencyCurve memory_backward = curve_from_fit(fit_time_line(backward[m]), bandwidth_Bps);
+  // Slopes bounded by the caps: no fitted curve runs faster than them.
+  const double memory_min_slope = 1.0 / (kMaxMemoryEfficiency * bandwidth_Bps);
+  const double compute_min_slope = 1.0 / (kMaxComputeEfficiency * peak_flops);
+  const EfficiencyCurve memory_forward = curve_from_fit(fit_time_line(forward[m], memory_min_slope), bandwidth_Bps);
+  const EfficiencyCurve memory_backward = curve_from_fit(fit_time_line(backward[m], memory_min_slope), bandwidth_Bps);
   for (int c = 0; c < kOpClassCount; ++c) {
     ClassEfficiency& efficiency = out[c];
     efficiency.forward.memory = memory_forward;
     efficiency.backward.memory = memory_backward;
     if (c == m) {
-      efficiency.forward.compute = efficiency.backward.compute = EfficiencyCurve{1, 0};
+      efficiency.forward.compute = efficiency.backward.compute = EfficiencyCurve{kMaxComputeEfficiency, 0};
     } else {
-      efficiency.forward.compute = curve_from_fit(fit_time_line(forward[c]), peak_flops);
-      efficiency.backward.compute = curve_from_fit(fit_time_line(backward[c]), peak_flops);
+      efficiency.forward.compute = curve_from_fit(fit_time_line(forward[c], compute_min_slope), peak_flops);
+      efficiency.backward.compute = curve_from_fit(fit_time_line(backward[c], compute_min_slope), peak_flops);
     }
   }
 }

@@ -78,7 +78,9 @@ Layer node_layer(const PipeDreamNode& node);
  *  bytes); each backward sample sums its I and W parts. Compute curves are
  *  relative to `peak_flops`, memory curves to `bandwidth_Bps`; the compute
  *  classes take the memory class's memory curves, the memory class a
- *  compute curve of e_max 1, half 0. */
+ *  compute curve of e_max kMaxComputeEfficiency, half 0. Every slope is
+ *  bounded by the caps (kMaxComputeEfficiency, kMaxMemoryEfficiency): a
+ *  class whose free fit runs faster is held at its cap, its half refitted. */
 void fit_efficiency(const std::vector<PipeDreamModel>& models, double peak_flops, double bandwidth_Bps,
                     ClassEfficiency (&out)[kOpClassCount]);
 

@@ -172,6 +172,13 @@ TEST(ClusterPlatform, BadValuesNameTheOption) {
   EXPECT_EQ(error_with("memory", "0GiB"), "platform cluster: --memory: expected a memory size above 0 (such as 16GiB), found '0GiB'");
   EXPECT_CONTAINS(error_with("device", "V 100"), "platform cluster: --device: expected a device type name");
   EXPECT_CONTAINS(error_with("device", "<V100>"), "found '<V100>'");
+  // Issue 26: a name outside the device catalogue is refused at once, with the catalogue.
+  EXPECT_EQ(error_with("device", "A100-80GB"),
+            "platform cluster: --device: unknown device 'A100-80GB': expected one of the device catalogue's V100, A100, "
+            "H100, H200, VCU118, VCU129 (docs/devices.md)");
+  EXPECT_EQ(error_with("device", "v100"),
+            "platform cluster: --device: unknown device 'v100': expected one of the device catalogue's V100, A100, "
+            "H100, H200, VCU118, VCU129 (docs/devices.md)");
   EXPECT_EQ(error_with("intra_link", "ring"), "platform cluster: --intra_link: expected per-gpu or shared, found 'ring'");
   EXPECT_CONTAINS(error_with("speed", "fast"), "platform cluster: --speed: expected a speed in flop/s");
   EXPECT_CONTAINS(error_with("speed", "1e30f"), "found '1e30f'");

@@ -153,6 +153,82 @@ TEST(EfficiencyFit, RecoversKnownCoefficientsExactly) {
   EXPECT_CONTAINS(input_error_of([] { fit_time_line({}); }), "no samples");
 }
 
+TEST(EfficiencyFit, ASlopeAboveTheCapIsHeldAtItAndTheInterceptRefitted) {
+  // Samples of a line steeper than allowed: e_max 1.2 at 14 TFLOP/s, half 1e9.
+  const double peak = 14e12, free_a = 1.0 / (peak * 1.2), free_b = 1e9 * free_a;
+  std::vector<FitSample> samples;
+  for (const double x : {1e9, 5e9, 3e10})
+    for (const double n : {1.0, 3.0}) samples.push_back({x, n, free_a * x + free_b * n});
+  const double min_slope = 1.0 / (kMaxComputeEfficiency * peak);
+  const LinearFit fit = fit_time_line(samples, min_slope);
+  EXPECT_TRUE(fit.at_min_slope);
+  expect_relative(fit.a, min_slope);
+  // b = sum n (t - a x) / sum n^2 over the samples (closed form).
+  double numerator = 0, denominator = 0;
+  for (const FitSample& s : samples) {
+    numerator += s.n * (s.t - min_slope * s.x);
+    denominator += s.n * s.n;
+  }
+  const double b = std::max(0.0, numerator / denominator);
+  EXPECT_EQ(fit.b, 0);  // the capped line is above every sample: no intercept is left
+  EXPECT_EQ(b, 0);
+  expect_relative(curve_from_fit(fit, peak).e_max, kMaxComputeEfficiency);
+  // A gentler cap leaves room for an intercept, fitted exactly.
+  const double loose_slope = 1.0 / (1.1 * peak);
+  const LinearFit loose = fit_time_line(samples, loose_slope);
+  EXPECT_TRUE(loose.at_min_slope);
+  numerator = denominator = 0;
+  for (const FitSample& s : samples) {
+    numerator += s.n * (s.t - loose_slope * s.x);
+    denominator += s.n * s.n;
+  }
+  ASSERT_GT(numerator, 0);
+  expect_relative(loose.b, numerator / denominator);
+  // A slope under the cap is the free fit, untouched.
+  const LinearFit free = fit_time_line(samples, 1.0 / (2 * peak));
+  EXPECT_FALSE(free.at_min_slope);
+  expect_relative(free.a, free_a);
+  expect_relative(free.b, free_b);
+}
+
+TEST(DeviceCatalogue, NoModelledPassRunsAboveTheHardware) {
+  // Every catalogue GPU, dtype and operation class: from tiny to huge
+  // passes, FLOPs / time <= peak x cap and bytes / time <= bandwidth x cap.
+  for (const DeviceModel& device : device_catalogue()) {
+    if (device.kind != DeviceKind::Gpu) continue;
+    for (const ClassEfficiency& curves : device.efficiency)
+      for (const PassEfficiency* pass : {&curves.forward, &curves.backward}) {
+        EXPECT_LE(pass->compute.e_max, kMaxComputeEfficiency) << device.name;
+        EXPECT_LE(pass->memory.e_max, kMaxMemoryEfficiency) << device.name;
+      }
+    for (const char* dtype : {"fp32", "fp16", "bf16"}) {
+      if (std::string(dtype) == "bf16" && device.peak_bf16_flops <= 0) continue;
+      const double peak = device.peak_flops(dtype);
+      for (const char* op : {"conv2d", "linear", "transformer", "lstm", "norm", "embedding"})
+        for (const double flops : {1e6, 1e9, 1e12, 1e15, 1e18})
+          for (const double bytes : {1e3, 1e6, 1e9, 1e12}) {
+            Layer layer;
+            layer.name = "probe";
+            layer.op = op;
+            layer.parameter_bytes = 4096;
+            layer.forward_flops = flops;
+            layer.backward_input_flops = flops;
+            layer.backward_weight_flops = flops;
+            layer.bytes_read = bytes / 2;
+            layer.bytes_written = bytes / 2;
+            const LayerTimes times = analytic_layer_times(layer, device, dtype, 8);
+            for (const double seconds : {times.forward_s, *times.backward_input_s, *times.backward_weight_s}) {
+              ASSERT_GT(seconds, 0);
+              EXPECT_LE(flops / seconds, peak * kMaxComputeEfficiency * (1 + 1e-12))
+                  << device.name << " " << dtype << " " << op << " " << flops << " FLOPs";
+              EXPECT_LE(bytes / seconds, device.memory_bandwidth_Bps * kMaxMemoryEfficiency * (1 + 1e-12))
+                  << device.name << " " << dtype << " " << op << " " << bytes << " bytes";
+            }
+          }
+    }
+  }
+}
+
 Profile tiny_profile() {
   Profile profile;
   profile.name = "tiny";
