@@ -47,7 +47,7 @@ struct ExploreOptions {
   int jobs = 0;
   std::string network = "simgrid";
   std::string transfer_rule = "share";
-  std::string optimizer = "sgd";
+  std::string optimizer;  ///< "": default_optimizer of the dtype
   bool json = false;
   bool split_layers = false;
   std::string save_plan;
@@ -184,7 +184,7 @@ void build_candidates(Exploration& exploration, int t) {
     input.platform = platform;
     input.memory_limit_bytes = exploration.memory_limit_bytes;
     input.dtype = exploration.base_plan_at_size.at({size, t}).dtype;
-    input.optimizer = options.optimizer;
+    input.optimizer = exploration.base_plan_at_size.at({size, t}).optimizer;
     return input;
   };
   // PipeDream's memory constraint (its stash formula) describes its own
@@ -350,8 +350,10 @@ CandidateOutcome run_candidate(const Exploration& exploration, const Candidate& 
         outcome.peak_memory_bytes = device.peak_memory_bytes;
         outcome.peak_memory_host = device.host;
       }
-      const std::optional<double> capacity =
+      // What the device may use: its capacity (or --memory) less its reserve.
+      std::optional<double> capacity =
           exploration.memory_limit_bytes ? exploration.memory_limit_bytes : device.memory_capacity_bytes;
+      if (capacity) *capacity -= result.platform.host(device.host).memory_reserve_of(*capacity);
       if (capacity && device.peak_memory_bytes > *capacity) outcome.overflows.push_back({device.host, device.peak_memory_bytes, *capacity});
     }
   } catch (const InputError& error) {
@@ -665,7 +667,8 @@ CLI::App* add_explore_command(CLI::App& app) {
   command->add_option("--network", options.network, "simgrid (default) or analytic");
   command->add_option("--transfer-rule", options.transfer_rule,
                       "share (default) or fifo: how concurrent activations and gradients share the network (as simulate)");
-  command->add_option("--optimizer", options.optimizer, "sgd (default), momentum or adam: optimizer state in memory");
+  command->add_option("--optimizer", options.optimizer,
+                      "sgd, momentum or adam: optimizer state in memory (default: adam for fp16 and bf16, sgd for fp32)");
   command->add_option("--batch-size", options.batch_size, "micro-batch size the profile was measured at (graph.txt)");
   command->add_option("--save-plan", options.save_plan, "write the winner's plan (pipegrid simulate --plan FILE re-runs it)");
   command->add_flag("--json", options.json, "print one JSON object on stdout");
@@ -686,7 +689,7 @@ int run_explore_command() {
   const int jobs = options.jobs > 0 ? options.jobs : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   sim::parse_network_model(options.network);
   sim::parse_transfer_rule(options.transfer_rule);
-  optimizer_copies(options.optimizer);
+  if (!options.optimizer.empty()) optimizer_copies(options.optimizer);
 
   Exploration exploration;
   exploration.graph = read_model_graph(options.profile, options.batch_size);

@@ -34,7 +34,7 @@ struct PartitionOptions {
   std::string cost_model = "released";
   std::string schedule;
   int micro_batches = 0;
-  std::string optimizer = "sgd";
+  std::string optimizer;  ///< "": default_optimizer of the dtype
   std::string dtype;
   std::string output;
   bool json = false;
@@ -98,7 +98,9 @@ CLI::App* add_partition_command(CLI::App& app) {
   command->add_option("--cost-model", options.cost_model, "pipedream: released (default) or paper");
   command->add_option("--schedule", options.schedule, "the schedule the partition is for (memory estimates)");
   command->add_option("--micro-batches", options.micro_batches, "micro-batches per mini-batch (memory estimates)");
-  command->add_option("--optimizer", options.optimizer, "sgd (default), momentum or adam: optimizer state (memory estimates)");
+  command->add_option("--optimizer", options.optimizer,
+                      "sgd, momentum or adam: optimizer state (memory estimates; default: adam for fp16 and bf16, sgd for "
+                      "fp32)");
   command->add_option("--dtype", options.dtype,
                       "fp32, fp16 or bf16: the profile's number format when it states none (memory per parameter)");
   command->add_option("--output", options.output, "write the partition file (read by simulate --partition)");
@@ -142,9 +144,9 @@ int run_partition_command() {
   input.cost_model = options.cost_model;
   input.schedule = options.schedule;
   input.micro_batches = options.micro_batches;
-  optimizer_copies(options.optimizer);  // a clear error for an unknown optimizer
-  input.optimizer = options.optimizer;
+  if (!options.optimizer.empty()) optimizer_copies(options.optimizer);  // a clear error for an unknown optimizer
   input.dtype = run_dtype(input.profile.dtype, options.dtype, options.profile);
+  input.optimizer = options.optimizer.empty() ? default_optimizer(input.dtype) : options.optimizer;
   const PartitionerOutput output = run_partitioner(options.partitioner, input);
 
   if (!options.output.empty()) write_file_atomically(options.output, partition_file_text(output));

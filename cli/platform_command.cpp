@@ -10,6 +10,7 @@
 
 #include "core/cluster_platform.hpp"
 #include "core/io.hpp"
+#include "core/platform.hpp"
 
 namespace pipegrid::cli {
 namespace {
@@ -35,6 +36,10 @@ CLI::App* add_platform_command(CLI::App& app) {
       {"--gpus-per-server", "GPU hosts per server"},
       {"--device", "each host's `device` property (a profile's per-device times), such as V100"},
       {"--memory", "each GPU's memory (bytes, or with a unit: 16GiB, 80GB)"},
+      {"--memory-reserve",
+       fmt::format("what each GPU's process holds besides the model (CUDA context, NCCL buffers, fragmentation): a fraction "
+                   "of --memory in [0, 1) or a size (2GiB); default {} (docs/platforms.md)",
+                   kDefaultClusterMemoryReserve)},
       {"--intra", "between two GPUs of a server: BANDWIDTH[,LATENCY] (150GBps,2us; latency 0 when omitted)"},
       {"--inter", "between GPUs of two servers: BANDWIDTH[,LATENCY] (25Gbps,5us)"},
       {"--intra-link", "per-gpu (default: each GPU its own full-duplex link) or shared (one link per server for all)"},
@@ -51,10 +56,15 @@ int run_platform_command() {
     if (options.cluster->count(flag) > 0) given[flag] = value;
   const ClusterSpec spec = cluster_spec_from_options(given, "platform cluster");
   write_file_atomically(options.output, cluster_platform_xml(spec));
-  std::cout << fmt::format("{}: {} hosts, {} server{} x {} GPU{} (s0-gpu0 ... s{}-gpu{}), device {}, memory {} each\n",
+  const MemoryReserve reserve = parse_memory_reserve(spec.memory_reserve, "--memory-reserve");
+  const std::string reserve_text =
+      reserve.fraction ? fmt::format("{:g}% of it", *reserve.fraction * 100) : spec.memory_reserve;
+  std::cout << fmt::format("{}: {} hosts, {} server{} x {} GPU{} (s0-gpu0 ... s{}-gpu{}), device {}, memory {} each, {} "
+                           "held in reserve{}\n",
                            options.output, spec.servers * spec.gpus_per_server, spec.servers, spec.servers == 1 ? "" : "s",
                            spec.gpus_per_server, spec.gpus_per_server == 1 ? "" : "s", spec.servers - 1,
-                           spec.gpus_per_server - 1, spec.device, spec.memory);
+                           spec.gpus_per_server - 1, spec.device, spec.memory, reserve_text,
+                           options.cluster->count("--memory-reserve") ? "" : " (the default; --memory-reserve)");
   return 0;
 }
 

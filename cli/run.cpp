@@ -292,9 +292,11 @@ Plan make_plan(const PlanRequest& request) {
                                  info.fixed_virtual_stages, info.fixed_virtual_stages == 1 ? "" : "s",
                                  info.fixed_virtual_stages, plan.virtual_stages));
   plan.recompute = request.recompute;
-  optimizer_copies(request.optimizer);
-  plan.optimizer = request.optimizer;
+  if (!request.optimizer.empty()) optimizer_copies(request.optimizer);
   plan.dtype = run_dtype(plan.profile.dtype, request.dtype, request.profile_file);
+  plan.optimizer = request.optimizer.empty() ? default_optimizer(plan.dtype) : request.optimizer;
+  if (request.optimizer.empty() && plan.optimizer != "sgd")
+    plan.optimizer_note = fmt::format("the default for {}; --optimizer sgd or momentum to change", plan.dtype);
   if (request.tensor_parallel < 1 || request.tensor_parallel > kMaxTensorParallel)
     throw InputError(fmt::format("--tensor-parallel: expected hosts per group from 1 to {}, found {}", kMaxTensorParallel,
                                  request.tensor_parallel));
@@ -498,10 +500,22 @@ Plan make_plan(const PlanRequest& request) {
       }
     check_one_device_per_host(plan.partition.hosts, request.partition);
   }
+  // Messages about stages per device name --virtual-stages only to a user
+  // who gave it; otherwise the schedule's own default is the reason.
+  const std::string stages_per_device =
+      request.virtual_stages ? fmt::format("--virtual-stages {}: {} holds {} stages per device", plan.virtual_stages,
+                                           plan.schedule, plan.virtual_stages)
+                             : fmt::format("{} holds {} stages per device", plan.schedule, plan.virtual_stages);
   if (plan.virtual_stages > 1 && (!request.replicas.empty() || !request.partitioner.empty()))
-    throw InputError(fmt::format("--virtual-stages {}: {} holds several stages per device; the partitioners and "
-                                 "--replicas place one: use the uniform partition or a partition file",
-                                 plan.virtual_stages, plan.schedule));
+    throw InputError(fmt::format("{} {}: {}; the partitioners and --replicas place one: use the uniform partition or "
+                                 "a partition file",
+                                 request.replicas.empty() ? "--partitioner" : "--replicas",
+                                 request.replicas.empty() ? request.partitioner : request.replicas, stages_per_device));
+  if (plan.virtual_stages > 1 && plan.partition.num_stages() % plan.virtual_stages != 0)
+    throw InputError(fmt::format("{}: its {} stages do not split into devices of {} stages each; expected a multiple of "
+                                 "{} stages{}",
+                                 stages_per_device, plan.partition.num_stages(), plan.virtual_stages, plan.virtual_stages,
+                                 request.partition == "uniform" ? " (--stages)" : " in the partition"));
   check_stage_placement(plan, request.partition == "uniform" ? "partition" : request.partition);
   // FPGA boards keep their own stages' weights on chip when they fit; the
   // plan then carries the analytic times as the layers' times.
@@ -673,6 +687,8 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
       stages_of_host[host].push_back(s);
       if (plan.memory_bytes) memory.capacity_bytes[host] = *plan.memory_bytes;
       else if (const auto& capacity = platform.host(host).memory_bytes) memory.capacity_bytes[host] = *capacity;
+      if (const auto capacity = memory.capacity_bytes.find(host); capacity != memory.capacity_bytes.end())
+        memory.reserve_bytes[host] = platform.host(host).memory_reserve_of(capacity->second);
     }
   result.metrics = compute_metrics(result.timeline, memory, stages_of_host, plan.mini_batches,
                                    plan.micro_batches * plan.profile.micro_batch_size,
@@ -950,6 +966,7 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
     device["peak_weight_versions"] = d.peak_weight_versions;
     device["peak_memory_bytes"] = d.peak_memory_bytes;
     device["memory_capacity_bytes"] = d.memory_capacity_bytes ? nlohmann::ordered_json(*d.memory_capacity_bytes) : nlohmann::ordered_json();
+    device["memory_reserve_bytes"] = d.memory_reserve_bytes;
     device["oom"] = d.oom;
     devices.push_back(device);
   }
@@ -976,8 +993,9 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   for (const std::string& note : plan.device_model_notes) text += fmt::format("  device model      {}\n", note);
   if (!plan.dtype.empty()) {
     const ParameterBytes bytes = bytes_per_parameter(plan.dtype, plan.optimizer);
-    text += fmt::format("  precision         {}, {}: {} bytes per parameter (weights {} + gradients {}{} + optimizer {})\n",
-                        plan.dtype, plan.optimizer, bytes.total(), bytes.weights, bytes.gradients,
+    text += fmt::format("  precision         {}, {}{}: {} bytes per parameter (weights {} + gradients {}{} + optimizer {})\n",
+                        plan.dtype, plan.optimizer, plan.optimizer_note.empty() ? "" : " (" + plan.optimizer_note + ")",
+                        bytes.total(), bytes.weights, bytes.gradients,
                         bytes.master_weights ? fmt::format(" + fp32 master {}", bytes.master_weights) : "", bytes.optimizer);
   }
   if (plan.tensor_parallel != 1) text += fmt::format("  {}\n", plan.tensor_parallel_note);
@@ -1007,14 +1025,23 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
     stages_width = std::max(stages_width, stage_list_text(d.stages).size());
     layers_width = std::max(layers_width, layers_of(d.stages, layers).size());
   }
-  text += fmt::format("  {:<16} {:>{}} {:<{}} {:>12} {:>7} {:>6} {:>8} {:>12} {:>12}\n", "host", "stage", stages_width, "layers",
-                      layers_width, "busy", "bubble", "stash", "versions", "peak memory", "capacity");
+  // The reserve column only where a host holds memory back (platform
+  // property memory_reserve): out of memory is then peak > capacity - reserve.
+  const bool reserved = std::any_of(m.devices.begin(), m.devices.end(),
+                                    [](const DeviceMetrics& d) { return d.memory_reserve_bytes > 0; });
+  text += fmt::format("  {:<16} {:>{}} {:<{}} {:>12} {:>7} {:>6} {:>8} {:>12} {:>12}{}\n", "host", "stage", stages_width, "layers",
+                      layers_width, "busy", "bubble", "stash", "versions", "peak memory", "capacity",
+                      reserved ? fmt::format(" {:>12}", "reserve") : "");
   for (const DeviceMetrics& d : m.devices)
-    text += fmt::format("  {:<16} {:>{}} {:<{}} {:>12} {:>7.4f} {:>6} {:>8} {:>12} {:>12}{}\n", d.host, stage_list_text(d.stages),
+    text += fmt::format("  {:<16} {:>{}} {:<{}} {:>12} {:>7.4f} {:>6} {:>8} {:>12} {:>12}{}{}\n", d.host, stage_list_text(d.stages),
                         stages_width, layers_of(d.stages, layers), layers_width,
                         human_seconds(d.busy_s), d.bubble_fraction, d.peak_stashed_microbatches, d.peak_weight_versions,
                         human_bytes(d.peak_memory_bytes), d.memory_capacity_bytes ? human_bytes(*d.memory_capacity_bytes) : "unlimited",
-                        d.oom ? "  OUT OF MEMORY" : "");
+                        reserved ? fmt::format(" {:>12}", human_bytes(d.memory_reserve_bytes)) : "",
+                        d.oom ? reserved ? fmt::format("  OUT OF MEMORY (above capacity - reserve, {})",
+                                                       human_bytes(*d.memory_capacity_bytes - d.memory_reserve_bytes))
+                                         : std::string("  OUT OF MEMORY")
+                              : std::string());
   for (const std::string& warning : result.warnings) text += fmt::format("  warning: {}\n", warning);
   return text;
 }

@@ -54,7 +54,9 @@ struct PlanRequest {
   /// (default) or fifo (sim::TransferRule; Plan::transfer_rule).
   std::string transfer_rule = "share";
   bool recompute = false;
-  std::string optimizer = "sgd";
+  /// sgd, momentum or adam; "" when not given: default_optimizer of the
+  /// run's dtype (core/precision.hpp)
+  std::string optimizer;
   bool vertical_sync = false;
   int update_interval = 0;
   double prediction_cost_s_per_byte = 0;

@@ -22,7 +22,8 @@ void add_simulate_input_options(CLI::App& command, PlanRequest& request) {
   command.add_option("--partition", request.partition, "uniform (default) or a partition file");
   command.add_option("--replicas", request.replicas,
                      "replicas per stage, e.g. 3,1: stages take hosts in platform order, layers balanced per replica");
-  command.add_option("--optimizer", request.optimizer, "sgd (default), momentum or adam: optimizer state in memory");
+  command.add_option("--optimizer", request.optimizer,
+                     "sgd, momentum or adam: optimizer state in memory (default: adam for fp16 and bf16, sgd for fp32)");
   command.add_flag("--vertical-sync", request.vertical_sync, "pipedream: every stage uses the input stage's weight version");
   command.add_option("--update-interval", request.update_interval,
                      "pipedream-2bw: mini-batches per weight update (default: the number of stages)");

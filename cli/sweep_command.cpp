@@ -384,8 +384,10 @@ sweep::ChildReport run_child(const ExperimentPlan& plan, const PlannedRun& run, 
     for (const nlohmann::json& device : document.value("devices", nlohmann::json::array()))
       if (device.value("oom", false)) {
         report.status = "oom";
-        report.reason = fmt::format("{} needs {} of {}", device.value("host", "?"), human_bytes(device.value("peak_memory_bytes", 0.0)),
-                                    human_bytes(device.value("memory_capacity_bytes", 0.0)));
+        const double reserve = device.value("memory_reserve_bytes", 0.0);
+        report.reason = fmt::format("{} needs {} of {}{}", device.value("host", "?"), human_bytes(device.value("peak_memory_bytes", 0.0)),
+                                    human_bytes(device.value("memory_capacity_bytes", 0.0) - reserve),
+                                    reserve > 0 ? fmt::format(" ({} held in reserve)", human_bytes(reserve)) : "");
         break;
       }
   } catch (const InfeasibleError& error) {

@@ -119,7 +119,7 @@ double speed_option(const std::string& text, const std::string& what) {
 }  // namespace
 
 const std::vector<std::string>& cluster_option_names() {
-  static const std::vector<std::string> names = {"servers", "gpus_per_server", "device", "memory",
+  static const std::vector<std::string> names = {"servers", "gpus_per_server", "device",     "memory", "memory_reserve",
                                                  "intra",   "inter",           "intra_link", "speed"};
   return names;
 }
@@ -182,6 +182,13 @@ ClusterSpec cluster_spec_from_options(const std::map<std::string, std::string>& 
   if (!(parse_bytes(spec.memory, what("memory")) > 0))
     throw InputError(fmt::format("{}: expected a memory size above 0 (such as 16GiB), found '{}'", what("memory"),
                                  printable(value("memory"))));
+  if (given.count("memory_reserve")) {
+    spec.memory_reserve = trimmed(value("memory_reserve"));
+    const MemoryReserve reserve = parse_memory_reserve(spec.memory_reserve, what("memory_reserve"));
+    if (reserve.bytes && *reserve.bytes >= parse_bytes(spec.memory, what("memory")))
+      throw InputError(fmt::format("{}: expected a reserve below the memory ({}), found '{}'", what("memory_reserve"),
+                                   spec.memory, printable(value("memory_reserve"))));
+  }
   spec.intra = link_option(value("intra"), what("intra"));
   spec.inter = link_option(value("inter"), what("inter"));
   if (given.count("intra_link")) {
@@ -238,6 +245,7 @@ std::string cluster_platform_xml(const ClusterSpec& spec) {
       xml += "        <prop id=\"kind\" value=\"gpu\"/>\n";
       xml += fmt::format("        <prop id=\"device\" value=\"{}\"/>\n", spec.device);
       xml += fmt::format("        <prop id=\"memory\" value=\"{}\"/>\n", spec.memory);
+      xml += fmt::format("        <prop id=\"memory_reserve\" value=\"{}\"/>\n", spec.memory_reserve);
       xml += "      </host>\n";
     }
     const std::string router = fmt::format("s{}-router", s);

@@ -23,11 +23,22 @@ struct ClusterLink {
   double latency_s = 0;
 };
 
+/// The memory a generated cluster's hosts hold back from the model unless
+/// --memory-reserve says otherwise: 5% of each GPU's memory, for what a
+/// training process holds besides its model state and activations (docs/
+/// platforms.md, Memory reserve): the CUDA context (0.3 to 0.6 GiB), NCCL's
+/// communication buffers (about 0.5 to 1 GiB at its default buffer size),
+/// and the caching allocator's fragmentation (a few percent of the peak).
+inline constexpr const char* kDefaultClusterMemoryReserve = "0.05";
+
 struct ClusterSpec {
   int servers = 1;
   int gpus_per_server = 1;
   std::string device;  ///< each host's `device` property (selects a profile's per-device times)
   std::string memory;  ///< each host's `memory` property, as given (parse_bytes reads it)
+  /// each host's `memory_reserve` property, as given (parse_memory_reserve
+  /// reads it): kDefaultClusterMemoryReserve unless stated
+  std::string memory_reserve = kDefaultClusterMemoryReserve;
   ClusterLink intra;   ///< between two GPUs of one server
   ClusterLink inter;   ///< between two GPUs of different servers
   IntraLink intra_link = IntraLink::PerGpu;
@@ -43,7 +54,7 @@ constexpr int kMaxClusterServers = 256;
 constexpr int kMaxClusterGpusPerServer = 64;
 
 /** The option names, without `--` and with '_': servers, gpus_per_server,
- *  device, memory, intra, inter, intra_link, speed. */
+ *  device, memory, memory_reserve, intra, inter, intra_link, speed. */
 const std::vector<std::string>& cluster_option_names();
 
 /** The spec the options give. Keys are the option names with '_' or '-'
@@ -53,6 +64,8 @@ const std::vector<std::string>& cluster_option_names();
  *    kMaxClusterGpusPerServer, kMaxClusterHosts hosts in all);
  *  - device: a name of letters, digits, '.', '_', '+' and '-';
  *  - memory: a size parse_bytes reads ("16GiB"), > 0;
+ *  - memory_reserve: a fraction in [0, 1) or a size below memory
+ *    (parse_memory_reserve; default kDefaultClusterMemoryReserve);
  *  - intra, inter: "BANDWIDTH[,LATENCY]" with SimGrid's units ("25Gbps",
  *    "12GBps", plain numbers: bytes/s; "5us", plain numbers: seconds);
  *    latency 0 when omitted; bandwidth >= 1 B/s, latency <= 1e9 s;
@@ -68,7 +81,7 @@ ClusterSpec cluster_spec_from_options(const std::map<std::string, std::string>& 
 /** The platform XML (SimGrid 4.1), the same text for the same spec:
  *  - a zone `cluster` holding one zone per server, `server0` ...; hosts
  *    `sK-gpuG` in that order (pipeline order), each with properties
- *    kind=gpu, device and memory;
+ *    kind=gpu, device, memory and memory_reserve;
  *  - inside a server (per-gpu): link `sK-gpuG-link` per GPU, full duplex,
  *    intra bandwidth and half the intra latency; GPU a -> b crosses a's link
  *    up and b's down. (shared): one link `sK-bus` with the intra bandwidth

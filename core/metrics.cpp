@@ -618,7 +618,9 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const Host
       device.peak_weight_versions = peak->second;
     if (auto capacity = model.capacity_bytes.find(host); capacity != model.capacity_bytes.end()) {
       device.memory_capacity_bytes = capacity->second;
-      device.oom = device.peak_memory_bytes > capacity->second;
+      if (auto reserve = model.reserve_bytes.find(host); reserve != model.reserve_bytes.end())
+        device.memory_reserve_bytes = reserve->second;
+      device.oom = device.peak_memory_bytes > capacity->second - device.memory_reserve_bytes;
     }
     bubble_sum += device.bubble_fraction;
     span_bubble_sum += device.span_bubble_fraction;

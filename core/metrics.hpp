@@ -41,6 +41,9 @@ struct MemoryModel {
   double resident_weight_factor = 2;
   /// device memory capacity per host; absent = unlimited
   std::map<std::string, double> capacity_bytes;
+  /// what a host's process holds besides the model (HostInfo::memory_reserve_of
+  /// its capacity); absent = 0. Out of memory: peak > capacity - reserve.
+  std::map<std::string, double> reserve_bytes;
 };
 
 /** The stages each host holds: one for a classic pipeline (and each replica
@@ -65,7 +68,8 @@ struct DeviceMetrics {
   int peak_weight_versions = 1;
   double peak_memory_bytes = 0;
   std::optional<double> memory_capacity_bytes;
-  bool oom = false;
+  double memory_reserve_bytes = 0;  ///< held back from the capacity (MemoryModel::reserve_bytes)
+  bool oom = false;  ///< peak_memory_bytes > capacity - reserve
 };
 
 /** Steady state of a schedule that does not flush (docs/semantics.md,

@@ -33,6 +33,9 @@ struct Plan {
   /// network (docs/semantics.md, Transfer rules; sim::TransferRule).
   std::string transfer_rule = "share";
   std::string optimizer = "sgd";     ///< sgd | momentum | adam: 0, 1, 2 weight copies of state
+  /// Why `optimizer` is what it is when the user did not say (default_optimizer
+  /// of the dtype); informative, not written to plan files. "" otherwise.
+  std::string optimizer_note;
   bool vertical_sync = false;        ///< pipedream: every stage uses the input stage's version
   int update_interval = 0;           ///< pipedream-2bw: mini-batches per update (0: the stages)
   double prediction_cost_s_per_byte = 0;  ///< pipeoptim: prediction time per parameter byte

@@ -136,6 +136,24 @@ double parse_duration(const std::string& text, const std::string& what) {
   return parsed->first * scale;
 }
 
+MemoryReserve parse_memory_reserve(const std::string& text, const std::string& what) {
+  MemoryReserve reserve;
+  std::size_t length = 0;
+  const std::optional<double> plain = scan_number(text, &length);
+  if (plain && length == text.size() && *plain >= 0 && *plain < 1) {
+    reserve.fraction = *plain;
+    return reserve;
+  }
+  try {
+    reserve.bytes = parse_bytes(text, what);
+  } catch (const InputError&) {
+    throw InputError(fmt::format("{}: expected a fraction of the memory in [0, 1) (such as 0.05) or a size in bytes "
+                                 "(such as 2GiB), found '{}'",
+                                 what, printable(text)));
+  }
+  return reserve;
+}
+
 HostInfo host_info_from_properties(const std::string& file, const std::string& host,
                                    const std::map<std::string, std::string>& properties) {
   HostInfo info;
@@ -160,6 +178,14 @@ HostInfo host_info_from_properties(const std::string& file, const std::string& h
   }
   if (auto it = properties.find("memory"); it != properties.end())
     info.memory_bytes = parse_bytes(it->second, field("memory"));
+  if (auto it = properties.find("memory_reserve"); it != properties.end()) {
+    const MemoryReserve reserve = parse_memory_reserve(it->second, field("memory_reserve"));
+    info.memory_reserve_bytes = reserve.bytes;
+    info.memory_reserve_fraction = reserve.fraction;
+    if (reserve.bytes && info.memory_bytes && *reserve.bytes >= *info.memory_bytes)
+      throw InputError(fmt::format("{}: expected a reserve below the host's memory ({}), found '{}'",
+                                   field("memory_reserve"), printable(properties.at("memory")), printable(it->second)));
+  }
   if (auto it = properties.find("speed_factor"); it != properties.end()) {
     std::size_t length = 0;
     const std::optional<double> factor = scan_number(it->second, &length);

@@ -27,6 +27,15 @@ struct HostInfo {
   DeviceKind kind = DeviceKind::Gpu;
   Execution execution = Execution::Sync;
   std::optional<double> memory_bytes;  ///< absent: unlimited
+  /// `memory_reserve`: device memory a real process holds besides what the
+  /// model accounts for (CUDA context, communication buffers, the caching
+  /// allocator's fragmentation), out of the capacity: bytes (a size with a
+  /// unit, or a plain number of at least 1), or a fraction of the capacity
+  /// in effect (a plain number in [0, 1)). At most one of the two; neither:
+  /// no reserve. A device is out of memory when its peak exceeds capacity -
+  /// reserve (memory_reserve_of).
+  std::optional<double> memory_reserve_bytes;
+  std::optional<double> memory_reserve_fraction;
   double speed_factor = 1;             ///< compute time = profile time / factor
   /// The host's `device` property (e.g. "VCU129", "V100"): selects per-device
   /// times in a profile. Empty when absent.
@@ -52,6 +61,13 @@ struct HostInfo {
   std::optional<double> optimizer_step_rate_Bps;
   std::optional<double> optimizer_step_overhead_s;
   bool has_optimizer_step() const { return optimizer_step_rate_Bps || optimizer_step_overhead_s; }
+  /// The reserve out of a capacity of `capacity_bytes` (the host's memory,
+  /// or simulate --memory's): the bytes given, or the fraction of it; 0
+  /// without a reserve.
+  double memory_reserve_of(double capacity_bytes) const {
+    if (memory_reserve_bytes) return *memory_reserve_bytes;
+    return memory_reserve_fraction ? *memory_reserve_fraction * capacity_bytes : 0;
+  }
   /// Seconds of one optimizer step over `parameter_bytes` (0 without the term).
   double optimizer_step_s(double parameter_bytes) const {
     return optimizer_step_overhead_s.value_or(0.0) +
@@ -110,6 +126,14 @@ std::optional<double> scan_number(std::string_view text, std::size_t* length);
  *  (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB). Throws InputError using `what`
  *  to name the field. */
 double parse_bytes(const std::string& text, const std::string& what);
+
+/** A host's `memory_reserve` (HostInfo): a plain number in [0, 1) is a
+ *  fraction of the capacity, anything else a size parse_bytes reads.
+ *  Throws InputError using `what` to name the field. */
+struct MemoryReserve {
+  std::optional<double> bytes, fraction;
+};
+MemoryReserve parse_memory_reserve(const std::string& text, const std::string& what);
 
 /** Parses a bandwidth: a plain number of bytes per second or a number with a
  *  SimGrid unit ("10Gbps" = 1.25e9, "1.25GBps", "12GiBps"). Zero, negative

@@ -90,7 +90,7 @@ const std::vector<std::string>& known_host_properties() {
   static const std::vector<std::string> names = {"kind",         "execution",          "memory",
                                                  "speed_factor", "device",             "action_overhead",
                                                  "optimizer_step_rate", "optimizer_step_overhead",
-                                                 "device_model"};
+                                                 "device_model", "memory_reserve"};
   return names;
 }
 

@@ -31,6 +31,10 @@ ParameterBytes bytes_per_parameter(const std::string& dtype, const std::string& 
   return bytes;
 }
 
+std::string default_optimizer(const std::string& dtype) {
+  return dtype == "fp16" || dtype == "bf16" ? "adam" : "sgd";
+}
+
 double resident_weight_factor(const std::string& dtype, const std::string& optimizer) {
   return static_cast<double>(bytes_per_parameter(dtype, optimizer).total()) / dtype_bytes(dtype);
 }

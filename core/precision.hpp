@@ -28,6 +28,12 @@ struct ParameterBytes {
 };
 ParameterBytes bytes_per_parameter(const std::string& dtype, const std::string& optimizer);
 
+/** The optimizer a run keeps state for when none is given: adam for fp16
+ *  and bf16 (mixed-precision training is Adam's: Megatron-LM, NeMo and
+ *  DeepSpeed train with it, 16 bytes per parameter), sgd otherwise (fp32:
+ *  the papers' runs, PipeDream's and BaPipe's, count no optimizer state). */
+std::string default_optimizer(const std::string& dtype);
+
 /** The resident state per byte of weights (a profile's parameter_bytes are
  *  in its dtype): bytes_per_parameter(...).total() / dtype_bytes(dtype).
  *  fp32: sgd 2, momentum 3, adam 4 (weights + gradients + optimizer copies);

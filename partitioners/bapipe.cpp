@@ -999,10 +999,11 @@ PartitionerOutput bapipe_partition(const PartitionerInput& input) {
   const Chain chain(profile, platform, schedule, M, stash_bound, resident_weight_factor(input.dtype, input.optimizer));
   Context context{chain, std::vector<double>(N, kInfinity), T, M, std::vector<bool>(N > 0 ? N - 1 : 0, false)};
   for (int s = 0; s < N; ++s) {
+    // What the stage may use: the capacity less the host's reserve.
     if (input.memory_limit_bytes)
-      context.capacity[s] = *input.memory_limit_bytes;
+      context.capacity[s] = *input.memory_limit_bytes - platform.hosts[s].memory_reserve_of(*input.memory_limit_bytes);
     else if (platform.hosts[s].memory_bytes)
-      context.capacity[s] = *platform.hosts[s].memory_bytes;
+      context.capacity[s] = *platform.hosts[s].memory_bytes - platform.hosts[s].memory_reserve_of(*platform.hosts[s].memory_bytes);
   }
   for (int s = 0; s + 1 < N; ++s)
     context.may_split[s] = input.split_layers || (platform.hosts[s].execution == Execution::Async &&

@@ -132,13 +132,14 @@ const std::vector<std::string>& run_partitioner_names() {
 }
 
 std::optional<double> pipedream_memory_capacity(const PlatformSummary& platform, std::optional<double> memory_limit_bytes) {
-  if (memory_limit_bytes) return memory_limit_bytes;
   std::optional<double> capacity;
   for (const HostInfo& host : platform.hosts) {
-    if (!host.memory_bytes) return std::nullopt;
-    capacity = capacity ? std::min(*capacity, *host.memory_bytes) : *host.memory_bytes;
+    if (!memory_limit_bytes && !host.memory_bytes) return std::nullopt;
+    const double whole = memory_limit_bytes ? *memory_limit_bytes : *host.memory_bytes;
+    const double usable = whole - host.memory_reserve_of(whole);
+    capacity = capacity ? std::min(*capacity, usable) : usable;
   }
-  return capacity;
+  return capacity ? capacity : memory_limit_bytes;
 }
 
 PartitionerOutput partition_for_run(const std::string& name, const RunPartitionInput& input) {

@@ -131,9 +131,10 @@ struct RunPartitionInput {
   std::string optimizer = "sgd";   ///< as PartitionerInput::optimizer
 };
 
-/** The memory pipedream-memory partitions within: `memory_limit_bytes` when
- *  given, else the smallest host `memory` when every host has one; absent
- *  otherwise (explore then does not try pipedream-memory). */
+/** The memory pipedream-memory partitions within: the smallest, over hosts,
+ *  of `memory_limit_bytes` (else the host's `memory`) less the host's
+ *  reserve (HostInfo::memory_reserve_of); absent when no limit is given and
+ *  a host has no `memory` (explore then does not try pipedream-memory). */
 std::optional<double> pipedream_memory_capacity(const PlatformSummary& platform, std::optional<double> memory_limit_bytes);
 
 /** The partition `name` (run_partitioner_names) chooses, exactly as explore

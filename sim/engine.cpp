@@ -1078,6 +1078,8 @@ nlohmann::json summary_to_json(const PlatformSummary& summary) {
                          {"speed_factor", host.speed_factor}, {"device", host.device_type},
                          {"device_model", host.device_model}, {"server", host.server}};
     if (host.memory_bytes) entry["memory_bytes"] = *host.memory_bytes;
+    if (host.memory_reserve_bytes) entry["memory_reserve_bytes"] = *host.memory_reserve_bytes;
+    if (host.memory_reserve_fraction) entry["memory_reserve_fraction"] = *host.memory_reserve_fraction;
     if (host.action_overhead_s > 0) entry["action_overhead_s"] = host.action_overhead_s;
     if (host.optimizer_step_rate_Bps) entry["optimizer_step_rate_Bps"] = *host.optimizer_step_rate_Bps;
     if (host.optimizer_step_overhead_s) entry["optimizer_step_overhead_s"] = *host.optimizer_step_overhead_s;
@@ -1108,6 +1110,9 @@ PlatformSummary summary_from_json(const nlohmann::json& json, const std::string&
     host.device_model = entry.at("device_model");
     host.server = entry.at("server");
     if (entry.contains("memory_bytes")) host.memory_bytes = entry.at("memory_bytes").get<double>();
+    if (entry.contains("memory_reserve_bytes")) host.memory_reserve_bytes = entry.at("memory_reserve_bytes").get<double>();
+    if (entry.contains("memory_reserve_fraction"))
+      host.memory_reserve_fraction = entry.at("memory_reserve_fraction").get<double>();
     if (entry.contains("action_overhead_s")) host.action_overhead_s = entry.at("action_overhead_s").get<double>();
     if (entry.contains("optimizer_step_rate_Bps")) host.optimizer_step_rate_Bps = entry.at("optimizer_step_rate_Bps").get<double>();
     if (entry.contains("optimizer_step_overhead_s"))

@@ -36,11 +36,13 @@ const char* const kTwoByTwoXml = R"XML(<?xml version='1.0'?>
         <prop id="kind" value="gpu"/>
         <prop id="device" value="V100"/>
         <prop id="memory" value="16GiB"/>
+        <prop id="memory_reserve" value="0.05"/>
       </host>
       <host id="s0-gpu1" speed="1Tf">
         <prop id="kind" value="gpu"/>
         <prop id="device" value="V100"/>
         <prop id="memory" value="16GiB"/>
+        <prop id="memory_reserve" value="0.05"/>
       </host>
       <router id="s0-router"/>
       <link id="s0-gpu0-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
@@ -58,11 +60,13 @@ const char* const kTwoByTwoXml = R"XML(<?xml version='1.0'?>
         <prop id="kind" value="gpu"/>
         <prop id="device" value="V100"/>
         <prop id="memory" value="16GiB"/>
+        <prop id="memory_reserve" value="0.05"/>
       </host>
       <host id="s1-gpu1" speed="1Tf">
         <prop id="kind" value="gpu"/>
         <prop id="device" value="V100"/>
         <prop id="memory" value="16GiB"/>
+        <prop id="memory_reserve" value="0.05"/>
       </host>
       <router id="s1-router"/>
       <link id="s1-gpu0-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
@@ -172,6 +176,15 @@ TEST(ClusterPlatform, BadValuesNameTheOption) {
   EXPECT_EQ(error_with("memory", "0GiB"), "platform cluster: --memory: expected a memory size above 0 (such as 16GiB), found '0GiB'");
   EXPECT_CONTAINS(error_with("device", "V 100"), "platform cluster: --device: expected a device type name");
   EXPECT_CONTAINS(error_with("device", "<V100>"), "found '<V100>'");
+  // Issue 26: the memory reserve, a fraction or a size below the memory.
+  EXPECT_EQ(error_with("memory_reserve", "1.5"),
+            "platform cluster: --memory_reserve: expected a fraction of the memory in [0, 1) (such as 0.05) or a size in "
+            "bytes (such as 2GiB), found '1.5'");
+  EXPECT_EQ(error_with("memory_reserve", "-0.1"),
+            "platform cluster: --memory_reserve: expected a fraction of the memory in [0, 1) (such as 0.05) or a size in "
+            "bytes (such as 2GiB), found '-0.1'");
+  EXPECT_EQ(error_with("memory_reserve", "16GiB"),
+            "platform cluster: --memory_reserve: expected a reserve below the memory (16GiB), found '16GiB'");
   // Issue 26: a name outside the device catalogue is refused at once, with the catalogue.
   EXPECT_EQ(error_with("device", "A100-80GB"),
             "platform cluster: --device: unknown device 'A100-80GB': expected one of the device catalogue's V100, A100, "

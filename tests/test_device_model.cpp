@@ -493,5 +493,31 @@ TEST(DeviceModelProperty, DeviceTypeTimesWinOverTheModel) {
   EXPECT_EQ(layer_times_on(layer, host).forward_s, 4);
 }
 
+TEST(MemoryReserve, AFractionOrASizeBelowTheMemory) {
+  const MemoryReserve fraction = parse_memory_reserve("0.05", "r");
+  ASSERT_TRUE(fraction.fraction);
+  EXPECT_FALSE(fraction.bytes);
+  EXPECT_DOUBLE_EQ(*fraction.fraction, 0.05);
+  const MemoryReserve size = parse_memory_reserve("2GiB", "r");
+  ASSERT_TRUE(size.bytes);
+  EXPECT_DOUBLE_EQ(*size.bytes, 2.0 * 1024 * 1024 * 1024);
+  // A plain number of at least 1 is bytes.
+  EXPECT_DOUBLE_EQ(*parse_memory_reserve("1", "r").bytes, 1);
+  EXPECT_EQ(input_error_of([] { parse_memory_reserve("-0.5", "p.xml: host 'g0': property 'memory_reserve'"); }),
+            "p.xml: host 'g0': property 'memory_reserve': expected a fraction of the memory in [0, 1) (such as 0.05) or "
+            "a size in bytes (such as 2GiB), found '-0.5'");
+  const HostInfo host = host_info_from_properties("p.xml", "g0", {{"memory", "80GiB"}, {"memory_reserve", "0.1"}});
+  EXPECT_DOUBLE_EQ(host.memory_reserve_of(80.0 * 1024 * 1024 * 1024), 8.0 * 1024 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(host.memory_reserve_of(10), 1);  // simulate --memory 10: a tenth of it
+  const HostInfo fixed = host_info_from_properties("p.xml", "g0", {{"memory", "80GiB"}, {"memory_reserve", "3GiB"}});
+  EXPECT_DOUBLE_EQ(fixed.memory_reserve_of(10), 3.0 * 1024 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(host_info_from_properties("p.xml", "g0", {{"memory", "80GiB"}}).memory_reserve_of(80), 0);
+  EXPECT_EQ(input_error_of([] {
+              host_info_from_properties("p.xml", "g0", {{"memory", "16GiB"}, {"memory_reserve", "16GiB"}});
+            }),
+            "p.xml: host 'g0': property 'memory_reserve': expected a reserve below the host's memory (16GiB), found "
+            "'16GiB'");
+}
+
 }  // namespace
 }  // namespace pipegrid

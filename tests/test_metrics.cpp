@@ -78,6 +78,23 @@ TEST(Metrics, MemoryCountsWeightsStashesAndReceiveBuffers) {
   EXPECT_DOUBLE_EQ(timeline.records.back().memory_bytes, 20);
 }
 
+TEST(Metrics, OutOfMemoryMeansAboveCapacityLessTheReserve) {
+  // b peaks at 490 (above): a capacity of 500 holds it, a reserve of 10 just
+  // does (490 = 500 - 10), a reserve of 11 does not.
+  for (const auto& [reserve, oom] : std::vector<std::pair<double, bool>>{{0, false}, {10, false}, {11, true}}) {
+    Timeline timeline = gpipe_2x2();
+    MemoryModel model = two_stages();
+    model.capacity_bytes = {{"a", 1000}, {"b", 500}};
+    model.reserve_bytes = {{"b", reserve}};
+    const Metrics metrics = compute_metrics(timeline, model, {{"a", 0}, {"b", 1}}, 1, 8);
+    EXPECT_DOUBLE_EQ(metrics.devices[1].peak_memory_bytes, 490);
+    EXPECT_EQ(metrics.devices[1].memory_reserve_bytes, reserve);
+    EXPECT_EQ(metrics.devices[1].oom, oom) << "reserve " << reserve;
+    EXPECT_EQ(metrics.devices[0].memory_reserve_bytes, 0);
+    EXPECT_FALSE(metrics.devices[0].oom);
+  }
+}
+
 TEST(Metrics, RecomputationKeepsOnlyInputsPlusOneFullStash) {
   Timeline timeline;
   timeline.hosts = {"a"};
