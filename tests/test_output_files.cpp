@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "core/io.hpp"
+#include "fifo_reader.hpp"
 #include "expect_input_error.hpp"
 
 namespace pipegrid {
@@ -49,46 +50,6 @@ class OutputFileSetTest : public ::testing::Test {
     return mknod(path(name).c_str(), S_IFCHR | 0666, makedev(major_number, minor_number)) == 0;
   }
   std::string dir_;
-};
-
-/// Reads a FIFO from a thread, from before its writer opens it until the
-/// writer closes it.
-class FifoReader {
- public:
-  explicit FifoReader(const std::string& path) {
-    // Opened now (non-blocking needs no writer), so that a writer finds it.
-    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
-    EXPECT_GE(fd_, 0) << path;
-    thread_ = std::thread([this] {
-      bool writer_seen = false;
-      for (;;) {
-        pollfd ready{fd_, POLLIN, 0};
-        if (::poll(&ready, 1, -1) < 0) return;
-        char buffer[65536];
-        const ssize_t n = ::read(fd_, buffer, sizeof buffer);
-        if (n > 0) {
-          received_.append(buffer, static_cast<std::size_t>(n));
-          writer_seen = true;
-        } else if (n == 0 && (writer_seen || (ready.revents & POLLHUP))) {
-          return;  // the writer came and went
-        }
-      }
-    });
-  }
-  ~FifoReader() {
-    if (thread_.joinable()) thread_.join();
-    if (fd_ >= 0) ::close(fd_);
-  }
-  /// What the writer wrote, once it has closed the FIFO.
-  std::string received() {
-    thread_.join();
-    return received_;
-  }
-
- private:
-  int fd_ = -1;
-  std::string received_;
-  std::thread thread_;
 };
 
 TEST_F(OutputFileSetTest, CommitWritesEveryFile) {
@@ -283,7 +244,7 @@ TEST_F(OutputFileSetTest, FifoIsWrittenThroughToItsReader) {
   // More than a pipe holds: the writer must block for the reader, not fail.
   std::string content;
   for (int line = 0; content.size() < 1 << 20; ++line) content += "line " + std::to_string(line) + "\n";
-  FifoReader reader(path("fifo"));
+  ::testutil::FifoReader reader(path("fifo"));
   OutputFileSet files;
   files.add(path("fifo"), content);
   files.add(path("a.csv"), "a\n");

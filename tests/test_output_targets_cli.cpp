@@ -22,6 +22,8 @@
 #include <gtest/gtest.h>
 
 #include "core/io.hpp"
+#include "fifo_reader.hpp"
+#include "run_command.hpp"
 
 namespace {
 
@@ -30,16 +32,8 @@ namespace fs = std::filesystem;
 const std::string kBinary = PIPEGRID_BINARY;
 const std::string kCommon = std::string(PIPEGRID_SOURCE_DIR) + "/tests/data/common";
 
-std::string quote(const std::string& word) {
-  std::string quoted = "'";
-  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
+using Result = testutil::CommandResult;
+using testutil::shell_quote;
 
 class OutputTargetsCliTest : public ::testing::Test {
  protected:
@@ -56,19 +50,9 @@ class OutputTargetsCliTest : public ::testing::Test {
   /// Runs pipegrid with `arguments` (a hung run is killed after 120 s and
   /// reads as status 124), stdout and stderr captured.
   Result run(const std::vector<std::string>& arguments) const {
-    std::string line = "timeout -s KILL 120 " + quote(kBinary);
-    for (const std::string& argument : arguments) line += " " + quote(argument);
-    const std::string err = (dir_ / "logs" / "stderr").string();
-    line += " 2>" + quote(err) + " </dev/null";
-    Result result;
-    FILE* pipe = popen(line.c_str(), "r");
-    if (!pipe) return result;
-    char buffer[4096];
-    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) result.out.append(buffer, n);
-    const int status = pclose(pipe);
-    result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    result.err = pipegrid::read_text_file(err);
-    return result;
+    std::vector<std::string> words = {kBinary};
+    words.insert(words.end(), arguments.begin(), arguments.end());
+    return testutil::run_words("timeout -s KILL 120", words, (dir_ / "logs" / "stderr").string());
   }
 
   static std::vector<std::string> platform_to(const std::string& output) {
@@ -88,44 +72,6 @@ class OutputTargetsCliTest : public ::testing::Test {
   }
 
   fs::path dir_;
-};
-
-/// Reads a FIFO from a thread, opened before the writer comes, until the
-/// writer closes it.
-class FifoReader {
- public:
-  explicit FifoReader(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
-    EXPECT_GE(fd_, 0) << path;
-    thread_ = std::thread([this] {
-      bool writer_seen = false;
-      for (;;) {
-        pollfd ready{fd_, POLLIN, 0};
-        if (::poll(&ready, 1, -1) < 0) return;
-        char buffer[65536];
-        const ssize_t n = ::read(fd_, buffer, sizeof buffer);
-        if (n > 0) {
-          received_.append(buffer, static_cast<std::size_t>(n));
-          writer_seen = true;
-        } else if (n == 0 && (writer_seen || (ready.revents & POLLHUP))) {
-          return;
-        }
-      }
-    });
-  }
-  ~FifoReader() {
-    if (thread_.joinable()) thread_.join();
-    if (fd_ >= 0) ::close(fd_);
-  }
-  std::string received() {
-    thread_.join();
-    return received_;
-  }
-
- private:
-  int fd_ = -1;
-  std::string received_;
-  std::thread thread_;
 };
 
 TEST_F(OutputTargetsCliTest, PlatformThroughASymlinkReplacesItsTarget) {
@@ -148,7 +94,7 @@ TEST_F(OutputTargetsCliTest, PlatformThroughADanglingSymlinkCreatesItsTarget) {
 TEST_F(OutputTargetsCliTest, PlatformToAFifoReachesItsReader) {
   const std::string expected = platform_xml();
   ASSERT_EQ(mkfifo(path("fifo").c_str(), 0600), 0);
-  FifoReader reader(path("fifo"));
+  testutil::FifoReader reader(path("fifo"));
   const Result result = run(platform_to(path("fifo")));
   EXPECT_EQ(result.status, 0) << result.err;
   EXPECT_EQ(reader.received(), expected);
@@ -201,7 +147,7 @@ TEST_F(OutputTargetsCliTest, SimulateWritesTheFifoLastAndRollsBackWhenTheDeviceF
   ASSERT_EQ(mkfifo(path("fifo").c_str(), 0600), 0);
   std::vector<std::string> to_fifo = simulate;
   to_fifo.push_back(path("fifo"));
-  FifoReader reader(path("fifo"));
+  testutil::FifoReader reader(path("fifo"));
   const Result written = run(to_fifo);
   EXPECT_EQ(written.status, 0) << written.err;
   EXPECT_NE(reader.received().find("<svg"), std::string::npos);
@@ -228,9 +174,9 @@ TEST_F(OutputTargetsCliTest, FolderAndSymlinkLoopAreRefused) {
 // it is kept (a rename onto the file would lose it).
 TEST_F(OutputTargetsCliTest, StandardOutputRedirectedToAFileKeepsEverything) {
   const std::string file = path("stdout.txt");
-  std::string line = "timeout -s KILL 120 " + quote(kBinary);
-  for (const std::string& argument : platform_to("/dev/stdout")) line += " " + quote(argument);
-  line += " >" + quote(file) + " 2>/dev/null </dev/null";
+  std::string line = "timeout -s KILL 120 " + shell_quote(kBinary);
+  for (const std::string& argument : platform_to("/dev/stdout")) line += " " + shell_quote(argument);
+  line += " >" + shell_quote(file) + " 2>/dev/null </dev/null";
   const int status = std::system(line.c_str());
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << line;
   const std::string text = pipegrid::read_text_file(file);

@@ -22,6 +22,7 @@
 
 #include "core/io.hpp"
 #include "sweep/csv.hpp"
+#include "run_command.hpp"
 
 namespace {
 
@@ -30,32 +31,12 @@ namespace fs = std::filesystem;
 const std::string kBinary = PIPEGRID_BINARY;
 const std::string kCase = std::string(PIPEGRID_SOURCE_DIR) + "/tests/data/sweep-e2e";
 
-std::string quote(const std::string& word) {
-  std::string quoted = "'";
-  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
+using Result = testutil::CommandResult;
+using testutil::shell_quote;
 
 /// Runs `words` (shell-quoted) with stdout and stderr captured.
 Result run_command(const std::vector<std::string>& words, const fs::path& scratch) {
-  std::string line;
-  for (const std::string& word : words) line += quote(word) + " ";
-  const fs::path err = scratch / "stderr.txt";
-  line += "2>" + quote(err.string());
-  Result result;
-  FILE* pipe = popen(line.c_str(), "r");
-  if (!pipe) return result;
-  char buffer[4096];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) result.out.append(buffer, n);
-  const int status = pclose(pipe);
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.err = pipegrid::read_text_file(err.string());
-  return result;
+  return testutil::run_words("", words, (scratch / "stderr.txt").string());
 }
 
 double number(const std::string& cell) {
