@@ -345,6 +345,8 @@ CandidateOutcome run_candidate(const Exploration& exploration, const Candidate& 
     outcome.throughput_samples_per_s = result.metrics.throughput_samples_per_s;
     outcome.minibatch_time_s = result.metrics.minibatch_time_s;
     outcome.bubble_fraction = result.metrics.bubble_fraction;
+    outcome.tflops_per_gpu = result.utilisation.tflops_per_gpu;
+    outcome.mfu = result.utilisation.mfu;
     for (const DeviceMetrics& device : result.metrics.devices) {
       if (device.peak_memory_bytes > outcome.peak_memory_bytes) {
         outcome.peak_memory_bytes = device.peak_memory_bytes;
@@ -377,6 +379,8 @@ nlohmann::json outcome_to_json(const CandidateOutcome& outcome) {
   document["throughput"] = outcome.throughput_samples_per_s;
   document["minibatch_time"] = outcome.minibatch_time_s;
   document["bubble"] = outcome.bubble_fraction;
+  document["tflops_per_gpu"] = outcome.tflops_per_gpu ? nlohmann::json(*outcome.tflops_per_gpu) : nlohmann::json();
+  document["mfu"] = outcome.mfu ? nlohmann::json(*outcome.mfu) : nlohmann::json();
   document["peak_memory"] = outcome.peak_memory_bytes;
   document["peak_memory_host"] = outcome.peak_memory_host;
   document["overflows"] = nlohmann::json::array();
@@ -401,6 +405,8 @@ CandidateOutcome outcome_from_json(const nlohmann::json& document) {
   outcome.throughput_samples_per_s = document.at("throughput");
   outcome.minibatch_time_s = document.at("minibatch_time");
   outcome.bubble_fraction = document.at("bubble");
+  if (!document.at("tflops_per_gpu").is_null()) outcome.tflops_per_gpu = document.at("tflops_per_gpu").get<double>();
+  if (!document.at("mfu").is_null()) outcome.mfu = document.at("mfu").get<double>();
   outcome.peak_memory_bytes = document.at("peak_memory");
   outcome.peak_memory_host = document.at("peak_memory_host");
   for (const auto& overflow : document.at("overflows")) outcome.overflows.push_back({overflow[0], overflow[1], overflow[2]});
@@ -556,12 +562,15 @@ std::string table(const std::vector<CandidateOutcome>& outcomes, const std::vect
   std::string tp = "tp";  // the row's tensor-parallel cell
   const auto row = [&](const std::string& rank, const std::string& schedule, const std::string& m, const std::string& micro,
                        const std::string& partition, const std::string& replicas, const std::string& throughput,
-                       const std::string& time, const std::string& bubble, const std::string& memory, const std::string& verdict) {
-    return fmt::format("{:>4}  {:<{}} {:>4} {:>6}  {:<{}}  {:<{}}{} {:>10} {:>11} {:>6} {:>11}  {}\n", rank, schedule, schedule_width, m,
-                       micro, partition, partition_width, replicas, replicas_width,
-                       tensor_parallel ? fmt::format(" {:>3}", tp) : std::string(), throughput, time, bubble, memory, verdict);
+                       const std::string& time, const std::string& bubble, const std::string& mfu, const std::string& memory,
+                       const std::string& verdict) {
+    return fmt::format("{:>4}  {:<{}} {:>4} {:>6}  {:<{}}  {:<{}}{} {:>10} {:>11} {:>6} {:>6} {:>11}  {}\n", rank, schedule,
+                       schedule_width, m, micro, partition, partition_width, replicas, replicas_width,
+                       tensor_parallel ? fmt::format(" {:>3}", tp) : std::string(), throughput, time, bubble, mfu, memory,
+                       verdict);
   };
-  std::string text = row("rank", "schedule", "M", "micro", "partition", "replicas", "samples/s", "mini-batch", "bubble", "peak mem", "verdict");
+  std::string text = row("rank", "schedule", "M", "micro", "partition", "replicas", "samples/s", "mini-batch", "bubble", "MFU",
+                         "peak mem", "verdict");
   for (const RankedCandidate& entry : ranking) {
     const CandidateOutcome& o = outcomes[entry.index];
     const bool ran = !o.error;
@@ -569,7 +578,9 @@ std::string table(const std::vector<CandidateOutcome>& outcomes, const std::vect
     text += row(entry.rank > 0 ? std::to_string(entry.rank) : "-", o.schedule, std::to_string(o.micro_batches),
                 std::to_string(o.micro_batch_size), o.partitioner, o.replicas.empty() ? "-" : o.replicas,
                 ran ? throughput_text(o.throughput_samples_per_s) : "-", ran ? human_seconds(o.minibatch_time_s) : "-",
-                ran ? fmt::format("{:.3f}", o.bubble_fraction) : "-", ran ? human_bytes(o.peak_memory_bytes) : "-", entry.verdict);
+                ran ? fmt::format("{:.3f}", o.bubble_fraction) : "-",
+                ran && o.mfu ? fmt::format("{:.1f}%", *o.mfu * 100) : "-", ran ? human_bytes(o.peak_memory_bytes) : "-",
+                entry.verdict);
   }
   return text;
 }
@@ -637,6 +648,8 @@ nlohmann::ordered_json ranked_json(const std::vector<CandidateOutcome>& outcomes
       item["throughput_samples_per_s"] = o.throughput_samples_per_s;
       item["minibatch_time_s"] = o.minibatch_time_s;
       item["bubble_fraction"] = o.bubble_fraction;
+      item["tflops_per_gpu"] = o.tflops_per_gpu ? nlohmann::ordered_json(*o.tflops_per_gpu) : nlohmann::ordered_json();
+      item["mfu"] = o.mfu ? nlohmann::ordered_json(*o.mfu) : nlohmann::ordered_json();
       item["peak_memory_bytes"] = o.peak_memory_bytes;
       item["peak_memory_host"] = o.peak_memory_host;
       nlohmann::ordered_json overflows = nlohmann::ordered_json::array();

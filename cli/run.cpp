@@ -242,8 +242,31 @@ Plan make_plan(const PlanRequest& request) {
     plan.profile = std::move(at_size.profile);
     plan.micro_batch_scaling_note = std::move(at_size.note);
   } catch (const InputError& error) {
-    throw InputError(fmt::format("--micro-batch-size {}: {}: {}", micro_batch_size, profile_label, error.what()));
+    // A profile of analytic layers only was written by `pipegrid model`: the
+    // generator builds it at any size, exactly.
+    const bool generated = request.model.name.empty() && !plan.profile.layers.empty() &&
+                           std::none_of(plan.profile.layers.begin(), plan.profile.layers.end(),
+                                        [](const Layer& layer) { return layer.times_given; });
+    throw InputError(fmt::format("--micro-batch-size {}: {}: {}{}", micro_batch_size, profile_label, error.what(),
+                                 generated ? fmt::format(" (its layers are analytic, as `pipegrid model` writes them: "
+                                                         "generate it at this size with `pipegrid model NAME ... "
+                                                         "--micro-batch-size {0}`, or simulate `--model NAME ... "
+                                                         "--micro-batch-size {0}` directly)",
+                                                         micro_batch_size)
+                                           : std::string()));
   }
+  // A scaling rule takes the profile to a size it was not measured at:
+  // without a size asked for, or with a generated model (built at any size),
+  // it would do nothing.
+  if (request.micro_batch_scaling != "none" && !request.model.name.empty())
+    throw InputError(fmt::format("--micro-batch-scaling {}: --model {} builds the profile at --micro-batch-size "
+                                 "itself, exactly; drop --micro-batch-scaling",
+                                 printable(request.micro_batch_scaling), printable(request.model.name)));
+  if (request.micro_batch_scaling != "none" && !request.micro_batch_size)
+    throw InputError(fmt::format("--micro-batch-scaling {}: scales {} to the size --micro-batch-size asks for, and none "
+                                 "is given (the profile runs at its size {}); give --micro-batch-size or drop "
+                                 "--micro-batch-scaling",
+                                 printable(request.micro_batch_scaling), profile_label, measured_size));
   plan.micro_batch_scaling = scaling.name();
   // The path goes into JSON outputs (metrics, plans), which must be UTF-8.
   if (!valid_utf8(request.platform_file))

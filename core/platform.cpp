@@ -144,7 +144,11 @@ MemoryReserve parse_memory_reserve(const std::string& text, const std::string& w
     reserve.fraction = *plain;
     return reserve;
   }
+  // A plain number of 1 or more is bytes: a whole number (1.5 is neither a
+  // fraction nor a count of bytes).
+  const bool fractional_bytes = plain && length == text.size() && *plain != std::floor(*plain);
   try {
+    if (fractional_bytes) throw InputError("");
     reserve.bytes = parse_bytes(text, what);
   } catch (const InputError&) {
     throw InputError(fmt::format("{}: expected a fraction of the memory in [0, 1) (such as 0.05) or a size in bytes "

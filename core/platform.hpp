@@ -30,7 +30,7 @@ struct HostInfo {
   /// `memory_reserve`: device memory a real process holds besides what the
   /// model accounts for (CUDA context, communication buffers, the caching
   /// allocator's fragmentation), out of the capacity: bytes (a size with a
-  /// unit, or a plain number of at least 1), or a fraction of the capacity
+  /// unit, or a plain whole number of at least 1), or a fraction of the capacity
   /// in effect (a plain number in [0, 1)). At most one of the two; neither:
   /// no reserve. A device is out of memory when its peak exceeds capacity -
   /// reserve (memory_reserve_of).

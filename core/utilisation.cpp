@@ -60,8 +60,10 @@ FlopsUtilisation flops_utilisation(const Profile& profile, int tensor_parallel, 
     out.model_flops = model_per_micro_batch * micro_batches;
     out.hardware_flops = *out.model_flops + (recompute ? forward_per_micro_batch * micro_batches : 0);
   } else {
-    reasons.push_back(fmt::format("{} of {} layers have no FLOPs in profile '{}' ({})", without_flops.size(),
-                                  profile.layers.size(), profile.name, name_list(without_flops)));
+    reasons.push_back(without_flops.size() == profile.layers.size()
+                          ? fmt::format("profile '{}' gives no FLOPs (measured times only)", profile.name)
+                          : fmt::format("{} of {} layers of profile '{}' have no FLOPs ({})", without_flops.size(),
+                                        profile.layers.size(), profile.name, name_list(without_flops)));
   }
 
   double peak = 0;
@@ -79,7 +81,11 @@ FlopsUtilisation flops_utilisation(const Profile& profile, int tensor_parallel, 
   }
   if (without_peak.empty() && !hosts.empty()) out.peak_flops = peak;
   else if (!without_peak.empty())
-    reasons.push_back(fmt::format("no peak FLOP/s for host {} (no device model)", name_list(without_peak)));
+    reasons.push_back(without_peak.size() == hosts.size() && std::none_of(hosts.begin(), hosts.end(), [&](const std::string& name) {
+                        return !platform.host(name).device_model.empty();
+                      })
+                          ? std::string("no host has a device model (no peak FLOP/s)")
+                          : fmt::format("no peak FLOP/s for host {}", name_list(without_peak)));
 
   if (out.model_flops && minibatch_time_s > 0 && out.gpus > 0) {
     out.tflops_per_gpu = *out.model_flops / minibatch_time_s / out.gpus / 1e12;

@@ -74,6 +74,9 @@ struct CandidateOutcome {
   double throughput_samples_per_s = 0;
   double minibatch_time_s = 0;
   double bubble_fraction = 0;
+  /// What the time implies (FlopsUtilisation, core/utilisation.hpp): model
+  /// TFLOP/s per GPU and MFU; absent without FLOPs or device models.
+  std::optional<double> tflops_per_gpu, mfu;
   double peak_memory_bytes = 0;  ///< largest over the devices
   std::string peak_memory_host;
   std::vector<MemoryOverflow> overflows;

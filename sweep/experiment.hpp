@@ -140,7 +140,7 @@ ExperimentPlan plan_experiment(const std::string& file, const ParametersOf& para
 /// The results version: changes whenever the simulator's results change for
 /// the same inputs (tests/data's results-version golden catches a forgotten
 /// bump). Enters every run key.
-inline constexpr int kResultsVersion = 1;
+inline constexpr int kResultsVersion = 2;
 
 /** The canonical text a run key hashes: command, results version, and the
  *  run's parameters sorted by name, files replaced by their content hash.

@@ -138,7 +138,8 @@ struct ReportContext {
   std::vector<std::string> metric_columns = {"minibatch_time_s",  "steady_period_s",   "throughput_samples_per_s",
                                              "bubble_fraction",   "bytes_per_sample",  "peak_memory_bytes",
                                              "peak_memory_host",  "memory_capacity_bytes", "stages",
-                                             "partition"};
+                                             "partition",         "tflops_per_gpu",    "mfu",
+                                             "hfu"};
 };
 
 struct ReportResult {

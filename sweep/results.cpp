@@ -135,7 +135,8 @@ std::map<std::string, std::string> stable_cells(const std::vector<std::string>& 
 const std::vector<std::string>& metric_columns(const std::string& command) {
   static const std::vector<std::string> simulate = {
       "minibatch_time_s", "steady_period_s",       "throughput_samples_per_s", "bubble_fraction", "bytes_per_sample",
-      "peak_memory_bytes", "peak_memory_host", "memory_capacity_bytes", "stages", "partition"};
+      "peak_memory_bytes", "peak_memory_host", "memory_capacity_bytes", "stages", "partition",
+      "tflops_per_gpu",   "mfu",             "hfu"};
   static const std::vector<std::string> partition = {"time_per_stage_s", "stages", "partition"};
   static const std::vector<std::string> model = {"parameters", "total_flops"};
   if (command == "partition") return partition;
@@ -233,7 +234,8 @@ ParsedMetrics parse_metrics(const std::string& command, const std::string& json_
   const auto set = [&](const std::string& column, const std::string& value) {
     parsed.cells[static_cast<std::size_t>(std::find(columns.begin(), columns.end(), column) - columns.begin())] = value;
   };
-  for (const char* key : {"minibatch_time_s", "throughput_samples_per_s", "bubble_fraction", "bytes_per_sample", "stages"})
+  for (const char* key : {"minibatch_time_s", "throughput_samples_per_s", "bubble_fraction", "bytes_per_sample", "stages",
+                          "tflops_per_gpu", "mfu", "hfu"})
     if (document.contains(key)) set(key, cell_of(document[key]));
   if (document.contains("steady_state") && document["steady_state"].is_object())
     set("steady_period_s", cell_of(document["steady_state"].value("period_s", nlohmann::json())));

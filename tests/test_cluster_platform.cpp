@@ -177,7 +177,7 @@ TEST(ClusterPlatform, BadValuesNameTheOption) {
   EXPECT_CONTAINS(error_with("device", "V 100"), "platform cluster: --device: expected a device type name");
   EXPECT_CONTAINS(error_with("device", "<V100>"), "found '<V100>'");
   // Issue 26: the memory reserve, a fraction or a size below the memory.
-  EXPECT_EQ(error_with("memory_reserve", "1.5"),
+  EXPECT_EQ(error_with("memory_reserve", "1.5"),  // neither a fraction nor whole bytes
             "platform cluster: --memory_reserve: expected a fraction of the memory in [0, 1) (such as 0.05) or a size in "
             "bytes (such as 2GiB), found '1.5'");
   EXPECT_EQ(error_with("memory_reserve", "-0.1"),
@@ -210,8 +210,8 @@ TEST(ClusterPlatform, UnknownMissingAndDoubledKeys) {
   options = two_by_two();
   options["colour"] = "blue";
   EXPECT_EQ(input_error_of([&] { cluster_spec_from_options(options, "t"); }),
-            "t: unknown key 'colour' (expected one of servers, gpus_per_server, device, memory, intra, inter, intra_link, "
-            "speed)");
+            "t: unknown key 'colour' (expected one of servers, gpus_per_server, device, memory, memory_reserve, intra, "
+            "inter, intra_link, speed)");
   options = two_by_two();
   options["intra-lnk"] = "shared";
   EXPECT_EQ(input_error_of([&] { cluster_spec_from_options(options, "t"); }),

@@ -368,7 +368,7 @@ TEST_F(SweepExperiment, RunKeysFollowContentNotPaths) {
   const ExperimentPlan changed = plan(std::string(kHeader) + "[defaults]\nplatform = \"p/a.xml\"\nmicro_batches = 4\n");
   EXPECT_NE(a.runs[0].key, changed.runs[0].key);
   // Labels are not part of the key; the results version is.
-  EXPECT_NE(canonical_run_text("simulate", a.runs[0].settings, parameters(), queries()).find("results_version=1"), std::string::npos);
+  EXPECT_NE(canonical_run_text("simulate", a.runs[0].settings, parameters(), queries()).find("results_version=2"), std::string::npos);
 }
 
 TEST(SweepRunKey, ResultsVersionGolden) {
@@ -378,8 +378,8 @@ TEST(SweepRunKey, ResultsVersionGolden) {
   settings["micro_batches"].value = Scalar::of_int(8);
   settings["schedule"].value = Scalar::of_text("gpipe");
   const std::string text = canonical_run_text("simulate", settings, parameters(), {});
-  EXPECT_EQ(text, "pipegrid-run\ncommand=simulate\nresults_version=1\nmicro_batches=n:8\nschedule=s:gpipe\n");
-  EXPECT_EQ(run_key_of(text), "f5032221e6019a91") << "update the golden key: " << run_key_of(text);
+  EXPECT_EQ(text, "pipegrid-run\ncommand=simulate\nresults_version=2\nmicro_batches=n:8\nschedule=s:gpipe\n");
+  EXPECT_EQ(run_key_of(text), "31193eca3ce29258") << "update the golden key: " << run_key_of(text);
 }
 
 /// An environment of the given variables (nullptr for the others).

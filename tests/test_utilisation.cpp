@@ -99,7 +99,7 @@ TEST(FlopsUtilisation, AbsentFiguresSayWhy) {
   EXPECT_FALSE(none.model_flops);
   EXPECT_FALSE(none.tflops_per_gpu);
   EXPECT_FALSE(none.mfu);
-  EXPECT_NE(none.unavailable.find("1 of 2 layers have no FLOPs in profile 'measured' ('conv1')"), std::string::npos)
+  EXPECT_NE(none.unavailable.find("1 of 2 layers of profile 'measured' have no FLOPs ('conv1')"), std::string::npos)
       << none.unavailable;
 
   Profile analytic;
@@ -114,6 +114,11 @@ TEST(FlopsUtilisation, AbsentFiguresSayWhy) {
   // A device model without the dtype (a V100 has no bf16).
   const FlopsUtilisation no_dtype = flops_utilisation(analytic, 1, false, 2, 1.0, {"gpu0"}, platform_of({"V100"}), "bf16");
   EXPECT_FALSE(no_dtype.mfu);
+  Profile measured_only;
+  measured_only.name = "m";
+  measured_only.layers = {timed};
+  EXPECT_EQ(flops_utilisation(measured_only, 1, false, 1, 1.0, {"gpu0"}, platform_of({""}), "").unavailable,
+            "profile 'm' gives no FLOPs (measured times only); no host has a device model (no peak FLOP/s)");
   EXPECT_NE(no_dtype.unavailable.find("V100 has no bf16"), std::string::npos) << no_dtype.unavailable;
 }
 
