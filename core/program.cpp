@@ -321,7 +321,7 @@ struct Slot {
 };
 
 // Device x step grid, one row per stream, with `<-- ERROR HERE` after the
-// marked steps of each row.
+// marked steps of each row; rows end in a line break except the last.
 std::string render_grid(const Program& program, const std::set<std::tuple<std::size_t, std::size_t, std::size_t>>& marks) {
   std::size_t width = 0;
   for (const auto& device : program.devices)
@@ -338,7 +338,7 @@ std::string render_grid(const Program& program, const std::set<std::tuple<std::s
         row += fmt::format(" {}{:<{}}", marked ? '>' : ' ', to_string(actions[k]), width);
         if (marked) note += fmt::format("  <-- ERROR HERE (step {}: {})", k, to_string(actions[k]));
       }
-      grid += row + note + "\n";
+      grid += (grid.empty() ? "" : "\n") + row + note;
     }
   return grid;
 }
