@@ -760,6 +760,9 @@ int run_explore_command() {
   std::string memory_rule = "each host's own `memory`";
   if (exploration.memory_limit_bytes)
     memory_rule = fmt::format("{} per device (--memory, in place of the hosts' own)", human_bytes(*exploration.memory_limit_bytes));
+  if (std::any_of(exploration.platform.hosts.begin(), exploration.platform.hosts.end(),
+                  [](const HostInfo& host) { return host.memory_reserve_bytes || host.memory_reserve_fraction; }))
+    memory_rule += ", less each host's `memory_reserve` (out of memory: peak > capacity - reserve)";
   if (options.json) {
     nlohmann::ordered_json document;
     document["platform"] = platform_name;
