@@ -82,7 +82,10 @@ void write_outputs(const Plan& plan, const RunResult& result, const OutputFiles&
       shape += ", replicas " + replicas;
     options.title = fmt::format("{}: {} on {} ({})", plan.schedule, plan.profile.name, platform_name, shape);
     for (const DeviceMetrics& device : result.metrics.devices)
-      if (device.memory_capacity_bytes) options.memory_capacity_bytes[device.host] = *device.memory_capacity_bytes;
+      if (device.memory_capacity_bytes) {
+        options.memory_capacity_bytes[device.host] = *device.memory_capacity_bytes;
+        options.memory_reserve_bytes[device.host] = device.memory_reserve_bytes;
+      }
     options.tensor_parallel = plan.tensor_parallel;
     files.add(outputs.svg, timeline_to_svg(result.timeline, options));
   }

@@ -412,10 +412,16 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   }
 
   // ---- memory: steps, peaks, one scale for every row -----------------------
+  auto reserve_of = [&](const std::string& host) {
+    auto found = options.memory_reserve_bytes.find(host);
+    return found != options.memory_reserve_bytes.end() && std::isfinite(found->second) && found->second > 0 ? found->second
+                                                                                                             : 0.0;
+  };
+  // The usable memory: the capacity less the host's reserve.
   auto capacity_of = [&](const std::string& host) {
     auto found = options.memory_capacity_bytes.find(host);
     const bool known = found != options.memory_capacity_bytes.end() && std::isfinite(found->second) && found->second > 0;
-    return known ? found->second : 0.0;
+    return known && found->second > reserve_of(host) ? found->second - reserve_of(host) : 0.0;
   };
   double largest_peak = 0;
   for (HostRow& row : rows) {
@@ -443,7 +449,8 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   if (!(memory_top > 0)) memory_top = 1;
   auto peak_label = [&](const HostRow& row) {
     std::string text = fmt::format("peak {}", binary_bytes(row.peak));
-    if (const double capacity = capacity_of(row.name); capacity > 0) text += fmt::format(" / {}", binary_bytes(capacity));
+    if (const double capacity = capacity_of(row.name); capacity > 0)
+      text += fmt::format(" / {}{}", binary_bytes(capacity), reserve_of(row.name) > 0 ? " usable" : "");
     return text;
   };
 
@@ -501,7 +508,9 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
     if (any_allreduce) legend.push_back({"gradient all-reduce (ALLREDUCE)", kAllReduce, Swatch::Bar});
   }
   if (draw_memory) legend.push_back({fmt::format("memory (strip top {})", binary_bytes(memory_top)), kMemoryLine, Swatch::Area});
-  if (any_capacity_line) legend.push_back({"memory capacity", kCapacity, Swatch::DashedLine});
+  const bool any_reserve = std::any_of(rows.begin(), rows.end(), [&](const HostRow& row) { return reserve_of(row.name) > 0; });
+  if (any_capacity_line)
+    legend.push_back({any_reserve ? "usable memory (capacity - reserve)" : "memory capacity", kCapacity, Swatch::DashedLine});
   constexpr double kSwatch = 16, kSwatchGap = 5, kItemGap = 18, kLegendLine = 20;
   constexpr double kShadeSwatch = 10;
   auto swatch_width = [&](const LegendItem& item) {

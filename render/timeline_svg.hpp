@@ -21,6 +21,11 @@ struct SvgOptions {
   /// dashed line at the capacity unless the capacity exceeds twice the
   /// largest peak (the strips would flatten). Empty: no capacities shown.
   std::map<std::string, double> memory_capacity_bytes = {};
+  /// Memory a listed host holds back from its capacity (the platform's
+  /// memory_reserve): its strip's line and its label are then the usable
+  /// memory, capacity - reserve ("peak 21.7 GiB / 76.0 GiB usable"), the
+  /// limit the out-of-memory verdict checks. Absent: no reserve.
+  std::map<std::string, double> memory_reserve_bytes = {};
   /// Text shown for a host instead of its name (stacked charts, whose rows
   /// come from two timelines that may use the same host names).
   std::map<std::string, std::string> host_labels = {};

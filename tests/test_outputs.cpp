@@ -548,6 +548,25 @@ TEST(Svg, MemoryCapacityLineAndLabel) {
   EXPECT_EQ(std::find(plain_legend.begin(), plain_legend.end(), "memory capacity"), plain_legend.end());
 }
 
+TEST(Svg, AReserveMakesTheLineAndTheLabelTheUsableMemory) {
+  // b peaks at 2048 B: under its 4096 B capacity, over its usable 4096 -
+  // 2560 = 1536 B (the out-of-memory verdict's limit), so its label is red.
+  Timeline timeline;
+  timeline.hosts = {"a", "b"};
+  timeline.records.push_back(with_memory(compute("a", 0, "F", 0, 0, 1), 1000));
+  timeline.records.push_back(with_memory(compute("b", 1, "F", 0, 1, 2), 2048));
+  SvgOptions options;
+  options.memory_capacity_bytes = {{"a", 2048}, {"b", 4096}};
+  options.memory_reserve_bytes = {{"a", 0}, {"b", 2560}};
+  const std::string svg = timeline_to_svg(timeline, options);
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_EQ(group_texts(svg, "memory-peaks"), (std::vector<std::string>{"peak 1000 B / 2.0 KiB", "peak 2.0 KiB / 1.5 KiB usable"}));
+  EXPECT_EQ(count(svg, "class=\"memory-peak over-capacity\""), 1u);
+  const std::vector<std::string> legend = group_texts(svg, "legend");
+  EXPECT_NE(std::find(legend.begin(), legend.end(), "usable memory (capacity - reserve)"), legend.end());
+  EXPECT_EQ(std::find(legend.begin(), legend.end(), "memory capacity"), legend.end());
+}
+
 TEST(Svg, NoMemoryStripWhenHiddenOrAllZero) {
   Timeline timeline = gpipe(3, 2, 1.0);
   const std::string zero = timeline_to_svg(timeline, {"t", true});
