@@ -187,21 +187,6 @@ std::string shell_quote(const std::string& word) {
   return quoted + "'";
 }
 
-/// `text` with its control characters (bytes below 0x20, and 0x7f) written
-/// as C escapes, for messages.
-std::string printable(const std::string& text) {
-  std::string shown;
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (c == '\n') shown += "\\n";
-    else if (c == '\t') shown += "\\t";
-    else if (c == '\r') shown += "\\r";
-    else if (byte < 0x20 || byte == 0x7f) shown += fmt::format("\\x{:02x}", byte);
-    else shown += c;
-  }
-  return shown;
-}
-
 /// Refuses a value bound for the sbatch script that holds a control
 /// character: a newline would end an #SBATCH directive or a comment line and
 /// start a shell command. `field` names where the value came from.

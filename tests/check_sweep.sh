@@ -105,11 +105,11 @@ golden)
 slurm)
   # sweep slurm: what comes from the file or a flag is refused (control
   # characters, a bad --time, more tasks than runs) or quoted; the script,
-  # run with a stub pipegrid that records its arguments, runs nothing else
+  # run with a stand-in pipegrid that records its arguments, runs nothing else
   # and keeps every #SBATCH directive; run with the real pipegrid, task by
   # task and resubmitted tasks apart, it gives the golden results.
   mkdir bin work
-  printf '%s\n' '#!/bin/bash' 'printf "%s\0" "$@" >"$STUB_ARGV"' >bin/pipegrid
+  printf '%s\n' '#!/bin/bash' 'printf "%s\0" "$@" >"$RECORDED_ARGV"' >bin/pipegrid
   chmod +x bin/pipegrid
   common=$ROOT/tests/data/common
   # experiment FILE NAME_TOML: an experiment of 4 runs whose name key is NAME_TOML (none when empty).
@@ -123,7 +123,7 @@ slurm)
   experiment newline.toml '"evil\ntouch PWNED\n#"'
   expect_status "slurm, a newline in name" 2 "$PIPEGRID" sweep slurm newline.toml --out r --shards 2
   stderr_has "the name key is named with its line" "newline.toml:2: name: expected no control characters"
-  stderr_has "the name is shown escaped" "found byte 0x0a in 'evil\ntouch PWNED\n#'"
+  stderr_has "the name is shown escaped" "found byte 0x0a in 'evil\x0Atouch PWNED\x0A#'"
   [ -s "$scratch/out.txt" ] && fail "a refused name printed a script"
   experiment tab.toml '"a\tb"'
   expect_status "slurm, a tab in name" 2 "$PIPEGRID" sweep slurm tab.toml --out r --shards 2
@@ -137,7 +137,7 @@ slurm)
   stderr_has "--out is named" "--out: expected no control characters"
   expect_status "slurm, a backslash in --out" 2 "$PIPEGRID" sweep slurm ok.toml --out 'r\s' --shards 2
   expect_status "slurm, a newline in --time" 2 "$PIPEGRID" sweep slurm ok.toml --out r --shards 2 --time $'1:00:00\necho injected'
-  stderr_has "--time is shown escaped" "found '1:00:00\necho injected'"
+  stderr_has "--time is shown escaped" "found '1:00:00\x0Aecho injected'"
   for time in 99:99:99 1:60 60:00:60 1-24 1-23:60 1-1:1:60 1:2:3:4 -1 1- :30 x '1:00:00 x' '' 123456789; do
     expect_status "slurm --time '$time'" 2 "$PIPEGRID" sweep slurm ok.toml --out r --shards 2 --time "$time"
   done
@@ -202,10 +202,10 @@ slurm)
         fail "sbatch ($mode) reads '$(sbatch_words $mode "${directives[i]}")' from '${directives[i]}', expected '${expected[i]}'"
     done
   done
-  # Run it as task 2 of the array, then as a resubmitted task 3: the stub
+  # Run it as task 2 of the array, then as a resubmitted task 3: the stand-in
   # gets exactly the arguments, and nothing else runs.
   for task in 2 3; do
-    (cd work && env -u SLURM_CPUS_PER_TASK SLURM_ARRAY_TASK_ID=$task STUB_ARGV="$scratch/argv$task" PATH="$scratch/bin:$PATH" \
+    (cd work && env -u SLURM_CPUS_PER_TASK SLURM_ARRAY_TASK_ID=$task RECORDED_ARGV="$scratch/argv$task" PATH="$scratch/bin:$PATH" \
       bash ../job.sh) >"$scratch/out.txt" 2>"$scratch/err.txt" && ok "task $task ran" || { fail "task $task"; cat "$scratch/err.txt"; }
     mapfile -d '' -t argv <"$scratch/argv$task"
     want=(sweep run "$file" --out "$out" --shard "$task/4" --jobs 3 --where "$where")
