@@ -18,7 +18,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/run.hpp"
+#include "api/simulation.hpp"
 #include "core/device_model.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
@@ -133,7 +133,7 @@ Plan candidate_plan(const Exploration& exploration, const Candidate& candidate) 
   plan.virtual_stages = default_virtual_stages(candidate.schedule);
   plan.micro_batches = info.flushed ? candidate.shape.micro_batches : 1;
   plan.extend_mini_batches = !info.flushed;
-  plan.mini_batches = info.flushed ? 1 : default_mini_batches(plan);
+  plan.mini_batches = info.flushed ? 1 : api::default_mini_batches(plan);
   return plan;
 }
 
@@ -152,7 +152,7 @@ void build_candidates(Exploration& exploration, int t) {
   for (const MicroBatchShape& shape : exploration.choices.shapes) sizes.insert(shape.micro_batch_size);
   std::map<int, ModelGraph> graph_at_size;
   for (const int size : sizes) {
-    PlanRequest request;
+    api::PlanRequest request;
     request.platform_file = options.platform;
     request.profile_file = options.profile;
     request.batch_size = options.batch_size;
@@ -163,7 +163,7 @@ void build_candidates(Exploration& exploration, int t) {
     request.optimizer = options.optimizer;
     request.dtype = options.dtype;
     request.tensor_parallel = t;
-    Plan base = make_plan(request);
+    Plan base = api::make_plan(request);
     graph_at_size[size] = t == 1 && size == exploration.graph.profile.micro_batch_size ? exploration.graph : chain_graph(base.profile);
     exploration.tensor_parallel_note[t] = base.tensor_parallel_note;
     exploration.base_plan_at_size.emplace(std::make_pair(size, t), std::move(base));
@@ -341,7 +341,7 @@ CandidateOutcome run_candidate(const Exploration& exploration, const Candidate& 
                                                                     : replicas_text(choice.partition);
   try {
     Plan plan = candidate_plan(exploration, candidate);
-    const RunResult result = run_plan(plan);
+    const api::RunResult result = api::run_plan(plan);
     outcome.throughput_samples_per_s = result.metrics.throughput_samples_per_s;
     outcome.minibatch_time_s = result.metrics.minibatch_time_s;
     outcome.bubble_fraction = result.metrics.bubble_fraction;

@@ -30,7 +30,7 @@
 #ifdef PIPEGRID_WITH_SIMGRID
 #include "cli/explore_command.hpp"
 #include "cli/partition_command.hpp"
-#include "cli/run.hpp"
+#include "api/simulation.hpp"
 #include "cli/simulate_options.hpp"
 #include "cli/sweep_command.hpp"
 #ifdef PIPEGRID_WITH_TORCH
@@ -68,14 +68,14 @@ void add_output_options(CLI::App& command, OutputFiles& outputs) {
 }
 
 /// Adds the run's outputs to `files` (committed by the caller, all or none).
-void write_outputs(const Plan& plan, const RunResult& result, const OutputFiles& outputs, OutputFileSet& files) {
+void write_outputs(const Plan& plan, const api::RunResult& result, const OutputFiles& outputs, OutputFileSet& files) {
   if (!outputs.csv.empty()) files.add(outputs.csv, timeline_to_csv(result.timeline));
   if (!outputs.trace.empty()) files.add(outputs.trace, timeline_to_chrome_trace(result.timeline));
   if (!outputs.svg.empty()) {
     SvgOptions options;
     const std::string platform_name = plan.platform_file.substr(plan.platform_file.find_last_of('/') + 1);
     std::string shape = fmt::format("M={}, {} stages", plan.micro_batches, plan.partition.num_stages());
-    if (!plan_schedule_info(plan).flushed) shape = fmt::format("{} mini-batches, {} stages", plan.mini_batches, plan.partition.num_stages());
+    if (!api::plan_schedule_info(plan).flushed) shape = fmt::format("{} mini-batches, {} stages", plan.mini_batches, plan.partition.num_stages());
     std::string replicas;
     for (const auto& hosts : plan.partition.hosts) replicas += (replicas.empty() ? "" : "-") + std::to_string(hosts.size());
     if (std::any_of(plan.partition.hosts.begin(), plan.partition.hosts.end(), [](const auto& h) { return h.size() > 1; }))
@@ -132,7 +132,7 @@ int run_demo_into(const std::string& output_dir, int micro_batches, const std::s
     header_printed = true;
   };
   for (const std::string schedule : {"gpipe", "1f1b-sno", "1f1b-so", "pipedream", "dp"}) {
-    PlanRequest request;
+    api::PlanRequest request;
     request.platform_file = platform;
     request.profile_file = profile;
     request.schedule = schedule;
@@ -149,9 +149,9 @@ int run_demo_into(const std::string& output_dir, int micro_batches, const std::s
       request.partition = partition;
       request.micro_batches = micro_batches;
     }
-    Plan plan = make_plan(request);
+    Plan plan = api::make_plan(request);
     if (!header_printed) print_header(plan);
-    const RunResult result = run_plan(plan);
+    const api::RunResult result = api::run_plan(plan);
     std::string stashes, versions;
     std::string out_of_memory;
     double peak_memory = 0;
@@ -267,7 +267,7 @@ int main_with_exceptions(int argc, char** argv) {
 
 #ifdef PIPEGRID_WITH_SIMGRID
   auto* simulate = app.add_subcommand("simulate", "simulate a schedule on a platform and report its metrics");
-  PlanRequest request;
+  api::PlanRequest request;
   std::string plan_file;
   OutputFiles outputs;
   simulate->add_option("--plan", plan_file, "re-run a saved plan (other inputs are then taken from it)");
@@ -370,17 +370,17 @@ int main_with_exceptions(int argc, char** argv) {
         throw InputError("--program-format: applies to --program FILE");
       if (request.program_file.empty() && simulate->count("--micro-batches") == 0 && schedule_info(request.schedule).flushed)
         throw InputError(fmt::format("simulate: --micro-batches is required for {} (or give --plan FILE)", request.schedule));
-      plan = make_plan(request);
+      plan = api::make_plan(request);
     }
-    enable_progress_on_terminal();
-    const RunResult result = run_plan(plan);
+    api::enable_progress_on_terminal();
+    const api::RunResult result = api::run_plan(plan);
     // The table lists the warnings itself; with --json they go to stderr too.
     if (outputs.json)
       for (const std::string& warning : result.warnings) std::cerr << "pipegrid: warning: " << warning << "\n";
     OutputFileSet files;
     write_outputs(plan, result, outputs, files);
     files.commit();
-    std::cout << (outputs.json ? metrics_to_json(plan, result) : metrics_to_table(plan, result));
+    std::cout << (outputs.json ? api::metrics_to_json(plan, result) : api::metrics_to_table(plan, result));
     return 0;
   }
 #endif

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/run.hpp"
+#include "api/simulation.hpp"
 #include "core/device_model.hpp"
 #include "core/error.hpp"
 #include "core/plan.hpp"

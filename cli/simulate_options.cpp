@@ -4,7 +4,7 @@
 
 namespace pipegrid::cli {
 
-void add_simulate_input_options(CLI::App& command, PlanRequest& request) {
+void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
   command.add_option("--platform", request.platform_file, "SimGrid platform XML file");
   command.add_option("--profile", request.profile_file, "profile JSON, or PipeDream graph.txt");
   command.add_option("--schedule", request.schedule, "schedule name (see `pipegrid schedule --list`)");

@@ -5,12 +5,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include "cli/run.hpp"
+#include "api/simulation.hpp"
 
 namespace pipegrid::cli {
 
 /** Adds every input option of simulate (not --plan, not the output flags)
  *  to `command`, bound to `request`. */
-void add_simulate_input_options(CLI::App& command, PlanRequest& request);
+void add_simulate_input_options(CLI::App& command, api::PlanRequest& request);
 
 }  // namespace pipegrid::cli

@@ -24,7 +24,7 @@
 
 #include "cli/model_command.hpp"
 #include "cli/partition_command.hpp"
-#include "cli/run.hpp"
+#include "api/simulation.hpp"
 #include "cli/simulate_options.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
@@ -73,7 +73,7 @@ const std::vector<std::string>& capabilities() {
 /// its output flags). nullopt: this build has no such command.
 std::optional<std::vector<ParameterSpec>> parameters_of(const std::string& command) {
   CLI::App app;
-  PlanRequest request;
+  api::PlanRequest request;
   ModelSpec model;
   CLI::App* options_of = &app;
   std::vector<ParameterSpec> parameters;
@@ -128,7 +128,7 @@ sweep::InputQueries input_queries() {
   sweep::InputQueries queries;
   queries.content_hash = [](const sweep::Setting& setting) {
     if (!setting.inline_platform.empty()) return sweep::sha256_hex(inline_platform_xml(setting));
-    return input_file_sha256(setting.resolved_path);
+    return api::input_file_sha256(setting.resolved_path);
   };
   queries.hosts = [](const sweep::Setting& setting) {
     if (!setting.inline_platform.empty())
@@ -424,22 +424,22 @@ void read_inputs_once(const std::vector<const PlannedRun*>& runs) {
     if (const auto found = run.settings.find("platform"); found != run.settings.end() && !found->second.resolved_path.empty())
       platforms.insert(found->second.resolved_path);
   }
-  enable_input_cache();
-  for (const std::string& path : profiles) preload_profile(path);
-  for (const std::string& path : platforms) preload_platform(path, partitioners);
-  // Tensor parallelism reads the routes too (make_plan): read them here, so
+  api::enable_input_cache();
+  for (const std::string& path : profiles) api::preload_profile(path);
+  for (const std::string& path : platforms) api::preload_platform(path, partitioners);
+  // Tensor parallelism reads the routes too (api::make_plan): read them here, so
   // that a run needs no engine of its own for them. A platform whose routes
   // cannot be read is left to the runs, which report it as before.
   if (tensor_parallel && !partitioners)
     for (const std::string& path : platforms) try {
-        preload_platform(path, true);
+        api::preload_platform(path, true);
       } catch (const InputError&) {
       }
 }
 
 std::map<std::string, std::string> input_hashes(const ExperimentPlan& plan) {
   std::map<std::string, std::string> hashes;
-  for (const std::string& path : plan.input_files) hashes[path] = input_file_sha256(path);
+  for (const std::string& path : plan.input_files) hashes[path] = api::input_file_sha256(path);
   return hashes;
 }
 
@@ -499,7 +499,7 @@ int run_main() {
   const fs::path partitions = fs::path(options.out) / "cache" / "partitions";
   fs::create_directories(partitions, error);
   if (error) throw InputError(fmt::format("{}: cannot create: {}", partitions.string(), error.message()));
-  set_partition_cache(partitions.string());
+  api::set_partition_cache(partitions.string());
   sweep::Journal journal(options.out, shard, sweep::runs_header(plan));
   sweep::RunnerOptions runner;
   runner.jobs = options.jobs > 0 ? options.jobs : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));

@@ -17,7 +17,7 @@
 #include "cli/calibrate_command.hpp"
 #include "cli/launcher_flag.hpp"
 #include "cli/model_flags.hpp"
-#include "cli/run.hpp"
+#include "api/simulation.hpp"
 #include "cli/torch_forward.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
@@ -225,7 +225,7 @@ SavedPlan read_saved_plan(const std::string& file) {
 namespace {
 
 /** The Program the executor runs for `plan` with `schedule`
- *  (plan_schedule_options, with the warm-up mini-batches in front):
+ *  (api::plan_schedule_options, with the warm-up mini-batches in front):
  *  generated from its schedule, or its Program file as it is. */
 Program executed_program(const Plan& plan, const ScheduleOptions& schedule) {
   return plan.program_text.empty() ? generate_schedule(plan.schedule, schedule) : parse_program_text(plan.program_text, "program");
@@ -370,15 +370,15 @@ int run_validate_command() {
   // many mini-batches as simulate takes to confirm a cycle (unless given).
   const bool flushed = from_file || schedule_info(options.schedule).flushed;
   Plan plan;
-  std::optional<RunResult> simulated_run;
+  std::optional<api::RunResult> simulated_run;
   if (saved) {
     plan = saved->plan;
-    simulated_run = run_plan(plan);
+    simulated_run = api::run_plan(plan);
   } else {
   const TemporaryFile profile_file(".json", profile_text);
   const TemporaryFile platform_file(".xml", platform_text);
 
-  PlanRequest plan_request;
+  api::PlanRequest plan_request;
   plan_request.profile_file = profile_file.path();
   plan_request.platform_file = platform_file.path();
   plan_request.micro_batch_size = options.micro_batch_size;
@@ -397,7 +397,7 @@ int run_validate_command() {
   plan_request.update_interval = options.update_interval;
   plan_request.wait_free = options.wait_free;
   plan_request.recompute = options.recompute;
-  plan = make_plan(plan_request);
+  plan = api::make_plan(plan_request);
   if (!options.profile.empty() && !plan.profile.model.empty()) {
     // A calibrated profile names its model: the one run here.
     const validate::ModelConfig calibrated = validate::model_from_spec(plan.profile.model, options.profile);
@@ -418,10 +418,10 @@ int run_validate_command() {
                                  options.platform.empty() ? "calibrated platform" : options.platform, hosts, devices));
   for (int s = 0; s < options.stages; ++s)
     for (int l = ranges[s].first; l < ranges[s].second; ++l) plan.partition.stage_of_layer[l] = s;
-  simulated_run = run_plan(plan);
+  simulated_run = api::run_plan(plan);
   }
-  const RunResult& simulated = *simulated_run;
-  const bool steady = !plan_schedule_info(plan).flushed;
+  const api::RunResult& simulated = *simulated_run;
+  const bool steady = !api::plan_schedule_info(plan).flushed;
   for (const std::string& warning : simulated.warnings)
     // A flushed run is compared over whole mini-batches, whatever its timeline's overlap says.
     if (steady || warning.find("steady-state cycle") == std::string::npos)
@@ -439,7 +439,7 @@ int run_validate_command() {
   validate::ExecutionRequest request;
   request.model = model;
   request.stages = ranges;
-  const ScheduleOptions schedule = plan_schedule_options(plan, options.warmup + plan.mini_batches);
+  const ScheduleOptions schedule = api::plan_schedule_options(plan, options.warmup + plan.mini_batches);
   request.program = from_file ? program_file : executed_program(plan, schedule);
   // The weight rule of the schedule (execute's); a Program file is flushed.
   const std::string schedule_name = from_file ? "program " + options.program_file : plan.schedule;

@@ -1,4 +1,4 @@
-// The schedules of issue 14 through the whole run (make_plan, the SimGrid
+// The schedules of issue 14 through the whole run (api::make_plan, the SimGrid
 // engine, metrics) on a platform whose transfers take no time: the engine's
 // makespan, per-device work, span bubble and in-flight peaks equal the
 // independent list-scheduling model's (list_schedule_model.hpp), so the
@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "cli/run.hpp"
+#include "api/simulation.hpp"
 #include "list_schedule_model.hpp"
 #include "schedules/schedules.hpp"
 
@@ -42,23 +42,23 @@ std::string write_profile(const testutil::Times& t) {
 }
 
 struct EngineRun {
-  cli::RunResult result;
+  api::RunResult result;
   double makespan = 0, span_bubble = 0;
 };
 
 EngineRun run_engine(const std::string& schedule, int m, const testutil::Times& t) {
   const std::string profile = write_profile(t);
-  cli::PlanRequest request;
+  api::PlanRequest request;
   request.platform_file = kSource + "/tests/data/common/ring4-free.xml";
   request.profile_file = profile;
   request.schedule = schedule;
   request.micro_batches = m;
   request.network = "analytic";
   request.fb_overlap = t.overlap;
-  Plan plan = cli::make_plan(request);
+  Plan plan = api::make_plan(request);
   std::filesystem::remove(profile);
   EngineRun run;
-  run.result = cli::run_plan(plan);
+  run.result = api::run_plan(plan);
   run.makespan = run.result.metrics.minibatch_time_s;
   for (const DeviceMetrics& device : run.result.metrics.devices) {
     double first = 1e300, last = 0;

@@ -17,7 +17,7 @@
 
 #include <fmt/format.h>
 
-#include "cli/run.hpp"
+#include "api/simulation.hpp"
 #include "sim_test_util.hpp"
 
 namespace pipegrid {
@@ -70,7 +70,7 @@ TEST(SteadyStateProperty, TheDefaultRunsPeriodIsTheLongRunsPeriod) {
       }
       TempFile platform("pipegrid-property", ".xml", star_platform_xml(hosts, 0.01, 1000));
       TempFile profile("pipegrid-property", ".json", profile_json(c));
-      cli::PlanRequest request;
+      api::PlanRequest request;
       request.platform_file = platform.path();
       request.profile_file = profile.path();
       request.schedule = c.schedule;
@@ -79,11 +79,11 @@ TEST(SteadyStateProperty, TheDefaultRunsPeriodIsTheLongRunsPeriod) {
       for (int r : c.replicas) replicas += (replicas.empty() ? "" : ",") + std::to_string(r);
       request.replicas = replicas;
 
-      Plan plan = cli::make_plan(request);
-      const cli::RunResult by_default = cli::run_plan(plan);
+      Plan plan = api::make_plan(request);
+      const api::RunResult by_default = api::run_plan(plan);
       request.mini_batches = 4 * plan.mini_batches;
-      Plan long_plan = cli::make_plan(request);
-      const cli::RunResult longer = cli::run_plan(long_plan);
+      Plan long_plan = api::make_plan(request);
+      const api::RunResult longer = api::run_plan(long_plan);
       ASSERT_TRUE(by_default.metrics.steady_state && longer.metrics.steady_state) << describe(c);
       const double a = by_default.metrics.minibatch_time_s, b = longer.metrics.minibatch_time_s;
       const bool both_periodic = by_default.metrics.steady_state->periodic && longer.metrics.steady_state->periodic;
@@ -135,7 +135,7 @@ TEST(SteadyStateProperty, ReplicatedInputStagesOnTheSimGridNetwork) {
     for (int r : c.replicas) hosts += r;
     TempFile platform("pipegrid-property", ".xml", star_platform_xml(hosts, 0.01, 1000));
     TempFile profile("pipegrid-property", ".json", profile_json(c));
-    cli::PlanRequest request;
+    api::PlanRequest request;
     request.platform_file = platform.path();
     request.profile_file = profile.path();
     request.schedule = c.schedule;
@@ -145,12 +145,12 @@ TEST(SteadyStateProperty, ReplicatedInputStagesOnTheSimGridNetwork) {
     for (int r : c.replicas) replicas += (replicas.empty() ? "" : ",") + std::to_string(r);
     request.replicas = replicas;
 
-    Plan plan = cli::make_plan(request);
-    cli::RunResult by_default, longer;
-    ASSERT_NO_THROW(by_default = cli::run_plan(plan)) << describe(c);
+    Plan plan = api::make_plan(request);
+    api::RunResult by_default, longer;
+    ASSERT_NO_THROW(by_default = api::run_plan(plan)) << describe(c);
     request.mini_batches = 4 * plan.mini_batches;
-    Plan long_plan = cli::make_plan(request);
-    ASSERT_NO_THROW(longer = cli::run_plan(long_plan)) << describe(c);
+    Plan long_plan = api::make_plan(request);
+    ASSERT_NO_THROW(longer = api::run_plan(long_plan)) << describe(c);
     ASSERT_TRUE(by_default.metrics.steady_state && longer.metrics.steady_state) << describe(c);
     const double a = by_default.metrics.minibatch_time_s, b = longer.metrics.minibatch_time_s;
     const bool both_periodic = by_default.metrics.steady_state->periodic && longer.metrics.steady_state->periodic;

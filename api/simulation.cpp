@@ -1,4 +1,4 @@
-#include "cli/run.hpp"
+#include "api/simulation.hpp"
 
 #include <unistd.h>
 
@@ -31,7 +31,7 @@
 #include "sweep/experiment.hpp"
 #include "sim/engine.hpp"
 
-namespace pipegrid::cli {
+namespace pipegrid::api {
 
 namespace {
 
@@ -1069,4 +1069,4 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   return text;
 }
 
-}  // namespace pipegrid::cli
+}  // namespace pipegrid::api

@@ -1,6 +1,7 @@
 #pragma once
-// Orchestration shared by the CLI's subcommands: a Plan goes in; the
-// Program, the simulated Timeline and its Metrics come out.
+// The library facade: a PlanRequest (plain data) in, a Plan; a Plan in, the
+// RunResult (Program, simulated Timeline, Metrics, notes) out. simulate,
+// explore, sweep and the Python module call it; it never parses arguments.
 
 #include <optional>
 #include <string>
@@ -17,7 +18,7 @@
 #include "core/utilisation.hpp"
 #include "schedules/schedules.hpp"
 
-namespace pipegrid::cli {
+namespace pipegrid::api {
 
 struct PlanRequest {
   std::string platform_file;
@@ -141,4 +142,4 @@ int max_auto_mini_batches(const Plan& plan);
 std::string metrics_to_json(const Plan& plan, const RunResult& result);
 std::string metrics_to_table(const Plan& plan, const RunResult& result);
 
-}  // namespace pipegrid::cli
+}  // namespace pipegrid::api
