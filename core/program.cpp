@@ -405,7 +405,8 @@ void validate_program(const Program& program) {
                                    limits::kMaxWorkItems, program.num_stages, program.micro_batches, program.mini_batches));
 
   // Which device holds each (stage, replica); a device of several stages
-  // holds replica 0 of each, and they have no other device.
+  // holds one replica of each, and the other replicas of them are devices of
+  // the same stages (whole pipelines replicated).
   std::map<std::pair<int, int>, std::size_t> holder;
   std::map<int, std::vector<std::size_t>> devices_of_stage;
   for (std::size_t d = 0; d < program.devices.size(); ++d) {
@@ -427,11 +428,17 @@ void validate_program(const Program& program) {
     const DeviceProgram& device = program.devices[d];
     if (device.stages.size() < 2) continue;
     for (int stage : device.stages)
-      if (device.replica != 0 || devices_of_stage[stage].size() > 1)
-        reject(fmt::format("device {} holds several stages ({}), so it must be the only device of each, but stage {} has "
-                           "{} devices (replica {} here)",
-                           d, stage_list(device.stages), stage, devices_of_stage[stage].size(), device.replica),
-               {});
+      for (const std::size_t other : devices_of_stage[stage]) {
+        std::vector<int> mine = device.stages, theirs = program.devices[other].stages;
+        std::sort(mine.begin(), mine.end());
+        std::sort(theirs.begin(), theirs.end());
+        if (mine != theirs)
+          reject(fmt::format("device {} holds several stages ({}), so every replica of them must hold the same "
+                             "stages, but device {} (replica {}) holds {}",
+                             d, stage_list(device.stages), other, program.devices[other].replica,
+                             stage_list(program.devices[other].stages)),
+                 {});
+      }
   }
 
   std::map<Action, Slot> where;
@@ -567,8 +574,10 @@ void validate_program(const Program& program) {
     for (const Action& action : all_reduce.ready) {
       auto it = where.find(action);
       if (it == where.end()) reject(fmt::format("{} names {}, which is not in the program", name, to_string(action)), {});
-      if ((action.kind != ActionKind::Backward && action.kind != ActionKind::BackwardWeight) || action.stage != all_reduce.stage)
-        reject(fmt::format("{}: expected backwards (B or W) of stage {}, found {}", name, all_reduce.stage, to_string(action)),
+      if ((action.kind != ActionKind::Backward && action.kind != ActionKind::BackwardWeight) ||
+          !program.devices[it->second.device].holds(all_reduce.stage))
+        reject(fmt::format("{}: expected backwards (B or W) on devices that hold stage {}, found {}", name,
+                           all_reduce.stage, to_string(action)),
                {{it->second.device, it->second.stream, it->second.step}});
       if (std::find(participants[c].begin(), participants[c].end(), it->second.device) != participants[c].end())
         reject(fmt::format("{}: device {} is named twice", name, it->second.device),

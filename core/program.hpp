@@ -65,8 +65,9 @@ struct Stream {
 };
 
 /** The work of one device: replica `replica` of the stages `stages` (one or
- *  more, in the order the text form lists them). A device holding several
- *  stages is their only device (replica 0). */
+ *  more, in the order the text form lists them). The other replicas of a
+ *  device holding several stages are devices holding the same stages (data
+ *  parallelism over whole pipelines). */
 struct DeviceProgram {
   std::vector<int> stages;
   int replica = 0;
@@ -83,7 +84,9 @@ struct Dependency {
 };
 
 /** Ring all-reduce of one stage's weight gradients among its replicas.
- *  Each participating device joins when its `ready` backward ends; every
+ *  Each participating device joins when its `ready` backward (a B or W of
+ *  any stage that device holds: its own stage's last one, or the device's
+ *  last backward when gradients are reduced after the whole backward) ends; every
  *  action in `release` waits for the all-reduce's end on its own device (on
  *  all participants when its device takes no part). A device takes part in
  *  the all-reduces in the order the Program lists them. With `per_layer`
@@ -141,15 +144,15 @@ class ProgramError : public std::runtime_error {
 };
 
 /** Checks that a Program can run: every (stage, replica) is held by exactly
- *  one device, and a device holding several stages holds replica 0 of each
- *  and no other device holds them; every action is of a stage its device
- *  holds; every (stage, micro-batch, mini-batch) has one F and either one B
+ *  one device, and the other replicas of a device holding several stages
+ *  are devices holding the same stages; every action is of a stage its
+ *  device holds; every (stage, micro-batch, mini-batch) has one F and either one B
  *  or one I and one W (R optional, at most once, on the device of its B or
  *  I); no backward precedes its forward on one stream; overlapped pairs are
  *  one F and one B or I; and the data and extra dependencies can all be met
  *  (no deadlock: the cycle of waits is reported with its actions). Each
- *  all-reduce names backwards (B, or W when split) of its stage on distinct
- *  devices, and one all-reduce per (stage, round). Throws ProgramError
+ *  all-reduce names backwards (B, or W when split) on distinct devices that
+ *  hold its stage, and one all-reduce per (stage, round). Throws ProgramError
  *  otherwise. */
 void validate_program(const Program& program);
 

@@ -1,6 +1,7 @@
 #include "schedules/schedules.hpp"
 
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -83,6 +84,18 @@ void check_schedule_limits(const ScheduleOptions& options) {
   if (!options.replicas.empty() && static_cast<int>(options.replicas.size()) != options.num_stages)
     throw InputError(fmt::format("replicas: expected one count per stage ({}), found {}", options.num_stages,
                                  options.replicas.size()));
+  if (options.data_parallel < 1 || options.data_parallel > limits::kMaxDevices)
+    throw InputError(fmt::format("--data-parallel: expected pipelines from 1 to {}, found {}", limits::kMaxDevices,
+                                 options.data_parallel));
+  const long long pipeline_devices = std::max(options.num_stages, 1) / std::max(options.virtual_stages, 1);
+  limit("devices (pipeline devices x --data-parallel)", pipeline_devices * options.data_parallel, limits::kMaxDevices, "");
+  const long long all_items = items * options.data_parallel;
+  if (all_items > limits::kMaxWorkItems)
+    throw InputError(fmt::format(
+        "--micro-batches {} x --data-parallel {} x --mini-batches {} x {} stages: expected at most {} work items "
+        "(docs/formats.md, Limits), found {}",
+        options.micro_batches, options.data_parallel, options.mini_batches, options.num_stages, limits::kMaxWorkItems,
+        all_items));
   long long devices = options.replicas.empty() ? std::max(options.num_stages, 1) : 0;
   for (const int r : options.replicas) {
     if (r < 1) throw InputError(fmt::format("replicas: expected at least 1 per stage, found {}", r));
@@ -165,6 +178,24 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
                                  "schedule, found {} for {}", options.pipeline_depth, name));
   if (options.update_interval < 0)
     throw InputError(fmt::format("--update-interval: expected at least 1, found {}", options.update_interval));
+  if (options.data_parallel != 1) {
+    if (!options.replicas.empty())
+      throw InputError("--data-parallel and --replicas: both replicate stages; --data-parallel runs whole pipelines "
+                       "(Megatron-LM), --replicas replicates stages one by one (PipeDream): give one");
+    if (info.single_stage)
+      throw InputError(fmt::format("--data-parallel: {} already runs the whole model on every host; drop "
+                                   "--data-parallel, or give a pipeline schedule (a pipeline of one stage is data "
+                                   "parallelism too)",
+                                   name));
+    if (!info.flushed)
+      throw InputError(fmt::format("--data-parallel: {} pipelines mini-batches without a flush, and replicates stages "
+                                   "one by one with --replicas (PipeDream's 1F1B-RR); --data-parallel replicates whole "
+                                   "flushed pipelines",
+                                   name));
+    ScheduleOptions one_pipeline = options;
+    one_pipeline.data_parallel = 1;
+    return replicate_pipelines(generate_schedule(name, one_pipeline), options.data_parallel);
+  }
   if (is_beyond_schedule(name)) return generate_beyond_schedule(name, options);
   if (options.virtual_stages != 1)
     throw InputError(fmt::format("--virtual-stages: {} runs one stage per device; expected 1, found {}", name,
@@ -260,6 +291,79 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
       }
     }
   }
+  return program;
+}
+
+Program replicate_pipelines(const Program& pipeline, int data_parallel) {
+  if (data_parallel < 1) throw InputError(fmt::format("--data-parallel: expected at least 1, found {}", data_parallel));
+  if (data_parallel == 1) return pipeline;
+  if (!pipeline.all_reduces.empty())
+    throw InputError("--data-parallel: the pipeline already all-reduces gradients between replicas of its stages");
+  for (const DeviceProgram& device : pipeline.devices)
+    if (device.replica != 0)
+      throw InputError("--data-parallel: the pipeline already replicates its stages (replica " +
+                       std::to_string(device.replica) + "); give --data-parallel or --replicas");
+  const int d = data_parallel;
+  const auto renumber = [d](Action action, int q) {
+    action.micro_batch = action.micro_batch * d + q;
+    return action;
+  };
+  Program program;
+  program.num_stages = pipeline.num_stages;
+  program.micro_batches = pipeline.micro_batches * d;
+  program.mini_batches = pipeline.mini_batches;
+  // Per pipeline device: its last backward and its first action of each
+  // stream, per mini-batch, in the pipeline's micro-batch numbering.
+  struct Boundaries {
+    std::map<int, Action> last_backward;                    // by mini-batch
+    std::vector<std::map<int, Action>> first_of_stream;     // per stream, by mini-batch
+  };
+  std::vector<Boundaries> boundaries(pipeline.devices.size());
+  for (std::size_t i = 0; i < pipeline.devices.size(); ++i) {
+    const DeviceProgram& device = pipeline.devices[i];
+    boundaries[i].first_of_stream.resize(device.streams.size());
+    for (std::size_t t = 0; t < device.streams.size(); ++t)
+      for (const Action& action : device.streams[t].actions) {
+        boundaries[i].first_of_stream[t].emplace(action.mini_batch, action);
+        if (action.kind == ActionKind::Backward || action.kind == ActionKind::BackwardWeight) {
+          // The last in time on the device: streams run concurrently only on
+          // asynchronous hosts, where the backward stream holds them all.
+          boundaries[i].last_backward[action.mini_batch] = action;
+        }
+      }
+  }
+  for (std::size_t i = 0; i < pipeline.devices.size(); ++i)
+    for (int q = 0; q < d; ++q) {
+      DeviceProgram device = pipeline.devices[i];
+      device.replica = q;
+      for (Stream& stream : device.streams)
+        for (Action& action : stream.actions) action = renumber(action, q);
+      program.devices.push_back(std::move(device));
+    }
+  for (int q = 0; q < d; ++q)
+    for (const Dependency& dependency : pipeline.extra_dependencies)
+      program.extra_dependencies.push_back({renumber(dependency.before, q), renumber(dependency.after, q)});
+  std::vector<int> device_of_stage(static_cast<std::size_t>(pipeline.num_stages), -1);
+  for (std::size_t i = 0; i < pipeline.devices.size(); ++i)
+    for (const int stage : pipeline.devices[i].stages) device_of_stage[static_cast<std::size_t>(stage)] = static_cast<int>(i);
+  for (int k = 0; k < pipeline.mini_batches; ++k)
+    for (int stage = 0; stage < pipeline.num_stages; ++stage) {
+      const int i = device_of_stage[static_cast<std::size_t>(stage)];
+      if (i < 0) continue;
+      const Boundaries& own = boundaries[static_cast<std::size_t>(i)];
+      const auto last = own.last_backward.find(k);
+      if (last == own.last_backward.end()) continue;
+      AllReduce all_reduce{stage, k, {}, {}, false};
+      for (int q = 0; q < d; ++q) {
+        all_reduce.ready.push_back(renumber(last->second, q));
+        for (const auto& firsts : own.first_of_stream)
+          if (const auto next = firsts.find(k + 1); next != firsts.end())
+            all_reduce.release.push_back(renumber(next->second, q));
+      }
+      program.all_reduces.push_back(std::move(all_reduce));
+    }
+  // A device takes part in the all-reduces in the order listed: by mini-batch,
+  // then ascending stage, as built above.
   return program;
 }
 

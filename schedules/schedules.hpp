@@ -34,6 +34,12 @@ struct ScheduleOptions {
   /// command line). num_stages stays the global stage count S = p v, so the
   /// pipeline has p = S / v devices. 1 for the one-stage-per-device schedules.
   int virtual_stages = 1;
+  /// Data parallelism over whole pipelines (a layout's d, Megatron-LM's
+  /// data-parallel size): the schedule's Program for one pipeline of
+  /// `micro_batches` micro-batches is run by d replicas, each a whole
+  /// pipeline (replicate_pipelines). 1: one pipeline. Flushed multi-stage
+  /// schedules only; excludes `replicas` (PipeDream's per-stage replication).
+  int data_parallel = 1;
 };
 
 struct ScheduleInfo {
@@ -73,6 +79,21 @@ void check_schedule_limits(const ScheduleOptions& options);
 /** Generates the Program of schedule `name`. Throws InputError on an unknown
  *  name or bad options (stages or micro-batches < 1, check_schedule_limits). */
 Program generate_schedule(const std::string& name, const ScheduleOptions& options);
+
+/** d whole pipelines running `pipeline` (one replica of every stage, no
+ *  all-reduces: a flushed schedule's Program for m micro-batches): device
+ *  (pipeline device i, replica q) for q = 0..d-1, in that order (i major);
+ *  replica q runs the pipeline's micro-batch j as micro-batch j d + q (the
+ *  round-robin rule of `replicas`), so the result has m d micro-batches;
+ *  extra dependencies are copied per replica. Per stage and mini-batch k,
+ *  one all-reduce of the stage's gradients over the d replicas, in replica
+ *  order (the ring), once each device has run its last backward (B or W, of
+ *  any stage it holds) of mini-batch k, as Megatron-LM reduces gradients
+ *  after the whole backward when not overlapping; it releases each device's
+ *  first action of mini-batch k + 1 on every stream. A device takes part in
+ *  its stages' all-reduces in ascending stage order. d = 1: `pipeline`.
+ *  InputError for d < 1, or a `pipeline` with replicas or all-reduces. */
+Program replicate_pipelines(const Program& pipeline, int data_parallel);
 
 /** Warm-up forwards of one replica of 0-based stage `stage`, before its first
  *  backward, when it runs `count` micro-batches (flushed) or mini-batches
