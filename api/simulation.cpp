@@ -150,7 +150,8 @@ ScheduleOptions plan_schedule_options(const Plan& plan, int mini_batches) {
   options.wait_free = plan.wait_free;
   options.pipeline_depth = plan.pipeline_depth;
   options.virtual_stages = plan.virtual_stages;
-  if (plan.virtual_stages == 1)
+  options.data_parallel = plan.data_parallel;
+  if (plan.virtual_stages == 1 && plan.data_parallel == 1)
     for (const auto& replicas : plan.partition.hosts) options.replicas.push_back(static_cast<int>(replicas.size()));
   return options;
 }
@@ -188,6 +189,60 @@ void check_stage_placement(const Plan& plan, const std::string& origin) {
                                    printable(plan.partition.hosts[static_cast<std::size_t>(of->second)].front()),
                                    printable(hosts.front())));
   }
+}
+
+// The layout flags a user gave, as messages quote them.
+std::string layout_flags_given(const PlanRequest& request) {
+  std::vector<std::string> flags;
+  if (request.pipeline_parallel) flags.push_back(fmt::format("--pipeline-parallel {}", *request.pipeline_parallel));
+  if (request.data_parallel) flags.push_back(fmt::format("--data-parallel {}", *request.data_parallel));
+  if (request.global_batch_size) flags.push_back(fmt::format("--global-batch-size {}", *request.global_batch_size));
+  return fmt::format("{}", fmt::join(flags, " and "));
+}
+
+struct LayoutSizes {
+  int pipeline = 1, data = 1;
+};
+
+// p and d of a layout over `groups` tensor-parallel groups (hosts when t =
+// 1) of a platform of `world` hosts: t x p x d = world, as Megatron-LM
+// derives d from the world size. InputError naming the flags otherwise.
+LayoutSizes layout_sizes(const PlanRequest& request, const Plan& plan, std::size_t world, std::size_t groups) {
+  const std::string platform_text =
+      plan.tensor_parallel == 1
+          ? fmt::format("{} declares {} hosts", request.platform_file, world)
+          : fmt::format("{} declares {} hosts, {} tensor-parallel groups of {}", request.platform_file, world, groups,
+                        plan.tensor_parallel);
+  for (const auto& [flag, value] : {std::pair{"--pipeline-parallel", request.pipeline_parallel},
+                                    std::pair{"--data-parallel", request.data_parallel}})
+    if (value && (*value < 1 || *value > limits::kMaxDevices))
+      throw InputError(fmt::format("{}: expected an integer from 1 to {}, found {}", flag, limits::kMaxDevices, *value));
+  const auto n = static_cast<int>(groups);
+  LayoutSizes sizes;
+  if (request.pipeline_parallel && request.data_parallel) {
+    sizes = {*request.pipeline_parallel, *request.data_parallel};
+    if (static_cast<long long>(sizes.pipeline) * sizes.data != n)
+      throw InputError(fmt::format("--tensor-parallel {} x --pipeline-parallel {} x --data-parallel {} = {} GPUs, but "
+                                   "{}: expected t x p x d to be every host (Megatron's world size)",
+                                   plan.tensor_parallel, sizes.pipeline, sizes.data,
+                                   static_cast<long long>(plan.tensor_parallel) * sizes.pipeline * sizes.data,
+                                   platform_text));
+  } else if (request.data_parallel) {
+    if (n % *request.data_parallel != 0)
+      throw InputError(fmt::format("--data-parallel {}: {}; expected a size that divides {} (the pipeline size is the "
+                                   "rest: hosts / (t x d))",
+                                   *request.data_parallel, platform_text, n));
+    sizes = {n / *request.data_parallel, *request.data_parallel};
+  } else if (request.pipeline_parallel) {
+    if (n % *request.pipeline_parallel != 0)
+      throw InputError(fmt::format("--pipeline-parallel {}: {}; expected a size that divides {} (the data-parallel size "
+                                   "is the rest: hosts / (t x p), as in Megatron)",
+                                   *request.pipeline_parallel, platform_text, n));
+    sizes = {*request.pipeline_parallel, n / *request.pipeline_parallel};
+  } else {
+    sizes = {n, 1};
+  }
+  return sizes;
 }
 
 }  // namespace
@@ -361,9 +416,81 @@ Plan make_plan(const PlanRequest& request) {
     throw InputError(fmt::format("{}: {}", request.model.name.empty() ? request.profile_file : "--model " + request.model.name,
                                  error.what()));
   }
+  const std::size_t world_size = all_hosts.hosts.size();
   const PlatformSummary platform = tensor_parallel_view(plan, std::move(all_hosts), request.platform_file);
   std::vector<std::string> hosts;
   for (const HostInfo& host : platform.hosts) hosts.push_back(host.name);
+  // A parallel layout t x p x d (Megatron-LM's sizes): the pipeline runs on
+  // the pipeline hosts of replica 0 and is replicated over the others
+  // (expand_to_replicas). Without a layout: one pipeline over every host.
+  std::vector<std::string> pipeline_hosts = hosts;
+  PlatformSummary pipeline_platform = platform;
+  const bool layout = request.data_parallel || request.pipeline_parallel || request.global_batch_size;
+  plan.parallel_layout = layout;
+  if (layout) {
+    const LayoutSizes sizes = layout_sizes(request, plan, world_size, hosts.size());
+    if (program)
+      throw InputError(fmt::format("--program {}: the Program places its own devices and replicas; {} do not apply",
+                                   printable(request.program_file), layout_flags_given(request)));
+    if (info.single_stage)
+      throw InputError(fmt::format("--schedule {}: runs the whole model on every host; a layout ({}) runs pipelines of "
+                                   "any other flushed schedule (a pipeline of one stage is data parallelism: "
+                                   "--pipeline-parallel 1)",
+                                   plan.schedule, layout_flags_given(request)));
+    if (!info.flushed)
+      throw InputError(fmt::format("{}: {} pipelines mini-batches without a flush and replicates stages one by one "
+                                   "(--replicas, PipeDream's 1F1B-RR); a layout replicates whole flushed pipelines",
+                                   layout_flags_given(request), plan.schedule));
+    if (!request.replicas.empty())
+      throw InputError(fmt::format("--replicas {} and {}: both replicate stages; --replicas replicates stages one by one "
+                                   "(PipeDream), a layout whole pipelines (Megatron-LM): give one",
+                                   request.replicas, layout_flags_given(request)));
+    plan.data_parallel = sizes.data;
+    if (request.global_batch_size) {
+      const long long per_micro_batch = static_cast<long long>(plan.profile.micro_batch_size) * sizes.data;
+      if (*request.global_batch_size < 1 || *request.global_batch_size % per_micro_batch != 0)
+        throw InputError(fmt::format("--global-batch-size {}: expected a multiple of micro-batch size {} x data-parallel "
+                                     "size {} = {} (Megatron: global batch = micro-batch size x micro-batches x d)",
+                                     *request.global_batch_size, plan.profile.micro_batch_size, sizes.data,
+                                     per_micro_batch));
+      const long long micro_batches = *request.global_batch_size / per_micro_batch;
+      if (micro_batches > limits::kMaxMicroBatches)
+        throw InputError(fmt::format("--global-batch-size {}: {} micro-batches per pipeline, above the {} pipegrid "
+                                     "simulates (docs/formats.md, Limits)",
+                                     *request.global_batch_size, micro_batches, limits::kMaxMicroBatches));
+      if (request.micro_batches != 1 && request.micro_batches != micro_batches)
+        throw InputError(fmt::format("--micro-batches {} and --global-batch-size {}: the global batch makes {} "
+                                     "micro-batches per pipeline (micro-batch size {} x d {}); give one",
+                                     request.micro_batches, *request.global_batch_size, micro_batches,
+                                     plan.profile.micro_batch_size, sizes.data));
+      plan.micro_batches = static_cast<int>(micro_batches);
+    }
+    std::vector<std::vector<int>> replica_zero;
+    pipeline_hosts.clear();
+    for (int i = 0; i < sizes.pipeline; ++i) {
+      replica_zero.push_back({i * sizes.data});
+      pipeline_hosts.push_back(hosts[static_cast<std::size_t>(i * sizes.data)]);
+    }
+    pipeline_platform = leader_platform(platform, replica_zero);
+  }
+  // Pipeline rank i's host of replica 0 -> the hosts of every replica, in
+  // Megatron-Core's rank order (leader i d + q for replica q).
+  const auto expand_to_replicas = [&](Partition& partition, const std::string& origin) {
+    if (plan.data_parallel == 1) return;
+    for (std::size_t s = 0; s < partition.hosts.size(); ++s) {
+      std::vector<std::string>& replicas = partition.hosts[s];
+      if (replicas.size() == static_cast<std::size_t>(plan.data_parallel)) continue;
+      const auto rank = std::find(pipeline_hosts.begin(), pipeline_hosts.end(), replicas.front());
+      if (replicas.size() != 1 || rank == pipeline_hosts.end())
+        throw InputError(fmt::format("{}: stage {} is placed on {} host{}; with --data-parallel {} a stage names its "
+                                     "host in pipeline 0 (one of {}) or one host per pipeline",
+                                     origin, s, replicas.size(), replicas.size() == 1 ? " '" + printable(replicas.front()) + "'" : "s",
+                                     plan.data_parallel, fmt::join(pipeline_hosts, ", ")));
+      const std::size_t first = static_cast<std::size_t>(rank - pipeline_hosts.begin()) * plan.data_parallel;
+      replicas.clear();
+      for (int q = 0; q < plan.data_parallel; ++q) replicas.push_back(hosts[first + static_cast<std::size_t>(q)]);
+    }
+  };
   if (!request.replicas.empty() && request.partition != "uniform")
     throw InputError("--replicas and --partition FILE both say how to place stages: give one");
   if (program) {
@@ -414,7 +541,7 @@ Plan make_plan(const PlanRequest& request) {
     // M, micro-batch size and memory.
     RunPartitionInput input;
     input.graph = partitioner_graph(request, plan, measured_size);
-    input.platform = platform;
+    input.platform = pipeline_platform;
     // Partitioners name the platform in their messages by its file name, as
     // in explore, so that a reason reads the same wherever the file lies.
     input.platform.file = request.platform_file.substr(request.platform_file.find_last_of('/') + 1);
@@ -471,22 +598,26 @@ Plan make_plan(const PlanRequest& request) {
     plan.profile = std::move(chosen.profile);
     plan.partition = std::move(chosen.partition);
     plan.partitioner = request.partitioner;
+    expand_to_replicas(plan.partition, "--partitioner " + request.partitioner);
   } else if (!request.replicas.empty()) {
     plan.partition = replicated_partition(plan.profile, platform.hosts, parse_replicas(request.replicas));
   } else if (request.partition == "uniform") {
     // v stages per device: p x v stages, stage s on the host of device
     // stage_to_device(s) (a loop or a V).
-    const std::size_t stages = hosts.size() * static_cast<std::size_t>(plan.virtual_stages);
+    const std::size_t stages = pipeline_hosts.size() * static_cast<std::size_t>(plan.virtual_stages);
     if (stages > plan.profile.layers.size())
       throw InfeasibleError(fmt::format(
-          "--partition uniform: {} declares {} hosts, {} stage{} each, but {} has only {} layers: give a "
+          "--partition uniform: {} {} hosts, {} stage{} each, but {} has only {} layers: give a "
           "partition file with at most {} stages",
-          request.platform_file, hosts.size(), plan.virtual_stages, plan.virtual_stages == 1 ? "" : "s",
-          profile_label, plan.profile.layers.size(), plan.profile.layers.size()));
+          request.platform_file,
+          layout ? fmt::format("gives a pipeline {}", pipeline_hosts.size()) : fmt::format("declares {}", hosts.size()),
+          plan.virtual_stages, plan.virtual_stages == 1 ? "" : "s", profile_label, plan.profile.layers.size(),
+          plan.profile.layers.size()));
     std::vector<std::string> stage_hosts(stages);
     const std::vector<int> device = stage_to_device(static_cast<int>(stages), plan.virtual_stages, stage_map_of(plan.schedule));
-    for (std::size_t s = 0; s < stages; ++s) stage_hosts[s] = hosts[static_cast<std::size_t>(device[s])];
+    for (std::size_t s = 0; s < stages; ++s) stage_hosts[s] = pipeline_hosts[static_cast<std::size_t>(device[s])];
     plan.partition = uniform_partition(plan.profile, stage_hosts, static_cast<int>(stages));
+    expand_to_replicas(plan.partition, "partition");
   } else {
     // A file may split layers between stages: the plan runs the profile
     // holding the parts.
@@ -509,6 +640,7 @@ Plan make_plan(const PlanRequest& request) {
     PartitionFile file = parse_partition_file(text, request.partition, plan.profile);
     plan.profile = std::move(file.profile);
     plan.partition = std::move(file.partition);
+    expand_to_replicas(plan.partition, request.partition);
     for (int stage = 0; stage < plan.partition.num_stages(); ++stage)
       for (std::size_t replica = 0; replica < plan.partition.hosts[stage].size(); ++replica) {
         const std::string& host = plan.partition.hosts[stage][replica];
@@ -714,7 +846,7 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
         memory.reserve_bytes[host] = platform.host(host).memory_reserve_of(capacity->second);
     }
   result.metrics = compute_metrics(result.timeline, memory, stages_of_host, plan.mini_batches,
-                                   plan.micro_batches * plan.profile.micro_batch_size,
+                                   static_cast<int>(plan.global_batch_size()),
                                    plan.program_text.empty() ? !info.flushed : minibatches_overlap(result.timeline));
   return result;
 }
@@ -798,7 +930,8 @@ RunResult run_plan(Plan& plan) {
         hosts.push_back(host);
         if (const std::string& model = platform.host(host).device_model; !model.empty()) models.insert(model);
       }
-  result.utilisation = flops_utilisation(plan.profile, plan.tensor_parallel, plan.recompute, plan.micro_batches,
+  result.utilisation = flops_utilisation(plan.profile, plan.tensor_parallel, plan.recompute,
+                                         plan.micro_batches * plan.data_parallel,
                                          result.metrics.minibatch_time_s, hosts, platform, plan.dtype);
   for (const std::string& model : models)
     for (const std::string& pass : passes_above_hardware(plan.profile, device_model(model, "device_model"), plan.dtype))
@@ -908,6 +1041,101 @@ std::string layers_of(const std::vector<int>& stages, const std::vector<std::str
 
 }  // namespace
 
+int pipeline_parallel_size(const Plan& plan) { return plan.partition.num_stages() / std::max(1, plan.virtual_stages); }
+
+std::string layout_text(const Plan& plan) {
+  const int p = pipeline_parallel_size(plan);
+  return fmt::format(
+      "t {} x p {} x d {} = {} GPUs{}, ranks in Megatron-Core's order (tensor fastest, then data, then pipeline); "
+      "global batch {} = micro-batch {} x {} micro-batch{} per pipeline x {} pipeline{}",
+      plan.tensor_parallel, p, plan.data_parallel, static_cast<long long>(plan.tensor_parallel) * p * plan.data_parallel,
+      plan.virtual_stages > 1 ? fmt::format(", {} stages per device", plan.virtual_stages) : "", plan.global_batch_size(),
+      plan.profile.micro_batch_size, plan.micro_batches, plan.micro_batches == 1 ? "" : "es", plan.data_parallel,
+      plan.data_parallel == 1 ? "" : "s");
+}
+
+std::string layout_to_json(const Plan& plan, const PlatformSummary& platform) {
+  const int t = plan.tensor_parallel, v = plan.virtual_stages;
+  const int stages = plan.partition.num_stages();
+  if (!plan.program_text.empty())
+    throw InputError("--layout-json: a Program read from a file places its own devices; it has no Megatron rank map");
+  const int d = static_cast<int>(plan.partition.hosts.front().size());
+  for (int s = 0; s < stages; ++s)
+    if (static_cast<int>(plan.partition.hosts[static_cast<std::size_t>(s)].size()) != d)
+      throw InputError(fmt::format("--layout-json: stages 0 and {} have {} and {} replicas; a rank map needs whole "
+                                   "pipelines (--data-parallel), not stages replicated one by one (--replicas)",
+                                   s, d, plan.partition.hosts[static_cast<std::size_t>(s)].size()));
+  const int p = stages / v;
+  const std::vector<int> device = stage_to_device(stages, v, stage_map_of(plan.schedule));
+  std::vector<std::vector<int>> stages_of_device(static_cast<std::size_t>(p));
+  for (int s = 0; s < stages; ++s) stages_of_device[static_cast<std::size_t>(device[static_cast<std::size_t>(s)])].push_back(s);
+  const std::vector<std::string> layers = stage_layers_text(plan.partition);
+  const auto rank_of = [&](int tensor_rank, int data_rank, int pipeline_rank) {
+    return tensor_rank + t * (data_rank + d * pipeline_rank);
+  };
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  std::vector<nlohmann::ordered_json> by_rank(static_cast<std::size_t>(t) * p * d);
+  for (int i = 0; i < p; ++i)
+    for (int q = 0; q < d; ++q) {
+      const std::vector<int>& held = stages_of_device[static_cast<std::size_t>(i)];
+      const std::string& leader = plan.partition.hosts[static_cast<std::size_t>(held.front())][static_cast<std::size_t>(q)];
+      const int first = platform.host_index(leader);
+      for (int j = 0; j < t; ++j) {
+        const std::size_t host = static_cast<std::size_t>(first + j);
+        if (host >= platform.hosts.size())
+          throw InputError(fmt::format("--layout-json: the tensor-parallel group of '{}' runs past the platform's hosts",
+                                       printable(leader)));
+        nlohmann::ordered_json entry;
+        entry["rank"] = rank_of(j, q, i);
+        entry["host"] = platform.hosts[host].name;
+        entry["tensor_rank"] = j;
+        entry["data_rank"] = q;
+        entry["pipeline_rank"] = i;
+        entry["stages"] = held;
+        entry["layers"] = layers_of(held, layers);
+        by_rank[static_cast<std::size_t>(rank_of(j, q, i))] = std::move(entry);
+      }
+    }
+  for (nlohmann::ordered_json& entry : by_rank) ranks.push_back(std::move(entry));
+  // Megatron-Core's groups: ranks that differ in one coordinate only.
+  nlohmann::ordered_json tensor = nlohmann::ordered_json::array(), data = nlohmann::ordered_json::array(),
+                         pipeline = nlohmann::ordered_json::array();
+  for (int i = 0; i < p; ++i)
+    for (int q = 0; q < d; ++q) {
+      std::vector<int> group;
+      for (int j = 0; j < t; ++j) group.push_back(rank_of(j, q, i));
+      tensor.push_back(group);
+    }
+  for (int i = 0; i < p; ++i)
+    for (int j = 0; j < t; ++j) {
+      std::vector<int> group;
+      for (int q = 0; q < d; ++q) group.push_back(rank_of(j, q, i));
+      data.push_back(group);
+    }
+  for (int q = 0; q < d; ++q)
+    for (int j = 0; j < t; ++j) {
+      std::vector<int> group;
+      for (int i = 0; i < p; ++i) group.push_back(rank_of(j, q, i));
+      pipeline.push_back(group);
+    }
+  nlohmann::ordered_json document;
+  document["order"] = "tp-cp-dp-pp";
+  document["order_note"] = "Megatron-Core's rank order (parallel_state.RankGenerator, order 'tp-cp-ep-dp-pp'): tensor "
+                           "fastest, then context (1 here), data, pipeline; expert parallelism is not a factor of it";
+  document["tensor_parallel"] = t;
+  document["pipeline_parallel"] = p;
+  document["data_parallel"] = d;
+  document["virtual_stages"] = v;
+  document["world_size"] = static_cast<long long>(t) * p * d;
+  document["schedule"] = plan.schedule;
+  document["micro_batch_size"] = plan.profile.micro_batch_size;
+  document["micro_batches_per_pipeline"] = plan.micro_batches;
+  document["global_batch_size"] = plan.global_batch_size();
+  document["ranks"] = ranks;
+  document["groups"] = {{"tensor", tensor}, {"data", data}, {"pipeline", pipeline}};
+  return document.dump(2) + "\n";
+}
+
 std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   const Metrics& m = result.metrics;
   nlohmann::ordered_json document;
@@ -944,6 +1172,13 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   nlohmann::ordered_json replicas = nlohmann::ordered_json::array();
   for (const auto& hosts : plan.partition.hosts) replicas.push_back(hosts.size());
   document["replicas"] = replicas;
+  // Present only with a layout: runs without one print what they printed before.
+  if (plan.parallel_layout) {
+    document["pipeline_parallel"] = pipeline_parallel_size(plan);
+    document["data_parallel"] = plan.data_parallel;
+    document["global_batch_size"] = plan.global_batch_size();
+    document["layout"] = layout_text(plan);
+  }
   document["minibatch_time_s"] = m.minibatch_time_s;
   document["mean_minibatch_span_s"] = m.mean_minibatch_span_s;
   document["throughput_samples_per_s"] = m.throughput_samples_per_s;
@@ -1022,6 +1257,7 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
                         bytes.master_weights ? fmt::format(" + fp32 master {}", bytes.master_weights) : "", bytes.optimizer);
   }
   if (plan.tensor_parallel != 1) text += fmt::format("  {}\n", plan.tensor_parallel_note);
+  if (plan.parallel_layout) text += fmt::format("  layout            {}\n", layout_text(plan));
   if (m.steady_state) {
     const SteadyState& steady = *m.steady_state;
     text += fmt::format("  mini-batch time   {} (steady-state period: {})\n", human_seconds(m.minibatch_time_s), steady.measured_over);

@@ -78,6 +78,15 @@ struct PlanRequest {
   std::string dtype;
   /// Hosts per tensor-parallel group (simulate --tensor-parallel; Plan::tensor_parallel).
   int tensor_parallel = 1;
+  /// A parallel layout t x p x d over the platform's hosts (Megatron-LM's
+  /// sizes; any of these makes one): the data-parallel size d (whole
+  /// pipelines, Plan::data_parallel), the pipeline-parallel size p, and the
+  /// global batch (micro-batch size x micro-batches per pipeline x d).
+  /// Absent sizes follow from the hosts: t x p x d = the platform's hosts, as
+  /// Megatron derives d from the world size.
+  std::optional<int> data_parallel;
+  std::optional<int> pipeline_parallel;
+  std::optional<long long> global_batch_size;
 };
 
 /** The schedule entry of a plan: its catalog entry, or for a Program given
@@ -138,6 +147,21 @@ RunResult run_plan(Plan& plan);
  *  that. */
 int default_mini_batches(const Plan& plan);
 int max_auto_mini_batches(const Plan& plan);
+
+/** A layout's pipeline size p: the plan's stages / stages per device. */
+int pipeline_parallel_size(const Plan& plan);
+/** "t 8 x p 4 x d 2 = 64 GPUs, ranks in Megatron-Core's order ...; global
+ *  batch 512 = micro-batch 4 x 64 micro-batches per pipeline x 2 pipelines". */
+std::string layout_text(const Plan& plan);
+
+/** The plan's rank map as JSON (simulate --layout-json): every global rank
+ *  of the t x p x d layout in Megatron-Core's order (rank = tensor rank + t
+ *  (data rank + d pipeline rank)), its host of `platform` (every host: a
+ *  tensor-parallel group is its leader and the t - 1 hosts after it), its
+ *  coordinates, stages and layers, and the tensor, data and pipeline groups.
+ *  InputError for a Program read from a file or stages replicated unequally
+ *  (--replicas). */
+std::string layout_to_json(const Plan& plan, const PlatformSummary& platform);
 
 std::string metrics_to_json(const Plan& plan, const RunResult& result);
 std::string metrics_to_table(const Plan& plan, const RunResult& result);

@@ -55,7 +55,7 @@ namespace {
 
 #ifdef PIPEGRID_WITH_SIMGRID
 struct OutputFiles {
-  std::string trace, csv, svg, save_plan;
+  std::string trace, csv, svg, save_plan, layout_json;
   bool json = false;
 };
 
@@ -65,6 +65,9 @@ void add_output_options(CLI::App& command, OutputFiles& outputs) {
   command.add_option("--csv", outputs.csv, "write the timeline as CSV");
   command.add_option("--svg", outputs.svg, "write the timeline as an SVG Gantt chart");
   command.add_option("--save-plan", outputs.save_plan, "write the plan (everything needed to re-run) as JSON");
+  command.add_option("--layout-json", outputs.layout_json,
+                     "write the rank map (every GPU's tensor, data and pipeline rank in Megatron-Core's order, its "
+                     "host, stages and layers, and the groups) as JSON");
 }
 
 /// Adds the run's outputs to `files` (committed by the caller, all or none).
@@ -90,6 +93,7 @@ void write_outputs(const Plan& plan, const api::RunResult& result, const OutputF
     files.add(outputs.svg, timeline_to_svg(result.timeline, options));
   }
   if (!outputs.save_plan.empty()) files.add(outputs.save_plan, plan_to_json(plan));
+  if (!outputs.layout_json.empty()) files.add(outputs.layout_json, api::layout_to_json(plan, result.platform));
 }
 
 std::string data_dir() {
@@ -368,8 +372,15 @@ int main_with_exceptions(int argc, char** argv) {
         throw InputError("--micro-batches: the Program says how many micro-batches it runs; drop --micro-batches");
       if (request.program_file.empty() && simulate->count("--program-format") != 0)
         throw InputError("--program-format: applies to --program FILE");
-      if (request.program_file.empty() && simulate->count("--micro-batches") == 0 && schedule_info(request.schedule).flushed)
-        throw InputError(fmt::format("simulate: --micro-batches is required for {} (or give --plan FILE)", request.schedule));
+      if (request.program_file.empty() && simulate->count("--micro-batches") == 0 && !request.global_batch_size &&
+          schedule_info(request.schedule).flushed)
+        throw InputError(fmt::format("simulate: --micro-batches (or --global-batch-size) is required for {} (or give "
+                                     "--plan FILE)",
+                                     request.schedule));
+      if (simulate->count("--micro-batches") != 0 && request.global_batch_size)
+        throw InputError(fmt::format("--micro-batches {} and --global-batch-size {}: both set the micro-batches per "
+                                     "pipeline (global batch = micro-batch size x micro-batches x d); give one",
+                                     request.micro_batches, *request.global_batch_size));
       plan = api::make_plan(request);
     }
     api::enable_progress_on_terminal();

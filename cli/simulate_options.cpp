@@ -57,6 +57,14 @@ void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
   command.add_option("--tensor-parallel", request.tensor_parallel,
                      "split each stage t ways over t consecutive hosts of one server (transformer layers with FLOPs; "
                      "others replicated); default 1");
+  command.add_option("--pipeline-parallel", request.pipeline_parallel,
+                     "a layout's pipeline size p (Megatron's --pipeline-model-parallel-size): t x p x d = the hosts");
+  command.add_option("--data-parallel", request.data_parallel,
+                     "a layout's data-parallel size d: d whole pipelines, each running the schedule over its own "
+                     "--micro-batches (Megatron's counting); default hosts / (t x p)");
+  command.add_option("--global-batch-size", request.global_batch_size,
+                     "samples per iteration: micro-batch size x micro-batches per pipeline x d (Megatron's "
+                     "--global-batch-size); sets --micro-batches");
   // The model generators' options, last (add_model_options skips a --dtype
   // already defined above).
   command.add_option("--model", request.model.name,

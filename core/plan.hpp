@@ -70,6 +70,22 @@ struct Plan {
   /// embedded profile is then the per-member one (tensor_parallel_profile)
   /// and the partition places stages on the groups' first hosts only.
   int tensor_parallel = 1;
+  /// Data-parallel pipelines (a layout's d; simulate --data-parallel,
+  /// --megatron-args): each replica is a whole pipeline running `schedule`
+  /// over `micro_batches` micro-batches of its own (Megatron's counting:
+  /// global batch = micro-batch size x micro_batches x data_parallel).
+  /// 1: one pipeline (PipeDream's per-stage replicas, if any, are in
+  /// `partition.hosts` instead).
+  int data_parallel = 1;
+  /// A parallel layout was asked for (--data-parallel, --pipeline-parallel,
+  /// --global-batch-size or --megatron-args): outputs then state the layout
+  /// and the global batch. Informative.
+  bool parallel_layout = false;
+  /// Samples of one mini-batch (an iteration): micro-batch size x
+  /// micro_batches x data_parallel.
+  long long global_batch_size() const {
+    return static_cast<long long>(profile.micro_batch_size) * micro_batches * data_parallel;
+  }
   /// TensorParallelProfile::note of the transform that made `profile`;
   /// informative ("" when tensor_parallel is 1).
   std::string tensor_parallel_note;

@@ -146,12 +146,13 @@ void check_one_device_per_host(const std::vector<std::vector<std::string>>& host
         throw InputError(fmt::format("{}: stage {} lists host '{}' twice; each replica needs its own host", what, stage,
                                      printable(hosts[stage][replica])));
       // Several stages on one device (interleaved and V schedules): the
-      // device is their only host.
-      if (hosts[stage].size() == 1 && hosts[other].size() == 1) continue;
-      throw InputError(fmt::format("{}: stages {} and {} are both placed on host '{}', and one of them is replicated; a "
-                                   "host holds several stages only when it is the only host of each: give each replica "
-                                   "its own host",
-                                   what, other, stage, printable(hosts[stage][replica])));
+      // device is the same replica of each (whole pipelines replicated).
+      if (hosts[stage].size() == hosts[other].size() && replica == it->second.second) continue;
+      throw InputError(fmt::format("{}: stages {} and {} are both placed on host '{}', as replica {} of {} and replica {} "
+                                   "of {}; a host holds several stages only as the same replica of each, among equally "
+                                   "many: give each replica its own host",
+                                   what, other, stage, printable(hosts[stage][replica]), it->second.second,
+                                   hosts[other].size(), replica, hosts[stage].size()));
     }
 }
 

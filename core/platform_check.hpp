@@ -43,8 +43,9 @@ std::size_t edit_distance(std::string_view a, std::string_view b);
 
 /** Refuses a placement that puts two devices on one host: a host listed
  *  for several stages is one device holding them all (interleaved and V
- *  schedules), which requires it to be the only host of each of them; a
- *  replicated stage's hosts are its alone, and a stage lists a host once.
+ *  schedules), which requires it to be the same replica of each, of stages
+ *  with equally many replicas (whole pipelines replicated); a stage lists a
+ *  host once.
  *  InputError naming `what` (the partition's origin), both stages and the
  *  host. */
 void check_one_device_per_host(const std::vector<std::vector<std::string>>& hosts, const std::string& what);
