@@ -1,9 +1,9 @@
 #pragma once
-// `pipegrid explore`: BaPipe's automatic exploration. Enumerates schedule x
-// micro-batch count x partition (every partitioner, with and without
-// replicated stages) for a platform, a profile and a mini-batch size;
-// simulates each candidate in its own process, several at once; ranks them
-// by throughput among those that fit in memory and says why each loser lost.
+// `pipegrid explore`: BaPipe's automatic exploration (api/explore.hpp
+// enumerates, simulates and ranks the candidates). Here only its flags,
+// turned into an api::ExploreRequest, and the printing of the result: the
+// tables (or one JSON object with --json) that say why each loser lost, and
+// the winner's plan written with --save-plan.
 
 #include <CLI/CLI.hpp>
 

@@ -1,0 +1,558 @@
+#include "api/explore.hpp"
+
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "api/simulation.hpp"
+#include "core/device_model.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "core/model_graph.hpp"
+#include "core/tensor_parallel.hpp"
+#include "core/termination.hpp"
+#include "partitioners/partitioners.hpp"
+#include "schedules/beyond.hpp"
+#include "schedules/schedules.hpp"
+#include "sim/engine.hpp"
+
+namespace pipegrid::api {
+namespace {
+
+/// One partition a candidate runs on: the profile it refers to (a split
+/// layer makes its own) and who chose it.
+struct PartitionChoice {
+  std::string label;  ///< "uniform", "pipedream", "uniform=bapipe", ...
+  Profile profile;
+  Partition partition;
+};
+
+struct Candidate {
+  std::string schedule;
+  bool stale_weights = false;
+  int tensor_parallel = 1;  ///< hosts per group; the partition is over the groups' leaders
+  MicroBatchShape shape;
+  std::optional<std::size_t> partition;  ///< into the choices; absent: see error
+  std::optional<std::string> error;      ///< no partition could be made
+};
+
+std::string replicas_text(const Partition& partition) {
+  std::string text;
+  for (const auto& hosts : partition.hosts) text += (text.empty() ? "" : "-") + std::to_string(hosts.size());
+  return text;
+}
+
+bool same_partition(const PartitionChoice& a, const PartitionChoice& b) {
+  if (a.profile.layers.size() != b.profile.layers.size()) return false;
+  for (std::size_t l = 0; l < a.profile.layers.size(); ++l)
+    if (a.profile.layers[l].name != b.profile.layers[l].name) return false;
+  return a.partition.stage_of_layer == b.partition.stage_of_layer && a.partition.hosts == b.partition.hosts &&
+         a.partition.split_last == b.partition.split_last;
+}
+
+/// Everything the candidates are made from, read once.
+struct Exploration {
+  ModelGraph graph;
+  PlatformSummary platform;
+  std::optional<double> memory_limit_bytes;
+  std::vector<ExploredSchedule> schedules;
+  MicroBatchChoices choices;
+  /// Tensor-parallel group sizes tried (exploration_tensor_parallel), and per
+  /// size the platform the pipeline runs over (the groups' leaders; 1: the
+  /// platform) and what the transform did (Plan::tensor_parallel_note).
+  std::vector<int> tensor_parallel = {1};
+  std::map<int, PlatformSummary> platform_at_t;
+  std::map<int, std::string> tensor_parallel_note;
+  /// (micro-batch size, t) -> platform, profile at the size (per group
+  /// member), run options.
+  std::map<std::pair<int, int>, Plan> base_plan_at_size;
+  std::vector<PartitionChoice> partitions;
+  std::vector<Candidate> candidates;
+  std::vector<std::string> notes;
+};
+
+Plan candidate_plan(const Exploration& exploration, const Candidate& candidate) {
+  Plan plan = exploration.base_plan_at_size.at({candidate.shape.micro_batch_size, candidate.tensor_parallel});
+  const PartitionChoice& choice = exploration.partitions.at(*candidate.partition);
+  plan.schedule = candidate.schedule;
+  plan.profile = choice.profile;
+  plan.partition = choice.partition;
+  const ScheduleInfo& info = schedule_info(candidate.schedule);
+  plan.virtual_stages = default_virtual_stages(candidate.schedule);
+  plan.micro_batches = info.flushed ? candidate.shape.micro_batches : 1;
+  plan.extend_mini_batches = !info.flushed;
+  plan.mini_batches = info.flushed ? 1 : default_mini_batches(plan);
+  return plan;
+}
+
+// The candidates with groups of t hosts (t = 1: no tensor parallelism).
+void build_candidates(const ExploreRequest& request, Exploration& exploration, int t) {
+  const PlatformSummary& platform = exploration.platform_at_t.at(t);
+  std::vector<std::string> host_names;
+  for (const HostInfo& host : platform.hosts) host_names.push_back(host.name);
+  const std::vector<std::string> partitioners = request.partitioners.empty() ? partitioner_names() : request.partitioners;
+  for (const std::string& name : partitioners)
+    if (std::find(partitioner_names().begin(), partitioner_names().end(), name) == partitioner_names().end())
+      throw InputError(fmt::format("--partitioners: expected uniform, pipedream or bapipe, found '{}'", name));
+
+  // The micro-batch sizes in play, with a model graph at each.
+  std::set<int> sizes;
+  for (const MicroBatchShape& shape : exploration.choices.shapes) sizes.insert(shape.micro_batch_size);
+  std::map<int, ModelGraph> graph_at_size;
+  for (const int size : sizes) {
+    PlanRequest plan_request;
+    plan_request.platform_file = request.platform_file;
+    plan_request.profile_file = request.profile_file;
+    plan_request.batch_size = request.batch_size;
+    plan_request.micro_batch_size = size;
+    plan_request.schedule = "dp";
+    plan_request.network = request.network;
+    plan_request.transfer_rule = request.transfer_rule;
+    plan_request.optimizer = request.optimizer;
+    plan_request.dtype = request.dtype;
+    plan_request.tensor_parallel = t;
+    Plan base = make_plan(plan_request);
+    graph_at_size[size] = t == 1 && size == exploration.graph.profile.micro_batch_size ? exploration.graph : chain_graph(base.profile);
+    exploration.tensor_parallel_note[t] = base.tensor_parallel_note;
+    exploration.base_plan_at_size.emplace(std::make_pair(size, t), std::move(base));
+  }
+
+  // Partitions that do not depend on the schedule, per size: uniform and
+  // PipeDream's (with replication, and straight).
+  struct Fixed {
+    std::optional<PartitionChoice> choice;
+    std::string error;
+  };
+  std::map<std::pair<int, std::string>, Fixed> fixed;
+  // The inputs explore's partitions are made from at a size (the same
+  // partition_for_run that simulate --partitioner calls).
+  const auto partition_input = [&](int size) {
+    RunPartitionInput input;
+    input.graph = graph_at_size.at(size);
+    input.platform = platform;
+    input.memory_limit_bytes = exploration.memory_limit_bytes;
+    input.dtype = exploration.base_plan_at_size.at({size, t}).dtype;
+    input.optimizer = exploration.base_plan_at_size.at({size, t}).optimizer;
+    return input;
+  };
+  // PipeDream's memory constraint (its stash formula) describes its own
+  // pipeline: the stale-weight schedules also get the partition it chooses
+  // under the memory in force, when every device's memory is known.
+  const bool memory_known = pipedream_memory_capacity(platform, exploration.memory_limit_bytes).has_value();
+  for (const int size : sizes) {
+    for (const std::string& name : partitioners) {
+      if (name == "bapipe") continue;
+      std::vector<std::string> labels = {name};
+      if (name == "pipedream") labels = memory_known ? std::vector<std::string>{"pipedream", "pipedream-straight", "pipedream-memory"}
+                                                     : std::vector<std::string>{"pipedream", "pipedream-straight"};
+      for (const std::string& label : labels) {
+        Fixed entry;
+        try {
+          PartitionerOutput output = partition_for_run(label, partition_input(size));
+          entry.choice = PartitionChoice{label, std::move(output.profile), std::move(output.partition)};
+        } catch (const InputError& error) {
+          entry.error = fmt::format("no {} partition: {}", label, error.what());
+        }
+        fixed[{size, label}] = std::move(entry);
+      }
+    }
+  }
+
+  const auto add_candidates = [&](const ExploredSchedule& schedule, const MicroBatchShape& shape) {
+    Candidate candidate;
+    candidate.schedule = schedule.name;
+    candidate.stale_weights = schedule.stale_weights;
+    candidate.tensor_parallel = t;
+    candidate.shape = shape;
+    if (schedule_info(schedule.name).single_stage) {
+      PartitionChoice whole{"whole model", graph_at_size.at(shape.micro_batch_size).profile, {}};
+      whole.partition.stage_of_layer.assign(whole.profile.layers.size(), 0);
+      whole.partition.hosts = {host_names};
+      exploration.partitions.push_back(std::move(whole));
+      candidate.partition = exploration.partitions.size() - 1;
+      exploration.candidates.push_back(candidate);
+      return;
+    }
+    // Interleaved and V schedules (several stages per device): the uniform
+    // partition into devices x v stages, placed by the schedule's stage map.
+    if (const int v = default_virtual_stages(schedule.name); v > 1) {
+      const Profile& profile = graph_at_size.at(shape.micro_batch_size).profile;
+      const std::size_t stages = host_names.size() * static_cast<std::size_t>(v);
+      if (stages > profile.layers.size()) {
+        candidate.error = fmt::format("no uniform partition: {} devices x {} stages each need {} layers, the profile has {}",
+                                      host_names.size(), v, stages, profile.layers.size());
+        exploration.candidates.push_back(candidate);
+        return;
+      }
+      const std::vector<int> device = stage_to_device(static_cast<int>(stages), v, stage_map_of(schedule.name));
+      std::vector<std::string> stage_hosts;
+      for (std::size_t s = 0; s < stages; ++s) stage_hosts.push_back(host_names[static_cast<std::size_t>(device[s])]);
+      PartitionChoice uniform{"uniform", profile, uniform_partition(profile, stage_hosts, static_cast<int>(stages))};
+      exploration.partitions.push_back(std::move(uniform));
+      candidate.partition = exploration.partitions.size() - 1;
+      exploration.candidates.push_back(candidate);
+      return;
+    }
+    // Each partitioner's choice (or why it has none); a partition chosen
+    // twice runs once, labelled with both names.
+    std::vector<PartitionChoice> chosen;
+    std::vector<std::string> failures;
+    for (const std::string& name : partitioners) {
+      std::vector<std::string> labels = {name};
+      if (name == "pipedream") {
+        labels = {"pipedream", "pipedream-straight"};
+        if (schedule.stale_weights && fixed.count({shape.micro_batch_size, "pipedream-memory"})) labels.push_back("pipedream-memory");
+      }
+      for (const std::string& label : labels) {
+        std::optional<PartitionChoice> choice;
+        if (name == "bapipe") {
+          // BaPipe plans flushed pipelines of whole backwards; the PipeDream
+          // family has its own.
+          if (!schedule_info(schedule.name).flushed || is_beyond_schedule(schedule.name)) continue;
+          try {
+            RunPartitionInput input = partition_input(shape.micro_batch_size);
+            input.schedule = schedule.name;
+            input.micro_batches = schedule_info(schedule.name).flushed ? shape.micro_batches : 1;
+            input.split_layers = request.split_layers;
+            PartitionerOutput output = partition_for_run("bapipe", input);
+            choice = PartitionChoice{label, std::move(output.profile), std::move(output.partition)};
+          } catch (const InputError& error) {
+            failures.push_back(error.what());
+          }
+        } else {
+          const Fixed& entry = fixed.at({shape.micro_batch_size, label});
+          if (entry.choice) choice = entry.choice;
+          else failures.push_back(entry.error);
+        }
+        if (!choice) continue;
+        const auto same = std::find_if(chosen.begin(), chosen.end(), [&](const PartitionChoice& c) { return same_partition(c, *choice); });
+        if (same != chosen.end()) same->label += "=" + label;
+        else chosen.push_back(std::move(*choice));
+      }
+    }
+    // A partition with stages that do no compute also runs without them, on
+    // fewer devices (the ranking prefers that one when it is as fast).
+    for (std::size_t c = 0, original = chosen.size(); c < original; ++c) {
+      const std::optional<Partition> merged = merge_idle_stages(chosen[c].profile, chosen[c].partition, platform);
+      if (!merged) continue;
+      PartitionChoice fewer{chosen[c].label.substr(0, chosen[c].label.find('=')) + "-merged", chosen[c].profile, *merged};
+      const auto same = std::find_if(chosen.begin(), chosen.end(), [&](const PartitionChoice& other) { return same_partition(other, fewer); });
+      if (same != chosen.end()) same->label += "=" + fewer.label;
+      else chosen.push_back(std::move(fewer));
+    }
+    for (PartitionChoice& choice : chosen) {
+      exploration.partitions.push_back(std::move(choice));
+      Candidate one = candidate;
+      one.partition = exploration.partitions.size() - 1;
+      exploration.candidates.push_back(one);
+    }
+    for (const std::string& failure : failures) {
+      Candidate one = candidate;
+      one.error = failure;
+      exploration.candidates.push_back(one);
+    }
+  };
+
+  for (const ExploredSchedule& schedule : exploration.schedules) {
+    if (schedule.stale_weights) {
+      // One micro-batch per mini-batch (PipeDream's model): each size once.
+      for (const int size : sizes) add_candidates(schedule, {1, size});
+    } else {
+      for (const MicroBatchShape& shape : exploration.choices.shapes) add_candidates(schedule, shape);
+    }
+  }
+}
+
+/// Runs one candidate (in a worker process) and condenses the result.
+CandidateOutcome run_candidate(const Exploration& exploration, const Candidate& candidate) {
+  CandidateOutcome outcome;
+  outcome.schedule = candidate.schedule;
+  outcome.stale_weights = candidate.stale_weights;
+  outcome.micro_batches = schedule_info(candidate.schedule).flushed ? candidate.shape.micro_batches : 1;
+  outcome.micro_batch_size = candidate.shape.micro_batch_size;
+  outcome.tensor_parallel = candidate.tensor_parallel;
+  const PlatformSummary& platform = exploration.platform_at_t.at(candidate.tensor_parallel);
+  if (!candidate.partition) {
+    outcome.partitioner = "-";
+    outcome.error = candidate.error;
+    return outcome;
+  }
+  const PartitionChoice& choice = exploration.partitions[*candidate.partition];
+  outcome.partitioner = choice.label;
+  for (const auto& hosts : choice.partition.hosts) outcome.devices += static_cast<int>(hosts.size()) * candidate.tensor_parallel;
+  if (!schedule_info(candidate.schedule).single_stage) {
+    outcome.idle_stages = idle_stages(choice.profile, choice.partition, platform);
+    if (merge_idle_stages(choice.profile, choice.partition, platform))
+      outcome.merged_as = choice.label.substr(0, choice.label.find('=')) + "-merged";
+  }
+  outcome.replicas = schedule_info(candidate.schedule).single_stage ? fmt::format("{}x", choice.partition.hosts[0].size())
+                                                                    : replicas_text(choice.partition);
+  try {
+    Plan plan = candidate_plan(exploration, candidate);
+    const RunResult result = run_plan(plan);
+    outcome.throughput_samples_per_s = result.metrics.throughput_samples_per_s;
+    outcome.minibatch_time_s = result.metrics.minibatch_time_s;
+    outcome.bubble_fraction = result.metrics.bubble_fraction;
+    outcome.tflops_per_gpu = result.utilisation.tflops_per_gpu;
+    outcome.mfu = result.utilisation.mfu;
+    for (const DeviceMetrics& device : result.metrics.devices) {
+      if (device.peak_memory_bytes > outcome.peak_memory_bytes) {
+        outcome.peak_memory_bytes = device.peak_memory_bytes;
+        outcome.peak_memory_host = device.host;
+      }
+      // What the device may use: its capacity (or --memory) less its reserve.
+      std::optional<double> capacity =
+          exploration.memory_limit_bytes ? exploration.memory_limit_bytes : device.memory_capacity_bytes;
+      if (capacity) *capacity -= result.platform.host(device.host).memory_reserve_of(*capacity);
+      if (capacity && device.peak_memory_bytes > *capacity) outcome.overflows.push_back({device.host, device.peak_memory_bytes, *capacity});
+    }
+  } catch (const InputError& error) {
+    outcome.error = error.what();
+  } catch (const ProgramError& error) {
+    outcome.error = error.what();
+  }
+  return outcome;
+}
+
+nlohmann::json outcome_to_json(const CandidateOutcome& outcome) {
+  nlohmann::json document;
+  document["schedule"] = outcome.schedule;
+  document["micro_batches"] = outcome.micro_batches;
+  document["micro_batch_size"] = outcome.micro_batch_size;
+  document["partitioner"] = outcome.partitioner;
+  document["replicas"] = outcome.replicas;
+  document["stale_weights"] = outcome.stale_weights;
+  document["tensor_parallel"] = outcome.tensor_parallel;
+  if (outcome.error) document["error"] = *outcome.error;
+  document["throughput"] = outcome.throughput_samples_per_s;
+  document["minibatch_time"] = outcome.minibatch_time_s;
+  document["bubble"] = outcome.bubble_fraction;
+  document["tflops_per_gpu"] = outcome.tflops_per_gpu ? nlohmann::json(*outcome.tflops_per_gpu) : nlohmann::json();
+  document["mfu"] = outcome.mfu ? nlohmann::json(*outcome.mfu) : nlohmann::json();
+  document["peak_memory"] = outcome.peak_memory_bytes;
+  document["peak_memory_host"] = outcome.peak_memory_host;
+  document["overflows"] = nlohmann::json::array();
+  for (const MemoryOverflow& overflow : outcome.overflows)
+    document["overflows"].push_back({overflow.host, overflow.peak_bytes, overflow.capacity_bytes});
+  document["devices"] = outcome.devices;
+  document["idle_stages"] = outcome.idle_stages;
+  document["merged_as"] = outcome.merged_as;
+  return document;
+}
+
+CandidateOutcome outcome_from_json(const nlohmann::json& document) {
+  CandidateOutcome outcome;
+  outcome.schedule = document.at("schedule");
+  outcome.micro_batches = document.at("micro_batches");
+  outcome.micro_batch_size = document.at("micro_batch_size");
+  outcome.partitioner = document.at("partitioner");
+  outcome.replicas = document.at("replicas");
+  outcome.stale_weights = document.at("stale_weights");
+  outcome.tensor_parallel = document.at("tensor_parallel");
+  if (document.contains("error")) outcome.error = document.at("error").get<std::string>();
+  outcome.throughput_samples_per_s = document.at("throughput");
+  outcome.minibatch_time_s = document.at("minibatch_time");
+  outcome.bubble_fraction = document.at("bubble");
+  if (!document.at("tflops_per_gpu").is_null()) outcome.tflops_per_gpu = document.at("tflops_per_gpu").get<double>();
+  if (!document.at("mfu").is_null()) outcome.mfu = document.at("mfu").get<double>();
+  outcome.peak_memory_bytes = document.at("peak_memory");
+  outcome.peak_memory_host = document.at("peak_memory_host");
+  for (const auto& overflow : document.at("overflows")) outcome.overflows.push_back({overflow[0], overflow[1], overflow[2]});
+  outcome.devices = document.at("devices");
+  outcome.idle_stages = document.at("idle_stages").get<std::vector<int>>();
+  outcome.merged_as = document.at("merged_as");
+  return outcome;
+}
+
+/// Simulates every candidate, `jobs` worker processes at a time (SimGrid
+/// allows one engine per process, and processes use every core). Outcomes
+/// come back in candidate order whatever the order they finish in;
+/// `progress` (when set) is told as explore() says.
+std::vector<CandidateOutcome> run_candidates(const Exploration& exploration, int jobs, const ExploreProgress& progress) {
+  const std::size_t total = exploration.candidates.size();
+  std::vector<CandidateOutcome> outcomes(total);
+  struct Worker {
+    pid_t pid;
+    int fd;
+    std::size_t index;
+    std::string output;
+  };
+  std::vector<Worker> running;
+  std::size_t next = 0, done = 0;
+  if (progress) progress(0, total);
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  while (done < total) {
+    while (next < total && static_cast<int>(running.size()) < jobs) {
+      int fds[2];
+      if (pipe(fds) != 0) throw std::runtime_error("explore: pipe failed");
+      // A worker dies with explore; terminated, it stops its own simulation
+      // first (core/termination.hpp).
+      const pid_t pid = fork_child(ChildStop::Terminate);
+      if (pid == 0) {
+        close(fds[0]);
+        std::string text;
+        try {
+          text = outcome_to_json(run_candidate(exploration, exploration.candidates[next])).dump();
+        } catch (const std::exception& error) {
+          CandidateOutcome failed;
+          failed.schedule = exploration.candidates[next].schedule;
+          failed.tensor_parallel = exploration.candidates[next].tensor_parallel;
+          failed.partitioner = "-";
+          failed.error = fmt::format("internal error: {}", error.what());
+          text = outcome_to_json(failed).dump();
+        }
+        std::size_t written = 0;
+        while (written < text.size()) {
+          const ssize_t n = write(fds[1], text.data() + written, text.size() - written);
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) _exit(1);
+          written += static_cast<std::size_t>(n);
+        }
+        _exit(0);
+      }
+      close(fds[1]);
+      running.push_back({pid, fds[0], next, ""});
+      ++next;
+    }
+    std::vector<pollfd> polled;
+    for (const Worker& worker : running) polled.push_back({worker.fd, POLLIN, 0});
+    if (poll(polled.data(), polled.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error("explore: poll failed");
+    }
+    for (std::size_t w = 0; w < running.size();) {
+      Worker& worker = running[w];
+      if (polled[w].revents == 0) {
+        ++w;
+        continue;
+      }
+      char buffer[65536];
+      const ssize_t n = read(worker.fd, buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) {
+        ++w;
+        continue;
+      }
+      if (n > 0) {
+        worker.output.append(buffer, static_cast<std::size_t>(n));
+        ++w;
+        continue;
+      }
+      // End of its output: collect the worker.
+      close(worker.fd);
+      int status = 0;
+      while (waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      forget_child(worker.pid);
+      const Candidate& candidate = exploration.candidates[worker.index];
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && !worker.output.empty()) {
+        outcomes[worker.index] = outcome_from_json(nlohmann::json::parse(worker.output));
+      } else {
+        CandidateOutcome& failed = outcomes[worker.index];
+        failed.schedule = candidate.schedule;
+        failed.tensor_parallel = candidate.tensor_parallel;
+        failed.partitioner = "-";
+        failed.error = WIFSIGNALED(status) ? fmt::format("the simulation died of signal {}", WTERMSIG(status))
+                                           : "the simulation's process failed";
+      }
+      ++done;
+      if (progress) progress(done, total);
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(w));
+      polled.erase(polled.begin() + static_cast<std::ptrdiff_t>(w));
+    }
+  }
+  // A candidate that hit an internal error (a broken invariant of its
+  // result, say) is a bug: explore reports it instead of ranking around it.
+  for (std::size_t i = 0; i < outcomes.size(); ++i)
+    if (outcomes[i].error && outcomes[i].error->rfind("internal error: ", 0) == 0)
+      throw std::runtime_error(fmt::format("explore: candidate {} ({}): {}", i + 1, exploration.candidates[i].schedule,
+                                           outcomes[i].error->substr(16)));
+  return outcomes;
+}
+
+}  // namespace
+
+ExploreResult explore(const ExploreRequest& request, const ExploreProgress& progress) {
+  if (request.semantics != "exact" && request.semantics != "all")
+    throw InputError(fmt::format("--semantics: expected exact or all, found '{}'", request.semantics));
+  if (request.jobs < 0) throw InputError(fmt::format("--jobs: expected an integer >= 1, found {}", request.jobs));
+  const int jobs = request.jobs > 0 ? request.jobs : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  sim::parse_network_model(request.network);
+  sim::parse_transfer_rule(request.transfer_rule);
+  if (!request.optimizer.empty()) optimizer_copies(request.optimizer);
+
+  Exploration exploration;
+  exploration.graph = read_model_graph(request.profile_file, request.batch_size);
+  exploration.platform = sim::read_platform(request.platform_file);
+  // Partitioners name the platform in their messages: its file name, so
+  // that verdicts read the same wherever the file lies.
+  exploration.platform.file = request.platform_file.substr(request.platform_file.find_last_of('/') + 1);
+  // Layers given by FLOPs only: timed by the hosts' device models at the
+  // profile's own micro-batch size (other sizes follow the explorer's
+  // scaling), before tensor parallelism splits them.
+  try {
+    exploration.notes = fill_analytic_times(exploration.graph.profile, exploration.platform);
+  } catch (const InputError& error) {
+    throw InputError(fmt::format("{}: {}", request.profile_file, error.what()));
+  }
+  for (Layer& layer : exploration.graph.profile.layers) layer.times_given = true;
+  if (!request.memory.empty()) exploration.memory_limit_bytes = parse_bytes(request.memory, "--memory");
+  exploration.schedules = exploration_schedules(exploration.platform.hosts, request.schedules);
+  exploration.choices = micro_batch_choices(request.mini_batch_size, profile_micro_batch_sizes(exploration.graph.profile),
+                                            request.micro_batches);
+  // Tensor parallelism: the group sizes that apply, each with the platform
+  // of its groups' leaders.
+  const bool splits = std::any_of(exploration.graph.profile.layers.begin(), exploration.graph.profile.layers.end(),
+                                  [](const Layer& layer) { return tensor_parallel_splits(layer); });
+  exploration.tensor_parallel = exploration_tensor_parallel(request.tensor_parallel, splits, [&](int t) {
+    try {
+      tensor_parallel_groups(exploration.platform, t);
+      return std::string();
+    } catch (const InputError& error) {
+      return std::string(error.what());
+    }
+  });
+  for (const int t : exploration.tensor_parallel) {
+    exploration.platform_at_t[t] =
+        t == 1 ? exploration.platform : leader_platform(exploration.platform, tensor_parallel_groups(exploration.platform, t));
+    build_candidates(request, exploration, t);
+  }
+
+  ExploreResult result;
+  result.jobs = jobs;
+  result.outcomes = run_candidates(exploration, jobs, progress);
+  std::vector<std::size_t> main_group, stale_group;
+  for (std::size_t i = 0; i < result.outcomes.size(); ++i)
+    (request.semantics == "exact" && result.outcomes[i].stale_weights ? stale_group : main_group).push_back(i);
+  result.ranking = rank_candidates(result.outcomes, main_group);
+  result.stale_weight_ranking = rank_candidates(result.outcomes, stale_group);
+  if (result.has_winner()) result.best_plan = candidate_plan(exploration, exploration.candidates[result.ranking.front().index]);
+  for (const Candidate& candidate : exploration.candidates)
+    result.partitions.push_back(candidate.partition ? std::optional<Partition>(exploration.partitions[*candidate.partition].partition)
+                                                    : std::nullopt);
+  result.platform = std::move(exploration.platform);
+  result.profile = std::move(exploration.graph.profile);
+  result.memory_limit_bytes = exploration.memory_limit_bytes;
+  result.micro_batch_choices = std::move(exploration.choices);
+  result.device_model_notes = std::move(exploration.notes);
+  result.tensor_parallel_tried = std::move(exploration.tensor_parallel);
+  result.tensor_parallel_notes = std::move(exploration.tensor_parallel_note);
+  return result;
+}
+
+}  // namespace pipegrid::api
