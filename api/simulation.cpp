@@ -249,6 +249,12 @@ LayoutSizes layout_sizes(const PlanRequest& request, const Plan& plan, std::size
 
 Plan make_plan(const PlanRequest& request) {
   Plan plan;
+  // --partition names a rule (uniform, megatron) or a partition file.
+  const bool partition_rule = request.partition == "uniform" || request.partition == "megatron";
+  if ((request.first_pipeline_layers || request.last_pipeline_layers) && request.partition != "megatron")
+    throw InputError(fmt::format("--first-pipeline-layers and --last-pipeline-layers: apply to --partition megatron, "
+                                 "not --partition {}",
+                                 printable(request.partition)));
   // The profile as messages name it: its file, or the generated model.
   const std::string profile_label = request.model.name.empty()
                                         ? fmt::format("profile {}", printable(request.profile_file))
@@ -280,6 +286,8 @@ Plan make_plan(const PlanRequest& request) {
       for (const std::string& name : names) known += (known.empty() ? "" : ", ") + name;
       throw InputError(fmt::format("--partitioner: expected one of {}, found '{}'", known, printable(request.partitioner)));
     }
+    if (request.partition == "megatron")
+      throw InputError("--partitioner and --partition megatron both say how to partition the model: give one");
     if (request.partition != "uniform")
       throw InputError("--partitioner and --partition FILE both say how to partition the model: give one");
     if (!request.replicas.empty())
@@ -379,20 +387,25 @@ Plan make_plan(const PlanRequest& request) {
     throw InputError(fmt::format("--tensor-parallel: expected hosts per group from 1 to {}, found {}", kMaxTensorParallel,
                                  request.tensor_parallel));
   plan.tensor_parallel = request.tensor_parallel;
-  if (request.vertical_sync && plan.schedule != "pipedream")
-    throw InputError(fmt::format("--vertical-sync: applies to pipedream, not {}", plan.schedule));
+  // Schedule-specific options: the catalogue entry says which it takes.
+  if (request.vertical_sync && !takes_option(info, ScheduleOption::VerticalSync))
+    throw InputError(fmt::format("--vertical-sync: applies to {}, not {}", schedules_taking(ScheduleOption::VerticalSync),
+                                 plan.schedule));
   plan.vertical_sync = request.vertical_sync;
-  if (request.update_interval < 0 || (request.update_interval != 0 && plan.schedule != "pipedream-2bw"))
-    throw InputError(fmt::format("--update-interval: expected an integer >= 1 for pipedream-2bw, found {} for {}",
-                                 request.update_interval, plan.schedule));
+  if (request.update_interval < 0 ||
+      (request.update_interval != 0 && !takes_option(info, ScheduleOption::UpdateInterval)))
+    throw InputError(fmt::format("--update-interval: expected an integer >= 1 for {}, found {} for {}",
+                                 schedules_taking(ScheduleOption::UpdateInterval), request.update_interval, plan.schedule));
   plan.update_interval = request.update_interval;
   if (!(request.prediction_cost_s_per_byte >= 0 && std::isfinite(request.prediction_cost_s_per_byte)) ||
-      (request.prediction_cost_s_per_byte != 0 && plan.schedule != "pipeoptim"))
-    throw InputError(fmt::format("--prediction-cost: expected seconds per parameter byte >= 0 (finite) for pipeoptim, found {} for {}",
-                                 request.prediction_cost_s_per_byte, plan.schedule));
+      (request.prediction_cost_s_per_byte != 0 && !takes_option(info, ScheduleOption::PredictionCost)))
+    throw InputError(fmt::format("--prediction-cost: expected seconds per parameter byte >= 0 (finite) for {}, found {} for {}",
+                                 schedules_taking(ScheduleOption::PredictionCost), request.prediction_cost_s_per_byte,
+                                 plan.schedule));
   plan.prediction_cost_s_per_byte = request.prediction_cost_s_per_byte;
-  if (request.wait_free && plan.schedule != "dp")
-    throw InputError(fmt::format("--wait-free: applies to dp, not {}", plan.schedule));
+  if (request.wait_free && !takes_option(info, ScheduleOption::WaitFree))
+    throw InputError(fmt::format("--wait-free: applies to {}, not {}", schedules_taking(ScheduleOption::WaitFree),
+                                 plan.schedule));
   plan.wait_free = request.wait_free;
   plan.pipeline_depth = request.pipeline_depth;
   sim::parse_network_model(request.network);
@@ -512,6 +525,10 @@ Plan make_plan(const PlanRequest& request) {
         if (stage_hosts[s][r].empty())
           throw InputError(fmt::format("--program {}: stage {} has replica {} but no device holds replica {}",
                                        printable(request.program_file), s, stage_hosts[s].size() - 1, r));
+    if (request.partition == "megatron")
+      throw InputError(fmt::format("--partition megatron: the Program {} places its stages; give a partition file to "
+                                   "choose the layers of each stage",
+                                   printable(request.program_file)));
     if (request.partition == "uniform") {
       if (stage_hosts.size() > plan.profile.layers.size())
         throw InputError(fmt::format("--program {}: {} stages, but {} has only {} layers",
@@ -601,6 +618,17 @@ Plan make_plan(const PlanRequest& request) {
     expand_to_replicas(plan.partition, "--partitioner " + request.partitioner);
   } else if (!request.replicas.empty()) {
     plan.partition = replicated_partition(plan.profile, platform.hosts, parse_replicas(request.replicas));
+  } else if (request.partition == "megatron") {
+    // Megatron-LM's layout: L / (p v) transformer layers per stage (uneven
+    // first and last pipeline ranks when asked), embedding first, head last.
+    const int stages = static_cast<int>(pipeline_hosts.size()) * plan.virtual_stages;
+    const std::vector<int> device = stage_to_device(stages, plan.virtual_stages, stage_map_of(plan.schedule));
+    std::vector<std::string> stage_hosts(static_cast<std::size_t>(stages));
+    for (int s = 0; s < stages; ++s)
+      stage_hosts[static_cast<std::size_t>(s)] = pipeline_hosts[static_cast<std::size_t>(device[static_cast<std::size_t>(s)])];
+    plan.partition = megatron_partition(plan.profile, stage_hosts, stages, plan.virtual_stages, device,
+                                        request.first_pipeline_layers, request.last_pipeline_layers);
+    expand_to_replicas(plan.partition, "partition");
   } else if (request.partition == "uniform") {
     // v stages per device: p x v stages, stage s on the host of device
     // stage_to_device(s) (a loop or a V).
@@ -670,8 +698,8 @@ Plan make_plan(const PlanRequest& request) {
     throw InputError(fmt::format("{}: its {} stages do not split into devices of {} stages each; expected a multiple of "
                                  "{} stages{}",
                                  stages_per_device, plan.partition.num_stages(), plan.virtual_stages, plan.virtual_stages,
-                                 request.partition == "uniform" ? " (--stages)" : " in the partition"));
-  check_stage_placement(plan, request.partition == "uniform" ? "partition" : request.partition);
+                                 partition_rule ? " (--stages)" : " in the partition"));
+  check_stage_placement(plan, partition_rule ? "partition" : request.partition);
   // FPGA boards keep their own stages' weights on chip when they fit; the
   // plan then carries the analytic times as the layers' times.
   for (std::string& note : place_fpga_weights(plan.profile, plan.partition, platform))
@@ -831,9 +859,9 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   memory.recompute = plan.recompute;
   memory.resident_weight_factor = resident_weight_factor(plan.dtype, plan.optimizer);
   if (!info.flushed) {
-    memory.versioning = plan.schedule == "pipeoptim" ? WeightVersioning::Prediction
-                        : plan.vertical_sync         ? WeightVersioning::VerticalSync
-                                                     : WeightVersioning::Stashing;
+    memory.versioning = info.weights == WeightVersions::Predicted ? WeightVersioning::Prediction
+                        : plan.vertical_sync                        ? WeightVersioning::VerticalSync
+                                                                    : WeightVersioning::Stashing;
     memory.update_interval = update_interval(plan.schedule, options);
   }
   HostStages stages_of_host;

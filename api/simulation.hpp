@@ -43,7 +43,12 @@ struct PlanRequest {
   std::optional<int> mini_batches;
   /// Replaces every host's memory capacity (units as parse_bytes takes them).
   std::string memory;
-  std::string partition = "uniform";  ///< "uniform" or a partition file
+  /// "uniform" (layers split by count), "megatron" (Megatron-LM's stage
+  /// layout: megatron_partition) or a partition file.
+  std::string partition = "uniform";
+  /// --partition megatron: transformer layers on the first and the last
+  /// pipeline rank (Megatron's --decoder-first/last-pipeline-num-layers).
+  std::optional<int> first_pipeline_layers, last_pipeline_layers;
   std::string replicas;               ///< "3,1": replicated stages, layers balanced per replica
   /// Choose the partition as explore does (partition_for_run: uniform,
   /// pipedream, pipedream-straight, pipedream-memory, bapipe); empty: from

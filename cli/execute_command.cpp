@@ -136,16 +136,13 @@ int run_execute_command() {
   }
   // A Program file runs as a flushed schedule of one or more stages per device does (gpipe's entry).
   const ScheduleInfo& info = from_file ? schedule_info("gpipe") : schedule_info(options.schedule);
-  if (options.vertical_sync && info.name != "pipedream")
-    throw InputError(fmt::format("--vertical-sync: applies to pipedream, not {}", info.name));
-  if (options.update_interval != 0 && info.name != "pipedream-2bw")
-    throw InputError(fmt::format("--update-interval: applies to pipedream-2bw, not {}", info.name));
+  if (options.vertical_sync && !takes_option(info, ScheduleOption::VerticalSync))
+    throw InputError(fmt::format("--vertical-sync: applies to {}, not {}", schedules_taking(ScheduleOption::VerticalSync), info.name));
+  if (options.update_interval != 0 && !takes_option(info, ScheduleOption::UpdateInterval))
+    throw InputError(fmt::format("--update-interval: applies to {}, not {}", schedules_taking(ScheduleOption::UpdateInterval), info.name));
   // The weight rule of the schedule (SEMANTICS.md); the update points come
   // from the Program. A Program file is flushed (one update per mini-batch).
-  validate::WeightRule rule = validate::WeightRule::Flush;
-  if (info.name == "pipedream") rule = options.vertical_sync ? validate::WeightRule::VerticalSync : validate::WeightRule::Stashing;
-  if (info.name == "pipedream-2bw") rule = validate::WeightRule::TwoBW;
-  if (info.name == "pipeoptim") rule = validate::WeightRule::Prediction;
+  const validate::WeightRule rule = validate::weight_rule_of(info, options.vertical_sync);
   if (!info.flushed && rule == validate::WeightRule::Flush)
     throw InputError(fmt::format("--schedule {}: the executor has no weight rule for it", info.name));
   if (info.single_stage && options.replicas.size() != 1)

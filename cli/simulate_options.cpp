@@ -19,7 +19,15 @@ void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
   command.add_option("--micro-batches", request.micro_batches, "micro-batches per mini-batch (M)");
   command.add_option("--mini-batches", request.mini_batches,
                      "mini-batches to simulate (default: 1 for flushed schedules, max(32, 4 x devices) for the others)");
-  command.add_option("--partition", request.partition, "uniform (default) or a partition file");
+  command.add_option("--partition", request.partition,
+                     "uniform (default: layers split by count), megatron (Megatron-LM's layout: transformer layers "
+                     "split evenly, embedding on the first stage, head and loss on the last) or a partition file");
+  command.add_option("--first-pipeline-layers", request.first_pipeline_layers,
+                     "--partition megatron: transformer layers on the first pipeline rank (Megatron's "
+                     "--decoder-first-pipeline-num-layers); the others split the rest");
+  command.add_option("--last-pipeline-layers", request.last_pipeline_layers,
+                     "--partition megatron: transformer layers on the last pipeline rank (Megatron's "
+                     "--decoder-last-pipeline-num-layers)");
   command.add_option("--replicas", request.replicas,
                      "replicas per stage, e.g. 3,1: stages take hosts in platform order, layers balanced per replica");
   command.add_option("--optimizer", request.optimizer,

@@ -104,7 +104,7 @@ std::optional<std::vector<ParameterSpec>> parameters_of(const std::string& comma
     if (spec.name == "platform" || spec.name == "profile" || spec.name == "program") spec.kind = ParameterSpec::Kind::Path;
     if (spec.name == "partition") {
       spec.kind = ParameterSpec::Kind::Path;
-      spec.literals = {"uniform"};
+      spec.literals = {"uniform", "megatron"};
     }
     parameters.push_back(spec);
   }

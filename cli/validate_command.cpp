@@ -262,10 +262,10 @@ int run_validate_command() {
   const validate::ModelConfig model = saved ? saved->model : model_from_flags(options.model, options.model_flags, *command);
   if (!from_file) {
     const ScheduleInfo& info = schedule_info(options.schedule);
-    if (options.vertical_sync && info.name != "pipedream")
-      throw InputError(fmt::format("--vertical-sync: applies to pipedream, not {}", info.name));
-    if (options.update_interval != 0 && info.name != "pipedream-2bw")
-      throw InputError(fmt::format("--update-interval: applies to pipedream-2bw, not {}", info.name));
+    if (options.vertical_sync && !takes_option(info, ScheduleOption::VerticalSync))
+      throw InputError(fmt::format("--vertical-sync: applies to {}, not {}", schedules_taking(ScheduleOption::VerticalSync), info.name));
+    if (options.update_interval != 0 && !takes_option(info, ScheduleOption::UpdateInterval))
+      throw InputError(fmt::format("--update-interval: applies to {}, not {}", schedules_taking(ScheduleOption::UpdateInterval), info.name));
     if (info.single_stage && options.replicas.size() != 1 && !saved)
       throw InputError(fmt::format("--schedule {}: runs the whole model on every device; give the devices as --replicas N", info.name));
   }
@@ -443,15 +443,12 @@ int run_validate_command() {
   request.program = from_file ? program_file : executed_program(plan, schedule);
   // The weight rule of the schedule (execute's); a Program file is flushed.
   const std::string schedule_name = from_file ? "program " + options.program_file : plan.schedule;
-  if (!from_file && plan.schedule == "pipedream")
-    request.weight_rule = plan.vertical_sync ? validate::WeightRule::VerticalSync : validate::WeightRule::Stashing;
-  if (!from_file && plan.schedule == "pipedream-2bw") {
-    request.weight_rule = validate::WeightRule::TwoBW;
+  if (!from_file) request.weight_rule = validate::weight_rule_of(api::plan_schedule_info(plan), plan.vertical_sync);
+  if (!from_file && request.weight_rule == validate::WeightRule::TwoBW) {
     // Updates (all-reduces of a replicated stage) every U rounds: cycles of whole update intervals.
     for (const auto& hosts : plan.partition.hosts)
       cycle_multiple = std::lcm(cycle_multiple, static_cast<int>(hosts.size()) * update_interval(plan.schedule, schedule));
   }
-  if (!from_file && plan.schedule == "pipeoptim") request.weight_rule = validate::WeightRule::Prediction;
   request.update_interval = from_file ? 0 : update_interval(plan.schedule, schedule);
   request.micro_batch_size = options.micro_batch_size;
   request.warmup_mini_batches = options.warmup;

@@ -35,6 +35,70 @@ Partition uniform_partition(const Profile& profile, const std::vector<std::strin
   return partition;
 }
 
+Partition megatron_partition(const Profile& profile, const std::vector<std::string>& stage_hosts, int num_stages,
+                             int virtual_stages, const std::vector<int>& device_of_stage,
+                             std::optional<int> first_rank_layers, std::optional<int> last_rank_layers) {
+  const int v = virtual_stages;
+  if (num_stages < 1 || v < 1 || num_stages % v != 0 || device_of_stage.size() != static_cast<std::size_t>(num_stages) ||
+      stage_hosts.size() != static_cast<std::size_t>(num_stages))
+    throw InputError(fmt::format("--partition megatron: {} stages, {} per device: expected a multiple of {}", num_stages, v, v));
+  const int p = num_stages / v;
+  std::vector<std::size_t> blocks;
+  for (std::size_t l = 0; l < profile.layers.size(); ++l)
+    if (profile.layers[l].op == "transformer") blocks.push_back(l);
+  const int total = static_cast<int>(blocks.size());
+  if (total == 0)
+    throw InputError(fmt::format("--partition megatron: profile '{}' has no transformer layers (op \"transformer\") to "
+                                 "split as Megatron-LM does; use --partition uniform, a partition file or --partitioner",
+                                 profile.name));
+  const std::string flags = fmt::format("{}{}", first_rank_layers ? fmt::format(" --first-pipeline-layers {}", *first_rank_layers) : "",
+                                        last_rank_layers ? fmt::format(" --last-pipeline-layers {}", *last_rank_layers) : "");
+  for (const auto& given : {first_rank_layers, last_rank_layers})
+    if (given && (*given < 0 || *given > total))
+      throw InputError(fmt::format("--partition megatron{}: expected 0 to {} layers on the first or last pipeline rank, "
+                                   "found {}",
+                                   flags, total, *given));
+  std::vector<int> rank_layers(static_cast<std::size_t>(p), 0);
+  if ((first_rank_layers || last_rank_layers) && p == 1)
+    throw InputError(fmt::format("--partition megatron{}: uneven first and last pipeline stages need a pipeline of at "
+                                 "least 2 ranks, found 1",
+                                 flags));
+  int rest = total, middle_ranks = p;
+  if (first_rank_layers) rest -= *first_rank_layers, --middle_ranks, rank_layers.front() = *first_rank_layers;
+  if (last_rank_layers) rest -= *last_rank_layers, --middle_ranks, rank_layers.back() = *last_rank_layers;
+  if (rest < 0 || (middle_ranks == 0 && rest != 0) || (middle_ranks > 0 && rest % middle_ranks != 0))
+    throw InputError(fmt::format("--partition megatron{}: {} transformer layers leave {} for the other {} pipeline rank{}; "
+                                 "expected a multiple of {} (Megatron splits layers evenly over the pipeline ranks)",
+                                 flags, total, rest, middle_ranks, middle_ranks == 1 ? "" : "s", std::max(middle_ranks, 1)));
+  for (int r = 0; r < p; ++r) {
+    const bool given = (r == 0 && first_rank_layers) || (r == p - 1 && last_rank_layers);
+    if (!given) rank_layers[static_cast<std::size_t>(r)] = rest / std::max(middle_ranks, 1);
+    if (rank_layers[static_cast<std::size_t>(r)] % v != 0)
+      throw InputError(fmt::format("--partition megatron{}: pipeline rank {} holds {} transformer layers, which do not "
+                                   "split into its {} virtual stages; expected a multiple of {}",
+                                   flags, r, rank_layers[static_cast<std::size_t>(r)], v, v));
+  }
+  Partition partition;
+  partition.stage_of_layer.assign(profile.layers.size(), 0);
+  std::size_t next_block = 0;
+  for (int s = 0; s < num_stages; ++s) {
+    const int count = rank_layers[static_cast<std::size_t>(device_of_stage[static_cast<std::size_t>(s)])] / v;
+    for (int k = 0; k < count; ++k) {
+      const std::size_t first = blocks[next_block];
+      const std::size_t end = next_block + 1 < blocks.size() ? blocks[next_block + 1] : profile.layers.size();
+      // The transformer layer and what follows it up to the next one.
+      for (std::size_t l = first; l < end; ++l) partition.stage_of_layer[l] = s;
+      ++next_block;
+    }
+    partition.hosts.push_back({stage_hosts[static_cast<std::size_t>(s)]});
+  }
+  // The layers after the last transformer layer (final norm, head, loss)
+  // follow it to its stage; they belong to the last stage. A last stage of
+  // 0 transformer layers (uneven stages) still takes them.
+  for (std::size_t l = blocks.back() + 1; l < profile.layers.size(); ++l) partition.stage_of_layer[l] = num_stages - 1;
+  return partition;
+}
+
 namespace {
 
 std::string trimmed(const std::string& text) {

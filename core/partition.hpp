@@ -3,6 +3,7 @@
 // chain), the hosts of each stage (one host per replica), and the layers
 // that neighbouring stages share (BaPipe's intra-layer partition).
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,23 @@ struct StageCost {
  *  divide), stage s on hosts[s]. Throws InputError when there are more stages
  *  than layers or fewer hosts than stages. */
 Partition uniform_partition(const Profile& profile, const std::vector<std::string>& hosts, int num_stages);
+
+/** Megatron-LM's stage layout (Megatron-LM core_r0.10.0:
+ *  megatron/core/transformer/transformer_block.py, get_num_layers_to_build,
+ *  and the checks of TransformerConfig): the profile's transformer layers
+ *  (op "transformer") split over p = num_stages / virtual_stages pipeline
+ *  ranks, rank r holding `device_of_stage[s] == r`'s stages: rank 0 takes
+ *  `first_rank_layers` and rank p-1 `last_rank_layers` when given, the other
+ *  ranks the rest evenly; each rank's layers split evenly over its
+ *  virtual_stages chunks, in stage order. The layers before the first
+ *  transformer layer (embedding) go to stage 0, those after the last (final
+ *  norm, head, loss) to the last stage, others with the transformer layer
+ *  before them. Stage s on stage_hosts[s]. InputError naming --partition
+ *  megatron (and --first/--last-pipeline-layers) when the profile has no transformer layers
+ *  or a count does not divide as Megatron requires. */
+Partition megatron_partition(const Profile& profile, const std::vector<std::string>& stage_hosts, int num_stages,
+                             int virtual_stages, const std::vector<int>& device_of_stage,
+                             std::optional<int> first_rank_layers, std::optional<int> last_rank_layers);
 
 /** Parses the `--replicas` shorthand: replica counts per stage separated by
  *  commas, such as "3,1" or "4,2,1,1" (spaces around a count are allowed).

@@ -18,10 +18,10 @@ const std::vector<ScheduleInfo>& schedule_catalog() {
       {"1f1b-so", "BaPipe 1F1B-SO: 1F1B with doubled warm-up so receives hide behind compute (GPU)", DeviceKind::Gpu, false, true, false},
       {"1f1b-as", "BaPipe 1F1B-AS: the 1F1B-SNO order on asynchronous devices (FPGA)", DeviceKind::Fpga, false, true, false},
       {"fbp-as", "BaPipe FBP-AS: forward and backward streams in parallel, stash cap 2(N-i+1) (FPGA)", DeviceKind::Fpga, true, true, false},
-      {"pipedream", "PipeDream: 1F1B across mini-batches, NOAM admitted, 1F1B-RR over replicas, weight stashing", DeviceKind::Gpu, false, false, false},
-      {"pipedream-2bw", "PipeDream-2BW: PipeDream's order, 2 weight versions, update every --update-interval mini-batches", DeviceKind::Gpu, false, false, false},
-      {"pipeoptim", "PipeOptim: PipeDream's order with weight prediction (1-2 versions, --prediction-cost)", DeviceKind::Gpu, false, false, false},
-      {"dp", "Data parallelism: the whole model on every device, then ring all-reduce (--wait-free to overlap)", DeviceKind::Gpu, false, true, true},
+      {"pipedream", "PipeDream: 1F1B across mini-batches, NOAM admitted, 1F1B-RR over replicas, weight stashing", DeviceKind::Gpu, false, false, false, 1, StageMap::Loop, {ScheduleOption::VerticalSync}, WeightVersions::Stashing},
+      {"pipedream-2bw", "PipeDream-2BW: PipeDream's order, 2 weight versions, update every --update-interval mini-batches", DeviceKind::Gpu, false, false, false, 1, StageMap::Loop, {ScheduleOption::UpdateInterval}, WeightVersions::TwoBuffered},
+      {"pipeoptim", "PipeOptim: PipeDream's order with weight prediction (1-2 versions, --prediction-cost)", DeviceKind::Gpu, false, false, false, 1, StageMap::Loop, {ScheduleOption::PredictionCost}, WeightVersions::Predicted},
+      {"dp", "Data parallelism: the whole model on every device, then ring all-reduce (--wait-free to overlap)", DeviceKind::Gpu, false, true, true, 1, StageMap::Loop, {ScheduleOption::WaitFree}},
       // Issue 14: several stages per device, split backwards (schedules/beyond.hpp).
       {"interleaved-1f1b", "Interleaved 1F1B (Megatron, PyTorch Interleaved1F1B): --virtual-stages chunks per device in a loop", DeviceKind::Gpu, false, true, false, 0, StageMap::Loop},
       {"looped-bfs", "PyTorch LoopedBFS: --virtual-stages chunks per device in a loop, all forwards then all backwards", DeviceKind::Gpu, false, true, false, 0, StageMap::Loop},
@@ -40,6 +40,17 @@ const ScheduleInfo& schedule_info(const std::string& name) {
   std::string known;
   for (const ScheduleInfo& info : schedule_catalog()) known += (known.empty() ? "" : ", ") + info.name;
   throw InputError(fmt::format("--schedule: unknown schedule '{}'; expected one of: {}", name, known));
+}
+
+bool takes_option(const ScheduleInfo& info, ScheduleOption option) {
+  return std::find(info.options.begin(), info.options.end(), option) != info.options.end();
+}
+
+std::string schedules_taking(ScheduleOption option) {
+  std::string names;
+  for (const ScheduleInfo& info : schedule_catalog())
+    if (takes_option(info, option)) names += (names.empty() ? "" : ", ") + info.name;
+  return names;
 }
 
 int default_virtual_stages(const std::string& name) {
@@ -170,9 +181,10 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
                                  name, options.num_stages));
   if (options.recompute && !info.flushed)
     throw InputError(fmt::format("--recompute: {} does not flush; recomputation applies to gpipe and the 1f1b schedules", name));
-  if (options.wait_free && info.name != "dp") throw InputError(fmt::format("--wait-free: applies to dp, not {}", name));
-  if (options.update_interval > 0 && info.name != "pipedream-2bw")
-    throw InputError(fmt::format("--update-interval: applies to pipedream-2bw, not {}", name));
+  if (options.wait_free && !takes_option(info, ScheduleOption::WaitFree))
+    throw InputError(fmt::format("--wait-free: applies to {}, not {}", schedules_taking(ScheduleOption::WaitFree), name));
+  if (options.update_interval > 0 && !takes_option(info, ScheduleOption::UpdateInterval))
+    throw InputError(fmt::format("--update-interval: applies to {}, not {}", schedules_taking(ScheduleOption::UpdateInterval), name));
   if (options.pipeline_depth < 0 || (options.pipeline_depth > 0 && info.flushed))
     throw InputError(fmt::format("--pipeline-depth: expected mini-batches >= 1 admitted per input replica of a pipedream-family "
                                  "schedule, found {} for {}", options.pipeline_depth, name));

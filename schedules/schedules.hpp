@@ -42,6 +42,23 @@ struct ScheduleOptions {
   int data_parallel = 1;
 };
 
+/// Options only some schedules take; each catalogue entry lists its own,
+/// and a run refuses the others (no layer above schedules/ tests a name).
+enum class ScheduleOption {
+  VerticalSync,    ///< --vertical-sync: every stage uses the input stage's weight version
+  UpdateInterval,  ///< --update-interval: mini-batches per weight update
+  PredictionCost,  ///< --prediction-cost: weight prediction time per parameter byte
+  WaitFree,        ///< --wait-free: per-layer all-reduces during the backward
+};
+
+/// How a schedule keeps weight versions between updates.
+enum class WeightVersions {
+  Latest,     ///< flushed: every micro-batch uses the weights of the last update
+  Stashing,   ///< PipeDream: a version per mini-batch in flight, stashed from F to B
+  TwoBuffered,///< PipeDream-2BW: two versions, an update every interval
+  Predicted,  ///< PipeOptim: the forward predicts the weights of its backward
+};
+
 struct ScheduleInfo {
   std::string name;
   std::string summary;
@@ -52,7 +69,16 @@ struct ScheduleInfo {
   /// Stages per device: 0 = any (--virtual-stages), else exactly this many.
   int fixed_virtual_stages = 1;
   StageMap map = StageMap::Loop;  ///< how stages map to devices when several share one
+  std::vector<ScheduleOption> options = {};  ///< the schedule-specific options it takes
+  WeightVersions weights = WeightVersions::Latest;
 };
+
+/** Whether the schedule takes `option` (its catalogue entry lists it). */
+bool takes_option(const ScheduleInfo& info, ScheduleOption option);
+
+/** The catalogue's schedules that take `option`, in catalogue order, joined
+ *  by ", " (for messages: "--wait-free: applies to dp, not gpipe"). */
+std::string schedules_taking(ScheduleOption option);
 
 /** Every schedule pipegrid knows, in a stable order. */
 const std::vector<ScheduleInfo>& schedule_catalog();

@@ -464,3 +464,78 @@ TEST(PartitionFile, LayerOrderIsReadWhenPresentAndCheckedForIndices) {
 
 }  // namespace
 }  // namespace pipegrid
+
+namespace pipegrid {
+namespace {
+
+// A GPT-like chain: embedding, `blocks` transformer layers, norm, head, loss.
+Profile transformer_chain(int blocks) {
+  Profile profile;
+  profile.name = "gpt-like";
+  const auto add = [&](const std::string& name, const std::string& op) {
+    Layer layer;
+    layer.name = name;
+    layer.op = op;
+    layer.forward_s = 1;
+    layer.backward_s = 2;
+    profile.layers.push_back(layer);
+  };
+  add("embedding", "embedding");
+  for (int b = 1; b <= blocks; ++b) add("block" + std::to_string(b), "transformer");
+  add("final_norm", "norm");
+  add("head", "linear");
+  add("loss", "loss");
+  return profile;
+}
+
+std::vector<std::string> hosts_of(int stages) {
+  std::vector<std::string> hosts;
+  for (int s = 0; s < stages; ++s) hosts.push_back("h" + std::to_string(s));
+  return hosts;
+}
+
+// stage_of_layer for: embedding, blocks..., final_norm, head, loss.
+TEST(MegatronPartition, EvenBlocksEmbeddingFirstHeadAndLossLast) {
+  const Partition partition =
+      megatron_partition(transformer_chain(8), hosts_of(4), 4, 1, {0, 1, 2, 3}, std::nullopt, std::nullopt);
+  EXPECT_EQ(partition.stage_of_layer, (std::vector<int>{0, 0, 0, 1, 1, 2, 2, 3, 3, 3, 3, 3}));
+  EXPECT_EQ(partition.hosts[2], std::vector<std::string>{"h2"});
+}
+
+TEST(MegatronPartition, VirtualStagesTakeLayersInStageOrderRoundTheLoop) {
+  // p = 2, v = 2 (loop): stage s on rank s mod 2; 8 blocks, 2 per chunk.
+  const Partition partition =
+      megatron_partition(transformer_chain(8), hosts_of(4), 4, 2, {0, 1, 0, 1}, std::nullopt, std::nullopt);
+  EXPECT_EQ(partition.stage_of_layer, (std::vector<int>{0, 0, 0, 1, 1, 2, 2, 3, 3, 3, 3, 3}));
+}
+
+TEST(MegatronPartition, UnevenFirstAndLastRanksSplitTheRestEvenly) {
+  const Partition partition = megatron_partition(transformer_chain(8), hosts_of(4), 4, 1, {0, 1, 2, 3}, 1, 1);
+  EXPECT_EQ(partition.stage_of_layer, (std::vector<int>{0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3}));
+  // A V map (zb-v, p = 2): rank 0 holds stages 0 and 3, rank 1 stages 1 and 2.
+  const Partition v = megatron_partition(transformer_chain(8), hosts_of(4), 4, 2, {0, 1, 1, 0}, 2, std::nullopt);
+  // rank 0: 2 blocks (1 per chunk); rank 1: 6 (3 per chunk).
+  EXPECT_EQ(v.stage_of_layer, (std::vector<int>{0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3}));
+}
+
+TEST(MegatronPartition, RefusesCountsMegatronRefuses) {
+  EXPECT_CONTAINS(input_error_of([] {
+                    megatron_partition(transformer_chain(9), hosts_of(4), 4, 1, {0, 1, 2, 3}, std::nullopt, std::nullopt);
+                  }),
+                  "9 transformer layers leave 9 for the other 4 pipeline ranks; expected a multiple of 4");
+  EXPECT_CONTAINS(input_error_of([] {
+                    megatron_partition(transformer_chain(6), hosts_of(4), 4, 2, {0, 1, 0, 1}, std::nullopt, std::nullopt);
+                  }),
+                  "pipeline rank 0 holds 3 transformer layers, which do not split into its 2 virtual stages");
+  EXPECT_CONTAINS(input_error_of([] {
+                    megatron_partition(transformer_chain(8), hosts_of(4), 4, 1, {0, 1, 2, 3}, 3, std::nullopt);
+                  }),
+                  "--first-pipeline-layers 3: 8 transformer layers leave 5 for the other 3");
+  Profile plain = transformer_chain(2);
+  for (Layer& layer : plain.layers) layer.op = "linear";
+  EXPECT_CONTAINS(input_error_of([&] { megatron_partition(plain, hosts_of(2), 2, 1, {0, 1}, std::nullopt, std::nullopt); }),
+                  "has no transformer layers");
+}
+
+}  // namespace
+}  // namespace pipegrid

@@ -774,6 +774,16 @@ std::string to_string(Launcher::Kind kind) {
   return "unknown";
 }
 
+WeightRule weight_rule_of(const ScheduleInfo& info, bool vertical_sync) {
+  switch (info.weights) {
+    case WeightVersions::Latest: return WeightRule::Flush;
+    case WeightVersions::Stashing: return vertical_sync ? WeightRule::VerticalSync : WeightRule::Stashing;
+    case WeightVersions::TwoBuffered: return WeightRule::TwoBW;
+    case WeightVersions::Predicted: return WeightRule::Prediction;
+  }
+  return WeightRule::Flush;
+}
+
 std::string to_string(WeightRule rule) {
   switch (rule) {
     case WeightRule::Flush: return "flush";

@@ -34,6 +34,7 @@
 
 #include "core/program.hpp"
 #include "core/timeline.hpp"
+#include "schedules/schedules.hpp"
 #include "validate/model_zoo.hpp"
 
 namespace pipegrid::validate {
@@ -118,6 +119,10 @@ enum class WeightRule {
 
 /** The schedule's name of a rule (flush, stashing, 2bw, vertical-sync, prediction). */
 std::string to_string(WeightRule rule);
+
+/** The rule a catalogue schedule's weights follow (its WeightVersions;
+ *  pipedream's stashing becomes VerticalSync with --vertical-sync). */
+WeightRule weight_rule_of(const ScheduleInfo& info, bool vertical_sync);
 
 struct ExecutionRequest {
   ModelConfig model;
