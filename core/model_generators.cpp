@@ -36,6 +36,7 @@ namespace {
 
 constexpr double kIdBytes = 8;           ///< an int64 token id or pooling index
 constexpr double kLossBytes = 4;         ///< the loss: one fp32 scalar
+constexpr double kLogSumExpBytes = 4;    ///< fused attention's log-sum-exp per query row and head: fp32
 constexpr long long kMaxLayersOption = 100000;
 constexpr long long kMaxMicroBatchSize = 1000000;
 
@@ -81,7 +82,8 @@ class Cost {
     read += e_ * in + extra_read;
     written += e_ * out + extra_written;
   }
-  /// FLOPs of element-wise work (layers without matrix products).
+  /// FLOPs counted by hand: element-wise work (layers without matrix
+  /// products), and the products inside a fused kernel.
   void flops(double forward_flops, double input_flops, double weight_flops) {
     forward += forward_flops;
     backward_input += input_flops;
@@ -189,6 +191,10 @@ const std::vector<ModelInfo>& registry() {
         {"tied_embeddings", 0,
          "1: the head uses the embedding's word table (no parameters of its own; under pipeline parallelism "
          "Megatron's copy on the last stage is not counted: issue 28); 0: its own",
+         0, 1, false},
+        {"flash_attention", 0,
+         "1: fused attention (FlashAttention, cuDNN): the s x s scores neither stored nor kept, recomputed in the "
+         "backward; 0: unfused",
          0, 1, false}},
        8},
   };
@@ -442,6 +448,7 @@ void build_gnmt(Builder& b, const ResolvedModel& m, Profile& profile) {
 struct GptShape {
   double h = 0, heads = 0, kv = 0, f = 0, s = 0, vocabulary = 0, positions = 0;
   bool swiglu = false, linear_bias = true, rmsnorm = false, rotary = false, tied_embeddings = false;
+  bool flash_attention = false;
 
   explicit GptShape(const ResolvedModel& m) {
     const auto option = [&](const char* name) { return static_cast<double>(m.options.at(name)); };
@@ -457,6 +464,7 @@ struct GptShape {
     rmsnorm = m.options.at("rmsnorm") == 1;
     rotary = m.options.at("rotary") == 1;
     tied_embeddings = m.options.at("tied_embeddings") == 1;
+    flash_attention = m.options.at("flash_attention") == 1;
   }
   /// Parameter vectors of a norm: LayerNorm's scale and shift, RMSNorm's scale.
   double norm_vectors() const { return rmsnorm ? 1 : 2; }
@@ -469,7 +477,8 @@ struct GptShape {
 /// FLOPs forward: 2 N h (h + 2 kv) (Q, K, V) + 4 B s^2 h (Q K^T and
 /// attention x V: every query head, a key/value head shared by its group)
 /// + 2 N h^2 (output) + 2 N h u + 2 N f h (MLP); 8 N h^2 + 4 N h f + 4 B s^2 h
-/// at kv = h with GeLU. Parameters: 2 h^2 + 2 h kv + h u + f h weights,
+/// at kv = h with GeLU; fused attention's backward adds 2 B s^2 h (it
+/// recomputes Q K^T). Parameters: 2 h^2 + 2 h kv + h u + f h weights,
 /// h + 2 kv + h + u + h biases (linear_bias), two norms.
 void transformer_block(Builder& b, const std::string& name, double batch, const GptShape& g) {
   const double h = g.h, s = g.s, f = g.f, kv = g.kv, up = g.up();
@@ -481,10 +490,21 @@ void transformer_block(Builder& b, const std::string& name, double batch, const 
   cost.weight_product(rows, h, qkv, bias * qkv);      // Q, K, V
   if (g.rotary)                                       // rotate Q and K (reads the cos and sin tables)
     cost.memory(rows * (h + kv) + 2 * s * d, rows * (h + kv));
-  cost.activation_product(batch * g.heads, s, d, s);  // Q K^T
-  cost.memory(scores, scores);                        // scale, mask, softmax
-  cost.memory(scores, scores, scores);                // dropout (1-byte mask)
-  cost.activation_product(batch * g.heads, s, s, d);  // attention x V
+  if (g.flash_attention) {
+    // One kernel (FlashAttention, cuDNN): Q K^T, softmax, dropout and
+    // attention x V on chip, 4 B s^2 h FLOPs forward; it reads Q, K, V and
+    // writes the output and the softmax's log-sum-exp (fp32, one per query
+    // row and head). Its backward recomputes Q K^T (2 B s^2 h) besides the
+    // four products of the input gradients (8 B s^2 h).
+    const double products = 4 * batch * s * s * h;
+    cost.flops(products, 2 * products + products / 2, 0);
+    cost.memory(rows * qkv, rows * h, kLogSumExpBytes * batch * g.heads * s);
+  } else {
+    cost.activation_product(batch * g.heads, s, d, s);  // Q K^T
+    cost.memory(scores, scores);                        // scale, mask, softmax
+    cost.memory(scores, scores, scores);                // dropout (1-byte mask)
+    cost.activation_product(batch * g.heads, s, s, d);  // attention x V
+  }
   cost.weight_product(rows, h, h, bias * h);          // output projection
   cost.memory(2 * rows * h, rows * h, rows * h);      // dropout, residual add
   cost.memory(rows * h, rows * h, 0, norm_read);      // norm 2
@@ -504,13 +524,17 @@ void transformer_block(Builder& b, const std::string& name, double batch, const 
   // 2 N kv + 2 N f (GeLU) or 3 N f (SwiGLU) + 2 B a s^2 elements: s b h (34 +
   // 5 a s / h) bytes at 2 bytes, kv = h and f = 4h (Korthikanti's 8 N h + 2
   // N f + 2 B a s^2, the form computed below), plus 1-byte dropout masks of
-  // the scores (B a s^2) and of the two residual branches (2 N h).
-  const double elements =
-      8 * rows * h + 2 * rows * f + 2 * scores - 2 * rows * (h - kv) + (g.swiglu ? rows * f : 0);
-  const double masks = 2 * rows * h + scores;
+  // the scores (B a s^2) and of the two residual branches (2 N h). Fused
+  // attention keeps none of the scores, their mask (its backward draws the
+  // same random numbers again) nor the softmax output; it keeps the
+  // log-sum-exp, 4 bytes per query row and head (B a s).
+  const double elements = 8 * rows * h + 2 * rows * f + 2 * scores - 2 * rows * (h - kv) +
+                          (g.swiglu ? rows * f : 0) - (g.flash_attention ? 2 * scores : 0);
+  const double masks = 2 * rows * h + (g.flash_attention ? 0 : scores);
+  const double log_sum_exp = g.flash_attention ? kLogSumExpBytes * batch * g.heads * s : 0;
   const double weights = 2 * h * h + 2 * h * kv + h * up + f * h;
   const double biases = bias * (qkv + h + up + h);
-  b.add(name, "transformer", cost, rows * h, elements, weights + biases + 2 * g.norm_vectors() * h, masks);
+  b.add(name, "transformer", cost, rows * h, elements, weights + biases + 2 * g.norm_vectors() * h, masks + log_sum_exp);
 }
 
 void build_gpt(Builder& b, const ResolvedModel& m, Profile& profile) {

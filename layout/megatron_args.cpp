@@ -772,6 +772,9 @@ class Arguments {
     return found == last_.end() ? nullptr : found->second;
   }
 
+  /// The origin and the argument's line, as a message begins.
+  std::string where(const Given& argument) const { return origin_.at(argument.line); }
+
   [[noreturn]] void fail(const std::string& name, const std::string& message) const {
     const Given* argument = get(name);
     origin_.fail(argument ? argument->line : 0, name + ": " + message);
@@ -836,10 +839,11 @@ constexpr long long kMaxParallel = 100000;
 constexpr long long kMaxMicroBatch = 1000000;
 constexpr long long kMaxGlobalBatch = 1000000000000LL;
 
-[[noreturn]] void refuse_issue_28(const Arguments& arguments, const Given& argument, const std::string& what) {
-  arguments.fail(argument, fmt::format("{}not modelled yet (Megatron's semantics for it land with issue 28); drop it to "
-                                       "simulate without it",
-                                       what.empty() ? "" : what + ": "));
+/// `shown`: the argument as the message names it (its name by default).
+[[noreturn]] void refuse_issue_28(const Arguments& arguments, const Given& argument, const std::string& shown = "") {
+  throw InputError(fmt::format("{}: {}: not modelled yet (Megatron's semantics for it land with issue 28); drop it to "
+                               "simulate without it",
+                               arguments.where(argument), shown.empty() ? argument.name : shown));
 }
 
 [[noreturn]] void refuse(const Arguments& arguments, const Given& argument, const std::string& why) {
@@ -853,13 +857,13 @@ void refuse_unmodelled(const Arguments& arguments, int tensor_parallel) {
     const std::string& name = argument.name;
     const std::string value = argument.values.empty() ? "" : argument.values[0];
     switch (argument.known->treatment) {
-      case Treatment::Issue28: refuse_issue_28(arguments, argument, "");
+      case Treatment::Issue28: refuse_issue_28(arguments, argument);
       case Treatment::Refused: refuse(arguments, argument, argument.known->reason);
       default: break;
     }
-    if (name == "--sequence-parallel" && tensor_parallel > 1) refuse_issue_28(arguments, argument, "");
+    if (name == "--sequence-parallel" && tensor_parallel > 1) refuse_issue_28(arguments, argument);
     if (name == "--recompute-activations")
-      refuse_issue_28(arguments, argument, "selective recomputation (Megatron sets --recompute-granularity selective)");
+      refuse_issue_28(arguments, argument, "--recompute-activations (selective recomputation)");
     if (name == "--recompute-granularity" && value == "selective")
       refuse_issue_28(arguments, argument, "--recompute-granularity selective");
     if (name == "--use-legacy-models")
@@ -1323,7 +1327,8 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
                    {"linear_bias", a.has("--disable-bias-linear") ? 0 : 1},
                    {"rmsnorm", normalization == "RMSNorm" ? 1 : 0},
                    {"rotary", rotary ? 1 : 0},
-                   {"tied_embeddings", a.has("--untie-embeddings-and-output-weights") ? 0 : 1}};
+                   {"tied_embeddings", a.has("--untie-embeddings-and-output-weights") ? 0 : 1},
+                   {"flash_attention", launch.use_flash_attn ? 1 : 0}};
   if (!rotary) model.options["positions"] = *positions;
   model.micro_batch_size = *micro;
   model.dtype = dtype;

@@ -45,7 +45,8 @@ struct MegatronLaunch {
   MegatronRecompute recompute;
   /// Whether the attention kernel keeps no s x s scores for the backward
   /// (FlashAttention or cuDNN fused attention): --attention-backend flash
-  /// or fused, or auto with Transformer Engine in fp16/bf16 (a note says so).
+  /// or fused, or auto with Transformer Engine in fp16/bf16 (a note says
+  /// so). The model's flash_attention option says the same.
   bool use_flash_attn = false;
   /// The optimizer as pipegrid's memory model names it: "adam", "momentum"
   /// (Megatron's sgd with --sgd-momentum > 0, its default 0.9) or "sgd".

@@ -72,6 +72,7 @@ TEST(MegatronArgs, Gpt3LaunchScript) {
   EXPECT_EQ(launch.global_batch_size, 1536);
   EXPECT_FALSE(launch.recompute.full);
   EXPECT_TRUE(launch.use_flash_attn);  // auto, Transformer Engine, fp16
+  EXPECT_EQ(option(launch, "flash_attention"), 1);
   EXPECT_EQ(launch.optimizer, "adam");
   EXPECT_FALSE(launch.fp32_gradients);
   EXPECT_TRUE(has_note(launch, "launcher, not read: torchrun --nproc_per_node 8 --nnodes 16 --node_rank 0 --master_addr "
@@ -386,8 +387,9 @@ TEST(MegatronArgs, Issue28ArgumentsAreRefused) {
   EXPECT_EQ(error_of(minimal("--tensor-model-parallel-size 2 --sequence-parallel")),
             "--megatron-args: --sequence-parallel: " + tail);
   EXPECT_EQ(error_of(minimal("--recompute-granularity selective")),
-            "--megatron-args: --recompute-granularity: --recompute-granularity selective: " + tail);
-  EXPECT_CONTAINS(error_of(minimal("--recompute-activations")), "--recompute-activations: selective recomputation");
+            "--megatron-args: --recompute-granularity selective: " + tail);
+  EXPECT_EQ(error_of(minimal("--recompute-activations")),
+            "--megatron-args: --recompute-activations (selective recomputation): " + tail);
   // At tensor parallel 1 the release turns sequence parallelism off.
   EXPECT_TRUE(has_note(read(minimal("--sequence-parallel")), "the release turns it off at tensor parallel 1"));
   // The first refused argument, in the launch's order.
@@ -416,6 +418,7 @@ TEST(MegatronArgs, OtherRefusalsAndNotes) {
   EXPECT_TRUE(read(minimal("--attention-backend flash")).use_flash_attn);
   EXPECT_FALSE(read(minimal("--bf16 --transformer-impl local")).use_flash_attn);
   EXPECT_FALSE(read(minimal()).use_flash_attn);  // fp32: unfused
+  EXPECT_EQ(option(read(minimal()), "flash_attention"), 0);
   EXPECT_TRUE(read(minimal()).fp32_gradients);
   EXPECT_TRUE(has_note(read(minimal("--use-flash-attn")), "legacy models only"));
 }

@@ -154,7 +154,8 @@ TEST(ModelGenerators, GptDefaultsGivenExplicitlyChangeNothing) {
                                                     {"rmsnorm", 0},
                                                     {"rotary", 0},
                                                     {"positions", 1024},
-                                                    {"tied_embeddings", 0}},
+                                                    {"tied_embeddings", 0},
+                                                    {"flash_attention", 0}},
                                                    2, "fp16"));
   EXPECT_EQ(profile_to_json(given), profile_to_json(plain));
   EXPECT_EQ(plain.name, "gpt layers=2 hidden=256 heads=4 ffn=1024 sequence=1024 vocabulary=50257 micro_batch_size=2 dtype=fp16");
@@ -278,6 +279,40 @@ TEST(ModelGenerators, GptSwigluRotaryAndTiedByHand) {
   EXPECT_EQ(parameters_of(layer_named(gelu, "block1"), e) -
                 parameters_of(layer_named(with({{"linear_bias", 0}, {"rmsnorm", 1}}), "block1"), e),
             5 * h + f + 2 * h);
+}
+
+TEST(ModelGenerators, GptFusedAttentionByHand) {
+  // One block, B = 2, s = 64, h = 256, a = 4 heads in 2 key/value groups
+  // (kv = 128), bf16. Fused attention: the same forward FLOPs; the input
+  // gradient adds the recomputed Q K^T, 2 B s^2 h; the scores (2 B a s^2
+  // elements), their dropout mask (B a s^2 bytes) are not kept, the
+  // log-sum-exp (4 bytes x B a s) is.
+  const std::map<std::string, long long> options = {{"layers", 1},   {"hidden", 256},    {"heads", 4},
+                                                    {"query_groups", 2}, {"sequence", 64}, {"vocabulary", 1000}};
+  auto fused_options = options;
+  fused_options["flash_attention"] = 1;
+  const Profile plain_profile = generate_model_profile(gpt(options, 2));
+  const Layer& plain = layer_named(plain_profile, "block1");
+  const Profile fused_profile = generate_model_profile(gpt(fused_options, 2));
+  const Layer& fused = layer_named(fused_profile, "block1");
+  const double batch = 2, s = 64, h = 256, heads = 4, kv = 128, e = 2, rows = batch * s;
+  const double scores = batch * heads * s * s;
+  EXPECT_EQ(*fused.forward_flops, *plain.forward_flops);
+  EXPECT_EQ(*fused.backward_weight_flops, *plain.backward_weight_flops);
+  EXPECT_EQ(*fused.backward_input_flops - *plain.backward_input_flops, 2 * batch * s * s * h);
+  EXPECT_EQ(*plain.activation_bytes - *fused.activation_bytes, e * 2 * scores + scores - 4 * batch * heads * s);
+  // Memory traffic of the attention: unfused, Q K^T reads Q and K and
+  // writes the scores, softmax and dropout read and write them, attention
+  // x V reads the probabilities and V and writes the output; fused, one
+  // kernel reads Q, K, V and writes the output and the log-sum-exp.
+  const double d = h / heads;
+  const double unfused_read = e * (batch * heads * 2 * s * d + 2 * scores + batch * heads * (s * s + s * d));
+  const double unfused_written = e * (3 * scores + batch * heads * s * d) + scores;
+  EXPECT_EQ(*plain.bytes_read - *fused.bytes_read, unfused_read - e * rows * (h + 2 * kv));
+  EXPECT_EQ(*plain.bytes_written - *fused.bytes_written, unfused_written - (e * rows * h + 4 * batch * heads * s));
+  EXPECT_EQ(fused_profile.name,
+            "gpt layers=1 hidden=256 heads=4 ffn=1024 sequence=64 vocabulary=1000 query_groups=2 flash_attention=1 "
+            "micro_batch_size=2 dtype=bf16");
 }
 
 TEST(ModelGenerators, GptSwigluDefaultFfnIsMegatrons) {
