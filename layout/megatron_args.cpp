@@ -1064,9 +1064,11 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
     const std::size_t before =
         static_cast<std::size_t>(std::count_if(words.begin(), words.begin() + static_cast<long>(command),
                                                [](const Word& word) { return word.kind != WordKind::Newline; }));
-    if (before > 0)
+    if (before > 0) {
+      const auto first = std::find_if(words.begin(), words.end(), [](const Word& word) { return word.kind != WordKind::Newline; });
       notes.push_back(fmt::format("not read: the {} shell word{} before the command (from line {})", before,
-                                  before == 1 ? "" : "s", words.front().line));
+                                  before == 1 ? "" : "s", first->line));
+    }
     begin = end = script + 1;
     while (end < words.size() && words[end].kind == WordKind::Word) ++end;
   } else {

@@ -77,7 +77,7 @@ TEST(MegatronArgs, Gpt3LaunchScript) {
   EXPECT_FALSE(launch.fp32_gradients);
   EXPECT_TRUE(has_note(launch, "launcher, not read: torchrun --nproc_per_node 8 --nnodes 16 --node_rank 0 --master_addr "
                                "10.0.0.1 --master_port 6000 pretrain_gpt.py"));
-  EXPECT_TRUE(has_note(launch, "not read: the 2 shell words before the command"));
+  EXPECT_TRUE(has_note(launch, "not read: the 2 shell words before the command (from line 7)"));
   EXPECT_TRUE(has_note(launch, "--rampup-batch-size 16 16 5859375: batch-size ramp-up"));
   const std::vector<std::string> ignored = {"--train-samples 146484375",
                                             "--lr-decay-samples 126953125",
