@@ -55,7 +55,7 @@ int list_models_json() {
     nlohmann::ordered_json flags = nlohmann::ordered_json::array();
     for (const ModelOptionInfo& option : info.options)
       flags.push_back({{"option", flag_of(option.name)},
-                       {"default", option.default_value == 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(option.default_value)},
+                       {"default", option.default_value ? nlohmann::ordered_json(*option.default_value) : nlohmann::ordered_json()},
                        {"description", option.description}});
     flags.push_back({{"option", "--micro-batch-size"}, {"default", info.default_micro_batch_size}, {"description", "samples per micro-batch"}});
     flags.push_back({{"option", "--dtype"}, {"default", "fp32"}, {"description", "fp32, fp16 or bf16 (parameters and activations)"}});
@@ -71,7 +71,7 @@ int list_models() {
     std::cout << fmt::format("{}: {}\n", info.name, info.description);
     for (const ModelOptionInfo& option : info.options)
       std::cout << fmt::format("  {:<20} {:>7}  {}\n", flag_of(option.name),
-                               option.default_value == 0 ? "derived" : std::to_string(option.default_value),
+                               option.default_value ? std::to_string(*option.default_value) : "derived",
                                option.description);
     std::cout << fmt::format("  {:<20} {:>7}  {}\n", "--micro-batch-size", info.default_micro_batch_size,
                              "samples per micro-batch");
@@ -82,15 +82,16 @@ int list_models() {
 
 // The value of model option `name` typed as `text`: a decimal integer.
 // Otherwise (a fraction, an exponent, an integer beyond 64 bits) InputError
-// naming the flag and its range, quoting the text as typed.
+// naming the flag and its range, quoting the text as typed. The range itself
+// is checked by resolve_model_spec.
 long long model_option_value(const std::string& name, const std::string& text) {
   long long value = 0;
   const char* end = text.data() + text.size();
   const char* digits = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
   const auto [stop, status] = std::from_chars(digits, end, value);
   if (status != std::errc() || stop != end || digits == end)
-    throw InputError(fmt::format("{}: expected an integer from 1 to {}, found '{}'", flag_of(name), model_option_max(name),
-                                 printable(text)));
+    throw InputError(fmt::format("{}: expected an integer from {} to {}, found '{}'", flag_of(name), model_option_min(name),
+                                 model_option_max(name), printable(text)));
   return value;
 }
 

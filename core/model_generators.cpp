@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <utility>
 
 #include <fmt/format.h>
@@ -35,7 +36,7 @@ namespace {
 
 constexpr double kIdBytes = 8;           ///< an int64 token id or pooling index
 constexpr double kLossBytes = 4;         ///< the loss: one fp32 scalar
-constexpr long long kMaxOption = 10000000;
+constexpr double kLogSumExpBytes = 4;    ///< fused attention's log-sum-exp per query row and head: fp32
 constexpr long long kMaxLayersOption = 100000;
 constexpr long long kMaxMicroBatchSize = 1000000;
 
@@ -81,7 +82,8 @@ class Cost {
     read += e_ * in + extra_read;
     written += e_ * out + extra_written;
   }
-  /// FLOPs of element-wise work (layers without matrix products).
+  /// FLOPs counted by hand: element-wise work (layers without matrix
+  /// products), and the products inside a fused kernel.
   void flops(double forward_flops, double input_flops, double weight_flops) {
     forward += forward_flops;
     backward_input += input_flops;
@@ -139,7 +141,7 @@ const std::vector<ModelInfo>& registry() {
   static const std::vector<ModelInfo> models = {
       {"mlp",
        "multi-layer perceptron: layers-1 x (Linear hidden->hidden, ReLU), Linear hidden->classes, loss",
-       {{"layers", 8, "linear layers (>= 1)"},
+       {{"layers", 8, "linear layers (>= 1)", 1, kMaxLayersOption},
         {"hidden", 256, "width of the input and the hidden layers"},
         {"classes", 10, "output classes"}},
        32},
@@ -148,7 +150,7 @@ const std::vector<ModelInfo>& registry() {
        "parameters at the defaults",
        {{"width", 64, "channels of the first block (VGG-16's 64 scales every block)"},
         {"image", 224, "square input side, a multiple of 32"},
-        {"hidden", 0, "classifier width (default 4096 x width / 64)"},
+        {"hidden", std::nullopt, "classifier width (default 4096 x width / 64)"},
         {"classes", 1000, "output classes"}},
        128},
       {"resnet50",
@@ -161,7 +163,7 @@ const std::vector<ModelInfo>& registry() {
       {"gnmt",
        "GNMT-L (Wu et al.; PipeDream's gnmt = GNMT-8, gnmt_large = GNMT-16): embeddings, L/2 encoder LSTMs (the "
        "first bidirectional), decoder embedding, attention LSTM, L/2-1 decoder LSTMs, classifier, loss",
-       {{"layers", 8, "L: LSTM layers, even, >= 4 (L/2 encoder, L/2 decoder)"},
+       {{"layers", 8, "L: LSTM layers, even, >= 4 (L/2 encoder, L/2 decoder)", 1, kMaxLayersOption},
         {"hidden", 1024, "LSTM hidden size and embedding width"},
         {"vocabulary", 32320, "vocabulary size"},
         {"sequence", 48, "tokens per sentence (source and target)"}},
@@ -169,12 +171,31 @@ const std::vector<ModelInfo>& registry() {
       {"gpt",
        "GPT-style decoder (GPT-2 small at the defaults): token + position embedding, `layers` pre-norm transformer "
        "blocks (one layer each, op transformer), final norm, head to the vocabulary (not tied), loss",
-       {{"layers", 12, "transformer blocks"},
+       {{"layers", 12, "transformer blocks", 1, kMaxLayersOption},
         {"hidden", 768, "model width, a multiple of heads"},
         {"heads", 12, "attention heads"},
-        {"ffn", 0, "feed-forward width (default 4 x hidden)"},
+        {"ffn", std::nullopt,
+         "feed-forward width (default 4 x hidden; with --swiglu 1 int(8 x hidden / 3 / 64) x 64, Megatron-LM's rule)"},
         {"sequence", 1024, "tokens per sample"},
-        {"vocabulary", 50257, "vocabulary size"}},
+        {"vocabulary", 50257, "vocabulary size"},
+        {"query_groups", std::nullopt,
+         "key/value heads of grouped-query attention, dividing heads (default heads: multi-head attention)", 1,
+         kModelOptionCap, false},
+        {"swiglu", 0, "1: SwiGLU MLP (up projection to 2 x ffn: gate and value); 0: GeLU", 0, 1, false},
+        {"linear_bias", 1, "0: no biases in the blocks' linear layers (Megatron's --disable-bias-linear)", 0, 1, false},
+        {"rmsnorm", 0, "1: RMSNorm (hidden parameters per norm); 0: LayerNorm (2 x hidden)", 0, 1, false},
+        {"rotary", 0, "1: rotary position embedding (no position table); 0: a learned position table", 0, 1, false},
+        {"positions", std::nullopt,
+         "rows of the learned position table, >= sequence (default sequence; none with --rotary 1)", 1,
+         kModelOptionCap, false},
+        {"tied_embeddings", 0,
+         "1: the head uses the embedding's word table (no parameters of its own; under pipeline parallelism "
+         "Megatron's copy on the last stage is not counted: issue 28); 0: its own",
+         0, 1, false},
+        {"flash_attention", 0,
+         "1: fused attention (FlashAttention, cuDNN): the s x s scores neither stored nor kept, recomputed in the "
+         "backward; 0: unfused",
+         0, 1, false}},
        8},
   };
   return models;
@@ -423,54 +444,121 @@ void build_gnmt(Builder& b, const ResolvedModel& m, Profile& profile) {
   b.loss(rows, vocabulary);
 }
 
-/// One pre-norm transformer block (see the file's conventions): FLOPs
-/// 8 N h^2 + 4 N h f + 4 B s^2 h forward (N = B s tokens), activation
-/// Korthikanti et al. 2022 generalised to any element size and FFN width.
-void transformer_block(Builder& b, const std::string& name, double batch, double s, double h, double heads, double f) {
-  const double rows = batch * s, d = h / heads, scores = batch * heads * s * s;
+/// The architecture of a gpt model: the options as numbers.
+struct GptShape {
+  double h = 0, heads = 0, kv = 0, f = 0, s = 0, vocabulary = 0, positions = 0;
+  bool swiglu = false, linear_bias = true, rmsnorm = false, rotary = false, tied_embeddings = false;
+  bool flash_attention = false;
+
+  explicit GptShape(const ResolvedModel& m) {
+    const auto option = [&](const char* name) { return static_cast<double>(m.options.at(name)); };
+    h = option("hidden");
+    heads = option("heads");
+    kv = option("query_groups") * (h / heads);  // K's (and V's) columns: query_groups x head width
+    f = option("ffn");
+    s = option("sequence");
+    vocabulary = option("vocabulary");
+    positions = option("positions");
+    swiglu = m.options.at("swiglu") == 1;
+    linear_bias = m.options.at("linear_bias") == 1;
+    rmsnorm = m.options.at("rmsnorm") == 1;
+    rotary = m.options.at("rotary") == 1;
+    tied_embeddings = m.options.at("tied_embeddings") == 1;
+    flash_attention = m.options.at("flash_attention") == 1;
+  }
+  /// Parameter vectors of a norm: LayerNorm's scale and shift, RMSNorm's scale.
+  double norm_vectors() const { return rmsnorm ? 1 : 2; }
+  /// Columns of the MLP's up projection: f, or 2 f for SwiGLU's gate and value.
+  double up() const { return swiglu ? 2 * f : f; }
+};
+
+/// One pre-norm transformer block (see the file's conventions), N = B s
+/// tokens, d = h / a, kv = query_groups x d, u = f (GeLU) or 2 f (SwiGLU).
+/// FLOPs forward: 2 N h (h + 2 kv) (Q, K, V) + 4 B s^2 h (Q K^T and
+/// attention x V: every query head, a key/value head shared by its group)
+/// + 2 N h^2 (output) + 2 N h u + 2 N f h (MLP); 8 N h^2 + 4 N h f + 4 B s^2 h
+/// at kv = h with GeLU; fused attention's backward adds 2 B s^2 h (it
+/// recomputes Q K^T). Parameters: 2 h^2 + 2 h kv + h u + f h weights,
+/// h + 2 kv + h + u + h biases (linear_bias), two norms.
+void transformer_block(Builder& b, const std::string& name, double batch, const GptShape& g) {
+  const double h = g.h, s = g.s, f = g.f, kv = g.kv, up = g.up();
+  const double rows = batch * s, d = h / g.heads, scores = batch * g.heads * s * s, qkv = h + 2 * kv;
+  const double bias = g.linear_bias ? 1 : 0;
+  const double norm_read = b.e * g.norm_vectors() * h;  // the norm's scale (and shift)
   Cost cost = b.cost();
-  cost.memory(rows * h, rows * h, 0, b.e * 2 * h);  // LayerNorm 1
-  cost.weight_product(rows, h, 3 * h, 3 * h);        // Q, K, V
-  cost.activation_product(batch * heads, s, d, s);   // Q K^T
-  cost.memory(scores, scores);                       // scale, mask, softmax
-  cost.memory(scores, scores, scores);               // dropout (1-byte mask)
-  cost.activation_product(batch * heads, s, s, d);   // attention x V
-  cost.weight_product(rows, h, h, h);                // output projection
-  cost.memory(2 * rows * h, rows * h, rows * h);     // dropout, residual add
-  cost.memory(rows * h, rows * h, 0, b.e * 2 * h);   // LayerNorm 2
-  cost.weight_product(rows, h, f, f);                // FFN up
-  cost.memory(rows * f, rows * f);                   // GeLU
-  cost.weight_product(rows, f, h, h);                // FFN down
-  cost.memory(2 * rows * h, rows * h, rows * h);     // dropout, residual add
-  // Korthikanti et al.: s b h (34 + 5 a s / h) bytes at 2 bytes and f = 4h:
-  // 8 N h + 2 N f + 2 a s^2 B elements, 2 N h + a s^2 B one-byte masks.
-  const double elements = 8 * rows * h + 2 * rows * f + 2 * scores;
-  const double masks = 2 * rows * h + scores;
-  b.add(name, "transformer", cost, rows * h, elements, 4 * h * h + 2 * h * f + 9 * h + f, masks);
+  cost.memory(rows * h, rows * h, 0, norm_read);      // norm 1
+  cost.weight_product(rows, h, qkv, bias * qkv);      // Q, K, V
+  if (g.rotary)                                       // rotate Q and K (reads the cos and sin tables)
+    cost.memory(rows * (h + kv) + 2 * s * d, rows * (h + kv));
+  if (g.flash_attention) {
+    // One kernel (FlashAttention, cuDNN): Q K^T, softmax, dropout and
+    // attention x V on chip, 4 B s^2 h FLOPs forward; it reads Q, K, V and
+    // writes the output and the softmax's log-sum-exp (fp32, one per query
+    // row and head). Its backward recomputes Q K^T (2 B s^2 h) besides the
+    // four products of the input gradients (8 B s^2 h).
+    const double products = 4 * batch * s * s * h;
+    cost.flops(products, 2 * products + products / 2, 0);
+    cost.memory(rows * qkv, rows * h, kLogSumExpBytes * batch * g.heads * s);
+  } else {
+    cost.activation_product(batch * g.heads, s, d, s);  // Q K^T
+    cost.memory(scores, scores);                        // scale, mask, softmax
+    cost.memory(scores, scores, scores);                // dropout (1-byte mask)
+    cost.activation_product(batch * g.heads, s, s, d);  // attention x V
+  }
+  cost.weight_product(rows, h, h, bias * h);          // output projection
+  cost.memory(2 * rows * h, rows * h, rows * h);      // dropout, residual add
+  cost.memory(rows * h, rows * h, 0, norm_read);      // norm 2
+  cost.weight_product(rows, h, up, bias * up);        // MLP up (SwiGLU: gate and value)
+  cost.memory(rows * f, rows * f);                    // GeLU, or SwiGLU's SiLU of the gate
+  if (g.swiglu) cost.memory(2 * rows * f, rows * f);  // SwiGLU: SiLU(gate) x value
+  cost.weight_product(rows, f, h, bias * h);          // MLP down
+  cost.memory(2 * rows * h, rows * h, rows * h);      // dropout, residual add
+  // Kept for the backward, per tensor (Korthikanti et al. 2022, Table 2,
+  // generalised): the two norms' inputs (2 N h); norm 1's output, the Q, K,
+  // V projections' input (N h); Q (N h), K and V (N kv each) for Q K^T and
+  // attention x V; the softmax output and its dropout's output (2 B a s^2);
+  // attention x V's output, the output projection's input (N h); norm 2's
+  // output, the MLP's input (N h); the activation's input (N f for GeLU; 2
+  // N f for SwiGLU, gate and value, as Megatron-LM's fused SwiGLU keeps
+  // them) and its output, the down projection's input (N f). In all 6 N h +
+  // 2 N kv + 2 N f (GeLU) or 3 N f (SwiGLU) + 2 B a s^2 elements: s b h (34 +
+  // 5 a s / h) bytes at 2 bytes, kv = h and f = 4h (Korthikanti's 8 N h + 2
+  // N f + 2 B a s^2, the form computed below), plus 1-byte dropout masks of
+  // the scores (B a s^2) and of the two residual branches (2 N h). Fused
+  // attention keeps none of the scores, their mask (its backward draws the
+  // same random numbers again) nor the softmax output; it keeps the
+  // log-sum-exp, 4 bytes per query row and head (B a s).
+  const double elements = 8 * rows * h + 2 * rows * f + 2 * scores - 2 * rows * (h - kv) +
+                          (g.swiglu ? rows * f : 0) - (g.flash_attention ? 2 * scores : 0);
+  const double masks = 2 * rows * h + (g.flash_attention ? 0 : scores);
+  const double log_sum_exp = g.flash_attention ? kLogSumExpBytes * batch * g.heads * s : 0;
+  const double weights = 2 * h * h + 2 * h * kv + h * up + f * h;
+  const double biases = bias * (qkv + h + up + h);
+  b.add(name, "transformer", cost, rows * h, elements, weights + biases + 2 * g.norm_vectors() * h, masks + log_sum_exp);
 }
 
 void build_gpt(Builder& b, const ResolvedModel& m, Profile& profile) {
+  const GptShape g(m);
   const double batch = m.micro_batch_size;
   const long long layers = m.options.at("layers");
-  const double h = static_cast<double>(m.options.at("hidden"));
-  const double heads = static_cast<double>(m.options.at("heads"));
-  const double f = static_cast<double>(m.options.at("ffn"));
-  const double s = static_cast<double>(m.options.at("sequence"));
-  const double vocabulary = static_cast<double>(m.options.at("vocabulary"));
-  const double rows = batch * s;
+  const double h = g.h, vocabulary = g.vocabulary;
+  const double rows = batch * g.s;
   profile.input_bytes = kIdBytes * rows;
-  profile.sequence_length = static_cast<int>(s);
-  embedding(b, "embedding", rows, h, 2, vocabulary * h + s * h, rows * h);
-  for (long long l = 1; l <= layers; ++l) transformer_block(b, fmt::format("block{}", l), batch, s, h, heads, f);
-  {  // LayerNorm: 5 FLOPs per element forward, 8 for the input gradient, 2 for the weights
+  profile.sequence_length = static_cast<int>(g.s);
+  if (g.rotary) embedding(b, "embedding", rows, h, 1, vocabulary * h, rows * h);
+  else embedding(b, "embedding", rows, h, 2, vocabulary * h + g.positions * h, rows * h);
+  for (long long l = 1; l <= layers; ++l) transformer_block(b, fmt::format("block{}", l), batch, g);
+  {  // LayerNorm (and RMSNorm, at the same rates): 5 FLOPs per element forward, 8 for the input gradient, 2 for the weights
     Cost cost = b.cost();
     cost.flops(5 * rows * h, 8 * rows * h, 2 * rows * h);
-    cost.memory(rows * h, rows * h, 0, b.e * 2 * h);
-    b.add("final_norm", "norm", cost, rows * h, rows * h, 2 * h);
+    cost.memory(rows * h, rows * h, 0, b.e * g.norm_vectors() * h);
+    b.add("final_norm", "norm", cost, rows * h, rows * h, g.norm_vectors() * h);
   }
+  // Tied: the product with the embedding's word table, whose gradient it
+  // adds to; the weights are counted once, in the embedding.
   Cost head = b.cost();
   head.weight_product(rows, h, vocabulary, 0);
-  b.add("head", "linear", head, rows * vocabulary, rows * vocabulary, h * vocabulary);
+  b.add("head", "linear", head, rows * vocabulary, rows * vocabulary, g.tied_embeddings ? 0 : h * vocabulary);
   b.loss(rows, vocabulary);
 }
 
@@ -508,9 +596,44 @@ double dtype_bytes(const std::string& dtype) {
   throw InputError(fmt::format("--dtype: expected fp32, fp16 or bf16, found '{}'", printable(dtype)));
 }
 
+namespace {
+
+/// The first option named `name` of any model (options of one name share
+/// their range; tests/test_model_generators.cpp checks it).
+const ModelOptionInfo& option_named(const std::string& name) {
+  for (const ModelInfo& info : registry())
+    for (const ModelOptionInfo& option : info.options)
+      if (option.name == name) return option;
+  throw InputError(fmt::format("{}: no model has such an option", flag_of(name)));
+}
+
+/// Megatron-LM's feed-forward width for SwiGLU when --ffn-hidden-size is not
+/// given: int((4 * hidden * 2 / 3) / 64) * 64 (megatron/training/arguments.py,
+/// validate_args, release core_v0.14.0), in the same double arithmetic.
+long long swiglu_default_ffn(long long hidden) {
+  return static_cast<long long>(4.0 * static_cast<double>(hidden) * 2 / 3 / 64) * 64;
+}
+
+/// The value `option` of model `info` takes when not given, from the other
+/// options in `o` (the non-derived ones filled in).
+long long default_of(const ModelInfo& info, const ModelOptionInfo& option, const std::map<std::string, long long>& o) {
+  if (option.default_value) return *option.default_value;
+  if (info.name == "vgg16" && option.name == "hidden") return std::max<long long>(1, 4096 * o.at("width") / 64);
+  if (info.name == "gpt" && option.name == "ffn")
+    return o.at("swiglu") == 1 ? swiglu_default_ffn(o.at("hidden")) : 4 * o.at("hidden");
+  if (info.name == "gpt" && option.name == "query_groups") return o.at("heads");
+  if (info.name == "gpt" && option.name == "positions") return o.at("rotary") == 1 ? 0 : o.at("sequence");
+  throw std::logic_error("model " + info.name + ": option " + option.name + " has no default");
+}
+
+}  // namespace
+
+long long model_option_min(const std::string& name) {
+  return name == "micro_batch_size" ? 1 : option_named(name).min_value;
+}
+
 long long model_option_max(const std::string& name) {
-  if (name == "micro_batch_size") return kMaxMicroBatchSize;
-  return name == "layers" ? kMaxLayersOption : kMaxOption;
+  return name == "micro_batch_size" ? kMaxMicroBatchSize : option_named(name).max_value;
 }
 
 ResolvedModel resolve_model_spec(const ModelSpec& spec) {
@@ -526,14 +649,16 @@ ResolvedModel resolve_model_spec(const ModelSpec& spec) {
     if (known == info.options.end())
       throw InputError(fmt::format("{}: model {} has no such option; its options are {}, --micro-batch-size and --dtype",
                                    flag_of(name), info.name, option_list(info)));
-    const long long limit = model_option_max(name);
-    if (value < 1 || value > limit)
-      throw InputError(fmt::format("{}: expected an integer from 1 to {}, found {}", flag_of(name), limit, value));
+    if (value < known->min_value || value > known->max_value)
+      throw InputError(fmt::format("{}: expected an integer from {} to {}, found {}", flag_of(name), known->min_value,
+                                   known->max_value, value));
   }
-  for (const ModelOptionInfo& option : info.options) {
-    const auto given = spec.options.find(option.name);
-    model.options[option.name] = given != spec.options.end() ? given->second : option.default_value;
-  }
+  for (const bool derived : {false, true})
+    for (const ModelOptionInfo& option : info.options) {
+      if (option.default_value.has_value() == derived) continue;
+      const auto given = spec.options.find(option.name);
+      model.options[option.name] = given != spec.options.end() ? given->second : default_of(info, option, model.options);
+    }
   const long long size = spec.micro_batch_size.value_or(info.default_micro_batch_size);
   if (size < 1 || size > model_option_max("micro_batch_size"))
     throw InputError(fmt::format("--micro-batch-size: expected an integer from 1 to {}, found {}",
@@ -549,9 +674,21 @@ ResolvedModel resolve_model_spec(const ModelSpec& spec) {
   if (info.name == "gpt") {
     if (o["hidden"] % o["heads"] != 0)
       throw InputError(fmt::format("--hidden: expected a multiple of --heads ({}), found {}", o["heads"], o["hidden"]));
-    if (o["ffn"] == 0) o["ffn"] = 4 * o["hidden"];
+    if (o["heads"] % o["query_groups"] != 0)
+      throw InputError(fmt::format("--query-groups: expected a divisor of --heads ({}), found {}", o["heads"],
+                                   o["query_groups"]));
+    if (o["ffn"] < 1)
+      throw InputError(fmt::format("--ffn: with --swiglu 1 the default int(8 x hidden / 3 / 64) x 64 is {} at --hidden "
+                                   "{}; give --ffn",
+                                   o["ffn"], o["hidden"]));
+    if (o["rotary"] == 1 && spec.options.count("positions"))
+      throw InputError(fmt::format("--positions: rotary position embedding (--rotary 1) has no position table; expected "
+                                   "no --positions, found {}",
+                                   o["positions"]));
+    if (o["rotary"] == 0 && o["positions"] < o["sequence"])
+      throw InputError(fmt::format("--positions: expected at least --sequence ({}) rows, found {}", o["sequence"],
+                                   o["positions"]));
   }
-  if (info.name == "vgg16" && o["hidden"] == 0) o["hidden"] = std::max<long long>(1, 4096 * o["width"] / 64);
   if ((info.name == "vgg16" || info.name == "resnet50") && o["image"] % 32 != 0)
     throw InputError(fmt::format("--image: {} halves the image 5 times; expected a multiple of 32, found {}", info.name,
                                  o["image"]));
@@ -559,9 +696,13 @@ ResolvedModel resolve_model_spec(const ModelSpec& spec) {
 }
 
 std::string model_spec_text(const ResolvedModel& model) {
+  const ModelInfo& info = model_generator(model.name);
   std::string text = model.name;
-  for (const ModelOptionInfo& option : model_generator(model.name).options)
-    text += fmt::format(" {}={}", option.name, model.options.at(option.name));
+  for (const ModelOptionInfo& option : info.options) {
+    const long long value = model.options.at(option.name);
+    if (option.named_at_default || value != default_of(info, option, model.options))
+      text += fmt::format(" {}={}", option.name, value);
+  }
   return text + fmt::format(" micro_batch_size={} dtype={}", model.micro_batch_size, model.dtype);
 }
 

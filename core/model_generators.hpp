@@ -12,8 +12,27 @@
 //   resnet50: width (64), image (224), classes (1000); micro-batch 128.
 //   gnmt:     layers (8: L, even, >= 4), hidden (1024), vocabulary (32320),
 //             sequence (48); micro-batch 32 (PipeDream's gnmt profile).
-//   gpt:      layers (12), hidden (768), heads (12), ffn (4 x hidden),
-//             sequence (1024), vocabulary (50257); micro-batch 8.
+//   gpt:      layers (12), hidden (768), heads (12), ffn (4 x hidden; with
+//             swiglu int(8 x hidden / 3 / 64) x 64), sequence (1024),
+//             vocabulary (50257); and what Megatron-LM launches set (each
+//             0 or 1 unless said; the defaults are GPT-2's choices):
+//             query_groups (heads: grouped-query attention, K and V of
+//             query_groups x hidden / heads columns each; divides heads),
+//             swiglu (0: GeLU MLP; 1: SwiGLU, up projection to 2 x ffn),
+//             linear_bias (1: biases in the block's linear layers),
+//             rmsnorm (0: LayerNorm, 2 x hidden parameters; 1: RMSNorm,
+//             hidden), rotary (0: a learned position table of `positions`
+//             rows; 1: rotary position embedding, no table), positions
+//             (sequence; >= sequence; none with rotary), tied_embeddings
+//             (0: the head has its own vocabulary x hidden weights; 1: the
+//             head uses the embedding's word table and has no parameters.
+//             Under pipeline parallelism Megatron-LM keeps a copy of the
+//             word table on the last stage, kept equal by an all-reduce of
+//             its gradients; that copy's memory and the all-reduce are not
+//             in this profile: they land with issue 28), flash_attention
+//             (0: unfused attention keeping the s x s scores; 1: a fused
+//             kernel, FlashAttention or cuDNN, keeping none and recomputing
+//             them in the backward).
 // Every model also takes micro_batch_size and dtype (fp32, the default,
 // fp16 or bf16).
 
@@ -26,11 +45,20 @@
 
 namespace pipegrid {
 
+/// Largest value of a model option unless its entry says otherwise.
+inline constexpr long long kModelOptionCap = 10000000;
+
 /// One integer option of a model generator.
 struct ModelOptionInfo {
-  std::string name;         ///< snake_case; the CLI flag is --name with '_' -> '-'
-  long long default_value;  ///< 0: derived from other options (see description)
+  std::string name;                        ///< snake_case; the CLI flag is --name with '_' -> '-'
+  std::optional<long long> default_value;  ///< nullopt: derived from other options (see description)
   std::string description;
+  long long min_value = 1;  ///< smallest value (0 for the 0/1 switches)
+  long long max_value = kModelOptionCap;
+  /// Whether the profile's name (model_spec_text) writes the option at its
+  /// default value; false for options added after profiles were named, so
+  /// that a model at their defaults keeps its name.
+  bool named_at_default = true;
 };
 
 /// A registered model generator.
@@ -51,8 +79,9 @@ const ModelInfo& model_generator(const std::string& name);
 /// micro_batch_size and dtype: the CLI defines one flag per name.
 const std::vector<std::string>& model_option_names();
 
-/** The largest value model option `name` takes (1 is the smallest);
- *  "micro_batch_size" too. */
+/** The smallest and the largest value model option `name` takes (the same
+ *  in every model that has it); "micro_batch_size" too (1 to 10^6). */
+long long model_option_min(const std::string& name);
 long long model_option_max(const std::string& name);
 
 /// The dtypes a generated profile may have: fp32, fp16, bf16.
@@ -81,13 +110,17 @@ struct ResolvedModel {
 
 /** Checks the spec and fills in the defaults. InputError (naming the flag,
  *  --layers, what was expected and what was found) for an unknown model, an
- *  option the model does not take, a value < 1 or above 10^7 (layers: 10^5),
- *  a micro-batch size outside 1..10^6, an unknown dtype, and the models'
- *  own rules: gnmt's layers even and >= 4, gpt's hidden a multiple of heads,
- *  vgg16's and resnet50's image a multiple of 32. */
+ *  option the model does not take, a value outside the option's range
+ *  (model_option_min .. model_option_max: 1 to 10^7, layers 10^5, the
+ *  switches 0 to 1), a micro-batch size outside 1..10^6, an unknown dtype,
+ *  and the models' own rules: gnmt's layers even and >= 4; gpt's hidden a
+ *  multiple of heads, query_groups a divisor of heads, positions >= sequence
+ *  and not given with rotary, and a derived ffn of at least 1; vgg16's and
+ *  resnet50's image a multiple of 32. */
 ResolvedModel resolve_model_spec(const ModelSpec& spec);
 
-/** "NAME key=value ..." in the registry's option order, then
+/** "NAME key=value ..." in the registry's option order (an option whose
+ *  named_at_default is false only where it differs from its default), then
  *  micro_batch_size and dtype: the generated profile's name. */
 std::string model_spec_text(const ResolvedModel& model);
 

@@ -21,7 +21,7 @@
 #include "core/io.hpp"
 #include "sweep/expression.hpp"
 #include "sweep/results.hpp"
-#include "sweep/suggest.hpp"
+#include "core/suggest.hpp"
 
 namespace pipegrid::sweep {
 using pipegrid::Expression;

@@ -10,7 +10,7 @@
 
 #include "core/error.hpp"
 #include "sweep/csv.hpp"
-#include "sweep/suggest.hpp"
+#include "core/suggest.hpp"
 
 namespace pipegrid {
 

@@ -28,7 +28,7 @@
 #include "core/error.hpp"
 #include "render/charts.hpp"
 #include "sweep/report_internal.hpp"
-#include "sweep/suggest.hpp"
+#include "core/suggest.hpp"
 
 namespace pipegrid::report_detail {
 

@@ -11,7 +11,7 @@
 #include "sweep/csv.hpp"
 #include "sweep/report.hpp"
 #include "sweep/report_internal.hpp"
-#include "sweep/suggest.hpp"
+#include "core/suggest.hpp"
 
 namespace pipegrid {
 

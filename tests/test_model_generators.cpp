@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
+#include <utility>
 
 #include "core/model_generators.hpp"
 #include "core/profile.hpp"
@@ -124,6 +126,242 @@ TEST(ModelGenerators, GptSmallParameters) {
   EXPECT_EQ(profile.sequence_length, 1024);
   EXPECT_EQ(profile.micro_batch_size, 8);
   EXPECT_EQ(profile.dtype, "fp32");
+}
+
+/// A gpt spec: the options given, micro-batch and dtype.
+ModelSpec gpt(std::map<std::string, long long> options, long long micro_batch_size = 1, const std::string& dtype = "bf16") {
+  return {"gpt", std::move(options), micro_batch_size, dtype};
+}
+
+/// Llama-2-7B as gpt options: 32 blocks of width 4096, 32 heads, SwiGLU MLP
+/// of 11008, rotary positions, an untied head, a vocabulary of 32000.
+std::map<std::string, long long> llama2_7b() {
+  return {{"layers", 32}, {"hidden", 4096}, {"heads", 32},  {"ffn", 11008},
+          {"swiglu", 1},  {"rotary", 1},    {"sequence", 4096}, {"vocabulary", 32000}};
+}
+
+TEST(ModelGenerators, GptDefaultsGivenExplicitlyChangeNothing) {
+  // The options added for Megatron launches, given at their defaults: the
+  // same profile, byte for byte, and the same name (the name writes them
+  // only away from their defaults).
+  const Profile plain = generate_model_profile(gpt({{"layers", 2}, {"hidden", 256}, {"heads", 4}}, 2, "fp16"));
+  const Profile given = generate_model_profile(gpt({{"layers", 2},
+                                                    {"hidden", 256},
+                                                    {"heads", 4},
+                                                    {"query_groups", 4},
+                                                    {"swiglu", 0},
+                                                    {"linear_bias", 1},
+                                                    {"rmsnorm", 0},
+                                                    {"rotary", 0},
+                                                    {"positions", 1024},
+                                                    {"tied_embeddings", 0},
+                                                    {"flash_attention", 0}},
+                                                   2, "fp16"));
+  EXPECT_EQ(profile_to_json(given), profile_to_json(plain));
+  EXPECT_EQ(plain.name, "gpt layers=2 hidden=256 heads=4 ffn=1024 sequence=1024 vocabulary=50257 micro_batch_size=2 dtype=fp16");
+  // The block as before the options: 4h^2 + 2hf + 9h + f parameters and
+  // Korthikanti's activation, at a width and FFN other than GPT-2's.
+  const Profile other = generate_model_profile(gpt({{"hidden", 320}, {"heads", 5}, {"ffn", 1000}, {"sequence", 64}}, 3, "fp32"));
+  const double h = 320, f = 1000, rows = 3 * 64, scores = 3 * 5 * 64 * 64;
+  EXPECT_EQ(parameters_of(layer_named(other, "block1"), 4), 4 * h * h + 2 * h * f + 9 * h + f);
+  EXPECT_EQ(*layer_named(other, "block1").activation_bytes,
+            4 * (8 * rows * h + 2 * rows * f + 2 * scores) + 2 * rows * h + scores);
+}
+
+TEST(ModelGenerators, GptLlama2Parameters) {
+  // Llama-2-7B (Touvron et al. 2023): 6,738,415,616 parameters, with
+  // RMSNorm and no biases: 32 x (4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096)
+  // + 2 x 32000 x 4096 + 4096.
+  auto options = llama2_7b();
+  options["linear_bias"] = 0;
+  options["rmsnorm"] = 1;
+  EXPECT_EQ(profile_parameter_count(generate_model_profile(gpt(options))), 6738415616.0);
+  // With the block's biases (Q, K, V 3h, output h, up 2f, down h) and
+  // LayerNorm (2h per norm): 50,688 more per block, 4,096 more in the final
+  // norm: 6,740,041,728, still 6.74B.
+  EXPECT_EQ(profile_parameter_count(generate_model_profile(gpt(llama2_7b()))), 6740041728.0);
+  // Llama-2-70B: 80 blocks of 8192, 64 heads in 8 key/value groups, SwiGLU
+  // 28672: 80 x (2 x 8192^2 + 2 x 8192 x 1024 + 3 x 8192 x 28672 + 2 x 8192)
+  // + 2 x 32000 x 8192 + 8192 = 68,976,648,192.
+  const Profile llama70 = generate_model_profile(gpt({{"layers", 80},
+                                                      {"hidden", 8192},
+                                                      {"heads", 64},
+                                                      {"query_groups", 8},
+                                                      {"ffn", 28672},
+                                                      {"swiglu", 1},
+                                                      {"rotary", 1},
+                                                      {"linear_bias", 0},
+                                                      {"rmsnorm", 1},
+                                                      {"sequence", 4096},
+                                                      {"vocabulary", 32000}}));
+  EXPECT_EQ(profile_parameter_count(llama70), 68976648192.0);
+  EXPECT_EQ(parameters_of(layer_named(llama70, "block1"), 2), 855654400);
+  EXPECT_EQ(llama70.name,
+            "gpt layers=80 hidden=8192 heads=64 ffn=28672 sequence=4096 vocabulary=32000 query_groups=8 swiglu=1 "
+            "linear_bias=0 rmsnorm=1 rotary=1 micro_batch_size=1 dtype=bf16");
+}
+
+TEST(ModelGenerators, GptMatrixProductFlopsAreTwiceParametersTimesTokens) {
+  // Without biases and norms' parameters in the way, a block's weight
+  // products are 2 x (its weights) x (tokens) FLOPs in each pass; the
+  // forward adds Q K^T and attention x V (4 B s^2 h), the input gradient
+  // twice that. GQA (2 groups of 8 heads) and SwiGLU.
+  const double batch = 2, s = 128, h = 512, heads = 8, groups = 2, f = 1376;
+  const Profile profile = generate_model_profile(gpt({{"layers", 1},
+                                                      {"hidden", 512},
+                                                      {"heads", 8},
+                                                      {"query_groups", 2},
+                                                      {"ffn", 1376},
+                                                      {"swiglu", 1},
+                                                      {"linear_bias", 0},
+                                                      {"rmsnorm", 1},
+                                                      {"sequence", 128},
+                                                      {"vocabulary", 1000}},
+                                                     2, "fp32"));
+  const Layer& block = layer_named(profile, "block1");
+  const double tokens = batch * s, kv = groups * h / heads;
+  const double weights = parameters_of(block, 4) - 2 * h;  // less the two RMSNorm scales
+  EXPECT_EQ(weights, h * (h + 2 * kv) + h * h + h * 2 * f + f * h);
+  EXPECT_EQ(*block.backward_weight_flops, 2 * weights * tokens);
+  EXPECT_EQ(*block.forward_flops, 2 * weights * tokens + 4 * batch * s * s * h);
+  EXPECT_EQ(*block.backward_input_flops, 2 * weights * tokens + 8 * batch * s * s * h);
+  const Layer& head = layer_named(profile, "head");
+  EXPECT_EQ(*head.forward_flops, 2 * parameters_of(head, 4) * tokens);
+  // Kept for the backward: 6 N h + 2 N kv + 3 N f + 2 B a s^2 elements
+  // (SwiGLU keeps gate and value), plus the 1-byte dropout masks.
+  const double scores = batch * heads * s * s;
+  EXPECT_EQ(*block.activation_bytes,
+            4 * (6 * tokens * h + 2 * tokens * kv + 3 * tokens * f + 2 * scores) + 2 * tokens * h + scores);
+}
+
+TEST(ModelGenerators, GptSwigluRotaryAndTiedByHand) {
+  const std::map<std::string, long long> base = {{"layers", 1}, {"hidden", 256}, {"heads", 4}, {"ffn", 512},
+                                                 {"sequence", 64}, {"vocabulary", 1000}};
+  const double e = 2, rows = 64, h = 256, f = 512, d = 64;
+  const Profile gelu = generate_model_profile(gpt(base));
+  auto with = [&](std::map<std::string, long long> more) {
+    more.insert(base.begin(), base.end());
+    return generate_model_profile(gpt(more));
+  };
+  // SwiGLU: the up projection's weights and biases double (h f + f more),
+  // the activation reads 2 N f (gate and value) and writes N f once more.
+  const Profile swiglu = with({{"swiglu", 1}});
+  EXPECT_EQ(parameters_of(layer_named(swiglu, "block1"), e) - parameters_of(layer_named(gelu, "block1"), e), h * f + f);
+  EXPECT_EQ(*layer_named(swiglu, "block1").forward_flops - *layer_named(gelu, "block1").forward_flops, 2 * rows * h * f);
+  EXPECT_EQ(*layer_named(swiglu, "block1").bytes_written - *layer_named(gelu, "block1").bytes_written,
+            e * (rows * f + rows * f));  // the up projection's second half, the product
+  EXPECT_EQ(*layer_named(swiglu, "block1").activation_bytes - *layer_named(gelu, "block1").activation_bytes,
+            e * rows * f);
+  // Rotary: no position table (64 x 256 parameters fewer), Q and K rotated
+  // in the block (read Q, K and the cos and sin tables, write Q and K);
+  // nothing more kept for the backward.
+  const Profile rotary = with({{"rotary", 1}});
+  EXPECT_EQ(parameters_of(layer_named(gelu, "embedding"), e) - parameters_of(layer_named(rotary, "embedding"), e),
+            64 * h);
+  EXPECT_EQ(*layer_named(rotary, "embedding").forward_flops, 0);
+  EXPECT_EQ(*layer_named(rotary, "block1").bytes_read - *layer_named(gelu, "block1").bytes_read,
+            e * (rows * 2 * h + 2 * 64 * d));
+  EXPECT_EQ(*layer_named(rotary, "block1").bytes_written - *layer_named(gelu, "block1").bytes_written, e * rows * 2 * h);
+  EXPECT_EQ(*layer_named(rotary, "block1").activation_bytes, *layer_named(gelu, "block1").activation_bytes);
+  EXPECT_EQ(*layer_named(rotary, "block1").forward_flops, *layer_named(gelu, "block1").forward_flops);
+  // A learned table longer than the sequence (Megatron's
+  // --max-position-embeddings): more parameters, the same work.
+  const Profile longer = with({{"positions", 256}});
+  EXPECT_EQ(parameters_of(layer_named(longer, "embedding"), e) - parameters_of(layer_named(gelu, "embedding"), e),
+            (256 - 64) * h);
+  EXPECT_EQ(*layer_named(longer, "embedding").bytes_read, *layer_named(gelu, "embedding").bytes_read);
+  // Tied: the head keeps its product and gradient, not its parameters.
+  const Profile tied = with({{"tied_embeddings", 1}});
+  EXPECT_EQ(layer_named(tied, "head").parameter_bytes, 0);
+  EXPECT_EQ(profile_parameter_count(gelu) - profile_parameter_count(tied), 1000 * h);
+  EXPECT_EQ(*layer_named(tied, "head").backward_weight_flops, *layer_named(gelu, "head").backward_weight_flops);
+  // Without biases: 3h (Q, K, V) + h + f + h fewer; RMSNorm: h fewer per norm.
+  EXPECT_EQ(parameters_of(layer_named(gelu, "block1"), e) -
+                parameters_of(layer_named(with({{"linear_bias", 0}, {"rmsnorm", 1}}), "block1"), e),
+            5 * h + f + 2 * h);
+}
+
+TEST(ModelGenerators, GptFusedAttentionByHand) {
+  // One block, B = 2, s = 64, h = 256, a = 4 heads in 2 key/value groups
+  // (kv = 128), bf16. Fused attention: the same forward FLOPs; the input
+  // gradient adds the recomputed Q K^T, 2 B s^2 h; the scores (2 B a s^2
+  // elements), their dropout mask (B a s^2 bytes) are not kept, the
+  // log-sum-exp (4 bytes x B a s) is.
+  const std::map<std::string, long long> options = {{"layers", 1},   {"hidden", 256},    {"heads", 4},
+                                                    {"query_groups", 2}, {"sequence", 64}, {"vocabulary", 1000}};
+  auto fused_options = options;
+  fused_options["flash_attention"] = 1;
+  const Profile plain_profile = generate_model_profile(gpt(options, 2));
+  const Layer& plain = layer_named(plain_profile, "block1");
+  const Profile fused_profile = generate_model_profile(gpt(fused_options, 2));
+  const Layer& fused = layer_named(fused_profile, "block1");
+  const double batch = 2, s = 64, h = 256, heads = 4, kv = 128, e = 2, rows = batch * s;
+  const double scores = batch * heads * s * s;
+  EXPECT_EQ(*fused.forward_flops, *plain.forward_flops);
+  EXPECT_EQ(*fused.backward_weight_flops, *plain.backward_weight_flops);
+  EXPECT_EQ(*fused.backward_input_flops - *plain.backward_input_flops, 2 * batch * s * s * h);
+  EXPECT_EQ(*plain.activation_bytes - *fused.activation_bytes, e * 2 * scores + scores - 4 * batch * heads * s);
+  // Memory traffic of the attention: unfused, Q K^T reads Q and K and
+  // writes the scores, softmax and dropout read and write them, attention
+  // x V reads the probabilities and V and writes the output; fused, one
+  // kernel reads Q, K, V and writes the output and the log-sum-exp.
+  const double d = h / heads;
+  const double unfused_read = e * (batch * heads * 2 * s * d + 2 * scores + batch * heads * (s * s + s * d));
+  const double unfused_written = e * (3 * scores + batch * heads * s * d) + scores;
+  EXPECT_EQ(*plain.bytes_read - *fused.bytes_read, unfused_read - e * rows * (h + 2 * kv));
+  EXPECT_EQ(*plain.bytes_written - *fused.bytes_written, unfused_written - (e * rows * h + 4 * batch * heads * s));
+  EXPECT_EQ(fused_profile.name,
+            "gpt layers=1 hidden=256 heads=4 ffn=1024 sequence=64 vocabulary=1000 query_groups=2 flash_attention=1 "
+            "micro_batch_size=2 dtype=bf16");
+}
+
+TEST(ModelGenerators, GptSwigluDefaultFfnIsMegatrons) {
+  // megatron/training/arguments.py (core_v0.14.0): int((4 h 2 / 3) / 64) x 64.
+  const std::pair<long long, long long> expected[] = {{4096, 10880}, {768, 2048}, {1000, 2624}, {5120, 13632}, {64, 128}};
+  for (const auto& [hidden, ffn] : expected) {
+    const ResolvedModel model = resolve_model_spec(gpt({{"hidden", hidden}, {"heads", 1}, {"swiglu", 1}}));
+    EXPECT_EQ(model.options.at("ffn"), ffn) << "hidden " << hidden;
+  }
+  EXPECT_EQ(resolve_model_spec(gpt({{"hidden", 1000}, {"heads", 1}})).options.at("ffn"), 4000);
+  EXPECT_EQ(resolve_model_spec(gpt({{"hidden", 1000}, {"heads", 1}, {"swiglu", 1}, {"ffn", 7}})).options.at("ffn"), 7);
+  EXPECT_CONTAINS(input_error_of([] { resolve_model_spec(gpt({{"hidden", 16}, {"heads", 1}, {"swiglu", 1}})); }),
+                  "--ffn: with --swiglu 1 the default int(8 x hidden / 3 / 64) x 64 is 0 at --hidden 16; give --ffn");
+}
+
+TEST(ModelGenerators, GptNewOptionErrors) {
+  EXPECT_EQ(input_error_of([] { resolve_model_spec(gpt({{"swiglu", 2}})); }),
+            "--swiglu: expected an integer from 0 to 1, found 2");
+  EXPECT_EQ(input_error_of([] { resolve_model_spec(gpt({{"tied_embeddings", -1}})); }),
+            "--tied-embeddings: expected an integer from 0 to 1, found -1");
+  EXPECT_EQ(input_error_of([] { resolve_model_spec(gpt({{"query_groups", 5}})); }),
+            "--query-groups: expected a divisor of --heads (12), found 5");
+  EXPECT_EQ(input_error_of([] { resolve_model_spec(gpt({{"query_groups", 0}})); }),
+            "--query-groups: expected an integer from 1 to 10000000, found 0");
+  EXPECT_EQ(input_error_of([] { resolve_model_spec(gpt({{"positions", 512}})); }),
+            "--positions: expected at least --sequence (1024) rows, found 512");
+  EXPECT_CONTAINS(input_error_of([] { resolve_model_spec(gpt({{"rotary", 1}, {"positions", 2048}})); }),
+                  "--positions: rotary position embedding (--rotary 1) has no position table");
+  EXPECT_CONTAINS(input_error_of([] { resolve_model_spec({"mlp", {{"swiglu", 1}}, std::nullopt, ""}); }),
+                  "--swiglu: model mlp has no such option");
+}
+
+TEST(ModelGenerators, OptionRangesAreSharedByName) {
+  // The CLI defines one flag per option name, checked against one range.
+  for (const ModelInfo& info : model_generators())
+    for (const ModelOptionInfo& option : info.options) {
+      EXPECT_EQ(model_option_min(option.name), option.min_value) << info.name << " " << option.name;
+      EXPECT_EQ(model_option_max(option.name), option.max_value) << info.name << " " << option.name;
+      EXPECT_LE(option.min_value, option.max_value);
+      if (option.default_value) {
+        EXPECT_GE(*option.default_value, option.min_value) << info.name << " " << option.name;
+        EXPECT_LE(*option.default_value, option.max_value) << info.name << " " << option.name;
+      }
+    }
+  EXPECT_EQ(model_option_min("swiglu"), 0);
+  EXPECT_EQ(model_option_max("swiglu"), 1);
+  EXPECT_EQ(model_option_max("layers"), 100000);
+  EXPECT_EQ(model_option_max("micro_batch_size"), 1000000);
+  EXPECT_EQ(model_option_min("micro_batch_size"), 1);
 }
 
 TEST(ModelGenerators, Vgg16AndResnet50Parameters) {

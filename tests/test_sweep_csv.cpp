@@ -1,4 +1,4 @@
-// sweep/csv.hpp and sweep/suggest.hpp: RFC 4180 writing and reading, the
+// sweep/csv.hpp and core/suggest.hpp: RFC 4180 writing and reading, the
 // shortest round-trip numbers, "did you mean".
 
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 
 #include "expect_input_error.hpp"
 #include "sweep/csv.hpp"
-#include "sweep/suggest.hpp"
+#include "core/suggest.hpp"
 
 namespace pipegrid {
 namespace {

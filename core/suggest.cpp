@@ -1,4 +1,4 @@
-#include "sweep/suggest.hpp"
+#include "core/suggest.hpp"
 
 #include <algorithm>
 

@@ -1,0 +1,120 @@
+#pragma once
+// Megatron-LM launch arguments (issue 27): the arguments of a
+// `pretrain_gpt.py` launch read into a gpt model (core/model_generators.hpp)
+// and the parallel layout, as Megatron-LM release core_v0.14.0 reads them
+// (megatron/training/arguments.py: add_megatron_arguments, validate_args,
+// core_transformer_config_from_args; megatron/core/transformer/
+// transformer_config.py; megatron/training/tokenizer/tokenizer.py for the
+// vocabulary's padding; pretrain_gpt.py for its defaults). Every argument of
+// that release is read, accepted and ignored, accepted with a note, or
+// refused; docs/megatron.md lists each. Pure functions over plain data.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/model_generators.hpp"
+
+namespace pipegrid {
+
+/// The Megatron-LM release whose arguments, defaults and checks are followed.
+inline constexpr const char* kMegatronRelease = "core_v0.14.0";
+
+/// Activation recomputation as the launch asks for it (selective
+/// recomputation is refused until issue 28).
+struct MegatronRecompute {
+  bool full = false;   ///< --recompute-granularity full
+  std::string method;  ///< "uniform" or "block" when full (--recompute-method)
+  int num_layers = 0;  ///< --recompute-num-layers when full
+};
+
+/// What a Megatron-LM launch sets up, in pipegrid's terms.
+struct MegatronLaunch {
+  /// "gpt" with every option the arguments give (the vocabulary padded as
+  /// Megatron pads it), micro_batch_size, and dtype fp16, bf16 or fp32.
+  ModelSpec model;
+  int tensor_parallel = 1;    ///< --tensor-model-parallel-size
+  int pipeline_parallel = 1;  ///< --pipeline-model-parallel-size
+  /// Model chunks per pipeline rank: L / (p x --num-layers-per-virtual-
+  /// pipeline-stage), or --num-virtual-stages-per-pipeline-rank; 1 without.
+  int virtual_stages = 1;
+  int micro_batch_size = 1;                      ///< --micro-batch-size
+  std::optional<long long> global_batch_size;    ///< --global-batch-size (absent: micro x data parallel)
+  std::optional<int> decoder_first_pipeline_num_layers;  ///< transformer layers on the first stage
+  std::optional<int> decoder_last_pipeline_num_layers;   ///< transformer layers on the last stage
+  MegatronRecompute recompute;
+  /// Whether the attention kernel keeps no s x s scores for the backward
+  /// (FlashAttention or cuDNN fused attention): --attention-backend flash
+  /// or fused, or auto with Transformer Engine in fp16/bf16 (a note says
+  /// so). The model's flash_attention option says the same.
+  bool use_flash_attn = false;
+  /// The optimizer as pipegrid's memory model names it: "adam", "momentum"
+  /// (Megatron's sgd with --sgd-momentum > 0, its default 0.9) or "sgd".
+  std::string optimizer = "adam";
+  /// Whether Megatron's gradient buffers are fp32 (4 bytes per parameter):
+  /// fp32 training, or --accumulate-allreduce-grads-in-fp32, which --bf16
+  /// turns on unless --grad-reduce-in-bf16.
+  bool fp32_gradients = true;
+  /// "1f1b-sno" (Megatron's 1F1B, PipeDream-flush), or "interleaved-1f1b"
+  /// when virtual_stages > 1.
+  std::string schedule = "1f1b-sno";
+  /// Arguments accepted that change neither time nor memory, as given
+  /// ("--lr 6.0e-5", "--save-interval=1000"), in the launch's order.
+  std::vector<std::string> ignored;
+  /// What a reader should know: the launcher's words not read, the
+  /// vocabulary's padding, arguments accepted whose effect pipegrid does not
+  /// model, defaults taken.
+  std::vector<std::string> notes;
+};
+
+/** Reads the arguments of a Megatron-LM launch. `text` is a shell line or a
+ *  launch script pasted as is: words split at whitespace, single and double
+ *  quotes, `\` + newline continuations, `#` comments; when a word ends in
+ *  `.py` the arguments are the words after the last such word, up to the
+ *  end of its command (an unescaped newline or a shell operator: `|`, `;`,
+ *  `&`, `<`, `>`), and what precedes and follows is listed in notes as not
+ *  read; without one, every word is an argument (newlines are spaces) up to
+ *  a shell operator. `--name value` and `--name=value`; switches take no
+ *  value. `origin` ("--megatron-args" or a file name) begins every message,
+ *  with the line where the text has several.
+ *  InputError (naming the argument, what was expected and what was found)
+ *  for: an unexpanded `$VAR`, `${VAR}`, `$(...)` or backquote anywhere; an
+ *  unterminated quote; an argument that is not one of the release's (with a
+ *  near miss), a switch given a value, a value missing or of the wrong type
+ *  or range; a required argument missing (--num-layers, --hidden-size,
+ *  --num-attention-heads, --seq-length, --max-position-embeddings,
+ *  --micro-batch-size, the vocabulary); the release's checks (heads and
+ *  query groups multiples of tensor parallel, layers as the pipeline and
+ *  virtual split need, --fp16 with --bf16, ...); the arguments whose
+ *  semantics land with issue 28 (--sequence-parallel with tensor parallel
+ *  > 1, --recompute-granularity selective, --recompute-activations,
+ *  --use-distributed-optimizer, --overlap-grad-reduce, --overlap-param-gather,
+ *  --overlap-param-gather-with-optimizer-step, --tp-comm-overlap); and the
+ *  others pipegrid does not model (docs/megatron.md, Refused). */
+MegatronLaunch read_megatron_args(const std::string& text, const std::string& origin);
+
+/// How pipegrid treats an argument of the release.
+enum class MegatronTreatment {
+  Read,     ///< read into the launch (some values refused, docs/megatron.md)
+  Ignored,  ///< accepted, listed in MegatronLaunch::ignored
+  Noted,    ///< accepted, with a note on what pipegrid does not model
+  Issue28,  ///< refused until issue 28 models it
+  Refused,  ///< refused: not modelled
+  Retired,  ///< refused by the release itself, with its message
+};
+
+/// One argument of the release: its name (with "--"), whether it takes a
+/// value, and how pipegrid treats it (reason: the group of an ignored
+/// argument, the note of a noted one, why a refused one is refused, the
+/// release's message for a retired one).
+struct MegatronArgument {
+  std::string name;
+  bool takes_value = false;
+  MegatronTreatment treatment = MegatronTreatment::Read;
+  std::string reason;
+};
+
+/// Every argument of the release (add_megatron_arguments), in groups.
+const std::vector<MegatronArgument>& megatron_arguments();
+
+}  // namespace pipegrid
