@@ -26,6 +26,7 @@
 #include "core/platform_check.hpp"
 #include "core/precision.hpp"
 #include "core/tensor_parallel.hpp"
+#include "layout/megatron_args.hpp"
 #include "partitioners/partitioners.hpp"
 #include "schedules/schedules.hpp"
 #include "sweep/experiment.hpp"
@@ -247,7 +248,96 @@ LayoutSizes layout_sizes(const PlanRequest& request, const Plan& plan, std::size
 
 }  // namespace
 
+namespace {
+
+// The request a Megatron-LM launch makes: its model, layout, batch,
+// precision, recomputation and schedule, with the flags a user gave on top
+// only where they agree with it (or choose what the launch leaves open: the
+// schedule, the partition, the platform's memory). InputError naming both
+// otherwise.
+PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector<std::string>& notes) {
+  if (!request.megatron_args.empty() && !request.megatron_args_file.empty())
+    throw InputError(fmt::format("--megatron-args and --megatron-args-file {}: both give the launch; give one",
+                                 printable(request.megatron_args_file)));
+  const std::string origin = request.megatron_args_file.empty() ? "--megatron-args" : request.megatron_args_file;
+  const MegatronLaunch launch = read_megatron_args(
+      request.megatron_args_file.empty() ? request.megatron_args : read_text_file(request.megatron_args_file), origin);
+  if (!request.profile_file.empty() || !request.model.name.empty())
+    throw InputError(fmt::format("{} and {}: both give the model; give one", origin,
+                                 request.profile_file.empty() ? "--model " + printable(request.model.name)
+                                                              : "--profile " + printable(request.profile_file)));
+  const auto agree = [&](const std::string& flag, bool given, long long ours, const std::string& argument,
+                         long long theirs) {
+    if (given && ours != theirs)
+      throw InputError(fmt::format("{} {}: {} sets {} {}; drop {} or make them agree", flag, ours, origin, argument,
+                                   theirs, flag));
+  };
+  agree("--tensor-parallel", request.tensor_parallel != 1, request.tensor_parallel, "--tensor-model-parallel-size",
+        launch.tensor_parallel);
+  agree("--pipeline-parallel", request.pipeline_parallel.has_value(), request.pipeline_parallel.value_or(0),
+        "--pipeline-model-parallel-size", launch.pipeline_parallel);
+  agree("--micro-batch-size", request.micro_batch_size.has_value(), request.micro_batch_size.value_or(0),
+        "--micro-batch-size", launch.micro_batch_size);
+  if (launch.global_batch_size)
+    agree("--global-batch-size", request.global_batch_size.has_value(), request.global_batch_size.value_or(0),
+          "--global-batch-size", *launch.global_batch_size);
+  if (request.micro_batches != 1)
+    throw InputError(fmt::format("--micro-batches {}: {} sets the batch (--global-batch-size and --micro-batch-size; "
+                                 "micro-batches per pipeline = global / (micro x d)); drop --micro-batches",
+                                 request.micro_batches, origin));
+  if (!request.dtype.empty() && request.dtype != launch.model.dtype)
+    throw InputError(fmt::format("--dtype {}: {} trains in {}; drop --dtype", printable(request.dtype), origin,
+                                 launch.model.dtype));
+  if (request.recompute && !launch.recompute.full)
+    throw InputError(fmt::format("--recompute: {} does not recompute (no --recompute-granularity full); drop "
+                                 "--recompute or add it to the launch",
+                                 origin));
+  if (!request.optimizer.empty() && request.optimizer != launch.optimizer)
+    throw InputError(fmt::format("--optimizer {}: {} trains with {}; drop --optimizer", printable(request.optimizer),
+                                 origin, launch.optimizer));
+  PlanRequest launched = request;
+  launched.megatron_args.clear();
+  launched.megatron_args_file.clear();
+  launched.model = launch.model;
+  launched.micro_batch_size = launch.micro_batch_size;
+  launched.dtype = launch.model.dtype;
+  launched.optimizer = launch.optimizer;
+  launched.recompute = launch.recompute.full;
+  launched.tensor_parallel = launch.tensor_parallel;
+  launched.pipeline_parallel = launch.pipeline_parallel;
+  // Megatron's default global batch: one micro-batch per pipeline (micro x d).
+  launched.global_batch_size = launch.global_batch_size;
+  if (!launch.global_batch_size) launched.micro_batches = 1;
+  if (launched.schedule.empty()) launched.schedule = launch.schedule;
+  if (launch.virtual_stages > 1 || launched.schedule == launch.schedule) {
+    if (request.virtual_stages && *request.virtual_stages != launch.virtual_stages)
+      throw InputError(fmt::format("--virtual-stages {}: {} runs {} model chunks per pipeline rank; drop --virtual-stages",
+                                   *request.virtual_stages, origin, launch.virtual_stages));
+    if (launch.virtual_stages > 1) launched.virtual_stages = launch.virtual_stages;
+  }
+  if (request.partition == "uniform" && request.partitioner.empty() && request.replicas.empty())
+    launched.partition = "megatron";
+  if (launch.decoder_first_pipeline_num_layers) launched.first_pipeline_layers = launch.decoder_first_pipeline_num_layers;
+  if (launch.decoder_last_pipeline_num_layers) launched.last_pipeline_layers = launch.decoder_last_pipeline_num_layers;
+  notes.push_back(fmt::format("{}: a Megatron-LM {} launch: {}", origin, kMegatronRelease,
+                              model_spec_text(resolve_model_spec(launch.model))));
+  if (!launch.ignored.empty())
+    notes.push_back(fmt::format("{} argument{} ignored (no effect on time or memory): {}", launch.ignored.size(),
+                                launch.ignored.size() == 1 ? "" : "s", fmt::join(launch.ignored, " ")));
+  for (const std::string& note : launch.notes) notes.push_back(note);
+  return launched;
+}
+
+}  // namespace
+
 Plan make_plan(const PlanRequest& request) {
+  if (!request.megatron_args.empty() || !request.megatron_args_file.empty()) {
+    std::vector<std::string> notes;
+    Plan plan = make_plan(request_from_megatron_launch(request, notes));
+    plan.megatron_notes = std::move(notes);
+    plan.parallel_layout = true;
+    return plan;
+  }
   Plan plan;
   // --partition names a rule (uniform, megatron) or a partition file.
   const bool partition_rule = request.partition == "uniform" || request.partition == "megatron";
@@ -1207,6 +1297,7 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
     document["global_batch_size"] = plan.global_batch_size();
     document["layout"] = layout_text(plan);
   }
+  if (!plan.megatron_notes.empty()) document["megatron_notes"] = plan.megatron_notes;
   document["minibatch_time_s"] = m.minibatch_time_s;
   document["mean_minibatch_span_s"] = m.mean_minibatch_span_s;
   document["throughput_samples_per_s"] = m.throughput_samples_per_s;
@@ -1285,6 +1376,7 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
                         bytes.master_weights ? fmt::format(" + fp32 master {}", bytes.master_weights) : "", bytes.optimizer);
   }
   if (plan.tensor_parallel != 1) text += fmt::format("  {}\n", plan.tensor_parallel_note);
+  for (const std::string& note : plan.megatron_notes) text += fmt::format("  megatron          {}\n", note);
   if (plan.parallel_layout) text += fmt::format("  layout            {}\n", layout_text(plan));
   if (m.steady_state) {
     const SteadyState& steady = *m.steady_state;

@@ -92,6 +92,16 @@ struct PlanRequest {
   std::optional<int> data_parallel;
   std::optional<int> pipeline_parallel;
   std::optional<long long> global_batch_size;
+  /// The arguments of a Megatron-LM launch (simulate --megatron-args, or the
+  /// text of --megatron-args-file; read_megatron_args, layout/): they give
+  /// the model (a generated gpt), the layout t x p (d follows from the
+  /// hosts), the micro- and global batch, the precision, recomputation and
+  /// the schedule (Megatron's 1F1B, interleaved with virtual stages; another
+  /// flushed schedule with --schedule), and --partition megatron. "": none.
+  std::string megatron_args;
+  /// A file holding such arguments (simulate --megatron-args-file): read
+  /// as megatron_args, messages naming the file. Excludes megatron_args.
+  std::string megatron_args_file;
 };
 
 /** The schedule entry of a plan: its catalog entry, or for a Program given

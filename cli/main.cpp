@@ -364,16 +364,17 @@ int main_with_exceptions(int argc, char** argv) {
       plan = read_plan_file(plan_file);
     } else {
       if (request.platform_file.empty()) throw InputError("simulate: --platform is required (or give --plan FILE)");
-      if (request.profile_file.empty() && request.model.name.empty())
-        throw InputError("simulate: --profile is required (or --model NAME, or give --plan FILE)");
-      if (request.schedule.empty() && request.program_file.empty())
+      const bool megatron = !request.megatron_args.empty() || !request.megatron_args_file.empty();
+      if (request.profile_file.empty() && request.model.name.empty() && !megatron)
+        throw InputError("simulate: --profile is required (or --model NAME, --megatron-args, or give --plan FILE)");
+      if (request.schedule.empty() && request.program_file.empty() && !megatron)
         throw InputError("simulate: --schedule or --program is required (or give --plan FILE)");
       if (!request.program_file.empty() && simulate->count("--micro-batches") != 0)
         throw InputError("--micro-batches: the Program says how many micro-batches it runs; drop --micro-batches");
       if (request.program_file.empty() && simulate->count("--program-format") != 0)
         throw InputError("--program-format: applies to --program FILE");
       if (request.program_file.empty() && simulate->count("--micro-batches") == 0 && !request.global_batch_size &&
-          schedule_info(request.schedule).flushed)
+          !megatron && schedule_info(request.schedule).flushed)
         throw InputError(fmt::format("simulate: --micro-batches (or --global-batch-size) is required for {} (or give "
                                      "--plan FILE)",
                                      request.schedule));

@@ -70,6 +70,11 @@ void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
   command.add_option("--data-parallel", request.data_parallel,
                      "a layout's data-parallel size d: d whole pipelines, each running the schedule over its own "
                      "--micro-batches (Megatron's counting); default hosts / (t x p)");
+  command.add_option("--megatron-args", request.megatron_args,
+                     "the arguments of a Megatron-LM launch (core_v0.14.0; give them as --megatron-args=\"...\"): "
+                     "model, layout, batch, precision, recomputation (docs/megatron.md)");
+  command.add_option("--megatron-args-file", request.megatron_args_file,
+                     "a file holding a Megatron-LM launch's arguments (a launch script as it is)");
   command.add_option("--global-batch-size", request.global_batch_size,
                      "samples per iteration: micro-batch size x micro-batches per pipeline x d (Megatron's "
                      "--global-batch-size); sets --micro-batches");

@@ -101,7 +101,8 @@ std::optional<std::vector<ParameterSpec>> parameters_of(const std::string& comma
     else if (type == "INT" || type == "UINT") spec.kind = ParameterSpec::Kind::Int;
     else if (type == "FLOAT") spec.kind = ParameterSpec::Kind::Real;
     else spec.kind = ParameterSpec::Kind::Text;
-    if (spec.name == "platform" || spec.name == "profile" || spec.name == "program") spec.kind = ParameterSpec::Kind::Path;
+    if (spec.name == "platform" || spec.name == "profile" || spec.name == "program" || spec.name == "megatron_args_file")
+      spec.kind = ParameterSpec::Kind::Path;
     if (spec.name == "partition") {
       spec.kind = ParameterSpec::Kind::Path;
       spec.literals = {"uniform", "megatron"};

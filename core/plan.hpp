@@ -86,6 +86,10 @@ struct Plan {
   long long global_batch_size() const {
     return static_cast<long long>(profile.micro_batch_size) * micro_batches * data_parallel;
   }
+  /// What reading a Megatron-LM launch (--megatron-args) found: the release
+  /// followed, the arguments ignored, and notes; informative, not written to
+  /// plan files. Empty without one.
+  std::vector<std::string> megatron_notes;
   /// TensorParallelProfile::note of the transform that made `profile`;
   /// informative ("" when tensor_parallel is 1).
   std::string tensor_parallel_note;
