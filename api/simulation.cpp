@@ -340,7 +340,8 @@ Plan make_plan(const PlanRequest& request) {
   }
   Plan plan;
   // --partition names a rule (uniform, megatron) or a partition file.
-  const bool partition_rule = request.partition == "uniform" || request.partition == "megatron";
+  const bool partition_rule =
+      request.partition == "uniform" || request.partition == "balanced" || request.partition == "megatron";
   if ((request.first_pipeline_layers || request.last_pipeline_layers) && request.partition != "megatron")
     throw InputError(fmt::format("--first-pipeline-layers and --last-pipeline-layers: apply to --partition megatron, "
                                  "not --partition {}",
@@ -376,8 +377,9 @@ Plan make_plan(const PlanRequest& request) {
       for (const std::string& name : names) known += (known.empty() ? "" : ", ") + name;
       throw InputError(fmt::format("--partitioner: expected one of {}, found '{}'", known, printable(request.partitioner)));
     }
-    if (request.partition == "megatron")
-      throw InputError("--partitioner and --partition megatron both say how to partition the model: give one");
+    if (request.partition == "megatron" || request.partition == "balanced")
+      throw InputError(fmt::format("--partitioner and --partition {} both say how to partition the model: give one",
+                                   request.partition));
     if (request.partition != "uniform")
       throw InputError("--partitioner and --partition FILE both say how to partition the model: give one");
     if (!request.replicas.empty())
@@ -615,10 +617,10 @@ Plan make_plan(const PlanRequest& request) {
         if (stage_hosts[s][r].empty())
           throw InputError(fmt::format("--program {}: stage {} has replica {} but no device holds replica {}",
                                        printable(request.program_file), s, stage_hosts[s].size() - 1, r));
-    if (request.partition == "megatron")
-      throw InputError(fmt::format("--partition megatron: the Program {} places its stages; give a partition file to "
+    if (request.partition == "megatron" || request.partition == "balanced")
+      throw InputError(fmt::format("--partition {}: the Program {} places its stages; give a partition file to "
                                    "choose the layers of each stage",
-                                   printable(request.program_file)));
+                                   request.partition, printable(request.program_file)));
     if (request.partition == "uniform") {
       if (stage_hosts.size() > plan.profile.layers.size())
         throw InputError(fmt::format("--program {}: {} stages, but {} has only {} layers",
@@ -708,6 +710,19 @@ Plan make_plan(const PlanRequest& request) {
     expand_to_replicas(plan.partition, "--partitioner " + request.partitioner);
   } else if (!request.replicas.empty()) {
     plan.partition = replicated_partition(plan.profile, platform.hosts, parse_replicas(request.replicas));
+  } else if (request.partition == "balanced") {
+    // p x v stages of balanced compute, stage s on the host of device
+    // stage_to_device(s), as uniform places them.
+    const int stages = static_cast<int>(pipeline_hosts.size()) * plan.virtual_stages;
+    const std::vector<int> device = stage_to_device(stages, plan.virtual_stages, stage_map_of(plan.schedule));
+    std::vector<std::string> stage_hosts(static_cast<std::size_t>(stages));
+    for (int s = 0; s < stages; ++s)
+      stage_hosts[static_cast<std::size_t>(s)] = pipeline_hosts[static_cast<std::size_t>(device[static_cast<std::size_t>(s)])];
+    if (static_cast<std::size_t>(stages) > plan.profile.layers.size())
+      throw InfeasibleError(fmt::format("--partition balanced: {} stages, but {} has only {} layers", stages,
+                                        profile_label, plan.profile.layers.size()));
+    plan.partition = balanced_partition(plan.profile, stage_hosts, stages);
+    expand_to_replicas(plan.partition, "partition");
   } else if (request.partition == "megatron") {
     // Megatron-LM's layout: L / (p v) transformer layers per stage (uneven
     // first and last pipeline ranks when asked), embedding first, head last.

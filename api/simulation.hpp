@@ -9,7 +9,7 @@
 
 #include "core/io.hpp"
 #include "core/metrics.hpp"
-#include "core/model_generators.hpp"
+#include "generators/model_generators.hpp"
 #include "core/plan.hpp"
 #include "core/platform.hpp"
 #include "core/program.hpp"
@@ -43,8 +43,9 @@ struct PlanRequest {
   std::optional<int> mini_batches;
   /// Replaces every host's memory capacity (units as parse_bytes takes them).
   std::string memory;
-  /// "uniform" (layers split by count), "megatron" (Megatron-LM's stage
-  /// layout: megatron_partition) or a partition file.
+  /// "uniform" (layers split by count), "balanced" (balanced_partition:
+  /// stages of balanced compute), "megatron" (Megatron-LM's stage layout:
+  /// megatron_partition) or a partition file.
   std::string partition = "uniform";
   /// --partition megatron: transformer layers on the first and the last
   /// pipeline rank (Megatron's --decoder-first/last-pipeline-num-layers).

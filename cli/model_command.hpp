@@ -1,14 +1,14 @@
 #pragma once
 // `pipegrid model NAME [--layers N --hidden N ... --micro-batch-size N
 // --dtype fp32|fp16|bf16] [--output FILE] [--json]`: a model generator's
-// profile (core/model_generators.hpp): its layers, parameters and FLOPs
+// profile (generators/model_generators.hpp): its layers, parameters and FLOPs
 // printed, the profile written with --output; `--list` lists the models.
 // The model flags are defined once (add_model_options) and shared with
 // `simulate --model NAME`.
 
 #include <CLI/CLI.hpp>
 
-#include "core/model_generators.hpp"
+#include "generators/model_generators.hpp"
 
 namespace pipegrid::cli {
 

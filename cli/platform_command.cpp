@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "core/cluster_platform.hpp"
+#include "generators/cluster_platform.hpp"
 #include "core/io.hpp"
 #include "core/platform.hpp"
 

@@ -3,7 +3,7 @@
 // --memory BYTES --intra BW[,LATENCY] --inter BW[,LATENCY]
 // [--intra-link shared|per-gpu] [--speed FLOPS] --output FILE`: writes a
 // SimGrid platform for a cluster of identical GPU servers
-// (core/cluster_platform.hpp; docs/platforms.md, Generated clusters).
+// (generators/cluster_platform.hpp; docs/platforms.md, Generated clusters).
 
 #include <CLI/CLI.hpp>
 

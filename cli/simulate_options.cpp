@@ -20,8 +20,9 @@ void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
   command.add_option("--mini-batches", request.mini_batches,
                      "mini-batches to simulate (default: 1 for flushed schedules, max(32, 4 x devices) for the others)");
   command.add_option("--partition", request.partition,
-                     "uniform (default: layers split by count), megatron (Megatron-LM's layout: transformer layers "
-                     "split evenly, embedding on the first stage, head and loss on the last) or a partition file");
+                     "uniform (default: layers split by count), balanced (contiguous stages of balanced compute, "
+                     "any schedule), megatron (Megatron-LM's layout: transformer layers split evenly, embedding on the "
+                     "first stage, head and loss on the last) or a partition file");
   command.add_option("--first-pipeline-layers", request.first_pipeline_layers,
                      "--partition megatron: transformer layers on the first pipeline rank (Megatron's "
                      "--decoder-first-pipeline-num-layers); the others split the rest");

@@ -28,7 +28,7 @@
 #include "cli/simulate_options.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
-#include "core/cluster_platform.hpp"
+#include "generators/cluster_platform.hpp"
 #include "core/metrics.hpp"
 #include "core/platform_check.hpp"
 #include "core/profile.hpp"
@@ -105,7 +105,7 @@ std::optional<std::vector<ParameterSpec>> parameters_of(const std::string& comma
       spec.kind = ParameterSpec::Kind::Path;
     if (spec.name == "partition") {
       spec.kind = ParameterSpec::Kind::Path;
-      spec.literals = {"uniform", "megatron"};
+      spec.literals = {"uniform", "balanced", "megatron"};
     }
     parameters.push_back(spec);
   }

@@ -35,6 +35,45 @@ Partition uniform_partition(const Profile& profile, const std::vector<std::strin
   return partition;
 }
 
+Partition balanced_partition(const Profile& profile, const std::vector<std::string>& hosts, int num_stages) {
+  // The checks and host placement of the uniform partition.
+  Partition partition = uniform_partition(profile, hosts, num_stages);
+  const std::size_t layers = profile.layers.size();
+  const auto stages = static_cast<std::size_t>(num_stages);
+  std::vector<double> prefix(layers + 1, 0.0);
+  for (std::size_t l = 0; l < layers; ++l)
+    prefix[l + 1] = prefix[l] + profile.layers[l].forward_s + profile.layers[l].backward_s;
+  const auto cost = [&](std::size_t first, std::size_t end) { return prefix[end] - prefix[first]; };
+  // best[s][l]: the smallest largest-stage cost of layers [0, l) in s + 1
+  // stages; cut[s][l]: where its last stage starts (the smallest such).
+  constexpr double kInfinity = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(stages, std::vector<double>(layers + 1, kInfinity));
+  std::vector<std::vector<std::size_t>> cut(stages, std::vector<std::size_t>(layers + 1, 0));
+  for (std::size_t l = 1; l <= layers; ++l) best[0][l] = cost(0, l);
+  for (std::size_t s = 1; s < stages; ++s)
+    for (std::size_t l = s + 1; l <= layers; ++l) {
+      // max(best[s-1][j], cost(j, l)) over j in [s, l): the first term
+      // grows with j, the second shrinks: the optimum is where they cross.
+      std::size_t low = s, high = l - 1;
+      while (low < high) {
+        const std::size_t middle = (low + high) / 2;
+        if (best[s - 1][middle] >= cost(middle, l)) high = middle;
+        else low = middle + 1;
+      }
+      for (const std::size_t j : {low > s ? low - 1 : low, low}) {
+        const double value = std::max(best[s - 1][j], cost(j, l));
+        if (value < best[s][l]) best[s][l] = value, cut[s][l] = j;
+      }
+    }
+  std::size_t end = layers;
+  for (std::size_t s = stages; s-- > 0;) {
+    const std::size_t first = s == 0 ? 0 : cut[s][end];
+    for (std::size_t l = first; l < end; ++l) partition.stage_of_layer[l] = static_cast<int>(s);
+    end = first;
+  }
+  return partition;
+}
+
 Partition megatron_partition(const Profile& profile, const std::vector<std::string>& stage_hosts, int num_stages,
                              int virtual_stages, const std::vector<int>& device_of_stage,
                              std::optional<int> first_rank_layers, std::optional<int> last_rank_layers) {

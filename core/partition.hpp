@@ -84,6 +84,14 @@ struct StageCost {
  *  than layers or fewer hosts than stages. */
 Partition uniform_partition(const Profile& profile, const std::vector<std::string>& hosts, int num_stages);
 
+/** A contiguous split of the layers into `num_stages` stages that minimises
+ *  the largest stage's compute (forward + backward seconds summed over its
+ *  layers; ties: the earliest stage boundaries), stage s on hosts[s]. For
+ *  every schedule: with several stages per device (a loop or a V), each
+ *  stage is balanced, hence each device. Exact (dynamic program over the
+ *  layers' prefix sums). InputError as uniform_partition. */
+Partition balanced_partition(const Profile& profile, const std::vector<std::string>& hosts, int num_stages);
+
 /** Megatron-LM's stage layout (Megatron-LM core_r0.10.0:
  *  megatron/core/transformer/transformer_block.py, get_num_layers_to_build,
  *  and the checks of TransformerConfig): the profile's transformer layers

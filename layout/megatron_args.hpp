@@ -1,6 +1,6 @@
 #pragma once
 // Megatron-LM launch arguments (issue 27): the arguments of a
-// `pretrain_gpt.py` launch read into a gpt model (core/model_generators.hpp)
+// `pretrain_gpt.py` launch read into a gpt model (generators/model_generators.hpp)
 // and the parallel layout, as Megatron-LM release core_v0.14.0 reads them
 // (megatron/training/arguments.py: add_megatron_arguments, validate_args,
 // core_transformer_config_from_args; megatron/core/transformer/
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/model_generators.hpp"
+#include "generators/model_generators.hpp"
 
 namespace pipegrid {
 

@@ -16,7 +16,7 @@
 #include <openssl/evp.h>
 #include <toml++/toml.h>
 
-#include "core/cluster_platform.hpp"
+#include "generators/cluster_platform.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "sweep/expression.hpp"

@@ -1,4 +1,4 @@
-// The cluster platform generator (core/cluster_platform.hpp): options to a
+// The cluster platform generator (generators/cluster_platform.hpp): options to a
 // spec, with errors that name the option, and the spec to exact XML.
 
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "core/cluster_platform.hpp"
+#include "generators/cluster_platform.hpp"
 #include "expect_input_error.hpp"
 
 namespace pipegrid {

@@ -1,4 +1,4 @@
-// Generated cluster platforms (core/cluster_platform.hpp) as pipegrid's
+// Generated cluster platforms (generators/cluster_platform.hpp) as pipegrid's
 // platform check and SimGrid read them: accepted, every pair of hosts
 // routed both ways, with the latency and bandwidth docs/platforms.md gives.
 
@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "core/cluster_platform.hpp"
+#include "generators/cluster_platform.hpp"
 #include "sim/engine.hpp"
 #include "sim/platform_xml.hpp"
 #include "sim_test_util.hpp"

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/io.hpp"
-#include "core/model_generators.hpp"
+#include "generators/model_generators.hpp"
 #include "core/profile.hpp"
 #include "expect_input_error.hpp"
 #include "layout/megatron_args.hpp"

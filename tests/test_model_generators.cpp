@@ -1,4 +1,4 @@
-// Model generators (core/model_generators.hpp): FLOP counts against values
+// Model generators (generators/model_generators.hpp): FLOP counts against values
 // derived by hand, parameter counts of the published models, GNMT-L's W(L)
 // exactly, option errors, and the analytic profile fields in JSON.
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "core/model_generators.hpp"
+#include "generators/model_generators.hpp"
 #include "core/profile.hpp"
 #include "expect_input_error.hpp"
 

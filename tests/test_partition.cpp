@@ -539,3 +539,36 @@ TEST(MegatronPartition, RefusesCountsMegatronRefuses) {
 
 }  // namespace
 }  // namespace pipegrid
+
+namespace pipegrid {
+namespace {
+
+// chain(): layer l costs (1 + l) + (2 + l) = 3 + 2l seconds (F + B).
+TEST(BalancedPartition, MinimisesTheLargestStage) {
+  EXPECT_EQ(balanced_partition(chain(4), {"a", "b"}, 2).stage_of_layer, (std::vector<int>{0, 0, 0, 1}));  // 15 | 9
+  EXPECT_EQ(balanced_partition(chain(4), {"a", "b", "c"}, 3).stage_of_layer, (std::vector<int>{0, 0, 1, 2}));  // 8 | 7 | 9
+  const Partition one_each = balanced_partition(chain(3), {"a", "b", "c"}, 3);
+  EXPECT_EQ(one_each.stage_of_layer, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(one_each.hosts[1], std::vector<std::string>{"b"});
+}
+
+TEST(BalancedPartition, MatchesEveryContiguousSplitOnSmallChains) {
+  // Exhaustive check against every split of 7 layers into 3 stages.
+  Profile profile = chain(7);
+  const double costs[] = {5, 1, 9, 2, 2, 8, 3};
+  for (std::size_t l = 0; l < 7; ++l) profile.layers[l].forward_s = costs[l], profile.layers[l].backward_s = 0;
+  double best = 1e300;
+  for (int a = 1; a < 6; ++a)
+    for (int b = a + 1; b < 7; ++b) {
+      double s0 = 0, s1 = 0, s2 = 0;
+      for (int l = 0; l < 7; ++l) (l < a ? s0 : l < b ? s1 : s2) += costs[l];
+      best = std::min(best, std::max({s0, s1, s2}));
+    }
+  const Partition partition = balanced_partition(profile, {"a", "b", "c"}, 3);
+  std::vector<double> stage(3, 0.0);
+  for (std::size_t l = 0; l < 7; ++l) stage[static_cast<std::size_t>(partition.stage_of_layer[l])] += costs[l];
+  EXPECT_DOUBLE_EQ(*std::max_element(stage.begin(), stage.end()), best);
+}
+
+}  // namespace
+}  // namespace pipegrid

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "core/device_model.hpp"
-#include "core/model_generators.hpp"
+#include "generators/model_generators.hpp"
 #include "core/platform.hpp"
 #include "core/profile.hpp"
 #include "core/utilisation.hpp"

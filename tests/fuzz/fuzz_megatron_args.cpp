@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "core/error.hpp"
-#include "core/model_generators.hpp"
+#include "generators/model_generators.hpp"
 #include "layout/megatron_args.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 

@@ -1,4 +1,4 @@
-#include "core/cluster_platform.hpp"
+#include "generators/cluster_platform.hpp"
 
 #include <algorithm>
 #include <cctype>

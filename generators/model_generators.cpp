@@ -16,7 +16,7 @@
 // - Token ids are 8-byte integers; labels (and GNMT's decoder input) are
 //   read by the stage that needs them and never cross a cut.
 
-#include "core/model_generators.hpp"
+#include "generators/model_generators.hpp"
 
 #include <algorithm>
 #include <cmath>
