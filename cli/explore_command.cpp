@@ -62,27 +62,44 @@ class ProgressBar {
 
 std::string throughput_text(double samples_per_s) { return fmt::format("{:.4g}", samples_per_s); }
 
-// With `tensor_parallel`, a column "tp" (hosts per tensor-parallel group)
-// after the replicas; without it the table reads as before tensor parallelism.
+std::string layout_text(const CandidateOutcome& outcome) {
+  return api::layout_label(outcome.tensor_parallel, outcome.pipeline_parallel, outcome.data_parallel);
+}
+
+/// What the winner and each schedule's best line say of the layout: with
+/// `layouts`, the layout and the global batch; else with `tensor_parallel`,
+/// the group size; else nothing (as before either existed).
+std::string layout_words(const CandidateOutcome& outcome, bool layouts, bool tensor_parallel) {
+  if (layouts) return fmt::format(", layout {}, global batch {}", layout_text(outcome), outcome.global_batch_size);
+  return tensor_parallel ? fmt::format(", tensor parallel {}", outcome.tensor_parallel) : std::string();
+}
+
+// With `layouts`, columns "layout" (t x p x d) and "global" (samples per
+// mini-batch) after the replicas; else with `tensor_parallel`, a column "tp"
+// (hosts per tensor-parallel group); without either the table reads as
+// before tensor parallelism and layouts.
 std::string table(const std::vector<CandidateOutcome>& outcomes, const std::vector<RankedCandidate>& ranking,
-                  bool tensor_parallel) {
+                  bool tensor_parallel, bool layouts) {
   // Partition labels ("uniform=bapipe") and replicas vary in length: the
   // columns take the widest.
-  std::size_t partition_width = 9, replicas_width = 8, schedule_width = 13;
+  std::size_t partition_width = 9, replicas_width = 8, schedule_width = 13, layout_width = 6;
   for (const RankedCandidate& entry : ranking) {
     schedule_width = std::max(schedule_width, outcomes[entry.index].schedule.size());
     partition_width = std::max(partition_width, outcomes[entry.index].partitioner.size());
     replicas_width = std::max(replicas_width, outcomes[entry.index].replicas.size());
+    layout_width = std::max(layout_width, layout_text(outcomes[entry.index]).size());
   }
-  std::string tp = "tp";  // the row's tensor-parallel cell
+  std::string tp = "tp", layout = "layout", global = "global";  // the row's layout cells
   const auto row = [&](const std::string& rank, const std::string& schedule, const std::string& m, const std::string& micro,
                        const std::string& partition, const std::string& replicas, const std::string& throughput,
                        const std::string& time, const std::string& bubble, const std::string& mfu, const std::string& memory,
                        const std::string& verdict) {
+    const std::string layout_cells = layouts            ? fmt::format(" {:<{}} {:>6}", layout, layout_width, global)
+                                     : tensor_parallel ? fmt::format(" {:>3}", tp)
+                                                       : std::string();
     return fmt::format("{:>4}  {:<{}} {:>4} {:>6}  {:<{}}  {:<{}}{} {:>10} {:>11} {:>6} {:>6} {:>11}  {}\n", rank, schedule,
-                       schedule_width, m, micro, partition, partition_width, replicas, replicas_width,
-                       tensor_parallel ? fmt::format(" {:>3}", tp) : std::string(), throughput, time, bubble, mfu, memory,
-                       verdict);
+                       schedule_width, m, micro, partition, partition_width, replicas, replicas_width, layout_cells,
+                       throughput, time, bubble, mfu, memory, verdict);
   };
   std::string text = row("rank", "schedule", "M", "micro", "partition", "replicas", "samples/s", "mini-batch", "bubble", "MFU",
                          "peak mem", "verdict");
@@ -90,6 +107,8 @@ std::string table(const std::vector<CandidateOutcome>& outcomes, const std::vect
     const CandidateOutcome& o = outcomes[entry.index];
     const bool ran = !o.error;
     tp = std::to_string(o.tensor_parallel);
+    layout = layout_text(o);
+    global = std::to_string(o.global_batch_size);
     text += row(entry.rank > 0 ? std::to_string(entry.rank) : "-", o.schedule, std::to_string(o.micro_batches),
                 std::to_string(o.micro_batch_size), o.partitioner, o.replicas.empty() ? "-" : o.replicas,
                 ran ? throughput_text(o.throughput_samples_per_s) : "-", ran ? human_seconds(o.minibatch_time_s) : "-",
@@ -103,7 +122,7 @@ std::string table(const std::vector<CandidateOutcome>& outcomes, const std::vect
 /// The best fitting candidate of each schedule, in ranking order: the
 /// summary that says why the winner's schedule won.
 std::string best_per_schedule(const std::vector<CandidateOutcome>& outcomes, const std::vector<RankedCandidate>& ranking,
-                              bool tensor_parallel) {
+                              bool tensor_parallel, bool layouts) {
   std::string text;
   std::set<std::string> seen;
   std::optional<double> best;
@@ -119,7 +138,7 @@ std::string best_per_schedule(const std::vector<CandidateOutcome>& outcomes, con
                         : std::fabs(o.throughput_samples_per_s - *best) <= 1e-9 * *best ? "same"
                                                                                         : fmt::format("-{:.1f}%", 100.0 * (1.0 - o.throughput_samples_per_s / *best)),
                         o.micro_batches, o.micro_batch_size, o.partitioner, o.replicas,
-                        tensor_parallel ? fmt::format(", tensor parallel {}", o.tensor_parallel) : std::string(),
+                        layout_words(o, layouts, tensor_parallel),
                         human_bytes(o.peak_memory_bytes), o.peak_memory_host);
   }
   for (const RankedCandidate& entry : ranking) {
@@ -143,7 +162,13 @@ nlohmann::ordered_json ranked_json(const api::ExploreResult& result, const std::
     item["fits"] = o.fits();
     item["schedule"] = o.schedule;
     item["stale_weights"] = o.stale_weights;
-    if (result.shows_tensor_parallel()) item["tensor_parallel"] = o.tensor_parallel;
+    if (result.shows_tensor_parallel() || result.shows_layouts()) item["tensor_parallel"] = o.tensor_parallel;
+    if (result.shows_layouts()) {
+      item["pipeline_parallel"] = o.pipeline_parallel;
+      item["data_parallel"] = o.data_parallel;
+      item["layout"] = layout_text(o);
+      item["global_batch_size"] = o.global_batch_size;
+    }
     item["micro_batches"] = o.micro_batches;
     item["micro_batch_size"] = o.micro_batch_size;
     item["partitioner"] = o.partitioner;
@@ -186,8 +211,13 @@ CLI::App* add_explore_command(CLI::App& app) {
   command->add_option("--memory", request.memory,
                       "memory per device (bytes or 16GiB), in place of the hosts' own `memory`");
   command->add_option("--schedules", request.schedules, "only these schedules (default: every one valid on the hosts)")->delimiter(',');
-  command->add_option("--partitioners", request.partitioners, "only these partitioners (default: uniform,pipedream,bapipe)")->delimiter(',');
-  command->add_option("--micro-batches", request.micro_batches, "only these micro-batch counts M (default: every divisor)")->delimiter(',');
+  command->add_option("--partitioners", request.partitioners,
+                      "only these partitioners (default: uniform,pipedream,bapipe, and megatron for profiles with "
+                      "transformer layers)")
+      ->delimiter(',');
+  command->add_option("--micro-batches", request.micro_batches,
+                      "only these micro-batch counts M, per pipeline (default: every divisor)")
+      ->delimiter(',');
   command->add_option("--semantics", request.semantics,
                       "exact (default: stale-weight schedules ranked apart) or all (one ranking for every schedule)");
   command->add_option("--jobs", request.jobs, "simulations at once (default: the number of cores)");
@@ -205,6 +235,10 @@ CLI::App* add_explore_command(CLI::App& app) {
                       "only these tensor-parallel group sizes (default: 1, 2, 4, 8 where they divide the servers' hosts, "
                       "t > 1 for profiles with transformer layers with FLOPs)")
       ->delimiter(',');
+  command->add_option("--data-parallel", request.data_parallel,
+                      "only layouts t x p x d with these data-parallel sizes d (default: every divisor of the hosts / t; "
+                      "1: one pipeline over every group, hosts / t: dp)")
+      ->delimiter(',');
   command->add_option("--dtype", request.dtype, "fp32, fp16 or bf16: the profile's number format when it states none");
   return command;
 }
@@ -220,6 +254,7 @@ int run_explore_command() {
   }
   progress_bar.finish();
   const bool show_tp = result.shows_tensor_parallel();
+  const bool show_layouts = result.shows_layouts();
   const std::vector<CandidateOutcome>& outcomes = result.outcomes;
   const std::vector<RankedCandidate>& ranking = result.ranking;
   const std::vector<RankedCandidate>& stale_ranking = result.stale_weight_ranking;
@@ -252,6 +287,17 @@ int run_explore_command() {
         if (t > 1) notes[std::to_string(t)] = note;
       document["tensor_parallel_notes"] = notes;
     }
+    if (show_layouts) {
+      nlohmann::ordered_json layouts = nlohmann::ordered_json::array();
+      for (const api::ExploredLayout& layout : result.layouts)
+        layouts.push_back({{"layout", api::layout_label(layout.tensor_parallel, layout.pipeline_parallel, layout.data_parallel)},
+                           {"tensor_parallel", layout.tensor_parallel},
+                           {"pipeline_parallel", layout.pipeline_parallel},
+                           {"data_parallel", layout.data_parallel},
+                           {"candidates", layout.candidates}});
+      document["layouts_tried"] = layouts;
+    }
+    if (!result.layout_notes.empty()) document["layout_notes"] = result.layout_notes;
     document["candidates_simulated"] = outcomes.size();
     if (has_winner) document["winner"] = ranked_json(result, {ranking.front()})[0];
     else document["winner"] = nullptr;
@@ -280,31 +326,47 @@ int run_explore_command() {
     for (const auto& [t, note] : result.tensor_parallel_notes)
       if (t > 1) std::cout << fmt::format("  {}\n", note);
   }
+  if (show_layouts) {
+    std::cout << fmt::format("layouts: {} tried, t x p x d = {} hosts (candidates each):\n", result.layouts.size(),
+                             result.platform.hosts.size());
+    std::map<int, std::string> per_t;
+    for (const api::ExploredLayout& layout : result.layouts)
+      per_t[layout.tensor_parallel] += fmt::format("{}p{} d{} ({})", per_t[layout.tensor_parallel].empty() ? "" : ", ",
+                                                   layout.pipeline_parallel, layout.data_parallel, layout.candidates);
+    for (const auto& [t, text] : per_t) std::cout << fmt::format("  t{}: {}\n", t, text);
+  }
+  for (const std::string& note : result.layout_notes) std::cout << fmt::format("layout: {}\n", note);
   std::cout << "\n";
   if (has_winner) {
     const CandidateOutcome& w = outcomes[ranking.front().index];
     std::cout << fmt::format("winner: {} with M={} micro-batches of {}, {} partition (replicas {}{}): {} samples/s, mini-batch {}, "
                              "peak memory {} on {}\n",
                              w.schedule, w.micro_batches, w.micro_batch_size, w.partitioner, w.replicas,
-                             show_tp ? fmt::format(", tensor parallel {}", w.tensor_parallel) : std::string(),
+                             layout_words(w, show_layouts, show_tp),
                              throughput_text(w.throughput_samples_per_s),
                              human_seconds(w.minibatch_time_s), human_bytes(w.peak_memory_bytes), w.peak_memory_host);
   } else {
     std::cout << "no candidate fits: every one is out of memory or failed (see the verdicts)\n";
   }
-  std::cout << "\nbest of each schedule:\n" << best_per_schedule(outcomes, ranking, show_tp);
+  std::cout << "\nbest of each schedule:\n" << best_per_schedule(outcomes, ranking, show_tp, show_layouts);
   std::cout << "\nall candidates" << (request.semantics == "exact" ? " (weight-exact schedules)" : "") << ":\n"
-            << table(outcomes, ranking, show_tp);
+            << table(outcomes, ranking, show_tp, show_layouts);
   if (!stale_ranking.empty()) {
     std::cout << "\nstale-weight schedules, ranked apart (they trade statistical efficiency for throughput; --semantics all "
                  "ranks them with the others):\n"
-              << table(outcomes, stale_ranking, show_tp);
+              << table(outcomes, stale_ranking, show_tp, show_layouts);
   }
-  std::cout << "\nM: micro-batches per mini-batch; micro: samples per micro-batch; replicas: per stage (dp: hosts running the "
-               "whole model);\nsamples/s: throughput (flushed schedules: one mini-batch; the others: the steady state); a "
-               "partition named a=b was chosen alike by both.\n";
+  std::cout << (show_layouts ? "\nM: micro-batches per pipeline (dp: per mini-batch, over its replicas)" : "\nM: micro-batches per mini-batch")
+            << "; micro: samples per micro-batch; replicas: per stage (dp: hosts running the whole model);\nsamples/s: "
+               "throughput (flushed schedules: one mini-batch; the others: the steady state); a partition named a=b was "
+               "chosen alike by both.\n";
+  if (show_layouts)
+    std::cout << "layout: t x p x d (Megatron-LM's sizes): t hosts per tensor-parallel group, p pipeline ranks, d whole "
+                 "pipelines, ranks in Megatron-Core's order\n(tensor fastest, then data, then pipeline); d1: one pipeline "
+                 "over every group (stages replicated by PipeDream's partition only); global: samples per mini-batch "
+                 "(micro x M x d).\n";
   if (show_tp)
-    std::cout << "tp: hosts per tensor-parallel group (t consecutive hosts of one server run each stage split t ways; "
+    std::cout << (show_layouts ? "t" : "tp") << ": hosts per tensor-parallel group (t consecutive hosts of one server run each stage split t ways; "
                  "stages placed on the groups' first hosts; peak memory per group member).\n";
   if (has_winner && !save_plan.empty())
     std::cout << fmt::format("winner's plan: {} (pipegrid simulate --plan {} --svg winner.svg){}\n", save_plan,

@@ -153,7 +153,8 @@ std::vector<RankedCandidate> rank_candidates(const std::vector<CandidateOutcome>
     for (const std::size_t j : fitting) {
       const CandidateOutcome& y = outcomes[j];
       if (y.schedule != x.schedule || y.micro_batches != x.micro_batches || y.micro_batch_size != x.micro_batch_size ||
-          y.tensor_parallel != x.tensor_parallel)
+          y.tensor_parallel != x.tensor_parallel || y.pipeline_parallel != x.pipeline_parallel ||
+          y.data_parallel != x.data_parallel)
         continue;
       bool named = false;
       for (std::size_t from = 0; from <= y.partitioner.size();) {

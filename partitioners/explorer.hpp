@@ -70,6 +70,15 @@ struct CandidateOutcome {
   /// Hosts per tensor-parallel group: each stage on t hosts of one server
   /// (Plan::tensor_parallel); the partition places stages on the groups' leaders.
   int tensor_parallel = 1;
+  /// The parallel layout t x p x d it was enumerated under (Megatron-LM's
+  /// sizes, t x p x d = the hosts): p pipeline ranks (1 for dp, the tensor
+  /// groups for one pipeline over every group, PipeDream's replicated stages
+  /// included) and d whole pipelines, each running M micro-batches.
+  int pipeline_parallel = 1;
+  int data_parallel = 1;
+  /// Samples per mini-batch: micro_batch_size x micro_batches x d (dp: its
+  /// M micro-batches are spread over its replicas, so M x micro_batch_size).
+  long long global_batch_size = 0;
   std::optional<std::string> error;  ///< could not be partitioned or simulated
   double throughput_samples_per_s = 0;
   double minibatch_time_s = 0;
@@ -96,7 +105,7 @@ struct RankedCandidate {
 };
 
 /** A candidate with idle stages ranks right after the same partition
- *  without them (its `merged_as`, same schedule and shape) when that fits
+ *  without them (its `merged_as`, same schedule, shape and layout) when that fits
  *  and reaches at least this share of its throughput. */
 constexpr double kFewerDevicesShare = 0.99;
 
