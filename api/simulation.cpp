@@ -319,6 +319,12 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
     launched.partition = "megatron";
   if (launch.decoder_first_pipeline_num_layers) launched.first_pipeline_layers = launch.decoder_first_pipeline_num_layers;
   if (launch.decoder_last_pipeline_num_layers) launched.last_pipeline_layers = launch.decoder_last_pipeline_num_layers;
+  launched.embedding_in_pipeline_split = launch.embedding_in_pipeline_split;
+  launched.loss_in_pipeline_split = launch.loss_in_pipeline_split;
+  if ((launch.embedding_in_pipeline_split || launch.loss_in_pipeline_split) && launched.partition != "megatron")
+    throw InputError(fmt::format("{}: --account-for-embedding/loss-in-pipeline-split shape Megatron's stage layout, and "
+                                 "--partition {} replaces it; drop one",
+                                 origin, printable(request.partition)));
   notes.push_back(fmt::format("{}: a Megatron-LM {} launch: {}", origin, kMegatronRelease,
                               model_spec_text(resolve_model_spec(launch.model))));
   if (!launch.ignored.empty())
@@ -732,7 +738,8 @@ Plan make_plan(const PlanRequest& request) {
     for (int s = 0; s < stages; ++s)
       stage_hosts[static_cast<std::size_t>(s)] = pipeline_hosts[static_cast<std::size_t>(device[static_cast<std::size_t>(s)])];
     plan.partition = megatron_partition(plan.profile, stage_hosts, stages, plan.virtual_stages, device,
-                                        request.first_pipeline_layers, request.last_pipeline_layers);
+                                        request.first_pipeline_layers, request.last_pipeline_layers,
+                                        request.embedding_in_pipeline_split, request.loss_in_pipeline_split);
     expand_to_replicas(plan.partition, "partition");
   } else if (request.partition == "uniform") {
     // v stages per device: p x v stages, stage s on the host of device

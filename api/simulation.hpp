@@ -50,6 +50,10 @@ struct PlanRequest {
   /// --partition megatron: transformer layers on the first and the last
   /// pipeline rank (Megatron's --decoder-first/last-pipeline-num-layers).
   std::optional<int> first_pipeline_layers, last_pipeline_layers;
+  /// --partition megatron: the embedding (the loss) counts as a layer of the
+  /// split (Megatron's --account-for-embedding/loss-in-pipeline-split; set
+  /// by --megatron-args).
+  bool embedding_in_pipeline_split = false, loss_in_pipeline_split = false;
   std::string replicas;               ///< "3,1": replicated stages, layers balanced per replica
   /// Choose the partition as explore does (partition_for_run: uniform,
   /// pipedream, pipedream-straight, pipedream-memory, bapipe); empty: from

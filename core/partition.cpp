@@ -76,7 +76,8 @@ Partition balanced_partition(const Profile& profile, const std::vector<std::stri
 
 Partition megatron_partition(const Profile& profile, const std::vector<std::string>& stage_hosts, int num_stages,
                              int virtual_stages, const std::vector<int>& device_of_stage,
-                             std::optional<int> first_rank_layers, std::optional<int> last_rank_layers) {
+                             std::optional<int> first_rank_layers, std::optional<int> last_rank_layers,
+                             bool embedding_slot, bool loss_slot) {
   const int v = virtual_stages;
   if (num_stages < 1 || v < 1 || num_stages % v != 0 || device_of_stage.size() != static_cast<std::size_t>(num_stages) ||
       stage_hosts.size() != static_cast<std::size_t>(num_stages))
@@ -85,8 +86,9 @@ Partition megatron_partition(const Profile& profile, const std::vector<std::stri
   std::vector<std::size_t> blocks;
   for (std::size_t l = 0; l < profile.layers.size(); ++l)
     if (profile.layers[l].op == "transformer") blocks.push_back(l);
-  const int total = static_cast<int>(blocks.size());
-  if (total == 0)
+  const int blocks_count = static_cast<int>(blocks.size());
+  const int total = blocks_count + (embedding_slot ? 1 : 0) + (loss_slot ? 1 : 0);
+  if (blocks_count == 0)
     throw InputError(fmt::format("--partition megatron: profile '{}' has no transformer layers (op \"transformer\") to "
                                  "split as Megatron-LM does; use --partition uniform, a partition file or --partitioner",
                                  profile.name));
@@ -97,6 +99,12 @@ Partition megatron_partition(const Profile& profile, const std::vector<std::stri
       throw InputError(fmt::format("--partition megatron{}: expected 0 to {} layers on the first or last pipeline rank, "
                                    "found {}",
                                    flags, total, *given));
+  if ((embedding_slot || loss_slot) && (first_rank_layers || last_rank_layers))
+    throw InputError(fmt::format("--partition megatron{}: the embedding or the loss counted as a layer of the split "
+                                 "cannot be combined with uneven first and last pipeline ranks",
+                                 flags));
+  const std::string unit = embedding_slot || loss_slot ? "layers (the embedding and the loss counted as layers)"
+                                                        : "transformer layers";
   std::vector<int> rank_layers(static_cast<std::size_t>(p), 0);
   if ((first_rank_layers || last_rank_layers) && p == 1)
     throw InputError(fmt::format("--partition megatron{}: uneven first and last pipeline stages need a pipeline of at "
@@ -105,23 +113,35 @@ Partition megatron_partition(const Profile& profile, const std::vector<std::stri
   int rest = total, middle_ranks = p;
   if (first_rank_layers) rest -= *first_rank_layers, --middle_ranks, rank_layers.front() = *first_rank_layers;
   if (last_rank_layers) rest -= *last_rank_layers, --middle_ranks, rank_layers.back() = *last_rank_layers;
-  if (rest < 0 || (middle_ranks == 0 && rest != 0) || (middle_ranks > 0 && rest % middle_ranks != 0))
+  if (rest < 0 || (middle_ranks == 0 && rest != 0) || (middle_ranks > 0 && rest % middle_ranks != 0)) {
+    if (!first_rank_layers && !last_rank_layers)
+      throw InputError(fmt::format("--partition megatron: {} {} do not split evenly over {} pipeline ranks; expected a "
+                                   "multiple of {} (Megatron splits layers evenly over the pipeline ranks)",
+                                   total, unit, p, p));
     throw InputError(fmt::format("--partition megatron{}: {} transformer layers leave {} for the other {} pipeline rank{}; "
                                  "expected a multiple of {} (Megatron splits layers evenly over the pipeline ranks)",
                                  flags, total, rest, middle_ranks, middle_ranks == 1 ? "" : "s", std::max(middle_ranks, 1)));
+  }
   for (int r = 0; r < p; ++r) {
     const bool given = (r == 0 && first_rank_layers) || (r == p - 1 && last_rank_layers);
     if (!given) rank_layers[static_cast<std::size_t>(r)] = rest / std::max(middle_ranks, 1);
     if (rank_layers[static_cast<std::size_t>(r)] % v != 0)
-      throw InputError(fmt::format("--partition megatron{}: pipeline rank {} holds {} transformer layers, which do not "
-                                   "split into its {} virtual stages; expected a multiple of {}",
-                                   flags, r, rank_layers[static_cast<std::size_t>(r)], v, v));
+      throw InputError(fmt::format("--partition megatron{}: pipeline rank {} holds {} {}, which do not split into its {} "
+                                   "virtual stages; expected a multiple of {}",
+                                   flags, r, rank_layers[static_cast<std::size_t>(r)], unit, v, v));
   }
   Partition partition;
   partition.stage_of_layer.assign(profile.layers.size(), 0);
   std::size_t next_block = 0;
   for (int s = 0; s < num_stages; ++s) {
-    const int count = rank_layers[static_cast<std::size_t>(device_of_stage[static_cast<std::size_t>(s)])] / v;
+    // The embedding's (loss's) slot takes a transformer layer's place on the
+    // first (last) stage.
+    const int count = rank_layers[static_cast<std::size_t>(device_of_stage[static_cast<std::size_t>(s)])] / v -
+                      (embedding_slot && s == 0 ? 1 : 0) - (loss_slot && s == num_stages - 1 ? 1 : 0);
+    if (count < 0 || (count == 0 && s != 0 && s != num_stages - 1))
+      throw InputError(fmt::format("--partition megatron: stage {} would hold no transformer layer; expected at least "
+                                   "one per middle stage",
+                                   s));
     for (int k = 0; k < count; ++k) {
       const std::size_t first = blocks[next_block];
       const std::size_t end = next_block + 1 < blocks.size() ? blocks[next_block + 1] : profile.layers.size();

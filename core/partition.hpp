@@ -102,12 +102,18 @@ Partition balanced_partition(const Profile& profile, const std::vector<std::stri
  *  virtual_stages chunks, in stage order. The layers before the first
  *  transformer layer (embedding) go to stage 0, those after the last (final
  *  norm, head, loss) to the last stage, others with the transformer layer
- *  before them. Stage s on stage_hosts[s]. InputError naming --partition
+ *  before them. With `embedding_slot` (`loss_slot`), Megatron's
+ *  --account-for-embedding-in-pipeline-split (-loss-): the embedding (the
+ *  head and loss) counts as one layer of the split, which then divides L + 1
+ *  (+ 1) layers, and the first (last) stage holds one transformer layer
+ *  fewer; not with first/last_rank_layers. Stage s on stage_hosts[s].
+ *  InputError naming --partition
  *  megatron (and --first/--last-pipeline-layers) when the profile has no transformer layers
  *  or a count does not divide as Megatron requires. */
 Partition megatron_partition(const Profile& profile, const std::vector<std::string>& stage_hosts, int num_stages,
                              int virtual_stages, const std::vector<int>& device_of_stage,
-                             std::optional<int> first_rank_layers, std::optional<int> last_rank_layers);
+                             std::optional<int> first_rank_layers, std::optional<int> last_rank_layers,
+                             bool embedding_slot = false, bool loss_slot = false);
 
 /** Parses the `--replicas` shorthand: replica counts per stage separated by
  *  commas, such as "3,1" or "4,2,1,1" (spaces around a count are allowed).

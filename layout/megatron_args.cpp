@@ -59,6 +59,7 @@ const std::vector<Group>& groups() {
         {"--bf16", S}, {"--grad-reduce-in-bf16", S}, {"--accumulate-allreduce-grads-in-fp32", S},
         {"--main-grads-dtype", V}, {"--tensor-model-parallel-size", V}, {"--pipeline-model-parallel-size", V},
         {"--decoder-first-pipeline-num-layers", V}, {"--decoder-last-pipeline-num-layers", V},
+        {"--account-for-embedding-in-pipeline-split", S}, {"--account-for-loss-in-pipeline-split", S},
         {"--num-layers-per-virtual-pipeline-stage", V}, {"--num-virtual-stages-per-pipeline-rank", V},
         {"--microbatch-group-size-per-virtual-pipeline-stage", V}, {"--no-overlap-p2p-communication", S},
         {"--context-parallel-size", V}, {"--expert-model-parallel-size", V}, {"--num-experts", V},
@@ -133,9 +134,9 @@ const std::vector<Group>& groups() {
        {
         {"--use-precision-aware-optimizer", S}}},
       {Treatment::Refused,
-       "pipegrid's Megatron layout splits the transformer layers only; a stage per embedding or loss is not modelled",
+       "an explicit per-stage layout string is not modelled (--decoder-first/last-pipeline-num-layers and "
+       "--account-for-embedding/loss-in-pipeline-split are)",
        {
-        {"--account-for-embedding-in-pipeline-split", S}, {"--account-for-loss-in-pipeline-split", S},
         {"--pipeline-model-parallel-layout", V}}},
       {Treatment::Refused,
        "deferring the head's weight gradient to the flush is not modelled",
@@ -1195,7 +1196,18 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
   // Parallel layout.
   const auto first = a.integer("--decoder-first-pipeline-num-layers", 1, kMaxLayers);
   const auto last = a.integer("--decoder-last-pipeline-num-layers", 1, kMaxLayers);
-  launch.virtual_stages = virtual_stages_of(a, *layers, pipeline_parallel, first, last);
+  // The embedding and the loss may each count as a layer of the split
+  // (TransformerConfig.account_for_*_in_pipeline_split): the release splits
+  // L + 1 or L + 2 layers, and the first (last) stage builds one fewer.
+  launch.embedding_in_pipeline_split = a.has("--account-for-embedding-in-pipeline-split");
+  launch.loss_in_pipeline_split = a.has("--account-for-loss-in-pipeline-split");
+  const int slots = (launch.embedding_in_pipeline_split ? 1 : 0) + (launch.loss_in_pipeline_split ? 1 : 0);
+  if (slots > 0 && (first || last))
+    a.fail(launch.embedding_in_pipeline_split ? "--account-for-embedding-in-pipeline-split"
+                                              : "--account-for-loss-in-pipeline-split",
+           "cannot be combined with --decoder-first-pipeline-num-layers or --decoder-last-pipeline-num-layers "
+           "(uneven pipeline split)");
+  launch.virtual_stages = virtual_stages_of(a, *layers + slots, pipeline_parallel, first, last);
   if (const auto group = a.integer("--microbatch-group-size-per-virtual-pipeline-stage", 1, kMaxParallel);
       group && *group != pipeline_parallel)
     refuse(a, *a.get("--microbatch-group-size-per-virtual-pipeline-stage"),

@@ -42,6 +42,12 @@ struct MegatronLaunch {
   std::optional<long long> global_batch_size;    ///< --global-batch-size (absent: micro x data parallel)
   std::optional<int> decoder_first_pipeline_num_layers;  ///< transformer layers on the first stage
   std::optional<int> decoder_last_pipeline_num_layers;   ///< transformer layers on the last stage
+  /// --account-for-embedding-in-pipeline-split / --account-for-loss-in-
+  /// pipeline-split: the embedding (the loss) counts as one layer of the
+  /// pipeline split, and the first (last) stage holds one transformer layer
+  /// fewer (megatron_partition's slots).
+  bool embedding_in_pipeline_split = false;
+  bool loss_in_pipeline_split = false;
   MegatronRecompute recompute;
   /// Whether the attention kernel keeps no s x s scores for the backward
   /// (FlashAttention or cuDNN fused attention): --attention-backend flash

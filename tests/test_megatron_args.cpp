@@ -379,6 +379,24 @@ TEST(MegatronArgs, VirtualStages) {
             1);
 }
 
+// Zero Bubble's interleaved layout (its examples/pretrain_zero_bubble.sh):
+// every layer a chunk, the embedding and the loss a chunk each: 22 + 2 = 24
+// layers of the split over p = 8 ranks, v = 3.
+TEST(MegatronArgs, TheEmbeddingAndTheLossCountedInThePipelineSplit) {
+  const std::string base = minimal("--num-layers 22 --pipeline-model-parallel-size 8 ");
+  const MegatronLaunch both = read(base + "--account-for-embedding-in-pipeline-split "
+                                          "--account-for-loss-in-pipeline-split --num-layers-per-virtual-pipeline-stage 1");
+  EXPECT_TRUE(both.embedding_in_pipeline_split);
+  EXPECT_TRUE(both.loss_in_pipeline_split);
+  EXPECT_EQ(both.virtual_stages, 3);
+  EXPECT_EQ(both.schedule, "interleaved-1f1b");
+  EXPECT_CONTAINS(error_of(base + "--account-for-embedding-in-pipeline-split"),
+                  "Number of layers (23) should be divisible by the pipeline-model-parallel size (8)");
+  EXPECT_CONTAINS(error_of(minimal("--num-layers 16 --pipeline-model-parallel-size 4 "
+                                   "--account-for-loss-in-pipeline-split --decoder-first-pipeline-num-layers 4")),
+                  "cannot be combined with --decoder-first-pipeline-num-layers");
+}
+
 TEST(MegatronArgs, Issue28ArgumentsAreRefused) {
   const std::string tail = "not modelled yet (Megatron's semantics for it land with issue 28); drop it to simulate without it";
   for (const std::string argument : {"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",

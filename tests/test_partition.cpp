@@ -518,11 +518,31 @@ TEST(MegatronPartition, UnevenFirstAndLastRanksSplitTheRestEvenly) {
   EXPECT_EQ(v.stage_of_layer, (std::vector<int>{0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3}));
 }
 
+// Zero Bubble's interleaved layout: every transformer layer a chunk, the
+// embedding and the loss each in a chunk of their own (p = 2, v = 3:
+// 4 blocks + 2 slots = 6 chunks).
+TEST(MegatronPartition, TheEmbeddingAndTheLossMayEachTakeALayersPlace) {
+  const Partition partition = megatron_partition(transformer_chain(4), hosts_of(6), 6, 3, {0, 1, 0, 1, 0, 1},
+                                                 std::nullopt, std::nullopt, true, true);
+  // embedding | b1 | b2 | b3 | b4 | final_norm, head, loss
+  EXPECT_EQ(partition.stage_of_layer, (std::vector<int>{0, 1, 2, 3, 4, 5, 5, 5}));
+  // Only the embedding: 4 blocks + 1 = 5 does not split over 2 ranks.
+  EXPECT_CONTAINS(input_error_of([] {
+                    megatron_partition(transformer_chain(4), hosts_of(2), 2, 1, {0, 1}, std::nullopt, std::nullopt, true,
+                                       false);
+                  }),
+                  "5 layers (the embedding and the loss counted as layers) do not split evenly over 2 pipeline ranks");
+  // 5 blocks + the embedding = 6 over 2 ranks: 2 + 3 | 3 (head and loss follow the last block).
+  EXPECT_EQ(megatron_partition(transformer_chain(5), hosts_of(2), 2, 1, {0, 1}, std::nullopt, std::nullopt, true, false)
+                .stage_of_layer,
+            (std::vector<int>{0, 0, 0, 1, 1, 1, 1, 1, 1}));
+}
+
 TEST(MegatronPartition, RefusesCountsMegatronRefuses) {
   EXPECT_CONTAINS(input_error_of([] {
                     megatron_partition(transformer_chain(9), hosts_of(4), 4, 1, {0, 1, 2, 3}, std::nullopt, std::nullopt);
                   }),
-                  "9 transformer layers leave 9 for the other 4 pipeline ranks; expected a multiple of 4");
+                  "9 transformer layers do not split evenly over 4 pipeline ranks; expected a multiple of 4");
   EXPECT_CONTAINS(input_error_of([] {
                     megatron_partition(transformer_chain(6), hosts_of(4), 4, 2, {0, 1, 0, 1}, std::nullopt, std::nullopt);
                   }),
