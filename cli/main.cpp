@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -22,6 +21,7 @@
 #include "cli/model_command.hpp"
 #include "cli/platform_command.hpp"
 #include "cli/torch_forward.hpp"
+#include "cli/usage.hpp"
 #ifdef PIPEGRID_WITH_TORCH
 #include "cli/calibrate_command.hpp"
 #include "cli/execute_command.hpp"
@@ -195,75 +195,6 @@ int run_demo_into(const std::string& output_dir, int micro_batches, const std::s
 }
 #endif
 
-// The option `name` as CLI11 names it in its errors ("--hidden", or a
-// positional's name), in the subcommands parsed so far first.
-const CLI::Option* option_named(const CLI::App& app, const std::string& name) {
-  for (const CLI::App* command : app.get_subcommands())
-    if (const CLI::Option* option = option_named(*command, name)) return option;
-  return app.get_option_no_throw(name);
-}
-
-// What a value of CLI11's type name `type` ("INT", "FLOAT", ...) is, for a
-// message; empty for types without a description.
-std::string value_description(const std::string& type) {
-  if (type == "INT" || type == "[INT]") return "an integer";
-  if (type == "UINT" || type == "[UINT]") return "an integer >= 0";
-  if (type == "FLOAT" || type == "[FLOAT]") return "a number";
-  return "";
-}
-
-// An optional sign and decimal digits only.
-bool integer_text(const std::string& text) {
-  const std::size_t digits = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
-  return text.size() > digits && text.find_first_not_of("0123456789", digits) == std::string::npos;
-}
-
-/** Every integer option of `command` and its subcommands reads its value as
- *  a decimal integer: leading zeros are dropped ("010" is 10, where CLI11
- *  alone would read octal 8), and a value with a base prefix ("0x10", "0b1")
- *  is a usage error naming the option. */
-void read_integers_as_decimal(CLI::App& command) {
-  for (CLI::Option* option : command.get_options()) {
-    const std::string type = option->get_type_name();
-    if (type != "INT" && type != "UINT") continue;
-    option->transform(CLI::Validator(
-        [](std::string& text) -> std::string {
-          const std::size_t sign = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
-          if (text.size() > sign + 1 && text[sign] == '0' && std::isalpha(static_cast<unsigned char>(text[sign + 1])))
-            return fmt::format("expected a decimal integer, found '{}'", printable(text));
-          if (integer_text(text)) {
-            const std::size_t first = std::min(text.find_first_not_of('0', sign), text.size() - 1);
-            text.erase(sign, first - sign);
-          }
-          return "";
-        },
-        "", "decimal"));
-  }
-  for (CLI::App* subcommand : command.get_subcommands([](CLI::App*) { return true; })) read_integers_as_decimal(*subcommand);
-}
-
-/** A CLI11 usage error as pipegrid says it, without the leading
- *  "pipegrid: error: ": a value CLI11 could not convert names the option,
- *  what it expected and what was typed. */
-std::string usage_error_text(const CLI::App& app, const CLI::ParseError& error) {
-  std::string text = error.what();
-  static const std::string kConversion = "Could not convert: ";
-  if (text.rfind(kConversion, 0) == 0) {
-    const std::size_t equals = text.find(" = ", kConversion.size());
-    if (equals != std::string::npos) {
-      const std::string name = text.substr(kConversion.size(), equals - kConversion.size());
-      const std::string value = text.substr(equals + 3);
-      const CLI::Option* option = option_named(app, name);
-      const std::string expected = option ? value_description(option->get_type_name()) : "";
-      if (!expected.empty())
-        return fmt::format("{}: expected {}, found '{}'{}", name, expected, printable(value),
-                           expected != "a number" && integer_text(value) ? ", which is out of range" : "");
-      return fmt::format("{}: cannot read '{}' as its value", name, printable(value));
-    }
-  }
-  return text;
-}
-
 int main_with_exceptions(int argc, char** argv) {
   CLI::App app{"pipegrid: predict, draw and check pipeline-parallel DNN training on SimGrid platforms"};
   app.require_subcommand(1);
@@ -363,25 +294,7 @@ int main_with_exceptions(int argc, char** argv) {
     if (!plan_file.empty()) {
       plan = read_plan_file(plan_file);
     } else {
-      if (request.platform_file.empty()) throw InputError("simulate: --platform is required (or give --plan FILE)");
-      const bool megatron = !request.megatron_args.empty() || !request.megatron_args_file.empty();
-      if (request.profile_file.empty() && request.model.name.empty() && !megatron)
-        throw InputError("simulate: --profile is required (or --model NAME, --megatron-args, or give --plan FILE)");
-      if (request.schedule.empty() && request.program_file.empty() && !megatron)
-        throw InputError("simulate: --schedule or --program is required (or give --plan FILE)");
-      if (!request.program_file.empty() && simulate->count("--micro-batches") != 0)
-        throw InputError("--micro-batches: the Program says how many micro-batches it runs; drop --micro-batches");
-      if (request.program_file.empty() && simulate->count("--program-format") != 0)
-        throw InputError("--program-format: applies to --program FILE");
-      if (request.program_file.empty() && simulate->count("--micro-batches") == 0 && !request.global_batch_size &&
-          !megatron && schedule_info(request.schedule).flushed)
-        throw InputError(fmt::format("simulate: --micro-batches (or --global-batch-size) is required for {} (or give "
-                                     "--plan FILE)",
-                                     request.schedule));
-      if (simulate->count("--micro-batches") != 0 && request.global_batch_size)
-        throw InputError(fmt::format("--micro-batches {} and --global-batch-size {}: both set the micro-batches per "
-                                     "pipeline (global batch = micro-batch size x micro-batches x d); give one",
-                                     request.micro_batches, *request.global_batch_size));
+      check_simulate_inputs(*simulate, request);
       plan = api::make_plan(request);
     }
     api::enable_progress_on_terminal();

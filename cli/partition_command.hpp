@@ -1,7 +1,8 @@
 #pragma once
-// `pipegrid partition`: runs a partitioner on a profile and a platform (or a
-// machine hierarchy given on the command line), prints the partition as a
-// table or JSON, and writes it as a partition file for `simulate --partition`.
+// `pipegrid partition`: its flags make an api::PartitionRequest (a partitioner
+// on a profile and a platform, or a machine hierarchy given on the command
+// line); it prints api::partition's result as a table or JSON, and writes it
+// as a partition file for `simulate --partition`.
 
 #include <CLI/CLI.hpp>
 

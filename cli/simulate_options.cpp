@@ -1,6 +1,10 @@
 #include "cli/simulate_options.hpp"
 
+#include <fmt/format.h>
+
 #include "cli/model_command.hpp"
+#include "core/error.hpp"
+#include "schedules/schedules.hpp"
 
 namespace pipegrid::cli {
 
@@ -85,6 +89,28 @@ void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
                      "instead of --profile: a generated model's profile (mlp, vgg16, resnet50, gnmt, gpt; `pipegrid model "
                      "--list`), built at --micro-batch-size");
   add_model_options(command, request.model, false);
+}
+
+void check_simulate_inputs(const CLI::App& command, const api::PlanRequest& request) {
+  if (request.platform_file.empty()) throw InputError("simulate: --platform is required (or give --plan FILE)");
+  const bool megatron = !request.megatron_args.empty() || !request.megatron_args_file.empty();
+  if (request.profile_file.empty() && request.model.name.empty() && !megatron)
+    throw InputError("simulate: --profile is required (or --model NAME, --megatron-args, or give --plan FILE)");
+  if (request.schedule.empty() && request.program_file.empty() && !megatron)
+    throw InputError("simulate: --schedule or --program is required (or give --plan FILE)");
+  if (!request.program_file.empty() && command.count("--micro-batches") != 0)
+    throw InputError("--micro-batches: the Program says how many micro-batches it runs; drop --micro-batches");
+  if (request.program_file.empty() && command.count("--program-format") != 0)
+    throw InputError("--program-format: applies to --program FILE");
+  if (request.program_file.empty() && command.count("--micro-batches") == 0 && !request.global_batch_size &&
+      !megatron && schedule_info(request.schedule).flushed)
+    throw InputError(fmt::format("simulate: --micro-batches (or --global-batch-size) is required for {} (or give "
+                                 "--plan FILE)",
+                                 request.schedule));
+  if (command.count("--micro-batches") != 0 && request.global_batch_size)
+    throw InputError(fmt::format("--micro-batches {} and --global-batch-size {}: both set the micro-batches per "
+                                 "pipeline (global batch = micro-batch size x micro-batches x d); give one",
+                                 request.micro_batches, *request.global_batch_size));
 }
 
 }  // namespace pipegrid::cli

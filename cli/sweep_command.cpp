@@ -26,9 +26,9 @@
 #include "cli/partition_command.hpp"
 #include "api/simulation.hpp"
 #include "cli/simulate_options.hpp"
+#include "cli/usage.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
-#include "generators/cluster_platform.hpp"
 #include "core/metrics.hpp"
 #include "core/platform_check.hpp"
 #include "core/profile.hpp"
@@ -37,6 +37,7 @@
 #include "sim/platform_xml.hpp"
 #include "sweep/csv.hpp"
 #include "sweep/experiment.hpp"
+#include "sweep/inputs.hpp"
 #include "sweep/report.hpp"
 #include "sweep/results.hpp"
 #include "sweep/runner.hpp"
@@ -118,22 +119,15 @@ struct InputReads {
 };
 InputReads reads;
 
-/// A platform an experiment gives as an inline table of `platform cluster`
-/// options: the XML it generates.
-std::string inline_platform_xml(const sweep::Setting& setting) {
-  return cluster_platform_xml(cluster_spec_from_options(setting.inline_platform, "platform (inline table)"));
-}
-
-
 sweep::InputQueries input_queries() {
   sweep::InputQueries queries;
   queries.content_hash = [](const sweep::Setting& setting) {
-    if (!setting.inline_platform.empty()) return sweep::sha256_hex(inline_platform_xml(setting));
+    if (!setting.inline_platform.empty()) return sweep::sha256_hex(sweep::inline_platform_xml(setting));
     return api::input_file_sha256(setting.resolved_path);
   };
   queries.hosts = [](const sweep::Setting& setting) {
     if (!setting.inline_platform.empty())
-      return static_cast<long long>(check_platform_xml(setting.value.text, inline_platform_xml(setting)).hosts);
+      return static_cast<long long>(check_platform_xml(setting.value.text, sweep::inline_platform_xml(setting)).hosts);
     const std::string& path = setting.resolved_path;
     if (const auto found = reads.hosts.find(path); found != reads.hosts.end()) return found->second;
     const long long count = static_cast<long long>(check_platform_xml(path, read_text_file(path)).hosts);
@@ -246,27 +240,6 @@ bool is_slurm_time_limit(const std::string& text) {
   return true;
 }
 
-void check_inputs_exist(const ExperimentPlan& plan) {
-  std::vector<std::string> missing;
-  for (const std::string& path : plan.input_files) {
-    std::error_code error;
-    if (fs::is_directory(path, error))
-      throw InputError(fmt::format("{}: input '{}' is a folder, not a file", plan.file, path));
-    if (!fs::is_regular_file(path)) missing.push_back(path);
-  }
-  if (missing.empty()) return;
-  std::string list;
-  for (const std::string& path : missing) list += "\n  " + path;
-  throw InputError(fmt::format("{}: {} input file{} missing:{}", plan.file, missing.size(), missing.size() == 1 ? " is" : "s are", list));
-}
-
-void check_requires(const ExperimentPlan& plan) {
-  if (plan.missing_capabilities.empty()) return;
-  std::string list;
-  for (const std::string& capability : plan.missing_capabilities) list += (list.empty() ? "" : ", ") + capability;
-  throw InputError(fmt::format("{}: requires {}, which this build of pipegrid lacks (the study is pending)", plan.file, list));
-}
-
 sweep::Shard shard_option(const std::string& text) {
   if (text.empty()) return {};
   if (text == "auto") return sweep::shard_from_environment([](const char* name) { return std::getenv(name); });
@@ -296,18 +269,15 @@ int plan_main() {
     std::cout << fmt::format("--where {} dropped {}\n", options.where, plan.runs_after_file_where - static_cast<int>(plan.runs.size()));
   std::cout << fmt::format("runs: {}\n", plan.runs.size());
   if (shard) std::cout << fmt::format("shard {}/{}: {} runs\n", shard->index, shard->count, sweep::runs_of_shard(plan.runs, *shard).size());
+  // Both checks are reported: plan shows everything that is in the way.
   int status = 0;
-  if (!plan.missing_capabilities.empty()) {
-    std::string list;
-    for (const std::string& capability : plan.missing_capabilities) list += (list.empty() ? "" : ", ") + capability;
-    std::cerr << fmt::format("pipegrid: error: {}: requires {}, which this build of pipegrid lacks (the study is pending)\n", plan.file, list);
-    status = 2;
-  }
-  try {
-    check_inputs_exist(plan);
-  } catch (const InputError& error) {
-    std::cerr << "pipegrid: error: " << error.what() << "\n";
-    status = 2;
+  for (void (*check)(const ExperimentPlan&) : {sweep::check_requires, sweep::check_inputs_exist}) {
+    try {
+      check(plan);
+    } catch (const InputError& error) {
+      std::cerr << "pipegrid: error: " << error.what() << "\n";
+      status = 2;
+    }
   }
   return status;
 }
@@ -342,17 +312,46 @@ std::function<int(int, char**)> dispatch_command;
 /// report): the runner runs it again Isolated.
 [[noreturn]] void give_up_for_a_second_engine() { _exit(75); }
 
-/// In a run's child: the command line, run as `pipegrid ... --json` would,
-/// its stdout and stderr kept in memory. Fast: its first SimGrid engine runs
-/// in this child rather than in a child of its own.
+/// A simulate run: its command line parsed with simulate's own input
+/// options into an api::PlanRequest, checked as `pipegrid simulate` checks
+/// it, and run through the facade. ok, or oom with the first device out of
+/// memory; a command line CLI11 refuses is an error with the usage message
+/// `pipegrid simulate` exits 2 with. Throws what api::make_plan and
+/// api::run_plan throw.
+sweep::ChildReport run_simulate(std::vector<std::string> args) {
+  CLI::App app;
+  app.require_subcommand(1);
+  CLI::App* simulate = app.add_subcommand("simulate");
+  api::PlanRequest request;
+  add_simulate_input_options(*simulate, request);
+  read_integers_as_decimal(app);
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  try {
+    app.parse(static_cast<int>(args.size()), argv.data());
+  } catch (const CLI::ParseError& error) {
+    return {"error", fmt::format("exit status 2: {}", first_line("pipegrid: error: " + usage_error_text(app, error))), ""};
+  }
+  check_simulate_inputs(*simulate, request);
+  Plan plan = api::make_plan(request);
+  const api::RunResult result = api::run_plan(plan);
+  sweep::ChildReport report{"ok", "", api::metrics_to_json(plan, result)};
+  if (const std::optional<std::string> reason = sweep::out_of_memory_reason(result.metrics.devices)) {
+    report.status = "oom";
+    report.reason = *reason;
+  }
+  return report;
+}
+
+/// In a run's child: the run's command line, a simulate run through the
+/// facade (run_simulate), another command run as `pipegrid ... --json`
+/// would and its JSON read back; stdout and stderr kept in memory. Fast: its
+/// first SimGrid engine runs in this child rather than in a child of its own.
 sweep::ChildReport run_child(const ExperimentPlan& plan, const PlannedRun& run, sweep::RunMode mode) {
   if (mode == sweep::RunMode::Fast) sim::run_next_engine_in_process(give_up_for_a_second_engine);
   std::vector<std::string> args = {"pipegrid"};
   for (const std::string& arg : command_line_of(plan, run)) args.push_back(arg);
-  args.push_back("--json");
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
   std::fflush(nullptr);
   const int out = memfd_create("stdout", 0), err = memfd_create("stderr", 0);
   if (out < 0 || err < 0) return {"crashed", "memfd_create failed", ""};
@@ -360,12 +359,19 @@ sweep::ChildReport run_child(const ExperimentPlan& plan, const PlannedRun& run, 
   ::dup2(err, STDERR_FILENO);
   sweep::ChildReport report;
   try {
+    if (plan.command == "simulate") return run_simulate(std::move(args));
+    args.push_back("--json");
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
     const int status = dispatch_command(static_cast<int>(args.size()), argv.data());
     std::cout.flush();
     std::fflush(nullptr);
     report.json = read_memfd(out);
     if (status != 0) return {"error", fmt::format("exit status {}: {}", status, first_line(read_memfd(err))), ""};
     report.status = "ok";
+    // Read back as a JSON object (text that is not one is an internal error);
+    // its devices out of memory, if it lists any, make the run oom.
     const nlohmann::json document = nlohmann::json::parse(report.json);
     for (const nlohmann::json& device : document.value("devices", nlohmann::json::array()))
       if (device.value("oom", false)) {
@@ -390,49 +396,17 @@ sweep::ChildReport run_child(const ExperimentPlan& plan, const PlannedRun& run, 
   return report;
 }
 
-/// Writes each inline platform table's XML into DIR/platforms/ (named by its
-/// hash: the same table is one file) and points the runs at it.
-void materialize_inline_platforms(std::vector<PlannedRun>& runs, const std::string& dir) {
-  for (PlannedRun& run : runs) {
-    const auto found = run.settings.find("platform");
-    if (found == run.settings.end() || found->second.inline_platform.empty()) continue;
-    const std::string xml = inline_platform_xml(found->second);
-    const fs::path path = fs::path(dir) / "platforms" / (sweep::sha256_hex(xml).substr(0, 16) + ".xml");
-    if (!fs::exists(path)) {
-      std::error_code error;
-      fs::create_directories(path.parent_path(), error);
-      if (error) throw InputError(fmt::format("{}: cannot create: {}", path.parent_path().string(), error.message()));
-      write_file_atomically(path.string(), xml);
-    }
-    found->second.resolved_path = path.string();
-  }
-}
-
 /// Reads every input file of `runs` once in the parent (its children inherit them).
 void read_inputs_once(const std::vector<const PlannedRun*>& runs) {
-  std::set<std::string> profiles, platforms;
-  bool partitioners = false, tensor_parallel = false;
-  for (const PlannedRun* each : runs) {
-    const PlannedRun& run = *each;
-    if (const auto found = run.settings.find("partitioner"); found != run.settings.end() && !found->second.value.absent() &&
-        found->second.value.text != "uniform")
-      partitioners = true;
-    if (const auto found = run.settings.find("tensor_parallel"); found != run.settings.end() && found->second.value.numeric() &&
-        found->second.value.number() > 1)
-      tensor_parallel = true;
-    if (const auto found = run.settings.find("profile"); found != run.settings.end() && !found->second.resolved_path.empty())
-      profiles.insert(found->second.resolved_path);
-    if (const auto found = run.settings.find("platform"); found != run.settings.end() && !found->second.resolved_path.empty())
-      platforms.insert(found->second.resolved_path);
-  }
+  const sweep::RunInputs inputs = sweep::inputs_of(runs);
   api::enable_input_cache();
-  for (const std::string& path : profiles) api::preload_profile(path);
-  for (const std::string& path : platforms) api::preload_platform(path, partitioners);
+  for (const std::string& path : inputs.profiles) api::preload_profile(path);
+  for (const std::string& path : inputs.platforms) api::preload_platform(path, inputs.partitioners);
   // Tensor parallelism reads the routes too (api::make_plan): read them here, so
   // that a run needs no engine of its own for them. A platform whose routes
   // cannot be read is left to the runs, which report it as before.
-  if (tensor_parallel && !partitioners)
-    for (const std::string& path : platforms) try {
+  if (inputs.tensor_parallel && !inputs.partitioners)
+    for (const std::string& path : inputs.platforms) try {
         api::preload_platform(path, true);
       } catch (const InputError&) {
       }
@@ -453,14 +427,14 @@ int run_main() {
     throw InputError(fmt::format("--timeout: expected a positive finite number of seconds, at most 1e8 (leave it out for none), found {}",
                                  options.timeout_s));
   ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
-  check_requires(plan);
-  check_inputs_exist(plan);
+  sweep::check_requires(plan);
+  sweep::check_inputs_exist(plan);
   report_spec_of(plan);
   const sweep::Shard shard = shard_option(options.shard);
   std::error_code error;
   fs::create_directories(options.out, error);
   if (error) throw InputError(fmt::format("--out {}: cannot create: {}", options.out, error.message()));
-  materialize_inline_platforms(plan.runs, options.out);
+  sweep::materialize_inline_platforms(plan.runs, options.out);
   if (options.fresh)
     for (const char* name : {"shards", "runs.csv", "devices.csv"}) fs::remove_all(fs::path(options.out) / name);
   // Other shards may be appending to their journals in this folder: only
@@ -478,25 +452,8 @@ int run_main() {
   // and a fork costs in proportion to the memory it copies the mappings of.
   const std::vector<PlannedRun> selected = shard.count == 1 ? std::move(plan.runs) : sweep::runs_of_shard(plan.runs, shard);
   plan.runs = {};
-  const auto status_column = std::find(recorded.header.begin(), recorded.header.end(), "status");
-  const auto recorded_status = [&](const std::string& key) -> std::string {
-    const auto found = recorded.runs.find(key);
-    if (found == recorded.runs.end() || status_column == recorded.header.end()) return "";
-    return found->second[static_cast<std::size_t>(status_column - recorded.header.begin())];
-  };
-  const auto failed = [](const std::string& status) { return status == "error" || status == "crashed" || status == "timeout"; };
-  std::vector<const PlannedRun*> todo;
-  int resumed = 0;
-  std::set<std::string> keys_to_run;  // runs equal but for their labels run once
-  for (const PlannedRun& run : selected) {
-    const std::string status = recorded_status(run.key);
-    if (!status.empty() && !(options.retry_failed && failed(status))) {
-      ++resumed;
-      continue;
-    }
-    if (keys_to_run.insert(run.key).second) todo.push_back(&run);
-  }
-  read_inputs_once(todo);
+  const sweep::RunsToDo todo = sweep::runs_to_do(selected, recorded, options.retry_failed);
+  read_inputs_once(todo.runs);
   const fs::path partitions = fs::path(options.out) / "cache" / "partitions";
   fs::create_directories(partitions, error);
   if (error) throw InputError(fmt::format("{}: cannot create: {}", partitions.string(), error.message()));
@@ -507,10 +464,11 @@ int run_main() {
   runner.timeout_s = options.timeout_s;
   runner.progress = isatty(STDERR_FILENO) != 0;
   std::map<std::string, std::string> new_status;
-  if (resumed > 0) std::cerr << fmt::format("pipegrid: {} of {} runs already have a row in {}: skipped\n", resumed, selected.size(), options.out);
+  if (todo.resumed > 0)
+    std::cerr << fmt::format("pipegrid: {} of {} runs already have a row in {}: skipped\n", todo.resumed, selected.size(), options.out);
   malloc_trim(0);  // what planning freed leaves the process before the forks copy it
   const sweep::RunnerSummary summary = sweep::run_in_children(
-      todo, [&](const PlannedRun& run, sweep::RunMode mode) { return run_child(plan, run, mode); }, runner,
+      todo.runs, [&](const PlannedRun& run, sweep::RunMode mode) { return run_child(plan, run, mode); }, runner,
       [&](const PlannedRun& run, const sweep::RunOutcome& outcome) {
         journal.append(sweep::rows_of(plan, run, outcome, shard, now_utc(), kVersion));
         new_status[run.key] = outcome.status;
@@ -519,18 +477,14 @@ int run_main() {
         if (new_status.size() == 3) hold_if_injected("hold-sweep-after-3-rows");
       });
   // The result of every selected run, recorded before or now.
-  std::map<std::string, int> counts;
-  int missing = 0, failures = 0;
+  sweep::StatusCounts counts;
   for (const PlannedRun& run : selected) {
     const auto found = new_status.find(run.key);
-    const std::string status = found != new_status.end() ? found->second : recorded_status(run.key);
-    if (status.empty()) ++missing;
-    else ++counts[status];
-    if (failed(status)) ++failures;
+    counts.add(found != new_status.end() ? found->second : sweep::recorded_status(recorded, run.key));
   }
   std::string line;
-  for (const char* status : {"ok", "oom", "infeasible", "error", "timeout", "crashed"})
-    if (counts[status] > 0) line += fmt::format("{}{} {}", line.empty() ? "" : ", ", status, counts[status]);
+  for (const std::string& status : sweep::run_statuses())
+    if (counts.by_status[status] > 0) line += fmt::format("{}{} {}", line.empty() ? "" : ", ", status, counts.by_status[status]);
   const bool sharded = shard.count > 1 || !options.shard.empty();
   std::string where = fmt::format("{}/shards/shard-{}-of-{}.csv", options.out, shard.index, shard.count);
   if (!sharded && !summary.interrupted) {
@@ -540,12 +494,12 @@ int run_main() {
   }
   std::cout << fmt::format("{}: {} run{}{}: {}{} -> {}\n", plan.name, selected.size(), selected.size() == 1 ? "" : "s",
                            sharded ? fmt::format(" in shard {}/{}", shard.index, shard.count) : "", line.empty() ? "none" : line,
-                           missing ? fmt::format(", {} not run", missing) : "", where);
+                           counts.not_run ? fmt::format(", {} not run", counts.not_run) : "", where);
   if (summary.interrupted) {
     std::cerr << "pipegrid: stopped by SIGTERM; run the same command again to finish\n";
     return 128 + SIGTERM;
   }
-  return failures > 0 ? 1 : 0;
+  return counts.failed > 0 ? 1 : 0;
 }
 
 nlohmann::json read_manifest(const std::string& dir) {
@@ -562,21 +516,15 @@ int status_main() {
   const nlohmann::json manifest = read_manifest(options.out);
   const sweep::RecordedRuns recorded = sweep::read_recorded_runs(options.out);
   for (const std::string& note : recorded.notes) std::cerr << "pipegrid: warning: " << note << "\n";
-  const auto status_column = std::find(recorded.header.begin(), recorded.header.end(), "status");
-  std::map<std::string, int> counts;
-  int missing = 0;
-  for (const nlohmann::json& run : manifest.at("plan")) {
-    const auto found = recorded.runs.find(run.at("key").get<std::string>());
-    if (found == recorded.runs.end() || status_column == recorded.header.end()) ++missing;
-    else ++counts[found->second[static_cast<std::size_t>(status_column - recorded.header.begin())]];
-  }
+  sweep::StatusCounts counts;
+  for (const nlohmann::json& run : manifest.at("plan")) counts.add(sweep::recorded_status(recorded, run.at("key").get<std::string>()));
   std::cout << fmt::format("{}: {} ({} runs)\n", options.out, manifest.value("name", ""), manifest.at("plan").size());
-  for (const char* status : {"ok", "oom", "infeasible", "error", "timeout", "crashed"})
-    if (counts[status] > 0) std::cout << fmt::format("  {:<11}{}\n", status, counts[status]);
-  std::cout << fmt::format("  {:<11}{}\n", "not run", missing);
+  for (const std::string& status : sweep::run_statuses())
+    if (counts.by_status[status] > 0) std::cout << fmt::format("  {:<11}{}\n", status, counts.by_status[status]);
+  std::cout << fmt::format("  {:<11}{}\n", "not run", counts.not_run);
   if (!recorded.conflicts.empty()) std::cout << fmt::format("  {} key(s) recorded with two different results (see sweep merge)\n", recorded.conflicts.size());
   const bool runs_csv = fs::exists(fs::path(options.out) / "runs.csv");
-  std::cout << fmt::format("  runs.csv: {}\n", runs_csv ? "written" : missing ? "not yet (run the missing shards, then sweep merge)" : "not yet (sweep merge)");
+  std::cout << fmt::format("  runs.csv: {}\n", runs_csv ? "written" : counts.not_run ? "not yet (run the missing shards, then sweep merge)" : "not yet (sweep merge)");
   return 0;
 }
 
@@ -595,7 +543,7 @@ int show_main() {
   const nlohmann::json manifest = read_manifest(options.out);
   ExperimentPlan plan = make_experiment_plan(manifest.at("experiment"), manifest.value("sets", std::vector<std::string>{}),
                                              manifest.value("where", std::string()));
-  materialize_inline_platforms(plan.runs, options.out);
+  sweep::materialize_inline_platforms(plan.runs, options.out);
   const auto found = std::find_if(plan.runs.begin(), plan.runs.end(),
                                   [&](const PlannedRun& run) { return run.key == options.run || run.label == options.run; });
   if (found == plan.runs.end())
@@ -650,7 +598,7 @@ int slurm_main() {
   if (out_path.find('\\') != std::string::npos)
     throw InputError(fmt::format("--out: expected no backslash (sbatch's --output would not replace %A and %a), found '{}'", out_path));
   const ExperimentPlan plan = make_experiment_plan(options.file, options.sets, options.where);
-  check_requires(plan);
+  sweep::check_requires(plan);
   check_no_control_characters(name_field_of(plan), plan.name);
   if (static_cast<std::size_t>(options.shards) > plan.runs.size())
     throw InputError(fmt::format("--shards: expected at most {} (the runs of {}: a task without a run is wasted), found {}",

@@ -132,6 +132,24 @@ std::map<std::string, std::string> stable_cells(const std::vector<std::string>& 
 
 }  // namespace
 
+const std::vector<std::string>& run_statuses() {
+  static const std::vector<std::string> statuses = {"ok", "oom", "infeasible", "error", "timeout", "crashed"};
+  return statuses;
+}
+
+bool is_failed_status(const std::string& status) { return status == "error" || status == "crashed" || status == "timeout"; }
+
+std::optional<std::string> out_of_memory_reason(const std::vector<DeviceMetrics>& devices) {
+  for (const DeviceMetrics& device : devices) {
+    if (!device.oom) continue;
+    const double reserve = device.memory_reserve_bytes;
+    return fmt::format("{} needs {} of {}{}", device.host, human_bytes(device.peak_memory_bytes),
+                       human_bytes(device.memory_capacity_bytes.value_or(0.0) - reserve),
+                       reserve > 0 ? fmt::format(" ({} held in reserve)", human_bytes(reserve)) : "");
+  }
+  return std::nullopt;
+}
+
 const std::vector<std::string>& metric_columns(const std::string& command) {
   static const std::vector<std::string> simulate = {
       "minibatch_time_s", "steady_period_s",       "throughput_samples_per_s", "bubble_fraction", "bytes_per_sample",
@@ -309,12 +327,9 @@ RunRows rows_of(const ExperimentPlan& plan, const PlannedRun& run, const RunOutc
 
 namespace {
 
-/// The statuses a run row may have.
-const std::vector<std::string> kStatuses = {"ok", "oom", "infeasible", "error", "timeout", "crashed"};
-
 std::string status_list() {
   std::string list;
-  for (const std::string& status : kStatuses) list += (list.empty() ? "" : ", ") + status;
+  for (const std::string& status : run_statuses()) list += (list.empty() ? "" : ", ") + status;
   return list;
 }
 
@@ -364,7 +379,7 @@ void check_run_rows(const CsvTable& table, const std::string& command) {
   const auto& metrics = metric_columns(command);
   for (std::size_t r = 0; r < table.rows.size(); ++r) {
     const auto& row = table.rows[r];
-    if (std::find(kStatuses.begin(), kStatuses.end(), row[status]) == kStatuses.end())
+    if (std::find(run_statuses().begin(), run_statuses().end(), row[status]) == run_statuses().end())
       throw InputError(fmt::format("{}:{}: status '{}' is not one of {}", table.file, table.row_lines[r], row[status], status_list()));
     for (std::size_t m = 0; m < metrics.size(); ++m) {
       const std::size_t column = status + 2 + m;
@@ -560,6 +575,33 @@ RecordedRuns recorded_runs_of(const std::string& dir, const nlohmann::json& mani
 }  // namespace
 
 RecordedRuns read_recorded_runs(const std::string& dir) { return recorded_runs_of(dir, read_manifest(dir)); }
+
+std::string recorded_status(const RecordedRuns& recorded, const std::string& key) {
+  const auto status_column = std::find(recorded.header.begin(), recorded.header.end(), "status");
+  const auto found = recorded.runs.find(key);
+  if (found == recorded.runs.end() || status_column == recorded.header.end()) return "";
+  return found->second[static_cast<std::size_t>(status_column - recorded.header.begin())];
+}
+
+RunsToDo runs_to_do(const std::vector<PlannedRun>& selected, const RecordedRuns& recorded, bool retry_failed) {
+  RunsToDo todo;
+  std::set<std::string> keys_to_run;
+  for (const PlannedRun& run : selected) {
+    const std::string status = recorded_status(recorded, run.key);
+    if (!status.empty() && !(retry_failed && is_failed_status(status))) {
+      ++todo.resumed;
+      continue;
+    }
+    if (keys_to_run.insert(run.key).second) todo.runs.push_back(&run);
+  }
+  return todo;
+}
+
+void StatusCounts::add(const std::string& status) {
+  if (status.empty()) ++not_run;
+  else ++by_status[status];
+  if (is_failed_status(status)) ++failed;
+}
 
 MergeResult merge_results(const std::string& dir) {
   const nlohmann::json manifest = read_manifest(dir);

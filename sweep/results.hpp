@@ -9,9 +9,24 @@
 #include <string>
 #include <vector>
 
+#include "core/metrics.hpp"
 #include "sweep/experiment.hpp"
 
 namespace pipegrid::sweep {
+
+/// The statuses a run may end with, in the order outputs list them: ok,
+/// oom, infeasible, error, timeout, crashed.
+const std::vector<std::string>& run_statuses();
+/// error, timeout and crashed: the run failed (`sweep run` exits 1, and
+/// --retry-failed runs it again); ok, oom and infeasible are results.
+bool is_failed_status(const std::string& status);
+
+/** The reason of a simulate run that ran out of memory: the first of
+ *  `devices` (in the order metrics list them) whose peak is above its
+ *  capacity less its reserve, "gpu0 needs 1.084 KiB of 1 KiB" (the
+ *  capacity less the reserve, "(256 B held in reserve)" added when there is
+ *  one); nullopt when every device fits (the run is ok). */
+std::optional<std::string> out_of_memory_reason(const std::vector<DeviceMetrics>& devices);
 
 /// What one run ended with, as the parent records it.
 struct RunOutcome {
@@ -82,6 +97,27 @@ RecordedRuns read_recorded_runs(const std::string& dir, const std::vector<std::s
 /// The same, with the columns and command of DIR/manifest.json (InputError
 /// when it is missing or not a manifest).
 RecordedRuns read_recorded_runs(const std::string& dir);
+
+/** The status recorded for the run `key`; "" when it has no row. */
+std::string recorded_status(const RecordedRuns& recorded, const std::string& key);
+
+/** What `sweep run` runs of `selected` (the runs of its shard), resuming
+ *  where the folder's recorded rows leave off: the runs without a row, and
+ *  with `retry_failed` those recorded with a failed status too, in plan
+ *  order; runs equal but for their labels (one key) run once. */
+struct RunsToDo {
+  std::vector<const PlannedRun*> runs;  ///< into `selected`
+  int resumed = 0;                      ///< runs skipped: they have a row
+};
+RunsToDo runs_to_do(const std::vector<PlannedRun>& selected, const RecordedRuns& recorded, bool retry_failed);
+
+/** Runs counted by status, as `sweep run` and `sweep status` report them. */
+struct StatusCounts {
+  std::map<std::string, int> by_status;  ///< the runs with a status
+  int not_run = 0;                       ///< the runs without one ("")
+  int failed = 0;                        ///< the runs whose status is_failed_status
+  void add(const std::string& status);
+};
 
 /** Appends whole lines to the shard's journals (one write() per line;
  *  devices first, then the run, so a run row means its devices are in; a

@@ -40,8 +40,6 @@ struct Child {
   bool timed_out = false;
 };
 
-const std::vector<std::string> kStatuses = {"ok", "oom", "infeasible", "error", "timeout", "crashed"};
-
 void write_whole(int fd, const std::string& text) {
   std::size_t written = 0;
   while (written < text.size()) {
@@ -93,7 +91,7 @@ class Progress {
     constexpr int kWidth = 30;
     const int filled = total_ == 0 ? kWidth : static_cast<int>(kWidth * done / total_);
     std::string counts;
-    for (const std::string& status : kStatuses)
+    for (const std::string& status : run_statuses())
       if (const auto found = by_status.find(status); found != by_status.end() && found->second > 0)
         counts += fmt::format(" {} {}", status, found->second);
     std::fprintf(stderr, "\r[%s%s] %zu/%zu%s\033[K", std::string(static_cast<std::size_t>(filled), '#').c_str(),
@@ -252,7 +250,7 @@ RunnerSummary run_in_children(const std::vector<const PlannedRun*>& runs, const 
         }
         if (!stopped_by_us) {
           ++summary.by_status[outcome.status];
-          if (outcome.status == "error" || outcome.status == "crashed" || outcome.status == "timeout") {
+          if (is_failed_status(outcome.status)) {
             progress.clear_line();
             std::fprintf(stderr, "pipegrid: run %s [%s]: %s: %s\n", run.label.c_str(), run.key.c_str(), outcome.status.c_str(),
                          outcome.reason.c_str());
