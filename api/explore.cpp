@@ -120,6 +120,7 @@ PlanRequest base_plan_request(const ExploreRequest& request, int size, int t) {
   plan_request.optimizer = request.optimizer;
   plan_request.dtype = request.dtype;
   plan_request.tensor_parallel = t;
+  plan_request.sequence_parallel = request.sequence_parallel && t > 1;
   return plan_request;
 }
 

@@ -64,6 +64,9 @@ struct ExploreRequest {
   /// Tensor-parallel group sizes to try (exploration_tensor_parallel); empty:
   /// 1, 2, 4, 8 where they apply.
   std::vector<int> tensor_parallel;
+  /// Megatron's sequence parallelism in every candidate with t > 1
+  /// (PlanRequest::sequence_parallel).
+  bool sequence_parallel = false;
   std::string dtype;  ///< fp32, fp16 or bf16: the profile's number format when it states none; "": none
 };
 

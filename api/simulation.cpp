@@ -103,7 +103,7 @@ PlatformSummary tensor_parallel_view(Plan& plan, PlatformSummary platform, const
   platform.file = platform_file;
   const std::vector<std::vector<int>> groups = tensor_parallel_groups(platform, plan.tensor_parallel);
   TensorParallelProfile split =
-      tensor_parallel_profile(plan.profile, plan.tensor_parallel, tensor_parallel_link(platform, groups));
+      tensor_parallel_profile(plan.profile, plan.tensor_parallel, tensor_parallel_link(platform, groups), plan.sequence_parallel);
   plan.profile = std::move(split.profile);
   plan.tensor_parallel_note = std::move(split.note);
   return leader_platform(platform, groups);
@@ -292,6 +292,10 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
     throw InputError(fmt::format("--recompute: {} does not recompute (no --recompute-granularity full); drop "
                                  "--recompute or add it to the launch",
                                  origin));
+  if (request.sequence_parallel && !launch.sequence_parallel)
+    throw InputError(fmt::format("--sequence-parallel: {} runs without sequence parallelism (no --sequence-parallel at "
+                                 "--tensor-model-parallel-size > 1); drop --sequence-parallel or add it to the launch",
+                                 origin));
   if (!request.optimizer.empty() && request.optimizer != launch.optimizer)
     throw InputError(fmt::format("--optimizer {}: {} trains with {}; drop --optimizer", printable(request.optimizer),
                                  origin, launch.optimizer));
@@ -304,6 +308,7 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
   launched.optimizer = launch.optimizer;
   launched.recompute = launch.recompute.full;
   launched.tensor_parallel = launch.tensor_parallel;
+  launched.sequence_parallel = launch.sequence_parallel;
   launched.pipeline_parallel = launch.pipeline_parallel;
   // Megatron's default global batch: one micro-batch per pipeline (micro x d).
   launched.global_batch_size = launch.global_batch_size;
@@ -485,6 +490,11 @@ Plan make_plan(const PlanRequest& request) {
     throw InputError(fmt::format("--tensor-parallel: expected hosts per group from 1 to {}, found {}", kMaxTensorParallel,
                                  request.tensor_parallel));
   plan.tensor_parallel = request.tensor_parallel;
+  // Megatron-LM turns sequence parallelism off at tensor parallel 1
+  // (megatron/training/arguments.py, validate_args, core_v0.14.0).
+  plan.sequence_parallel = request.sequence_parallel && plan.tensor_parallel > 1;
+  if (request.sequence_parallel && plan.tensor_parallel == 1)
+    plan.tensor_parallel_note = "--sequence-parallel: off at tensor parallel 1 (Megatron-LM turns it off there)";
   // Schedule-specific options: the catalogue entry says which it takes.
   if (request.vertical_sync && !takes_option(info, ScheduleOption::VerticalSync))
     throw InputError(fmt::format("--vertical-sync: applies to {}, not {}", schedules_taking(ScheduleOption::VerticalSync),
@@ -1072,7 +1082,7 @@ RunResult run_plan(Plan& plan) {
       }
   result.utilisation = flops_utilisation(plan.profile, plan.tensor_parallel, plan.recompute,
                                          plan.micro_batches * plan.data_parallel,
-                                         result.metrics.minibatch_time_s, hosts, platform, plan.dtype);
+                                         result.metrics.minibatch_time_s, hosts, platform, plan.dtype, plan.sequence_parallel);
   for (const std::string& model : models)
     for (const std::string& pass : passes_above_hardware(plan.profile, device_model(model, "device_model"), plan.dtype))
       result.warnings.push_back("a modelled pass runs above the hardware: " + pass);
@@ -1305,10 +1315,9 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
     document["dtype"] = plan.dtype;
     document["bytes_per_parameter"] = bytes_per_parameter(plan.dtype, plan.optimizer).total();
   }
-  if (plan.tensor_parallel != 1) {
-    document["tensor_parallel"] = plan.tensor_parallel;
-    document["tensor_parallel_note"] = plan.tensor_parallel_note;
-  }
+  if (plan.tensor_parallel != 1) document["tensor_parallel"] = plan.tensor_parallel;
+  if (plan.sequence_parallel) document["sequence_parallel"] = true;
+  if (!plan.tensor_parallel_note.empty()) document["tensor_parallel_note"] = plan.tensor_parallel_note;
   nlohmann::ordered_json replicas = nlohmann::ordered_json::array();
   for (const auto& hosts : plan.partition.hosts) replicas.push_back(hosts.size());
   document["replicas"] = replicas;
@@ -1397,7 +1406,7 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
                         bytes.total(), bytes.weights, bytes.gradients,
                         bytes.master_weights ? fmt::format(" + fp32 master {}", bytes.master_weights) : "", bytes.optimizer);
   }
-  if (plan.tensor_parallel != 1) text += fmt::format("  {}\n", plan.tensor_parallel_note);
+  if (!plan.tensor_parallel_note.empty()) text += fmt::format("  {}\n", plan.tensor_parallel_note);
   for (const std::string& note : plan.megatron_notes) text += fmt::format("  megatron          {}\n", note);
   if (plan.parallel_layout) text += fmt::format("  layout            {}\n", layout_text(plan));
   if (m.steady_state) {

@@ -88,6 +88,10 @@ struct PlanRequest {
   std::string dtype;
   /// Hosts per tensor-parallel group (simulate --tensor-parallel; Plan::tensor_parallel).
   int tensor_parallel = 1;
+  /// Megatron's sequence parallelism (simulate --sequence-parallel;
+  /// Plan::sequence_parallel): off at tensor parallel 1, as Megatron-LM
+  /// turns it off there (the plan's note says so).
+  bool sequence_parallel = false;
   /// A parallel layout t x p x d over the platform's hosts (Megatron-LM's
   /// sizes; any of these makes one): the data-parallel size d (whole
   /// pipelines, Plan::data_parallel), the pipeline-parallel size p, and the

@@ -235,6 +235,8 @@ CLI::App* add_explore_command(CLI::App& app) {
                       "only these tensor-parallel group sizes (default: 1, 2, 4, 8 where they divide the servers' hosts, "
                       "t > 1 for profiles with transformer layers with FLOPs)")
       ->delimiter(',');
+  command->add_flag("--sequence-parallel", request.sequence_parallel,
+                    "Megatron's sequence parallelism in every candidate with t > 1 (docs/semantics.md, Tensor parallelism)");
   command->add_option("--data-parallel", request.data_parallel,
                       "only layouts t x p x d with these data-parallel sizes d (default: every divisor of the hosts / t; "
                       "1: one pipeline over every group, hosts / t: dp)")

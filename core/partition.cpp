@@ -403,6 +403,7 @@ Profile split_layers(const Profile& profile, const std::vector<LayerSplit>& spli
     second.parameter_bytes = layer.parameter_bytes * rest;
     for (auto* part : {&first, &second}) {
       const double share = part == &first ? f : rest;
+      part->replicated_parameter_bytes = layer.replicated_parameter_bytes * share;
       for (auto& [device, times] : part->device_times) {
         times.forward_s *= share;
         times.backward_s *= share;

@@ -54,6 +54,7 @@ std::string plan_to_json(const Plan& plan) {
   if (!plan.program_text.empty()) document["program"] = plan.program_text;
   if (!plan.dtype.empty()) document["dtype"] = plan.dtype;
   if (plan.tensor_parallel != 1) document["tensor_parallel"] = plan.tensor_parallel;
+  if (plan.sequence_parallel) document["sequence_parallel"] = true;
   if (!plan.tensor_parallel_note.empty()) document["tensor_parallel_note"] = plan.tensor_parallel_note;
   if (plan.data_parallel != 1) document["data_parallel"] = plan.data_parallel;
   if (plan.parallel_layout) document["parallel_layout"] = true;
@@ -75,7 +76,7 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
                              {"pipegrid_plan", "schedule", "micro_batches", "mini_batches", "recompute", "network",
                               "optimizer", "vertical_sync", "update_interval", "prediction_cost_s_per_byte", "wait_free",
                               "pipeline_depth", "partitioner", "micro_batch_scaling", "micro_batch_scaling_note",
-                              "virtual_stages", "fb_overlap", "transfer_rule", "program", "dtype", "tensor_parallel", "tensor_parallel_note", "data_parallel", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
+                              "virtual_stages", "fb_overlap", "transfer_rule", "program", "dtype", "tensor_parallel", "sequence_parallel", "tensor_parallel_note", "data_parallel", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
   auto field = [&](const char* name, auto check, const std::string& expected) -> const nlohmann::json& {
     if (!document.contains(name) || !check(document[name]))
       throw InputError(fmt::format("{}: {}: expected {}, found {}", origin, name, expected,
@@ -152,6 +153,12 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
     if (plan.dtype.empty()) throw InputError(fmt::format("{}: dtype: expected fp32, fp16 or bf16, found \"\"", origin));
   }
   if (document.contains("tensor_parallel")) plan.tensor_parallel = integer("tensor_parallel", 1, kMaxTensorParallel);
+  if (document.contains("sequence_parallel"))
+    plan.sequence_parallel = field("sequence_parallel", is_boolean, "true or false").get<bool>();
+  if (plan.sequence_parallel && plan.tensor_parallel == 1)
+    throw InputError(fmt::format("{}: sequence_parallel: expected it only with tensor_parallel > 1, found it with "
+                                 "tensor_parallel 1",
+                                 origin));
   if (document.contains("tensor_parallel_note"))
     plan.tensor_parallel_note = field("tensor_parallel_note", is_string, "a note").get<std::string>();
   if (document.contains("data_parallel")) plan.data_parallel = integer("data_parallel", 1, limits::kMaxDevices);

@@ -70,6 +70,10 @@ struct Plan {
   /// embedded profile is then the per-member one (tensor_parallel_profile)
   /// and the partition places stages on the groups' first hosts only.
   int tensor_parallel = 1;
+  /// Megatron's sequence parallelism in the tensor-parallel groups
+  /// (simulate --sequence-parallel; tensor_parallel_profile): only with
+  /// tensor_parallel > 1. Written to plan files only when set.
+  bool sequence_parallel = false;
   /// Data-parallel pipelines (a layout's d; simulate --data-parallel,
   /// --megatron-args): each replica is a whole pipeline running `schedule`
   /// over `micro_batches` micro-batches of its own (Megatron's counting:

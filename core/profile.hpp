@@ -63,6 +63,27 @@ struct Layer {
   /// are 0 here until a device model fills them in).
   bool times_given = true;
 
+  /// How Megatron's tensor parallelism splits the layer (docs/formats.md,
+  /// Tensor-parallel fields; core/tensor_parallel.hpp). Size-independent,
+  /// like `op` and parameter_bytes.
+  /// The vocabulary size V of a layer Megatron splits over the vocabulary
+  /// (op "embedding": VocabParallelEmbedding, V / t rows of the word table
+  /// per member; op "linear": the head, a ColumnParallelLinear of V / t
+  /// logits; op "loss": vocab_parallel_cross_entropy). Only with those ops
+  /// (check_profile). Absent: not vocabulary-parallel (replicated).
+  std::optional<long long> vocabulary = {};
+  /// Bytes of parameter_bytes that tensor parallelism keeps whole on every
+  /// member (a learned position table: Megatron's position embedding is a
+  /// plain torch.nn.Embedding); at most parameter_bytes. Default 0.
+  double replicated_parameter_bytes = 0;
+  /// Fraction, in [0, 1], of the stashed activation (stashed_bytes()) that
+  /// tensor parallelism without sequence parallelism keeps whole on every
+  /// member and sequence parallelism splits t ways (a transformer block's
+  /// layer norms' inputs and outputs and its residual dropout masks:
+  /// Korthikanti et al. 2022's 10 s b h of 34 s b h + 5 a s^2 b; an
+  /// embedding's output). Default 0: a split layer's stash is all split.
+  double replicated_activation_fraction = 0;
+
   double stashed_bytes() const { return activation_bytes.value_or(output_bytes); }
   bool has_flops() const { return forward_flops.has_value(); }
   bool has_parameters() const { return parameter_bytes > 0; }

@@ -329,6 +329,49 @@ std::vector<std::string> keys_of(const Map& map) {
   return keys;
 }
 
+/// The ops a layer with `vocabulary` may have (Layer::vocabulary).
+bool vocabulary_op(const std::string& op) { return op == "embedding" || op == "linear" || op == "loss"; }
+
+/// The message for `vocabulary` on a layer whose op cannot take it.
+std::string vocabulary_op_message(const std::string& origin, const std::string& path, const std::string& op) {
+  return fmt::format("{}: {}.vocabulary: applies to a layer with op embedding, linear or loss (the word embedding, "
+                     "the head and the loss Megatron splits over the vocabulary), found {}",
+                     origin, path, op.empty() ? std::string("no op") : fmt::format("op '{}'", printable(op)));
+}
+
+/// The largest vocabulary a profile may state.
+constexpr long long kMaxVocabulary = 1000000000;
+
+/// Reads a layer's tensor-parallel fields (Layer::vocabulary,
+/// replicated_parameter_bytes, replicated_activation_fraction) after its
+/// op and parameter_bytes; InputError naming the field otherwise.
+void read_tensor_parallel_fields(const nlohmann::json& entry, Layer& layer, const std::string& origin,
+                                 const std::string& path) {
+  if (const auto field = entry.find("vocabulary"); field != entry.end()) {
+    const auto value = json_integer_in(*field, 1, kMaxVocabulary);
+    if (!value)
+      throw InputError(fmt::format("{}: {}.vocabulary: expected an integer from 1 to {} (the vocabulary size), found {}",
+                                   origin, path, kMaxVocabulary, shown(*field)));
+    if (!vocabulary_op(layer.op)) throw InputError(vocabulary_op_message(origin, path, layer.op));
+    layer.vocabulary = *value;
+  }
+  if (entry.contains("replicated_parameter_bytes")) {
+    layer.replicated_parameter_bytes =
+        non_negative_number(entry, "replicated_parameter_bytes", origin, path + ".replicated_parameter_bytes");
+    if (layer.replicated_parameter_bytes > layer.parameter_bytes)
+      throw InputError(fmt::format("{}: {}.replicated_parameter_bytes: expected at most parameter_bytes ({}), found {}",
+                                   origin, path, format_exact(layer.parameter_bytes),
+                                   format_exact(layer.replicated_parameter_bytes)));
+  }
+  if (const auto field = entry.find("replicated_activation_fraction"); field != entry.end()) {
+    const auto value = json_number_in(*field, 0, 1);
+    if (!value)
+      throw InputError(fmt::format("{}: {}.replicated_activation_fraction: expected a number from 0 to 1, found {}", origin,
+                                   path, shown(*field)));
+    layer.replicated_activation_fraction = *value;
+  }
+}
+
 }  // namespace
 
 Profile parse_profile_json(const std::string& text, const std::string& origin) {
@@ -423,7 +466,8 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
     reject_unknown_fields(entry, fmt::format("{}: {}", origin, path),
                           {"name", "forward_s", "backward_s", "backward_input_s", "backward_weight_s", "output_bytes",
                            "activation_bytes", "parameter_bytes", "op", "forward_flops", "backward_input_flops",
-                           "backward_weight_flops", "bytes_read", "bytes_written", "devices"});
+                           "backward_weight_flops", "bytes_read", "bytes_written", "devices", "vocabulary",
+                           "replicated_parameter_bytes", "replicated_activation_fraction"});
     Layer layer;
     const auto layer_name = entry.find("name");
     if (layer_name == entry.end() || !layer_name->is_string())
@@ -483,6 +527,7 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
     if (entry.contains("activation_bytes"))
       activation = values_per_size(entry, "activation_bytes", shape, origin, path + ".activation_bytes");
     layer.parameter_bytes = non_negative_number(entry, "parameter_bytes", origin, path + ".parameter_bytes");
+    read_tensor_parallel_fields(entry, layer, origin, path);
     std::map<std::string, std::vector<LayerTimes>> devices;
     if (const auto field = entry.find("devices"); field != entry.end())
       devices = device_times_per_size(*field, shape, origin, path + ".devices", owner);
@@ -609,6 +654,11 @@ std::string profile_to_json(const Profile& profile) {
         layer.times_given
             ? fmt::format(", \"forward_s\": {}, \"backward_s\": {}{}", forward, backward, split_text(input, weight))
             : "";
+    if (layer.vocabulary) analytic += fmt::format(", \"vocabulary\": {}", *layer.vocabulary);
+    if (layer.replicated_parameter_bytes > 0)
+      analytic += fmt::format(", \"replicated_parameter_bytes\": {}", number_text(layer.replicated_parameter_bytes));
+    if (layer.replicated_activation_fraction > 0)
+      analytic += fmt::format(", \"replicated_activation_fraction\": {}", number_text(layer.replicated_activation_fraction));
     text += fmt::format("{}\n    {{\"name\": {}{}, \"output_bytes\": {}{}, \"parameter_bytes\": {}{}{}}}",
                         l == 0 ? "" : ",", nlohmann::ordered_json(layer.name).dump(), times, output,
                         activation.empty() ? "" : ", \"activation_bytes\": " + activation,
@@ -648,6 +698,17 @@ void check_profile(const Profile& profile, const std::string& origin) {
       throw InputError(fmt::format("{}: {}.backward_input_s: a part of backward_s, which the layer does not give", origin,
                                    split_owner(l, layer.name)));
     check_device_times(layer.device_times, origin, path);
+    if (layer.vocabulary && (*layer.vocabulary < 1 || *layer.vocabulary > kMaxVocabulary))
+      throw InputError(fmt::format("{}: {}.vocabulary: expected an integer from 1 to {}, found {}", origin, path,
+                                   kMaxVocabulary, *layer.vocabulary));
+    if (layer.vocabulary && !vocabulary_op(layer.op)) throw InputError(vocabulary_op_message(origin, path, layer.op));
+    if (!(layer.replicated_parameter_bytes >= 0 && layer.replicated_parameter_bytes <= layer.parameter_bytes))
+      throw InputError(fmt::format("{}: {}.replicated_parameter_bytes: expected from 0 to parameter_bytes ({}), found {}",
+                                   origin, path, format_exact(layer.parameter_bytes),
+                                   format_exact(layer.replicated_parameter_bytes)));
+    if (!(layer.replicated_activation_fraction >= 0 && layer.replicated_activation_fraction <= 1))
+      throw InputError(fmt::format("{}: {}.replicated_activation_fraction: expected a number from 0 to 1, found {}", origin,
+                                   path, format_exact(layer.replicated_activation_fraction)));
   }
   if (profile.measured.empty()) {
     check_backward_splits(profile, origin);

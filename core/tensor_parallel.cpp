@@ -3,10 +3,12 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/platform_check.hpp"
+#include "core/precision.hpp"
 
 namespace pipegrid {
 
@@ -33,9 +35,117 @@ double ring_all_reduce_s(double bytes, int t, const TensorParallelLink& link) {
   return 2.0 * (t - 1) * (link.latency_s + bytes / (t * link.bandwidth_Bps));
 }
 
-bool tensor_parallel_splits(const Layer& layer) { return layer.op == "transformer" && layer.has_flops(); }
+double reduce_scatter_s(double bytes, int t, const TensorParallelLink& link) {
+  if (t <= 1) return 0;
+  return (t - 1) * (link.latency_s + bytes / (t * link.bandwidth_Bps));
+}
 
-TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, const TensorParallelLink& link) {
+double all_gather_s(double bytes, int t, const TensorParallelLink& link) { return reduce_scatter_s(bytes, t, link); }
+
+namespace {
+
+/// How the transform treats a layer (tensor_parallel_profile's cases).
+enum class Treatment { Replicated, Transformer, VocabularyEmbedding, VocabularyHead, VocabularyLoss, SequenceNorm };
+
+Treatment treatment_of(const Layer& layer, bool sequence_parallel) {
+  if (layer.op == "transformer" && layer.has_flops()) return Treatment::Transformer;
+  if (layer.vocabulary) {
+    if (layer.op == "embedding") return Treatment::VocabularyEmbedding;
+    if (layer.op == "linear") return Treatment::VocabularyHead;
+    if (layer.op == "loss") return Treatment::VocabularyLoss;
+  }
+  if (sequence_parallel && layer.op == "norm") return Treatment::SequenceNorm;
+  return Treatment::Replicated;
+}
+
+/// Seconds of collectives a layer adds to its forward and to its backward's
+/// input-gradient part.
+struct Collectives {
+  double forward_s = 0, input_s = 0;
+};
+
+/// Bytes of a fp32 value: vocab_parallel_cross_entropy reduces in fp32.
+constexpr double kCrossEntropyValueBytes = 4;
+/// vocab_parallel_cross_entropy's all-reduces: the logits' max, the target
+/// logit and the sum of the exponentials, each one value per row.
+constexpr int kCrossEntropyAllReduces = 3;
+
+std::string plural(std::size_t count, const char* word) {
+  return fmt::format("{} {}{}", count, word, count == 1 ? "" : "s");
+}
+
+// TensorParallelProfile::note.
+std::string tensor_parallel_note(const Profile& profile, const TensorParallelProfile& result, int t,
+                                 const TensorParallelLink& link, bool sequence_parallel, bool embedding_reduce_scatters) {
+  std::vector<std::string> parts;
+  parts.push_back(result.split.empty() ? std::string("no transformer layer split (none with FLOPs)")
+                                       : plural(result.split.size(), "transformer layer") + " split");
+  if (result.vocabulary.empty()) {
+    parts.push_back("no layer split over the vocabulary (none gives `vocabulary`: an embedding, head or loss stays "
+                    "whole on every member)");
+  } else {
+    std::string text = "split over the vocabulary as Megatron-Core's VocabParallelEmbedding, ColumnParallelLinear head and "
+                       "vocab_parallel_cross_entropy: ";
+    for (std::size_t i = 0; i < result.vocabulary.size(); ++i) {
+      const Layer& layer = profile.layers[static_cast<std::size_t>(result.vocabulary[i])];
+      text += (i == 0 ? "" : ", ") + layer.name;
+      if (layer.op == "embedding")
+        text += layer.replicated_parameter_bytes > 0 ? " (its word table; its position table and its lookups whole)"
+                                                     : " (its word table; its lookups whole)";
+    }
+    parts.push_back(text);
+  }
+  if (!result.sequence.empty())
+    parts.push_back(fmt::format("{} split over the sequence: {}", plural(result.sequence.size(), "norm"),
+                                name_list(profile, result.sequence)));
+  parts.push_back(result.replicated.empty() ? std::string("no layer replicated")
+                                            : fmt::format("{} replicated: {}", plural(result.replicated.size(), "layer"),
+                                                          name_list(profile, result.replicated)));
+  if (sequence_parallel)
+    parts.push_back("sequence parallel: the split layers' stashed activations and the norms' work divided by t too");
+  // The collectives, per layer kind.
+  std::vector<std::string> collectives;
+  if (!result.split.empty())
+    collectives.push_back(sequence_parallel
+                              ? "per transformer layer 2 reduce-scatters and 2 all-gathers of its output in the forward "
+                                "and in the backward"
+                              : "per transformer layer 2 all-reduces of its output in the forward and 2 in the backward");
+  for (const int l : result.vocabulary) {
+    const Layer& layer = profile.layers[static_cast<std::size_t>(l)];
+    if (layer.op == "embedding")
+      collectives.push_back(fmt::format(
+          "{} {} of its output in the forward{}", layer.name, embedding_reduce_scatters ? "1 reduce-scatter" : "1 all-reduce",
+          sequence_parallel ? ", 1 all-gather of its gradient in the backward" : ""));
+    else if (layer.op == "linear")
+      collectives.push_back(fmt::format("{} {}", layer.name,
+                                        sequence_parallel
+                                            ? "1 all-gather of its input in the forward, 1 reduce-scatter of the input's "
+                                              "gradient in the backward"
+                                            : "1 all-reduce of its input's gradient in the backward"));
+    else
+      collectives.push_back(fmt::format("{} 3 all-reduces of one fp32 value per token in the forward", layer.name));
+  }
+  if (!collectives.empty())
+    parts.push_back(fmt::format("{}; each a ring over {} hosts, charged as compute time (an all-reduce 2 x {} x ({} + "
+                                "bytes / ({} x {:.4g} GB/s)), a reduce-scatter or an all-gather half that)",
+                                fmt::join(collectives, "; "), t, t - 1, human_seconds(link.latency_s), t,
+                                link.bandwidth_Bps / 1e9));
+  parts.push_back(fmt::format("transfers between stages carry output_bytes / {} (each member sends its share in parallel; "
+                              "the group's first host stands for it)",
+                              t));
+  return fmt::format("tensor parallel {}{}: {}", t, sequence_parallel ? " with sequence parallelism" : "",
+                     fmt::join(parts, "; "));
+}
+
+}  // namespace
+
+bool tensor_parallel_splits(const Layer& layer, bool sequence_parallel) {
+  const Treatment treatment = treatment_of(layer, sequence_parallel);
+  return treatment != Treatment::Replicated && treatment != Treatment::VocabularyEmbedding;
+}
+
+TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, const TensorParallelLink& link,
+                                              bool sequence_parallel) {
   check_t(t);
   TensorParallelProfile result;
   result.profile = profile;
@@ -44,51 +154,87 @@ TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, con
     return result;
   }
   const double n = t;
+  bool embedding_reduce_scatters = false;  // a vocabulary-parallel embedding without a position table, under SP
   for (std::size_t l = 0; l < profile.layers.size(); ++l) {
     const Layer& original = profile.layers[l];
     Layer& layer = result.profile.layers[l];
     layer.output_bytes = original.output_bytes / n;
-    if (!tensor_parallel_splits(original)) {
+    const Treatment treatment = treatment_of(original, sequence_parallel);
+    const int index = static_cast<int>(l);
+    if (treatment == Treatment::Replicated) {
       layer.activation_bytes = original.stashed_bytes();
-      result.replicated.push_back(static_cast<int>(l));
+      result.replicated.push_back(index);
       continue;
     }
-    result.split.push_back(static_cast<int>(l));
-    const double all_reduce = ring_all_reduce_s(original.output_bytes, t, link);
+    const double input = l == 0 ? profile.input_bytes : profile.layers[l - 1].output_bytes;
+    Collectives added;
+    switch (treatment) {
+      case Treatment::Transformer: {
+        result.split.push_back(index);
+        const double per_pass = sequence_parallel ? 2 * reduce_scatter_s(original.output_bytes, t, link) +
+                                                        2 * all_gather_s(original.output_bytes, t, link)
+                                                  : 2 * ring_all_reduce_s(original.output_bytes, t, link);
+        added = {per_pass, per_pass};
+        break;
+      }
+      case Treatment::VocabularyEmbedding: {
+        result.vocabulary.push_back(index);
+        const bool position_table = original.replicated_parameter_bytes > 0;
+        if (sequence_parallel && !position_table) {
+          embedding_reduce_scatters = true;
+          added = {reduce_scatter_s(original.output_bytes, t, link), all_gather_s(original.output_bytes, t, link)};
+        } else {
+          added.forward_s = ring_all_reduce_s(original.output_bytes, t, link);
+          if (sequence_parallel) added.input_s = all_gather_s(original.output_bytes, t, link);
+        }
+        break;
+      }
+      case Treatment::VocabularyHead:
+        result.vocabulary.push_back(index);
+        if (sequence_parallel) added = {all_gather_s(input, t, link), reduce_scatter_s(input, t, link)};
+        else added.input_s = ring_all_reduce_s(input, t, link);
+        break;
+      case Treatment::VocabularyLoss: {
+        result.vocabulary.push_back(index);
+        const double rows = input / (static_cast<double>(*original.vocabulary) * dtype_bytes(profile.dtype, "the profile's dtype"));
+        added.forward_s = kCrossEntropyAllReduces * ring_all_reduce_s(kCrossEntropyValueBytes * rows, t, link);
+        break;
+      }
+      case Treatment::SequenceNorm:
+        result.sequence.push_back(index);
+        break;
+      case Treatment::Replicated:
+        break;
+    }
+    const double work = treatment == Treatment::VocabularyEmbedding ? 1 : n;
     const BackwardSplit backward = backward_split(original);
-    layer.forward_s = original.forward_s / n + 2 * all_reduce;
-    layer.backward_input_s = backward.input_s / n + 2 * all_reduce;
-    layer.backward_weight_s = backward.weight_s / n;
+    layer.forward_s = original.forward_s / work + added.forward_s;
+    layer.backward_input_s = backward.input_s / work + added.input_s;
+    layer.backward_weight_s = backward.weight_s / work;
     layer.backward_s = *layer.backward_input_s + *layer.backward_weight_s;
     for (auto& [device, times] : layer.device_times) {
       const BackwardSplit parts = backward_split(original, original.device_times.at(device));
-      times.forward_s = times.forward_s / n + 2 * all_reduce;
-      times.backward_input_s = parts.input_s / n + 2 * all_reduce;
-      times.backward_weight_s = parts.weight_s / n;
+      times.forward_s = times.forward_s / work + added.forward_s;
+      times.backward_input_s = parts.input_s / work + added.input_s;
+      times.backward_weight_s = parts.weight_s / work;
       times.backward_s = *times.backward_input_s + *times.backward_weight_s;
     }
-    layer.parameter_bytes = original.parameter_bytes / n;
-    layer.activation_bytes = original.stashed_bytes() / n;
-    for (std::optional<double>* value : {&layer.forward_flops, &layer.backward_input_flops, &layer.backward_weight_flops,
-                                         &layer.bytes_read, &layer.bytes_written})
-      if (value->has_value()) **value /= n;
+    if (work != 1)
+      for (std::optional<double>* value : {&layer.forward_flops, &layer.backward_input_flops, &layer.backward_weight_flops,
+                                           &layer.bytes_read, &layer.bytes_written})
+        if (value->has_value()) **value /= n;
+    const double stashed = original.stashed_bytes();
+    const double whole = original.replicated_activation_fraction;
+    if (treatment == Treatment::SequenceNorm) {
+      layer.activation_bytes = stashed / n;
+    } else {
+      const double replicated = original.replicated_parameter_bytes;
+      layer.parameter_bytes = replicated + (original.parameter_bytes - replicated) / n;
+      layer.replicated_parameter_bytes = replicated;
+      layer.activation_bytes = sequence_parallel ? stashed / n : stashed * whole + stashed * (1 - whole) / n;
+    }
   }
-  std::string split_text = result.split.empty()
-                               ? std::string("no layer split (no transformer layer with FLOPs)")
-                               : fmt::format("{} transformer layer{} split", result.split.size(), result.split.size() == 1 ? "" : "s");
-  std::string replicated_text = result.replicated.empty()
-                                    ? std::string("no layer replicated")
-                                    : fmt::format("{} layer{} replicated: {}", result.replicated.size(),
-                                                  result.replicated.size() == 1 ? "" : "s", name_list(profile, result.replicated));
-  result.note = fmt::format("tensor parallel {}: {}; {}", t, split_text, replicated_text);
-  if (!result.split.empty())
-    result.note += fmt::format(
-        "; per split layer 2 all-reduces of its output in the forward and 2 in the backward, each a ring over {} hosts "
-        "(2 x {} x ({} + bytes / ({} x {:.4g} GB/s)))",
-        t, t - 1, human_seconds(link.latency_s), t, link.bandwidth_Bps / 1e9);
-  result.note += fmt::format("; transfers between stages carry output_bytes / {} (each member sends its share in parallel; "
-                             "the group's first host stands for it)",
-                             t);
+  result.note = tensor_parallel_note(profile, result, t, link, sequence_parallel, embedding_reduce_scatters);
   return result;
 }
 

@@ -28,39 +28,84 @@ struct TensorParallelLink {
  *  2 (t - 1) x (latency + bytes / (t x bandwidth)); 0 when t == 1. */
 double ring_all_reduce_s(double bytes, int t, const TensorParallelLink& link);
 
-/** Whether tensor parallelism splits `layer`: op "transformer" (a whole
- *  Megatron-splittable block) with FLOPs. Every other layer is replicated. */
-bool tensor_parallel_splits(const Layer& layer);
+/** Seconds of one ring reduce-scatter of a tensor of `bytes` over `t` hosts
+ *  (each ends with its 1 / t, reduced): (t - 1) x (latency + bytes / (t x
+ *  bandwidth)); 0 when t == 1. A reduce-scatter and an all-gather together
+ *  cost one ring_all_reduce_s of the same bytes. */
+double reduce_scatter_s(double bytes, int t, const TensorParallelLink& link);
+
+/** Seconds of one ring all-gather of a tensor of `bytes` (whole, once
+ *  gathered) over `t` hosts: as reduce_scatter_s. */
+double all_gather_s(double bytes, int t, const TensorParallelLink& link);
+
+/** Whether tensor parallelism divides `layer`'s work (times, FLOPs, bytes)
+ *  by t (tensor_parallel_profile below): op "transformer" with FLOPs (a
+ *  whole Megatron-splittable block); a vocabulary-parallel head (op
+ *  "linear") or loss (op "loss") with Layer::vocabulary; with sequence
+ *  parallelism also op "norm". A vocabulary-parallel embedding is not: its
+ *  word table is split, but each member looks up every token. */
+bool tensor_parallel_splits(const Layer& layer, bool sequence_parallel = false);
 
 /** A profile as each member of a group of t runs it, and what happened. */
 struct TensorParallelProfile {
   Profile profile;
-  std::vector<int> split;       ///< indices of the split layers
+  std::vector<int> split;       ///< indices of the split transformer layers
+  std::vector<int> vocabulary;  ///< indices of the layers split over the vocabulary
+  std::vector<int> sequence;    ///< indices of the norms sequence parallelism splits
   std::vector<int> replicated;  ///< indices of the replicated layers
-  /// For people: "tensor parallel 4: 24 transformer layers split; 3 layers
-  /// replicated: embedding, ...", with the all-reduce link and the transfer
-  /// rule. Empty when t == 1.
+  /// For people: "tensor parallel 4: 24 transformer layers split; split
+  /// over the vocabulary: embedding, head, loss; 1 layer replicated:
+  /// final_norm", with the collectives, the link and the transfer rule.
+  /// Empty when t == 1.
   std::string note;
 };
 
-/** The profile per group member (t >= 1; t == 1 returns `profile` as is):
- *  - a split layer (tensor_parallel_splits): forward, backward (its I and W
- *    parts, and every device's times) divided by t; FLOPs, bytes_read,
- *    bytes_written, parameter_bytes and the stashed activation divided by t;
- *    plus Megatron's all-reduces of the layer's (undivided) output_bytes,
- *    each ring_all_reduce_s(output_bytes, t, link): 2 added to the forward,
- *    2 to the backward's input-gradient part (I); the backward's parts are
- *    then given explicitly (I' = I / t + 2 AR, W' = W / t, backward = I' + W');
- *  - a replicated layer keeps its times, FLOPs, parameters and stashed
- *    activation (activation_bytes set to what it stashed);
+/** The profile per group member (t >= 1; t == 1 returns `profile` as is),
+ *  as Megatron-Core (core_v0.14.0) splits a GPT (docs/semantics.md, Tensor
+ *  parallelism). Collectives are charged as compute time of the layer: those
+ *  of the forward added to forward_s, those of the backward to its
+ *  input-gradient part I; the backward's parts are then given explicitly
+ *  (I' = I / w + collectives, W' = W / w, backward = I' + W', w the work's
+ *  divisor, t or 1), on every device's times too. X is a layer's input:
+ *  the output_bytes of the layer before it (input_bytes for the first).
+ *  - a transformer layer (op "transformer" with FLOPs): times, FLOPs,
+ *    bytes_read and bytes_written divided by t; plus, per pass (forward, and
+ *    the backward's I), 2 ring_all_reduce_s of its output_bytes, or with
+ *    `sequence_parallel` 2 reduce_scatter_s + 2 all_gather_s of them (the
+ *    same seconds);
+ *  - a vocabulary-parallel embedding (op "embedding" with `vocabulary`):
+ *    times, FLOPs and bytes whole; forward plus 1 ring_all_reduce_s of its
+ *    output_bytes (VocabParallelEmbedding's), with sequence parallelism
+ *    plus 1 all_gather_s of them in the backward (the scatter to the
+ *    sequence-parallel region is local; its backward gathers) or, when it has
+ *    no replicated parameters (no position table), 1 reduce_scatter_s
+ *    forward instead of the all-reduce;
+ *  - a vocabulary-parallel head (op "linear" with `vocabulary`): work
+ *    divided by t; the backward's I plus 1 ring_all_reduce_s of X (the
+ *    input's gradient), or with sequence parallelism the forward plus 1
+ *    all_gather_s of X and I plus 1 reduce_scatter_s of X;
+ *  - a vocabulary-parallel loss (op "loss" with `vocabulary`): work divided
+ *    by t; forward plus 3 ring_all_reduce_s of 4 x rows bytes (fp32 max,
+ *    sum of exponentials and target logit per row), rows = X / (vocabulary
+ *    x dtype_bytes(profile.dtype));
+ *  - with sequence parallelism, a norm (op "norm"): work divided by t;
+ *  - those four kinds (and the norms under sequence parallelism): parameter
+ *    bytes R + (parameter_bytes - R) / t, R = replicated_parameter_bytes;
+ *    stashed activation A x (f + (1 - f) / t), f =
+ *    replicated_activation_fraction, or A / t with sequence parallelism
+ *    (norms: parameters whole, stash A / t);
+ *  - every other layer is replicated: its times, FLOPs, parameters and stash
+ *    kept (activation_bytes set to what it stashed);
  *  - every layer's output_bytes (what crosses a cut to the next stage) is
  *    divided by t: the t members of a group send their shares to the next
  *    group's members in parallel, and the leader's transfer carries one.
- *  Layers without times (times_given false) are treated alike: their times
- *  are 0 / t plus the all-reduces, so a device model must fill their times
- *  before this transform (from the divided FLOPs they would miss the
- *  all-reduces). InputError when t < 1 or t > kMaxTensorParallel. */
-TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, const TensorParallelLink& link);
+ *  Layers without times (times_given false) are treated alike: a device
+ *  model must fill their times before this transform (from the divided
+ *  FLOPs they would miss the collectives). InputError when t < 1 or t >
+ *  kMaxTensorParallel, or when the profile's dtype is unknown and a loss
+ *  needs it. */
+TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, const TensorParallelLink& link,
+                                              bool sequence_parallel = false);
 
 /** The groups of t consecutive hosts (indices into platform.hosts): group g
  *  holds hosts g t .. g t + t - 1. InputError (naming --tensor-parallel)

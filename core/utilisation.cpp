@@ -37,7 +37,7 @@ double hardware_peak_flops(const DeviceModel& device, const std::string& dtype) 
 
 FlopsUtilisation flops_utilisation(const Profile& profile, int tensor_parallel, bool recompute, int micro_batches,
                                    double minibatch_time_s, const std::vector<std::string>& hosts,
-                                   const PlatformSummary& platform, const std::string& dtype) {
+                                   const PlatformSummary& platform, const std::string& dtype, bool sequence_parallel) {
   FlopsUtilisation out;
   const int t = std::max(1, tensor_parallel);
   out.gpus = static_cast<int>(hosts.size()) * t;
@@ -50,7 +50,7 @@ FlopsUtilisation flops_utilisation(const Profile& profile, int tensor_parallel, 
       without_flops.push_back("'" + layer.name + "'");
       continue;
     }
-    const double members = tensor_parallel_splits(layer) ? t : 1;
+    const double members = tensor_parallel_splits(layer, sequence_parallel) ? t : 1;
     const double forward = *layer.forward_flops * members;
     forward_per_micro_batch += forward;
     model_per_micro_batch +=

@@ -47,13 +47,15 @@ struct FlopsUtilisation {
 
 /** The utilisation of a run of `profile` (the profile the devices run: per
  *  tensor-parallel member when `tensor_parallel` > 1, split layers being
- *  those tensor_parallel_splits accepts) over `minibatch_time_s`, with
+ *  those tensor_parallel_splits accepts, with `sequence_parallel` as the
+ *  run's) over `minibatch_time_s`, with
  *  `micro_batches` micro-batches of the profile per mini-batch, on the hosts
  *  `hosts` of `platform` (each standing for `tensor_parallel` GPUs of its
  *  model), at `dtype` ("" is fp32). */
 FlopsUtilisation flops_utilisation(const Profile& profile, int tensor_parallel, bool recompute, int micro_batches,
                                    double minibatch_time_s, const std::vector<std::string>& hosts,
-                                   const PlatformSummary& platform, const std::string& dtype);
+                                   const PlatformSummary& platform, const std::string& dtype,
+                                   bool sequence_parallel = false);
 
 /** Layers whose analytic times (times_given false; measured times are
  *  left alone: cuDNN's Winograd convolutions legitimately beat the direct

@@ -535,6 +535,12 @@ void transformer_block(Builder& b, const std::string& name, double batch, const 
   const double weights = 2 * h * h + 2 * h * kv + h * up + f * h;
   const double biases = bias * (qkv + h + up + h);
   b.add(name, "transformer", cost, rows * h, elements, weights + biases + 2 * g.norm_vectors() * h, masks + log_sum_exp);
+  // What Megatron's tensor parallelism keeps whole on every member and its
+  // sequence parallelism splits (Korthikanti et al. 2022, section 4.2.1: 10
+  // s b h of the 34 s b h at 2 bytes): the two norms' inputs and outputs (4
+  // N h elements) and the residual branches' dropout masks (2 N h bytes).
+  Layer& block = b.layers.back();
+  block.replicated_activation_fraction = (b.e * 4 * rows * h + 2 * rows * h) / *block.activation_bytes;
 }
 
 void build_gpt(Builder& b, const ResolvedModel& m, Profile& profile) {
@@ -547,6 +553,16 @@ void build_gpt(Builder& b, const ResolvedModel& m, Profile& profile) {
   profile.sequence_length = static_cast<int>(g.s);
   if (g.rotary) embedding(b, "embedding", rows, h, 1, vocabulary * h, rows * h);
   else embedding(b, "embedding", rows, h, 2, vocabulary * h + g.positions * h, rows * h);
+  // Megatron-Core (core_v0.14.0) splits the word embedding, the head and the
+  // loss over the vocabulary under tensor parallelism (megatron/core/
+  // tensor_parallel/layers.py VocabParallelEmbedding and ColumnParallelLinear,
+  // cross_entropy.py); the learned position table is a torch.nn.Embedding
+  // on every member (models/common/embeddings/language_model_embedding.py),
+  // and so is the embedding's output until sequence parallelism splits it.
+  Layer& embedding_layer = b.layers.back();
+  embedding_layer.vocabulary = static_cast<long long>(vocabulary);
+  embedding_layer.replicated_parameter_bytes = g.rotary ? 0 : b.e * g.positions * h;
+  embedding_layer.replicated_activation_fraction = 1;
   for (long long l = 1; l <= layers; ++l) transformer_block(b, fmt::format("block{}", l), batch, g);
   {  // LayerNorm (and RMSNorm, at the same rates): 5 FLOPs per element forward, 8 for the input gradient, 2 for the weights
     Cost cost = b.cost();
@@ -559,7 +575,9 @@ void build_gpt(Builder& b, const ResolvedModel& m, Profile& profile) {
   Cost head = b.cost();
   head.weight_product(rows, h, vocabulary, 0);
   b.add("head", "linear", head, rows * vocabulary, rows * vocabulary, g.tied_embeddings ? 0 : h * vocabulary);
+  b.layers.back().vocabulary = static_cast<long long>(vocabulary);
   b.loss(rows, vocabulary);
+  b.layers.back().vocabulary = static_cast<long long>(vocabulary);
 }
 
 }  // namespace

@@ -851,9 +851,9 @@ constexpr long long kMaxGlobalBatch = 1000000000000LL;
   arguments.fail(argument, fmt::format("not modelled: {}; drop it to simulate without it", why));
 }
 
-/// The refusals that depend on nothing but the argument and the tensor
-/// parallel size, in the order the launch gives them.
-void refuse_unmodelled(const Arguments& arguments, int tensor_parallel) {
+/// The refusals that depend on nothing but the argument, in the order the
+/// launch gives them.
+void refuse_unmodelled(const Arguments& arguments) {
   for (const Given& argument : arguments.all()) {
     const std::string& name = argument.name;
     const std::string value = argument.values.empty() ? "" : argument.values[0];
@@ -862,7 +862,6 @@ void refuse_unmodelled(const Arguments& arguments, int tensor_parallel) {
       case Treatment::Refused: refuse(arguments, argument, argument.known->reason);
       default: break;
     }
-    if (name == "--sequence-parallel" && tensor_parallel > 1) refuse_issue_28(arguments, argument);
     if (name == "--recompute-activations")
       refuse_issue_28(arguments, argument, "--recompute-activations (selective recomputation)");
     if (name == "--recompute-granularity" && value == "selective")
@@ -1097,7 +1096,7 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
   // Parallel sizes first: refusals and checks depend on them.
   const int tensor_parallel = static_cast<int>(a.integer("--tensor-model-parallel-size", 1, kMaxParallel).value_or(1));
   const int pipeline_parallel = static_cast<int>(a.integer("--pipeline-model-parallel-size", 1, kMaxParallel).value_or(1));
-  refuse_unmodelled(a, tensor_parallel);
+  refuse_unmodelled(a);
 
   // Number format (validate_args; TransformerConfig.__post_init__).
   if (a.has("--fp16") && a.has("--bf16"))
@@ -1219,7 +1218,9 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
   if (first) launch.decoder_first_pipeline_num_layers = static_cast<int>(*first);
   if (last) launch.decoder_last_pipeline_num_layers = static_cast<int>(*last);
   launch.schedule = launch.virtual_stages > 1 ? "interleaved-1f1b" : "1f1b-sno";
-  if (a.has("--sequence-parallel"))  // refused above at tensor parallel > 1
+  // validate_args turns sequence parallelism off at tensor parallel 1.
+  launch.sequence_parallel = a.has("--sequence-parallel") && tensor_parallel > 1;
+  if (a.has("--sequence-parallel") && tensor_parallel == 1)
     notes.push_back("--sequence-parallel: the release turns it off at tensor parallel 1");
 
   // Batches.

@@ -49,6 +49,9 @@ struct MegatronLaunch {
   bool embedding_in_pipeline_split = false;
   bool loss_in_pipeline_split = false;
   MegatronRecompute recompute;
+  /// --sequence-parallel at tensor parallel > 1 (validate_args turns it off
+  /// at 1, with a note).
+  bool sequence_parallel = false;
   /// Whether the attention kernel keeps no s x s scores for the backward
   /// (FlashAttention or cuDNN fused attention): --attention-backend flash
   /// or fused, or auto with Transformer Engine in fp16/bf16 (a note says
@@ -92,8 +95,8 @@ struct MegatronLaunch {
  *  --micro-batch-size, the vocabulary); the release's checks (heads and
  *  query groups multiples of tensor parallel, layers as the pipeline and
  *  virtual split need, --fp16 with --bf16, ...); the arguments whose
- *  semantics land with issue 28 (--sequence-parallel with tensor parallel
- *  > 1, --recompute-granularity selective, --recompute-activations,
+ *  semantics land with issue 28 (--recompute-granularity selective,
+ *  --recompute-activations,
  *  --use-distributed-optimizer, --overlap-grad-reduce, --overlap-param-gather,
  *  --overlap-param-gather-with-optimizer-step, --tp-comm-overlap); and the
  *  others pipegrid does not model (docs/megatron.md, Refused). */

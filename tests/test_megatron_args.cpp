@@ -402,14 +402,17 @@ TEST(MegatronArgs, Issue28ArgumentsAreRefused) {
   for (const std::string argument : {"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
                                      "--tp-comm-overlap", "--overlap-param-gather-with-optimizer-step"})
     EXPECT_EQ(error_of(minimal(argument)), "--megatron-args: " + argument + ": " + tail);
-  EXPECT_EQ(error_of(minimal("--tensor-model-parallel-size 2 --sequence-parallel")),
-            "--megatron-args: --sequence-parallel: " + tail);
   EXPECT_EQ(error_of(minimal("--recompute-granularity selective")),
             "--megatron-args: --recompute-granularity selective: " + tail);
   EXPECT_EQ(error_of(minimal("--recompute-activations")),
             "--megatron-args: --recompute-activations (selective recomputation): " + tail);
-  // At tensor parallel 1 the release turns sequence parallelism off.
-  EXPECT_TRUE(has_note(read(minimal("--sequence-parallel")), "the release turns it off at tensor parallel 1"));
+  // At tensor parallel 1 the release turns sequence parallelism off; above,
+  // it is read.
+  const MegatronLaunch off = read(minimal("--sequence-parallel"));
+  EXPECT_FALSE(off.sequence_parallel);
+  EXPECT_TRUE(has_note(off, "the release turns it off at tensor parallel 1"));
+  EXPECT_TRUE(read(minimal("--tensor-model-parallel-size 2 --sequence-parallel")).sequence_parallel);
+  EXPECT_FALSE(read(minimal("--tensor-model-parallel-size 2")).sequence_parallel);
   // The first refused argument, in the launch's order.
   EXPECT_CONTAINS(error_of(minimal("--overlap-grad-reduce --use-distributed-optimizer")), "--overlap-grad-reduce:");
 }

@@ -13,6 +13,7 @@
 #include "core/plan.hpp"
 #include "core/precision.hpp"
 #include "core/tensor_parallel.hpp"
+#include "generators/model_generators.hpp"
 #include "partitioners/bapipe.hpp"
 #include "partitioners/explorer.hpp"
 
@@ -102,7 +103,11 @@ TEST(TensorParallel, ReplicatedLayersKeepTimeAndMemory) {
     EXPECT_EQ(after.forward_flops, before.forward_flops) << before.name;
   }
   EXPECT_EQ(result.profile.input_bytes, original.input_bytes);
-  EXPECT_EQ(result.note.rfind("tensor parallel 4: 2 transformer layers split; 3 layers replicated: embedding, measured-block, loss;", 0), 0u)
+  EXPECT_EQ(result.note.rfind("tensor parallel 4: 2 transformer layers split; no layer split over the vocabulary (none "
+                              "gives `vocabulary`: an embedding, head or loss stays whole on every member); 3 layers "
+                              "replicated: embedding, measured-block, loss;",
+                              0),
+            0u)
       << result.note;
 }
 
@@ -113,7 +118,10 @@ TEST(TensorParallel, ProfileWithoutFlopsIsReplicated) {
   EXPECT_TRUE(result.split.empty());
   EXPECT_EQ(result.replicated.size(), 5u);
   EXPECT_EQ(result.profile.layers[1].forward_s, 0.010);
-  EXPECT_EQ(result.note.rfind("tensor parallel 2: no layer split (no transformer layer with FLOPs); 5 layers replicated", 0), 0u)
+  EXPECT_EQ(result.note.rfind("tensor parallel 2: no transformer layer split (none with FLOPs); no layer split over the "
+                              "vocabulary",
+                              0),
+            0u)
       << result.note;
 }
 
@@ -279,6 +287,251 @@ TEST(Precision, BapipeChargesTheSameBytesPerParameter) {
   EXPECT_EQ(bapipe_memory_demand(first, 0, {4, 3}, resident_weight_factor("fp16", "adam")), 80 + 4 * (100 + 7));
   EXPECT_EQ(bapipe_memory_demand(first, 0, {4, 3}, resident_weight_factor("fp32", "momentum")), 30 + 4 * (100 + 7));
   EXPECT_EQ(bapipe_memory_demand(first, 0, {4, 3}), bapipe_memory_demand(first, 0, {4, 3}, resident_weight_factor("", "sgd")));
+}
+
+TEST(TensorParallel, ReduceScatterAndAllGatherTimes) {
+  // (t - 1) x (latency + bytes / (t x bandwidth)) each; together one all-reduce.
+  EXPECT_DOUBLE_EQ(reduce_scatter_s(4e6, 4, kLink), 3 * (1e-6 + 1e-3));
+  EXPECT_DOUBLE_EQ(all_gather_s(4e6, 4, kLink), 3 * (1e-6 + 1e-3));
+  EXPECT_DOUBLE_EQ(reduce_scatter_s(8e6, 8, {5e-6, 2e9}) + all_gather_s(8e6, 8, {5e-6, 2e9}),
+                   ring_all_reduce_s(8e6, 8, {5e-6, 2e9}));
+  EXPECT_EQ(reduce_scatter_s(1e9, 1, kLink), 0);
+  EXPECT_EQ(all_gather_s(1e9, 1, kLink), 0);
+}
+
+// A GPT as the generator marks it (bf16: 2 bytes per element): the
+// embedding (vocabulary 1000; a 1 MB position table; its output kept whole
+// without sequence parallelism), one transformer block (a quarter of its
+// 4 MB stash kept whole), the final norm, the head (vocabulary 1000, logits
+// of 4000 tokens: 8 MB) and the loss (vocabulary 1000).
+Profile vocabulary_profile() {
+  Profile profile;
+  profile.name = "vocab-gpt";
+  profile.dtype = "bf16";
+  profile.input_bytes = 32000;
+  profile.layers = {layer("embedding", "embedding", true, 0.001, 0.002, 1e6, 4e6),
+                    layer("block", "transformer", true, 0.010, 0.020, 1e6, 8e6),
+                    layer("final_norm", "norm", true, 0.0002, 0.0004, 1e6, 2e3),
+                    layer("head", "linear", true, 0.004, 0.008, 8e6, 4e6),
+                    layer("loss", "loss", true, 0.001, 0.0005, 4, 0)};
+  Layer& embedding = profile.layers[0];
+  embedding.vocabulary = 1000;
+  embedding.replicated_parameter_bytes = 1e6;
+  embedding.replicated_activation_fraction = 1;
+  profile.layers[1].activation_bytes = 4e6;
+  profile.layers[1].replicated_activation_fraction = 0.25;
+  profile.layers[3].vocabulary = 1000;
+  profile.layers[4].vocabulary = 1000;
+  profile.layers[4].activation_bytes = 8e6;
+  return profile;
+}
+
+// t = 2 over kLink: an all-reduce of 1 MB is 2 x (1e-6 + 1e6 / 2e9) =
+// 0.001002 s, a reduce-scatter or all-gather of it 0.000501 s; the loss's
+// all-reduces carry 4 x 4000 rows (8 MB of bf16 logits / (1000 x 2 bytes)):
+// 2 x (1e-6 + 16000 / 2e9) = 1.8e-5 s each.
+constexpr double kAllReduce = 0.001002, kHalf = 0.000501, kLossAllReduce = 1.8e-5;
+
+TEST(TensorParallel, VocabularySplitAsMegatronCore) {
+  const TensorParallelProfile result = tensor_parallel_profile(vocabulary_profile(), 2, kLink);
+  EXPECT_EQ(result.split, (std::vector<int>{1}));
+  EXPECT_EQ(result.vocabulary, (std::vector<int>{0, 3, 4}));
+  EXPECT_TRUE(result.sequence.empty());
+  EXPECT_EQ(result.replicated, (std::vector<int>{2}));
+  const std::vector<Layer>& layers = result.profile.layers;
+  // The embedding: its lookups whole (each member gathers every token), one
+  // all-reduce of its output forward, nothing backward; the word table
+  // split, the position table whole; its output stashed whole.
+  const Layer& embedding = layers[0];
+  EXPECT_NEAR(embedding.forward_s, 0.001 + kAllReduce, 1e-12);
+  EXPECT_NEAR(*embedding.backward_input_s, 0.001, 1e-12);
+  EXPECT_NEAR(*embedding.backward_weight_s, 0.001, 1e-12);
+  EXPECT_NEAR(embedding.backward_s, 0.002, 1e-12);
+  EXPECT_DOUBLE_EQ(embedding.parameter_bytes, 1e6 + 3e6 / 2);
+  EXPECT_DOUBLE_EQ(embedding.stashed_bytes(), 1e6);
+  EXPECT_DOUBLE_EQ(*embedding.forward_flops, 8e9);
+  EXPECT_DOUBLE_EQ(embedding.output_bytes, 5e5);
+  // The block: its replicated quarter of the stash kept whole.
+  const Layer& block = layers[1];
+  EXPECT_NEAR(block.forward_s, 0.005 + 2 * kAllReduce, 1e-12);
+  EXPECT_NEAR(*block.backward_input_s, 0.005 + 2 * kAllReduce, 1e-12);
+  EXPECT_DOUBLE_EQ(block.stashed_bytes(), 4e6 * 0.25 + 4e6 * 0.75 / 2);  // 2.5 MB
+  EXPECT_DOUBLE_EQ(block.parameter_bytes, 4e6);
+  // The final norm: replicated.
+  EXPECT_EQ(layers[2].forward_s, 0.0002);
+  EXPECT_EQ(layers[2].stashed_bytes(), 1e6);
+  // The head: V / t logits; the input's gradient all-reduced backward (1 MB).
+  const Layer& head = layers[3];
+  EXPECT_NEAR(head.forward_s, 0.002, 1e-12);
+  EXPECT_NEAR(*head.backward_input_s, 0.002 + kAllReduce, 1e-12);
+  EXPECT_NEAR(*head.backward_weight_s, 0.002, 1e-12);
+  EXPECT_NEAR(head.backward_s, 0.004 + kAllReduce, 1e-12);
+  EXPECT_DOUBLE_EQ(head.parameter_bytes, 2e6);
+  EXPECT_DOUBLE_EQ(head.stashed_bytes(), 4e6);
+  EXPECT_DOUBLE_EQ(head.output_bytes, 4e6);
+  EXPECT_DOUBLE_EQ(*head.forward_flops, 4e9);
+  EXPECT_DOUBLE_EQ(*head.bytes_read, 2e6);
+  // The loss: its work split, three all-reduces of one fp32 per token forward.
+  const Layer& loss = layers[4];
+  EXPECT_NEAR(loss.forward_s, 0.0005 + 3 * kLossAllReduce, 1e-12);
+  EXPECT_NEAR(*loss.backward_input_s, 0.00025, 1e-12);
+  EXPECT_EQ(*loss.backward_weight_s, 0);
+  EXPECT_DOUBLE_EQ(loss.stashed_bytes(), 4e6);
+  EXPECT_DOUBLE_EQ(*loss.backward_input_flops, 4e9);
+  for (const Layer& l : layers)
+    if (l.backward_input_s) {
+      EXPECT_TRUE(backward_split_sums_to(l.backward_s, *l.backward_input_s, *l.backward_weight_s)) << l.name;
+    }
+  EXPECT_NE(result.note.find("split over the vocabulary as Megatron-Core's VocabParallelEmbedding, ColumnParallelLinear "
+                             "head and vocab_parallel_cross_entropy: embedding (its word table; its position table and "
+                             "its lookups whole), head, loss; 1 layer replicated: final_norm"),
+            std::string::npos)
+      << result.note;
+  EXPECT_NE(result.note.find("embedding 1 all-reduce of its output in the forward; head 1 all-reduce of its input's "
+                             "gradient in the backward; loss 3 all-reduces of one fp32 value per token in the forward"),
+            std::string::npos)
+      << result.note;
+  // Utilisation counts the head's and the loss's FLOPs t times, the embedding's once.
+  EXPECT_TRUE(tensor_parallel_splits(vocabulary_profile().layers[3]));
+  EXPECT_TRUE(tensor_parallel_splits(vocabulary_profile().layers[4]));
+  EXPECT_FALSE(tensor_parallel_splits(vocabulary_profile().layers[0]));
+  EXPECT_FALSE(tensor_parallel_splits(vocabulary_profile().layers[2]));
+  EXPECT_TRUE(tensor_parallel_splits(vocabulary_profile().layers[2], true));
+}
+
+TEST(TensorParallel, VocabularyFieldsAloneDecide) {
+  // The same ops without `vocabulary` (a measured profile): replicated, and
+  // the note says why.
+  Profile profile = vocabulary_profile();
+  for (Layer& l : profile.layers) l.vocabulary.reset();
+  const TensorParallelProfile result = tensor_parallel_profile(profile, 2, kLink);
+  EXPECT_EQ(result.replicated, (std::vector<int>{0, 2, 3, 4}));
+  EXPECT_EQ(result.profile.layers[3].forward_s, 0.004);
+  EXPECT_EQ(result.profile.layers[0].parameter_bytes, 4e6);
+  EXPECT_NE(result.note.find("no layer split over the vocabulary (none gives `vocabulary`"), std::string::npos) << result.note;
+  // A profile that states no dtype is fp32: 8 MB of logits are 2000 rows.
+  Profile fp32 = vocabulary_profile();
+  fp32.dtype.clear();
+  const double loss_all_reduce = 2 * (1e-6 + 4 * 2000 / 2e9);
+  EXPECT_NEAR(tensor_parallel_profile(fp32, 2, kLink).profile.layers[4].forward_s, 0.0005 + 3 * loss_all_reduce, 1e-12);
+}
+
+TEST(TensorParallel, SequenceParallelism) {
+  const TensorParallelProfile result = tensor_parallel_profile(vocabulary_profile(), 2, kLink, true);
+  EXPECT_EQ(result.split, (std::vector<int>{1}));
+  EXPECT_EQ(result.vocabulary, (std::vector<int>{0, 3, 4}));
+  EXPECT_EQ(result.sequence, (std::vector<int>{2}));
+  EXPECT_TRUE(result.replicated.empty());
+  const std::vector<Layer>& layers = result.profile.layers;
+  // The embedding with a position table: all-reduce forward (then a local
+  // scatter), the scatter's all-gather backward; its output split.
+  EXPECT_NEAR(layers[0].forward_s, 0.001 + kAllReduce, 1e-12);
+  EXPECT_NEAR(*layers[0].backward_input_s, 0.001 + kHalf, 1e-12);
+  EXPECT_DOUBLE_EQ(layers[0].stashed_bytes(), 5e5);
+  EXPECT_DOUBLE_EQ(layers[0].parameter_bytes, 2.5e6);
+  // The block: 2 reduce-scatters + 2 all-gathers per pass; all its stash split.
+  EXPECT_NEAR(layers[1].forward_s, 0.005 + 4 * kHalf, 1e-12);
+  EXPECT_NEAR(*layers[1].backward_input_s, 0.005 + 4 * kHalf, 1e-12);
+  EXPECT_DOUBLE_EQ(layers[1].stashed_bytes(), 2e6);
+  // The norm: its work and stash split, its parameters whole.
+  EXPECT_NEAR(layers[2].forward_s, 0.0001, 1e-12);
+  EXPECT_NEAR(*layers[2].backward_input_s, 0.0001, 1e-12);
+  EXPECT_NEAR(*layers[2].backward_weight_s, 0.0001, 1e-12);
+  EXPECT_DOUBLE_EQ(layers[2].stashed_bytes(), 5e5);
+  EXPECT_DOUBLE_EQ(layers[2].parameter_bytes, 2e3);
+  EXPECT_DOUBLE_EQ(*layers[2].forward_flops, 4e9);
+  // The head: all-gather of its input forward, reduce-scatter of its gradient backward.
+  EXPECT_NEAR(layers[3].forward_s, 0.002 + kHalf, 1e-12);
+  EXPECT_NEAR(*layers[3].backward_input_s, 0.002 + kHalf, 1e-12);
+  EXPECT_NEAR(*layers[3].backward_weight_s, 0.002, 1e-12);
+  // The loss: as without.
+  EXPECT_NEAR(layers[4].forward_s, 0.0005 + 3 * kLossAllReduce, 1e-12);
+  // Without a position table the embedding reduce-scatters its output.
+  Profile rotary = vocabulary_profile();
+  rotary.layers[0].replicated_parameter_bytes = 0;
+  const TensorParallelProfile without = tensor_parallel_profile(rotary, 2, kLink, true);
+  EXPECT_NEAR(without.profile.layers[0].forward_s, 0.001 + kHalf, 1e-12);
+  EXPECT_NEAR(*without.profile.layers[0].backward_input_s, 0.001 + kHalf, 1e-12);
+  EXPECT_DOUBLE_EQ(without.profile.layers[0].parameter_bytes, 2e6);
+  EXPECT_EQ(result.note.rfind("tensor parallel 2 with sequence parallelism: 1 transformer layer split;", 0), 0u) << result.note;
+  EXPECT_NE(result.note.find("1 norm split over the sequence: final_norm"), std::string::npos) << result.note;
+  EXPECT_NE(result.note.find("head 1 all-gather of its input in the forward, 1 reduce-scatter of the input's gradient in "
+                             "the backward"),
+            std::string::npos)
+      << result.note;
+  EXPECT_NE(without.note.find("embedding 1 reduce-scatter of its output in the forward, 1 all-gather of its gradient in "
+                              "the backward"),
+            std::string::npos)
+      << without.note;
+}
+
+TEST(TensorParallel, GptGeneratorMarksWhatMegatronSplits) {
+  // GPT-2 small in fp16: Korthikanti et al.'s 10 s b h of s b h (34 + 5 a s / h)
+  // kept whole per block without sequence parallelism; the position table
+  // (1024 x 768) replicated.
+  const Profile profile = generate_model_profile({"gpt", {{"layers", 2}}, 1, "fp16"});
+  const double s = 1024, h = 768, a = 12;
+  const Layer& block = profile.layers[1];
+  EXPECT_EQ(block.op, "transformer");
+  EXPECT_FALSE(block.vocabulary.has_value());
+  EXPECT_NEAR(block.replicated_activation_fraction, 10 / (34 + 5 * a * s / h), 1e-12);
+  EXPECT_NEAR(*block.activation_bytes, s * h * (34 + 5 * a * s / h), 1e-9 * *block.activation_bytes);
+  const Layer& embedding = profile.layers.front();
+  EXPECT_EQ(embedding.vocabulary, 50257);
+  EXPECT_EQ(embedding.replicated_parameter_bytes, 2 * 1024 * h);
+  EXPECT_EQ(embedding.replicated_activation_fraction, 1);
+  const Layer& head = profile.layers[profile.layers.size() - 2];
+  EXPECT_EQ(head.op, "linear");
+  EXPECT_EQ(head.vocabulary, 50257);
+  EXPECT_EQ(profile.layers.back().vocabulary, 50257);
+  EXPECT_FALSE(profile.layers[profile.layers.size() - 3].vocabulary.has_value());  // final_norm
+  // Rotary: no position table.
+  EXPECT_EQ(generate_model_profile({"gpt", {{"layers", 1}, {"rotary", 1}}, 1, "fp16"}).layers[0].replicated_parameter_bytes, 0);
+  // Per member at t = 8 with sequence parallelism: s b h (34 + 5 a s / h) / t.
+  const TensorParallelProfile split = tensor_parallel_profile(profile, 8, kLink, true);
+  EXPECT_NEAR(split.profile.layers[1].stashed_bytes(), s * h * (34 + 5 * a * s / h) / 8, 1e-6);
+  // Without: s b h (10 + 24 / t + 5 a s / (h t)).
+  const TensorParallelProfile plain = tensor_parallel_profile(profile, 8, kLink);
+  EXPECT_NEAR(plain.profile.layers[1].stashed_bytes(), s * h * (10 + 24.0 / 8 + 5 * a * s / (h * 8)), 1e-6);
+}
+
+TEST(TensorParallel, FieldsInProfileJson) {
+  Profile profile = vocabulary_profile();
+  const Profile back = parse_profile_json(profile_to_json(profile), "p.json");
+  EXPECT_EQ(back.layers[0].vocabulary, 1000);
+  EXPECT_EQ(back.layers[0].replicated_parameter_bytes, 1e6);
+  EXPECT_EQ(back.layers[0].replicated_activation_fraction, 1);
+  EXPECT_EQ(back.layers[1].replicated_activation_fraction, 0.25);
+  EXPECT_FALSE(back.layers[2].vocabulary.has_value());
+  EXPECT_EQ(profile_to_json(back), profile_to_json(profile));
+  const auto error_of = [](const std::string& fields) {
+    try {
+      parse_profile_json(R"({"name": "p", "micro_batch_size": 1, "layers": [{"name": "x", "forward_s": 1, "backward_s": 1, )"
+                         R"("output_bytes": 1, "parameter_bytes": 10, )" +
+                             fields + "}]}",
+                         "p.json");
+    } catch (const InputError& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of(R"("op": "norm", "vocabulary": 5)"),
+            "p.json: layers[0].vocabulary: applies to a layer with op embedding, linear or loss (the word embedding, the "
+            "head and the loss Megatron splits over the vocabulary), found op 'norm'");
+  EXPECT_EQ(error_of(R"("vocabulary": 5)"),
+            "p.json: layers[0].vocabulary: applies to a layer with op embedding, linear or loss (the word embedding, the "
+            "head and the loss Megatron splits over the vocabulary), found no op");
+  EXPECT_EQ(error_of(R"("op": "loss", "vocabulary": 0)"),
+            "p.json: layers[0].vocabulary: expected an integer from 1 to 1000000000 (the vocabulary size), found 0");
+  EXPECT_EQ(error_of(R"("replicated_parameter_bytes": 11)"),
+            "p.json: layers[0].replicated_parameter_bytes: expected at most parameter_bytes (10), found 11");
+  EXPECT_EQ(error_of(R"("replicated_activation_fraction": 1.5)"),
+            "p.json: layers[0].replicated_activation_fraction: expected a number from 0 to 1, found 1.5");
+  EXPECT_EQ(error_of(R"("op": "linear", "vocabulary": 5, "replicated_parameter_bytes": 4, "replicated_activation_fraction": 0.5)"),
+            "no error");
+  // check_profile holds programmatic profiles to the same rules.
+  profile.layers[2].vocabulary = 7;
+  EXPECT_THROW(check_profile(profile, "p"), InputError);
 }
 
 TEST(TensorParallel, ExplorerGroupSizes) {
