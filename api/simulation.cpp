@@ -25,6 +25,7 @@
 #include "core/torch_schedule.hpp"
 #include "core/platform_check.hpp"
 #include "core/precision.hpp"
+#include "core/recompute.hpp"
 #include "core/tensor_parallel.hpp"
 #include "layout/megatron_args.hpp"
 #include "partitioners/partitioners.hpp"
@@ -104,6 +105,22 @@ PlatformSummary tensor_parallel_view(Plan& plan, PlatformSummary platform, const
   const std::vector<std::vector<int>> groups = tensor_parallel_groups(platform, plan.tensor_parallel);
   TensorParallelProfile split =
       tensor_parallel_profile(plan.profile, plan.tensor_parallel, tensor_parallel_link(platform, groups), plan.sequence_parallel);
+  // A split layer's attention core is split t ways (by heads): its shares of
+  // the member's FLOPs and stash follow from the whole layer's, whatever the
+  // transform does to the rest of the layer (selective recomputation,
+  // core/recompute.hpp).
+  const double t = plan.tensor_parallel;
+  for (const int l : split.split) {
+    const Layer& whole = plan.profile.layers[static_cast<std::size_t>(l)];
+    Layer& member = split.profile.layers[static_cast<std::size_t>(l)];
+    if (!whole.attention_core_flops_share || !whole.attention_core_stash_share) continue;
+    if (whole.forward_flops && member.forward_flops && *member.forward_flops > 0)
+      member.attention_core_flops_share =
+          std::min(1.0, *whole.attention_core_flops_share * ((*whole.forward_flops / t) / *member.forward_flops));
+    if (member.stashed_bytes() > 0)
+      member.attention_core_stash_share =
+          std::min(1.0, *whole.attention_core_stash_share * ((whole.stashed_bytes() / t) / member.stashed_bytes()));
+  }
   plan.profile = std::move(split.profile);
   plan.tensor_parallel_note = std::move(split.note);
   return leader_platform(platform, groups);
@@ -146,7 +163,8 @@ ScheduleOptions plan_schedule_options(const Plan& plan, int mini_batches) {
   options.num_stages = plan.partition.num_stages();
   options.micro_batches = plan.micro_batches;
   options.mini_batches = mini_batches;
-  options.recompute = plan.recompute;
+  options.recompute = plan.recompute || plan.layer_recompute.enabled();
+  if (plan.layer_recompute.enabled()) options.recompute_flag = "--recompute-granularity " + plan.layer_recompute.granularity;
   options.update_interval = plan.update_interval;
   options.wait_free = plan.wait_free;
   options.pipeline_depth = plan.pipeline_depth;
@@ -288,10 +306,33 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
   if (!request.dtype.empty() && request.dtype != launch.model.dtype)
     throw InputError(fmt::format("--dtype {}: {} trains in {}; drop --dtype", printable(request.dtype), origin,
                                  launch.model.dtype));
-  if (request.recompute && !launch.recompute.full)
-    throw InputError(fmt::format("--recompute: {} does not recompute (no --recompute-granularity full); drop "
-                                 "--recompute or add it to the launch",
-                                 origin));
+  // The launch's recomputation is Megatron's, layer by layer.
+  LayerRecompute recompute;
+  if (launch.recompute.full) recompute = {"full", launch.recompute.method, launch.recompute.num_layers};
+  if (launch.recompute.selective) recompute = {"selective", "", 0};
+  if (request.recompute)
+    throw InputError(fmt::format("--recompute: GPipe's recomputation, and {} {}; drop --recompute", origin,
+                                 recompute.enabled()
+                                     ? "recomputes as Megatron-LM does (" + layer_recompute_text(recompute) + ")"
+                                     : "recomputes nothing (Megatron's --recompute-granularity in the launch recomputes)"));
+  const auto agree_text = [&](const std::string& flag, const std::string& ours, const std::string& argument,
+                              const std::string& theirs) {
+    if (!ours.empty() && ours != theirs)
+      throw InputError(fmt::format("{} {}: {} {}; drop {} or make them agree", flag, printable(ours), origin,
+                                   theirs.empty() ? "does not set " + argument : "sets " + argument + " " + theirs, flag));
+  };
+  agree_text("--recompute-granularity", request.recompute_granularity, "--recompute-granularity", recompute.granularity);
+  agree_text("--recompute-method", request.recompute_method, "--recompute-method", recompute.method);
+  if (request.recompute_num_layers)
+    agree_text("--recompute-num-layers", fmt::format("{}", *request.recompute_num_layers), "--recompute-num-layers",
+               recompute.num_layers ? fmt::format("{}", recompute.num_layers) : std::string());
+  const std::string gradient_dtype = launch.fp32_gradients && launch.model.dtype != "fp32" ? "fp32" : "";
+  const std::string launch_gradients = gradient_dtype.empty() ? launch.model.dtype : gradient_dtype;
+  if (!request.gradient_dtype.empty() && request.gradient_dtype != launch_gradients)
+    throw InputError(fmt::format("--gradient-dtype {}: {} keeps its gradients in {} (Megatron: fp32 with "
+                                 "--accumulate-allreduce-grads-in-fp32, the default with --bf16); drop --gradient-dtype "
+                                 "or make them agree",
+                                 printable(request.gradient_dtype), origin, launch_gradients));
   if (request.sequence_parallel && !launch.sequence_parallel)
     throw InputError(fmt::format("--sequence-parallel: {} runs without sequence parallelism (no --sequence-parallel at "
                                  "--tensor-model-parallel-size > 1); drop --sequence-parallel or add it to the launch",
@@ -306,7 +347,11 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
   launched.micro_batch_size = launch.micro_batch_size;
   launched.dtype = launch.model.dtype;
   launched.optimizer = launch.optimizer;
-  launched.recompute = launch.recompute.full;
+  launched.recompute = false;
+  launched.recompute_granularity = recompute.granularity;
+  launched.recompute_method = recompute.method;
+  launched.recompute_num_layers = recompute.num_layers ? std::optional<int>(recompute.num_layers) : std::nullopt;
+  launched.gradient_dtype = gradient_dtype;
   launched.tensor_parallel = launch.tensor_parallel;
   launched.sequence_parallel = launch.sequence_parallel;
   launched.pipeline_parallel = launch.pipeline_parallel;
@@ -481,8 +526,23 @@ Plan make_plan(const PlanRequest& request) {
                                  info.fixed_virtual_stages, info.fixed_virtual_stages == 1 ? "" : "s",
                                  info.fixed_virtual_stages, plan.virtual_stages));
   plan.recompute = request.recompute;
+  if (request.recompute_num_layers && (*request.recompute_num_layers < 1 || *request.recompute_num_layers > kMaxRecomputeLayers))
+    throw InputError(fmt::format("--recompute-num-layers: expected an integer from 1 to {}, found {}", kMaxRecomputeLayers,
+                                 *request.recompute_num_layers));
+  const LayerRecompute layer_recompute{request.recompute_granularity, request.recompute_method,
+                                       request.recompute_num_layers.value_or(0)};
+  check_layer_recompute(layer_recompute);
+  if (request.recompute && layer_recompute.enabled())
+    throw InputError(fmt::format("--recompute and --recompute-granularity {}: GPipe's recomputation (each stage's whole "
+                                 "forward again, its input kept) and Megatron-LM's (layer by layer); give one",
+                                 printable(layer_recompute.granularity)));
+  plan.layer_recompute = layer_recompute;
+  check_layer_recompute_profile(plan.layer_recompute, plan.profile, profile_label);
   if (!request.optimizer.empty()) optimizer_copies(request.optimizer);
   plan.dtype = run_dtype(plan.profile.dtype, request.dtype, request.profile_file);
+  check_gradient_dtype(plan.dtype, request.gradient_dtype);
+  // fp32 gradients of 16-bit weights; gradients in the weights' format are the default.
+  if (request.gradient_dtype == "fp32" && dtype_bytes(plan.dtype, "--dtype") != 4) plan.gradient_dtype = "fp32";
   plan.optimizer = request.optimizer.empty() ? default_optimizer(plan.dtype) : request.optimizer;
   if (request.optimizer.empty() && plan.optimizer != "sgd")
     plan.optimizer_note = fmt::format("the default for {}; --optimizer sgd or momentum to change", plan.dtype);
@@ -676,6 +736,7 @@ Plan make_plan(const PlanRequest& request) {
     input.split_layers = request.split_layers;
     input.dtype = plan.dtype;
     input.optimizer = plan.optimizer;
+    input.gradient_dtype = plan.gradient_dtype;
     // A sweep keeps each partition (or the reason there is none) by the hash
     // of everything the partitioner reads: runs differing elsewhere share it.
     std::string cache_path;
@@ -693,6 +754,7 @@ Plan make_plan(const PlanRequest& request) {
       std::string key_more;
       if (resident_weight_factor(input.dtype, input.optimizer) != 2)
         key_more += fmt::format("dtype={}\noptimizer={}\n", input.dtype, input.optimizer);
+      if (!input.gradient_dtype.empty()) key_more += fmt::format("gradient_dtype={}\n", input.gradient_dtype);
       if (plan.tensor_parallel != 1) key_more += fmt::format("tensor_parallel={}\n", plan.tensor_parallel);
       cache_path = fmt::format("{}/{}.json", partition_cache_folder, sweep::sha256_hex(key + key_more).substr(0, 32));
     }
@@ -913,6 +975,9 @@ class PlatformCopy {
 void check_program_uses_options(const Plan& plan, const Program& program) {
   const std::string origin = plan.program_text.empty() ? "schedule " + plan.schedule : plan.schedule;
   bool overlapped = false, recomputes = false;
+  const bool recompute_asked = plan.recompute || plan.layer_recompute.enabled();
+  const std::string recompute_flag =
+      plan.recompute ? std::string("--recompute") : "--recompute-granularity " + plan.layer_recompute.granularity;
   for (const DeviceProgram& device : program.devices)
     for (const Stream& stream : device.streams) {
       overlapped = overlapped || !stream.overlapped.empty();
@@ -922,10 +987,10 @@ void check_program_uses_options(const Plan& plan, const Program& program) {
     throw InputError(fmt::format("--fb-overlap {}: sets the time of overlapped F&B pairs, and {} runs none; drop "
                                  "--fb-overlap (`pipegrid schedule --list` tells which schedules overlap F and B)",
                                  plan.fb_overlap, origin));
-  if (plan.recompute && !recomputes)
-    throw InputError(fmt::format("--recompute: {} recomputes nothing (it has no R action); drop --recompute, or write the "
+  if (recompute_asked && !recomputes)
+    throw InputError(fmt::format("{0}: {1} recomputes nothing (it has no R action); drop {0}, or write the "
                                  "recomputations into the Program",
-                                 origin));
+                                 recompute_flag, origin));
 }
 
 // One simulation of exactly plan.mini_batches on `platform_path`, whose
@@ -943,6 +1008,16 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   request.platform_file = platform_path;
   request.program = result.program;
   request.stages = stage_costs(plan.profile, plan.partition);
+  // Megatron's layer-wise recomputation: each R re-runs its stage's share.
+  // Without sequence parallelism a tensor-parallel member keeps each
+  // checkpoint's whole input (the profile's output_bytes are its share);
+  // with it, its share (Korthikanti et al. 2022: 2sbh/t per checkpoint).
+  std::vector<StageRecompute> layerwise;
+  if (plan.layer_recompute.enabled()) {
+    layerwise = stage_recompute(plan.profile, plan.partition, plan.layer_recompute,
+                                plan.sequence_parallel ? 1 : plan.tensor_parallel);
+    for (std::size_t s = 0; s < layerwise.size(); ++s) request.stages[s].recompute_s = layerwise[s].recompute_s;
+  }
   // PipeOptim predicts the weights before each forward: its cost is part of
   // the forward. The last stage's version gap is D - rank - 1 = 0: it
   // predicts nothing (PipeOptim section 4).
@@ -962,7 +1037,10 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
       const BackwardSplit device_split = backward_split(layer, times);
       cost.device_times[device] = {times.forward_s, times.backward_s, device_split.input_s, device_split.weight_s};
     }
-    request.stage_layers[plan.partition.stage_of_layer[l]].push_back(std::move(cost));
+    std::vector<sim::LayerCost>& stage_layers = request.stage_layers[plan.partition.stage_of_layer[l]];
+    if (!layerwise.empty())
+      cost.recompute_share = layerwise[plan.partition.stage_of_layer[l]].layer_share[stage_layers.size()];
+    stage_layers.push_back(std::move(cost));
   }
   request.hosts = plan.partition.hosts;
   request.fb_overlap = plan.fb_overlap;
@@ -970,6 +1048,8 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   request.transfer_rule = sim::parse_transfer_rule(plan.transfer_rule);
   // Where a device without all-reduces updates its weights (optimizer steps).
   request.update_interval = plan.program_text.empty() ? update_interval(plan.schedule, options) : 0;
+  // Megatron recomputes inside the backward, once the gradient has come.
+  request.recompute_waits_for_gradient = plan.layer_recompute.enabled();
 
   sim::SimulationResult simulated = sim::simulate(request);
   result.platform = simulated.platform;
@@ -979,7 +1059,8 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   MemoryModel memory;
   memory.stages = request.stages;
   memory.recompute = plan.recompute;
-  memory.resident_weight_factor = resident_weight_factor(plan.dtype, plan.optimizer);
+  for (const StageRecompute& stage : layerwise) memory.layerwise.push_back({stage.kept_bytes, stage.recompute_bytes});
+  memory.resident_weight_factor = resident_weight_factor(plan.dtype, plan.optimizer, plan.gradient_dtype);
   if (!info.flushed) {
     memory.versioning = info.weights == WeightVersions::Predicted ? WeightVersioning::Prediction
                         : plan.vertical_sync                        ? WeightVersioning::VerticalSync
@@ -1080,9 +1161,17 @@ RunResult run_plan(Plan& plan) {
         hosts.push_back(host);
         if (const std::string& model = platform.host(host).device_model; !model.empty()) models.insert(model);
       }
+  // The share of each layer's forward recomputed (Megatron's layer-wise recomputation).
+  std::vector<double> recomputed;
+  if (plan.layer_recompute.enabled()) {
+    const std::vector<StageRecompute> stages = stage_recompute(plan.profile, plan.partition, plan.layer_recompute);
+    std::vector<std::size_t> next(stages.size(), 0);
+    for (const int stage : plan.partition.stage_of_layer)
+      recomputed.push_back(stages[static_cast<std::size_t>(stage)].layer_share[next[static_cast<std::size_t>(stage)]++]);
+  }
   result.utilisation = flops_utilisation(plan.profile, plan.tensor_parallel, plan.recompute,
                                          plan.micro_batches * plan.data_parallel,
-                                         result.metrics.minibatch_time_s, hosts, platform, plan.dtype, plan.sequence_parallel);
+                                         result.metrics.minibatch_time_s, hosts, platform, plan.dtype, plan.sequence_parallel, recomputed);
   for (const std::string& model : models)
     for (const std::string& pass : passes_above_hardware(plan.profile, device_model(model, "device_model"), plan.dtype))
       result.warnings.push_back("a modelled pass runs above the hardware: " + pass);
@@ -1309,11 +1398,18 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   if (!plan.program_notes.empty()) document["program_notes"] = plan.program_notes;
   if (!plan.device_model_notes.empty()) document["device_model_notes"] = plan.device_model_notes;
   document["recompute"] = plan.recompute;
+  // Present only when set: runs without them print what they printed before.
+  if (plan.layer_recompute.enabled()) {
+    document["recompute_granularity"] = plan.layer_recompute.granularity;
+    if (!plan.layer_recompute.method.empty()) document["recompute_method"] = plan.layer_recompute.method;
+    if (plan.layer_recompute.num_layers != 0) document["recompute_num_layers"] = plan.layer_recompute.num_layers;
+  }
   document["optimizer"] = plan.optimizer;
   // Present only when stated or used: fp32 runs without them print as before.
   if (!plan.dtype.empty()) {
     document["dtype"] = plan.dtype;
-    document["bytes_per_parameter"] = bytes_per_parameter(plan.dtype, plan.optimizer).total();
+    if (!plan.gradient_dtype.empty()) document["gradient_dtype"] = plan.gradient_dtype;
+    document["bytes_per_parameter"] = bytes_per_parameter(plan.dtype, plan.optimizer, plan.gradient_dtype).total();
   }
   if (plan.tensor_parallel != 1) document["tensor_parallel"] = plan.tensor_parallel;
   if (plan.sequence_parallel) document["sequence_parallel"] = true;
@@ -1400,12 +1496,15 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   for (const std::string& note : plan.program_notes) text += fmt::format("  program           {}\n", note);
   for (const std::string& note : plan.device_model_notes) text += fmt::format("  device model      {}\n", note);
   if (!plan.dtype.empty()) {
-    const ParameterBytes bytes = bytes_per_parameter(plan.dtype, plan.optimizer);
-    text += fmt::format("  precision         {}, {}{}: {} bytes per parameter (weights {} + gradients {}{} + optimizer {})\n",
+    const ParameterBytes bytes = bytes_per_parameter(plan.dtype, plan.optimizer, plan.gradient_dtype);
+    text += fmt::format("  precision         {}, {}{}: {} bytes per parameter (weights {} + gradients {}{}{} + optimizer {})\n",
                         plan.dtype, plan.optimizer, plan.optimizer_note.empty() ? "" : " (" + plan.optimizer_note + ")",
                         bytes.total(), bytes.weights, bytes.gradients,
+                        plan.gradient_dtype.empty() ? "" : " (" + plan.gradient_dtype + ")",
                         bytes.master_weights ? fmt::format(" + fp32 master {}", bytes.master_weights) : "", bytes.optimizer);
   }
+  if (plan.layer_recompute.enabled())
+    text += fmt::format("  recompute         {}\n", layer_recompute_text(plan.layer_recompute));
   if (!plan.tensor_parallel_note.empty()) text += fmt::format("  {}\n", plan.tensor_parallel_note);
   for (const std::string& note : plan.megatron_notes) text += fmt::format("  megatron          {}\n", note);
   if (plan.parallel_layout) text += fmt::format("  layout            {}\n", layout_text(plan));

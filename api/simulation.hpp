@@ -65,6 +65,13 @@ struct PlanRequest {
   /// (default) or fifo (sim::TransferRule; Plan::transfer_rule).
   std::string transfer_rule = "share";
   bool recompute = false;
+  /// Megatron-LM's layer-wise recomputation (--recompute-granularity full or
+  /// selective, --recompute-method uniform or block, --recompute-num-layers;
+  /// core/recompute.hpp): Plan::layer_recompute. Excludes `recompute`.
+  std::string recompute_granularity, recompute_method;
+  std::optional<int> recompute_num_layers;
+  /// --gradient-dtype: "" (gradients in the dtype) or fp32 (Plan::gradient_dtype).
+  std::string gradient_dtype;
   /// sgd, momentum or adam; "" when not given: default_optimizer of the
   /// run's dtype (core/precision.hpp)
   std::string optimizer;

@@ -52,7 +52,22 @@ void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
   command.add_option("--transfer-rule", request.transfer_rule,
                      "share (default: concurrent activations and gradients share the links) or fifo (one at a time per "
                      "(source, destination) host pair, in the order they became ready)");
-  command.add_flag("--recompute", request.recompute, "activation recomputation (flushed schedules)");
+  command.add_flag("--recompute", request.recompute,
+                   "GPipe's activation recomputation (flushed schedules): each stage's whole forward again before its "
+                   "backward, only its input kept");
+  command.add_option("--recompute-granularity", request.recompute_granularity,
+                     "Megatron-LM's recomputation, layer by layer (flushed schedules; not with --recompute): full "
+                     "(whole transformer layers, as --recompute-method says) or selective (the attention core of every "
+                     "transformer layer)");
+  command.add_option("--recompute-method", request.recompute_method,
+                     "--recompute-granularity full: uniform (every transformer layer, checkpointed in groups of "
+                     "--recompute-num-layers) or block (only the first --recompute-num-layers transformer layers of "
+                     "each stage)");
+  command.add_option("--recompute-num-layers", request.recompute_num_layers,
+                     "--recompute-granularity full: transformer layers per checkpoint (uniform) or per stage (block)");
+  command.add_option("--gradient-dtype", request.gradient_dtype,
+                     "fp32: fp32 gradients of fp16 or bf16 weights (Megatron-LM's default with --bf16: 18 bytes per "
+                     "parameter with adam); default: the weights' dtype");
   command.add_option("--batch-size", request.batch_size, "micro-batch size the profile was measured at (graph.txt)");
   command.add_option("--micro-batch-size", request.micro_batch_size,
                      "run micro-batches of N samples (profile times interpolated between its measured sizes)");

@@ -446,9 +446,13 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model, const 
     const auto input_end = compute_end.find({r.host, {'I', r.stage, r.micro_batch, r.mini_batch}});
     const bool split = backward_end == compute_end.end() && input_end != compute_end.end();
     if (split) backward_end = compute_end.find({r.host, {'W', r.stage, r.micro_batch, r.mini_batch}});
+    const bool layerwise = static_cast<std::size_t>(r.stage) < model.layerwise.size();
+    const bool recomputes = model.recompute || layerwise;
     if (r.action == "F") {
       const double release = backward_end == compute_end.end() ? r.end_s : backward_end->second;
-      const double kept = model.recompute ? stage.input_bytes : stage.stash_bytes;
+      const double kept = layerwise         ? model.layerwise[r.stage].kept_bytes
+                          : model.recompute ? stage.input_bytes
+                                            : stage.stash_bytes;
       changes[r.host].push_back({r.start_s, kept, 1, none});
       if (split) {
         // From the I's end only the W's part stays.
@@ -459,7 +463,7 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model, const 
       } else {
         changes[r.host].push_back({release, -kept, -1, none});
       }
-      if (model.recompute && !recompute_start.count({r.host, key_of(r)})) {
+      if (recomputes && !recompute_start.count({r.host, key_of(r)})) {
         // Recomputation asked for but this micro-batch was not recomputed: it
         // kept its full stash.
         changes[r.host].push_back({r.start_s, stage.stash_bytes - kept, 0, none});
@@ -468,8 +472,9 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model, const 
     } else if (r.action == "R") {
       const auto release_at = split ? input_end : backward_end;
       const double release = release_at == compute_end.end() ? r.end_s : release_at->second;
-      changes[r.host].push_back({r.start_s, stage.stash_bytes - stage.input_bytes, 0, none});
-      changes[r.host].push_back({release, -(stage.stash_bytes - stage.input_bytes), 0, none});
+      const double held = layerwise ? model.layerwise[r.stage].recompute_bytes : stage.stash_bytes - stage.input_bytes;
+      changes[r.host].push_back({r.start_s, held, 0, none});
+      changes[r.host].push_back({release, -held, 0, none});
     }
   }
 

@@ -1,8 +1,10 @@
 #pragma once
 // Metrics derived from a timeline. Memory follows SEMANTICS.md: weights +
-// gradients, activation stashes (F start .. matching B end; with
+// gradients, activation stashes (F start .. matching B end; with GPipe's
 // recomputation only the stage input, plus the full stash from R start to B
-// end) and receive buffers (arrival .. end of the consuming operation).
+// end; with Megatron's, the checkpoints, plus one checkpoint group from R
+// start to B end) and receive buffers (arrival .. end of the consuming
+// operation).
 
 #include <map>
 #include <optional>
@@ -27,9 +29,22 @@ enum class WeightVersioning {
   Prediction,    ///< pipeoptim: the latest version, plus a predicted one while a forward runs
 };
 
+/// What one micro-batch of a stage keeps under Megatron-LM's layer-wise
+/// recomputation (StageRecompute, core/recompute.hpp).
+struct LayerwiseStash {
+  double kept_bytes = 0;       ///< from the start of its F to the end of its backward
+  double recompute_bytes = 0;  ///< besides, from the start of its R to the end of its backward (its I when split)
+};
+
 struct MemoryModel {
   std::vector<StageCost> stages;
+  /// GPipe's recomputation: a micro-batch keeps its stage input from F to
+  /// its backward's end, and the whole stash from its R on.
   bool recompute = false;
+  /// Megatron-LM's layer-wise recomputation, per stage (in place of
+  /// `recompute`'s rule); empty: none. A micro-batch without an R keeps its
+  /// whole stash, as under `recompute`.
+  std::vector<LayerwiseStash> layerwise;
   WeightVersioning versioning = WeightVersioning::Single;
   int update_interval = 1;   ///< backwards per update on a device without all-reduces
   /// What stays resident per byte of a stage's weights for the whole run:

@@ -76,6 +76,11 @@ struct StageCost {
   /// What one micro-batch's backward needs kept from its forward: the stage's
   /// input + the sum of output_bytes over its layers (SEMANTICS.md).
   double stash_bytes = 0;
+  /// The recompute (R) action's time when it re-runs part of the forward
+  /// (Megatron's layer-wise recomputation: StageRecompute::recompute_s,
+  /// core/recompute.hpp); absent, the whole forward_s (GPipe's). Not set
+  /// by stage_costs().
+  std::optional<double> recompute_s = {};
 };
 
 /** The uniform partition: `num_stages` stages, layers split as evenly as

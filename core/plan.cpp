@@ -53,6 +53,12 @@ std::string plan_to_json(const Plan& plan) {
   if (plan.transfer_rule != "share") document["transfer_rule"] = plan.transfer_rule;
   if (!plan.program_text.empty()) document["program"] = plan.program_text;
   if (!plan.dtype.empty()) document["dtype"] = plan.dtype;
+  if (!plan.gradient_dtype.empty()) document["gradient_dtype"] = plan.gradient_dtype;
+  if (plan.layer_recompute.enabled()) {
+    document["recompute_granularity"] = plan.layer_recompute.granularity;
+    if (!plan.layer_recompute.method.empty()) document["recompute_method"] = plan.layer_recompute.method;
+    if (plan.layer_recompute.num_layers != 0) document["recompute_num_layers"] = plan.layer_recompute.num_layers;
+  }
   if (plan.tensor_parallel != 1) document["tensor_parallel"] = plan.tensor_parallel;
   if (plan.sequence_parallel) document["sequence_parallel"] = true;
   if (!plan.tensor_parallel_note.empty()) document["tensor_parallel_note"] = plan.tensor_parallel_note;
@@ -76,7 +82,7 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
                              {"pipegrid_plan", "schedule", "micro_batches", "mini_batches", "recompute", "network",
                               "optimizer", "vertical_sync", "update_interval", "prediction_cost_s_per_byte", "wait_free",
                               "pipeline_depth", "partitioner", "micro_batch_scaling", "micro_batch_scaling_note",
-                              "virtual_stages", "fb_overlap", "transfer_rule", "program", "dtype", "tensor_parallel", "sequence_parallel", "tensor_parallel_note", "data_parallel", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
+                              "virtual_stages", "fb_overlap", "transfer_rule", "program", "dtype", "gradient_dtype", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "sequence_parallel", "tensor_parallel_note", "data_parallel", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
   auto field = [&](const char* name, auto check, const std::string& expected) -> const nlohmann::json& {
     if (!document.contains(name) || !check(document[name]))
       throw InputError(fmt::format("{}: {}: expected {}, found {}", origin, name, expected,
@@ -152,6 +158,34 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
     dtype_bytes(plan.dtype, origin + ": dtype");
     if (plan.dtype.empty()) throw InputError(fmt::format("{}: dtype: expected fp32, fp16 or bf16, found \"\"", origin));
   }
+  if (document.contains("gradient_dtype")) {
+    plan.gradient_dtype = field("gradient_dtype", is_string, "fp32 or the dtype").get<std::string>();
+    try {
+      if (plan.gradient_dtype.empty()) dtype_bytes(plan.gradient_dtype, "--gradient-dtype");  // "" is not stated
+      check_gradient_dtype(plan.dtype, plan.gradient_dtype);
+    } catch (const InputError& error) {
+      throw InputError(fmt::format("{}: gradient_dtype: {}", origin, error.what()));
+    }
+    if (plan.gradient_dtype.empty())
+      throw InputError(fmt::format("{}: gradient_dtype: expected fp32, fp16 or bf16, found \"\"", origin));
+  }
+  if (document.contains("recompute_granularity"))
+    plan.layer_recompute.granularity = field("recompute_granularity", is_string, "full or selective").get<std::string>();
+  if (document.contains("recompute_method"))
+    plan.layer_recompute.method = field("recompute_method", is_string, "uniform or block").get<std::string>();
+  if (document.contains("recompute_num_layers"))
+    plan.layer_recompute.num_layers = integer("recompute_num_layers", 1, kMaxRecomputeLayers);
+  try {
+    check_layer_recompute(plan.layer_recompute);
+    if (document.contains("recompute_granularity") && plan.layer_recompute.granularity.empty())
+      throw InputError("--recompute-granularity: expected full or selective, found ''");
+  } catch (const InputError& error) {
+    throw InputError(fmt::format("{}: {}", origin, error.what()));
+  }
+  if (plan.recompute && plan.layer_recompute.enabled())
+    throw InputError(fmt::format("{}: recompute and recompute_granularity: GPipe's and Megatron's recomputation; a plan "
+                                 "has one",
+                                 origin));
   if (document.contains("tensor_parallel")) plan.tensor_parallel = integer("tensor_parallel", 1, kMaxTensorParallel);
   if (document.contains("sequence_parallel"))
     plan.sequence_parallel = field("sequence_parallel", is_boolean, "true or false").get<bool>();

@@ -9,6 +9,7 @@
 
 #include "core/partition.hpp"
 #include "core/profile.hpp"
+#include "core/recompute.hpp"
 
 namespace pipegrid {
 
@@ -27,7 +28,12 @@ struct Plan {
   /// Replaces every host's memory capacity (simulate --memory); absent: the
   /// platform's `memory` properties.
   std::optional<double> memory_bytes;
+  /// GPipe's recomputation (--recompute): an R re-runs the stage's whole
+  /// forward before each backward, the stage input kept meanwhile.
   bool recompute = false;
+  /// Megatron-LM's layer-wise recomputation (--recompute-granularity ...;
+  /// core/recompute.hpp), in place of `recompute`; none when not enabled.
+  LayerRecompute layer_recompute;
   std::string network = "analytic";  ///< analytic | simgrid
   /// share | fifo: how concurrent activations and gradients share the
   /// network (docs/semantics.md, Transfer rules; sim::TransferRule).
@@ -65,6 +71,11 @@ struct Plan {
   /// (fp32). Memory keeps resident_weight_factor(dtype, optimizer) bytes per
   /// weight byte (core/precision.hpp).
   std::string dtype;
+  /// The gradients' format when it is not `dtype` (--gradient-dtype fp32:
+  /// fp32 gradients of fp16 or bf16 weights, Megatron-LM's default with
+  /// --bf16); "" otherwise. Memory: bytes_per_parameter(dtype, optimizer,
+  /// gradient_dtype).
+  std::string gradient_dtype;
   /// Hosts per tensor-parallel group (simulate --tensor-parallel): 1, or t
   /// consecutive hosts of one server running each stage split t ways. The
   /// embedded profile is then the per-member one (tensor_parallel_profile)

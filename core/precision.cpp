@@ -21,11 +21,23 @@ int dtype_bytes(const std::string& dtype, const std::string& what) {
   throw InputError(fmt::format("{}: expected fp32, fp16 or bf16, found '{}'", what, printable(dtype)));
 }
 
-ParameterBytes bytes_per_parameter(const std::string& dtype, const std::string& optimizer) {
+void check_gradient_dtype(const std::string& dtype, const std::string& gradient_dtype) {
+  if (gradient_dtype.empty()) return;
+  dtype_bytes(gradient_dtype, "--gradient-dtype");
+  const std::string weights = dtype.empty() ? "fp32" : dtype;
+  if (gradient_dtype != "fp32" && gradient_dtype != weights)
+    throw InputError(fmt::format("--gradient-dtype {}: expected fp32 or the run's dtype ({}): gradients are kept in the "
+                                 "weights' format or in fp32, found {}",
+                                 printable(gradient_dtype), weights, printable(gradient_dtype)));
+}
+
+ParameterBytes bytes_per_parameter(const std::string& dtype, const std::string& optimizer,
+                                   const std::string& gradient_dtype) {
+  check_gradient_dtype(dtype, gradient_dtype);
   ParameterBytes bytes;
   const int size = dtype_bytes(dtype);
   bytes.weights = size;
-  bytes.gradients = size;
+  bytes.gradients = gradient_dtype.empty() ? size : dtype_bytes(gradient_dtype);
   bytes.master_weights = size == 4 ? 0 : 4;  // mixed precision keeps fp32 master weights
   bytes.optimizer = 4 * optimizer_copies(optimizer);  // fp32 moments: momentum 1, adam 2
   return bytes;
@@ -35,8 +47,9 @@ std::string default_optimizer(const std::string& dtype) {
   return dtype == "fp16" || dtype == "bf16" ? "adam" : "sgd";
 }
 
-double resident_weight_factor(const std::string& dtype, const std::string& optimizer) {
-  return static_cast<double>(bytes_per_parameter(dtype, optimizer).total()) / dtype_bytes(dtype);
+double resident_weight_factor(const std::string& dtype, const std::string& optimizer,
+                              const std::string& gradient_dtype) {
+  return static_cast<double>(bytes_per_parameter(dtype, optimizer, gradient_dtype).total()) / dtype_bytes(dtype);
 }
 
 std::string run_dtype(const std::string& profile_dtype, const std::string& requested, const std::string& profile_origin) {

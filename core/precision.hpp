@@ -16,17 +16,29 @@ const std::vector<std::string>& dtype_names();
  *  InputError naming `what` and the known formats otherwise. */
 int dtype_bytes(const std::string& dtype, const std::string& what = "dtype");
 
-/** Bytes per parameter by (dtype, optimizer), resident for the whole run:
+/** Bytes per parameter by (dtype, optimizer, gradient dtype), resident for
+ *  the whole run:
  *    fp32:        weights 4 + gradients 4 + optimizer (sgd 0, momentum 4, adam 8)
  *    fp16, bf16:  weights 2 + gradients 2 + fp32 master weights 4 + optimizer
  *                 (sgd 0, momentum 4, adam 8; the optimizer state is fp32)
- *  so 8 / 12 / 16 bytes per parameter either way. InputError for an unknown
- *  dtype or optimizer (optimizer_copies's message, naming --optimizer). */
+ *  so 8 / 12 / 16 bytes per parameter either way. `gradient_dtype` "fp32"
+ *  with fp16 or bf16 weights: fp32 gradients (4 bytes; Megatron-LM's
+ *  default with --bf16, --accumulate-allreduce-grads-in-fp32 with --fp16:
+ *  adam 18 bytes, its distributed-optimizer table's non-distributed bf16
+ *  line); "" or the dtype itself: gradients in the dtype. InputError for an
+ *  unknown dtype or optimizer (optimizer_copies's message, naming
+ *  --optimizer) and for a gradient dtype other than those (check_gradient_dtype). */
 struct ParameterBytes {
   int weights = 4, gradients = 4, master_weights = 0, optimizer = 0;
   int total() const { return weights + gradients + master_weights + optimizer; }
 };
-ParameterBytes bytes_per_parameter(const std::string& dtype, const std::string& optimizer);
+ParameterBytes bytes_per_parameter(const std::string& dtype, const std::string& optimizer,
+                                   const std::string& gradient_dtype = "");
+
+/** The gradient dtype a run may keep (simulate --gradient-dtype): "" (the
+ *  run's dtype), that dtype, or fp32. InputError naming --gradient-dtype
+ *  and the run's dtype otherwise (16-bit gradients of fp32 weights). */
+void check_gradient_dtype(const std::string& dtype, const std::string& gradient_dtype);
 
 /** The optimizer a run keeps state for when none is given: adam for fp16
  *  and bf16 (mixed-precision training is Adam's: Megatron-LM, NeMo and
@@ -37,9 +49,11 @@ std::string default_optimizer(const std::string& dtype);
 /** The resident state per byte of weights (a profile's parameter_bytes are
  *  in its dtype): bytes_per_parameter(...).total() / dtype_bytes(dtype).
  *  fp32: sgd 2, momentum 3, adam 4 (weights + gradients + optimizer copies);
- *  fp16/bf16: sgd 4, momentum 6, adam 8. Extra weight versions that stashing
+ *  fp16/bf16: sgd 4, momentum 6, adam 8 (with fp32 gradients 5, 7, 9).
+ *  Extra weight versions that stashing
  *  schedules keep are one copy of the weight bytes each, on top. */
-double resident_weight_factor(const std::string& dtype, const std::string& optimizer);
+double resident_weight_factor(const std::string& dtype, const std::string& optimizer,
+                              const std::string& gradient_dtype = "");
 
 /** The dtype a run uses: the profile's when it states one, else `requested`
  *  (simulate --dtype; "" when not given). Both stated and different: an

@@ -62,6 +62,15 @@ struct Layer {
   /// false: the profile gives no forward_s/backward_s for this layer (they
   /// are 0 here until a device model fills them in).
   bool times_given = true;
+  /// The attention core of a transformer layer (the gpt generator's; both
+  /// or neither, each in [0, 1], the same at every micro-batch size): the
+  /// work Megatron-LM's selective recomputation recomputes (Q K^T, softmax,
+  /// dropout, attention x V; core/recompute.hpp). Its share of the layer's
+  /// forward_flops, and its share of the layer's stashed_bytes(): the s x s
+  /// scores after the softmax and after the dropout, and the dropout's mask
+  /// (fused attention keeps none of them: its log-sum-exp).
+  std::optional<double> attention_core_flops_share = {};
+  std::optional<double> attention_core_stash_share = {};
 
   /// How Megatron's tensor parallelism splits the layer (docs/formats.md,
   /// Tensor-parallel fields; core/tensor_parallel.hpp). Size-independent,

@@ -466,7 +466,7 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
     reject_unknown_fields(entry, fmt::format("{}: {}", origin, path),
                           {"name", "forward_s", "backward_s", "backward_input_s", "backward_weight_s", "output_bytes",
                            "activation_bytes", "parameter_bytes", "op", "forward_flops", "backward_input_flops",
-                           "backward_weight_flops", "bytes_read", "bytes_written", "devices", "vocabulary",
+                           "backward_weight_flops", "bytes_read", "bytes_written", "attention_core_flops_share", "attention_core_stash_share", "devices", "vocabulary",
                            "replicated_parameter_bytes", "replicated_activation_fraction"});
     Layer layer;
     const auto layer_name = entry.find("name");
@@ -521,6 +521,23 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
         throw InputError(fmt::format("{}: {}.op: expected one of {}, found {}", origin, path, fmt::join(ops, ", "),
                                      shown(*op)));
       layer.op = op->get<std::string>();
+    }
+    // The attention core's shares: one value each (not per size), both or neither.
+    for (const auto& [field, other] : {std::pair{"attention_core_flops_share", "attention_core_stash_share"},
+                                       std::pair{"attention_core_stash_share", "attention_core_flops_share"}})
+      if (entry.contains(field) && !entry.contains(other))
+        throw InputError(fmt::format("{}: {}.{}: expected a number in [0, 1] since {} is given (the attention core's "
+                                     "shares: both or neither), found nothing",
+                                     origin, path, other, field));
+    for (auto [field, share] : {std::pair{"attention_core_flops_share", &layer.attention_core_flops_share},
+                                std::pair{"attention_core_stash_share", &layer.attention_core_stash_share}}) {
+      const auto value = entry.find(field);
+      if (value == entry.end()) continue;
+      if (!value->is_number() || !(value->get<double>() >= 0 && value->get<double>() <= 1))
+        throw InputError(fmt::format("{}: {}.{}: expected a number in [0, 1] (one value at every micro-batch size), "
+                                     "found {}",
+                                     origin, path, field, shown(*value)));
+      *share = value->get<double>();
     }
     const std::vector<double> output = values_per_size(entry, "output_bytes", shape, origin, path + ".output_bytes");
     std::optional<std::vector<double>> activation;
@@ -603,6 +620,10 @@ std::string profile_to_json(const Profile& profile) {
       else if (!multi && own_fields[f]->has_value())
         analytic += fmt::format(", \"{}\": {}", key, number_text(**own_fields[f]));
     }
+    if (layer.attention_core_flops_share && layer.attention_core_stash_share)
+      analytic += fmt::format(", \"attention_core_flops_share\": {}, \"attention_core_stash_share\": {}",
+                              number_text(*layer.attention_core_flops_share),
+                              number_text(*layer.attention_core_stash_share));
     if (multi) {
       forward = per_size([l](const MeasuredSize& m) { return m.layers[l].forward_s; });
       backward = per_size([l](const MeasuredSize& m) { return m.layers[l].backward_s; });
@@ -690,6 +711,14 @@ void check_profile(const Profile& profile, const std::string& origin) {
                                                                       {"bytes_written", layer.bytes_written}};
     for (const auto& [field, value] : analytic)
       if (value) check_non_negative(*value, origin, fmt::format("{}.{}", path, field));
+    if (layer.attention_core_flops_share.has_value() != layer.attention_core_stash_share.has_value())
+      throw InputError(fmt::format("{}: {}: attention_core_flops_share and attention_core_stash_share: expected both or "
+                                   "neither",
+                                   origin, path));
+    for (const auto& [field, share] : {std::pair{"attention_core_flops_share", layer.attention_core_flops_share},
+                                       std::pair{"attention_core_stash_share", layer.attention_core_stash_share}})
+      if (share && !(*share >= 0 && *share <= 1))
+        throw InputError(fmt::format("{}: {}.{}: expected a number in [0, 1], found {}", origin, path, field, *share));
     if (!layer.times_given && !layer.has_flops())
       throw InputError(fmt::format("{}: {}: expected forward_s and backward_s (measured times) or forward_flops (analytic "
                                    "costs), found neither",

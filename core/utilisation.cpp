@@ -37,15 +37,17 @@ double hardware_peak_flops(const DeviceModel& device, const std::string& dtype) 
 
 FlopsUtilisation flops_utilisation(const Profile& profile, int tensor_parallel, bool recompute, int micro_batches,
                                    double minibatch_time_s, const std::vector<std::string>& hosts,
-                                   const PlatformSummary& platform, const std::string& dtype, bool sequence_parallel) {
+                                   const PlatformSummary& platform, const std::string& dtype, bool sequence_parallel,
+                                   const std::vector<double>& recomputed_share) {
   FlopsUtilisation out;
   const int t = std::max(1, tensor_parallel);
   out.gpus = static_cast<int>(hosts.size()) * t;
   std::vector<std::string> reasons;
 
-  double model_per_micro_batch = 0, forward_per_micro_batch = 0;
+  double model_per_micro_batch = 0, forward_per_micro_batch = 0, recomputed_per_micro_batch = 0;
   std::vector<std::string> without_flops;
-  for (const Layer& layer : profile.layers) {
+  for (std::size_t l = 0; l < profile.layers.size(); ++l) {
+    const Layer& layer = profile.layers[l];
     if (!layer.has_flops()) {
       without_flops.push_back("'" + layer.name + "'");
       continue;
@@ -53,12 +55,14 @@ FlopsUtilisation flops_utilisation(const Profile& profile, int tensor_parallel, 
     const double members = tensor_parallel_splits(layer, sequence_parallel) ? t : 1;
     const double forward = *layer.forward_flops * members;
     forward_per_micro_batch += forward;
+    if (l < recomputed_share.size()) recomputed_per_micro_batch += recomputed_share[l] * forward;
     model_per_micro_batch +=
         forward + (layer.backward_input_flops.value_or(0) + layer.backward_weight_flops.value_or(0)) * members;
   }
   if (without_flops.empty()) {
     out.model_flops = model_per_micro_batch * micro_batches;
-    out.hardware_flops = *out.model_flops + (recompute ? forward_per_micro_batch * micro_batches : 0);
+    const double recomputed = !recomputed_share.empty() ? recomputed_per_micro_batch : recompute ? forward_per_micro_batch : 0;
+    out.hardware_flops = *out.model_flops + recomputed * micro_batches;
   } else {
     reasons.push_back(without_flops.size() == profile.layers.size()
                           ? fmt::format("profile '{}' gives no FLOPs (measured times only)", profile.name)

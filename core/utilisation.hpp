@@ -27,8 +27,9 @@ struct FlopsUtilisation {
   /// (its per-member FLOPs x t). Absent when a layer has no forward_flops
   /// (a measured profile): `unavailable` says which.
   std::optional<double> model_flops;
-  /// model_flops plus the forwards recomputed (with recomputation every
-  /// micro-batch's forward runs twice on every stage).
+  /// model_flops plus the forwards recomputed (with GPipe's recomputation
+  /// every micro-batch's forward runs twice on every stage; with Megatron's,
+  /// each layer's recomputed share of it).
   std::optional<double> hardware_flops;
   /// GPUs (or boards) the run occupies: the hosts holding stages, times the
   /// tensor-parallel group size.
@@ -52,10 +53,14 @@ struct FlopsUtilisation {
  *  `micro_batches` micro-batches of the profile per mini-batch, on the hosts
  *  `hosts` of `platform` (each standing for `tensor_parallel` GPUs of its
  *  model), at `dtype` ("" is fp32). */
+/// `recomputed_share`, when not empty: per layer of the profile, the share
+/// of its forward recomputed (StageRecompute::layer_share), in place of
+/// `recompute`'s whole forward.
 FlopsUtilisation flops_utilisation(const Profile& profile, int tensor_parallel, bool recompute, int micro_batches,
                                    double minibatch_time_s, const std::vector<std::string>& hosts,
                                    const PlatformSummary& platform, const std::string& dtype,
-                                   bool sequence_parallel = false);
+                                   bool sequence_parallel = false,
+                                   const std::vector<double>& recomputed_share = {});
 
 /** Layers whose analytic times (times_given false; measured times are
  *  left alone: cuDNN's Winograd convolutions legitimately beat the direct

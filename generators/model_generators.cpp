@@ -490,6 +490,7 @@ void transformer_block(Builder& b, const std::string& name, double batch, const 
   cost.weight_product(rows, h, qkv, bias * qkv);      // Q, K, V
   if (g.rotary)                                       // rotate Q and K (reads the cos and sin tables)
     cost.memory(rows * (h + kv) + 2 * s * d, rows * (h + kv));
+  const double before_core = cost.forward;  // the attention core's FLOPs follow (selective recomputation's share)
   if (g.flash_attention) {
     // One kernel (FlashAttention, cuDNN): Q K^T, softmax, dropout and
     // attention x V on chip, 4 B s^2 h FLOPs forward; it reads Q, K, V and
@@ -505,6 +506,7 @@ void transformer_block(Builder& b, const std::string& name, double batch, const 
     cost.memory(scores, scores, scores);                // dropout (1-byte mask)
     cost.activation_product(batch * g.heads, s, s, d);  // attention x V
   }
+  const double core_flops = cost.forward - before_core;
   cost.weight_product(rows, h, h, bias * h);          // output projection
   cost.memory(2 * rows * h, rows * h, rows * h);      // dropout, residual add
   cost.memory(rows * h, rows * h, 0, norm_read);      // norm 2
@@ -541,6 +543,14 @@ void transformer_block(Builder& b, const std::string& name, double batch, const 
   // N h elements) and the residual branches' dropout masks (2 N h bytes).
   Layer& block = b.layers.back();
   block.replicated_activation_fraction = (b.e * 4 * rows * h + 2 * rows * h) / *block.activation_bytes;
+  // The attention core (what Megatron-LM's selective recomputation
+  // recomputes): its FLOPs, and what it alone keeps: the softmax output and
+  // the dropout's output (e bytes each) and mask (1 byte) over the scores,
+  // 5 B a s^2 bytes at 2 bytes, or fused attention's log-sum-exp.
+  Layer& layer = b.layers.back();
+  const double core_stash = g.flash_attention ? log_sum_exp : (2 * b.e + 1) * scores;
+  layer.attention_core_flops_share = core_flops / cost.forward;
+  layer.attention_core_stash_share = core_stash / *layer.activation_bytes;
 }
 
 void build_gpt(Builder& b, const ResolvedModel& m, Profile& profile) {

@@ -66,7 +66,7 @@ const std::vector<Group>& groups() {
         {"--vocab-size", V}, {"--padded-vocab-size", V}, {"--tokenizer-type", V}, {"--vocab-extra-ids", V},
         {"--seq-length", V}, {"--encoder-seq-length", V}, {"--decoder-seq-length", V}, {"--attention-dropout", V},
         {"--hidden-dropout", V}, {"--deterministic-mode", S}, {"--fp32-residual-connection", S},
-        {"--fp16-lm-cross-entropy", S}, {"--rotary-percent", V}}},
+        {"--fp16-lm-cross-entropy", S}, {"--rotary-percent", V}, {"--recompute-modules", L}}},
       {Treatment::Issue28,
        "",
        {
@@ -447,10 +447,6 @@ const std::vector<Group>& groups() {
        "settings of --sequence-parallel (no effect without it)",
        {
         {"--no-clone-scatter-output-in-embedding", S}}},
-      {Treatment::Ignored,
-       "the modules selective recompute recomputes (no effect without --recompute-granularity selective)",
-       {
-        {"--recompute-modules", L}}},
       {Treatment::Noted,
        "experimental features: pipegrid models none of them",
        {
@@ -862,10 +858,6 @@ void refuse_unmodelled(const Arguments& arguments) {
       case Treatment::Refused: refuse(arguments, argument, argument.known->reason);
       default: break;
     }
-    if (name == "--recompute-activations")
-      refuse_issue_28(arguments, argument, "--recompute-activations (selective recomputation)");
-    if (name == "--recompute-granularity" && value == "selective")
-      refuse_issue_28(arguments, argument, "--recompute-granularity selective");
     if (name == "--use-legacy-models")
       refuse(arguments, argument, "pipegrid follows the Megatron-Core GPT model (the release's default)");
     if (name == "--context-parallel-size" && arguments.integer(name, 1, kMaxParallel) > 1)
@@ -1233,10 +1225,34 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
                                               "found {}",
                                               *micro, *launch.global_batch_size));
 
-  // Recomputation (TransformerConfig.__post_init__; selective refused above).
-  const std::string granularity = a.choice("--recompute-granularity", {"full", "selective"}, "");
+  // Recomputation (validate_args: --recompute-activations sets the
+  // granularity selective, whatever was given; selective takes no method;
+  // TransformerConfig.__post_init__: full takes a method and layers,
+  // selective no layers).
+  std::string granularity = a.choice("--recompute-granularity", {"full", "selective"}, "");
   const std::string method = a.choice("--recompute-method", {"uniform", "block"}, "");
   const auto recompute_layers = a.integer("--recompute-num-layers", 1, kMaxLayers);
+  if (a.has("--recompute-activations")) {
+    if (granularity == "full")
+      notes.push_back(fmt::format("--recompute-activations: sets the granularity selective, replacing {}",
+                                  a.get("--recompute-granularity")->as_given));
+    granularity = "selective";
+  }
+  if (granularity == "selective") {
+    if (!method.empty())
+      a.fail("--recompute-method", "recompute method is not yet supported for selective recomputing granularity");
+    if (recompute_layers)
+      a.fail("--recompute-num-layers", "When using recompute_granularity: selective recompute_num_layers must be None.");
+    launch.recompute.selective = true;
+    if (const Given* modules = a.get("--recompute-modules")) {
+      // Megatron-Core's modules other than the attention core are MoE's,
+      // MLA's, the norms' and the MLP's; pipegrid recomputes the core only.
+      if (modules->values != std::vector<std::string>{"core_attn"})
+        refuse(arguments, *modules, "selective recomputation of modules other than the attention core (core_attn, the default)");
+    }
+  } else if (a.has("--recompute-modules")) {
+    notes.push_back(fmt::format("{}: no effect without --recompute-granularity selective", a.get("--recompute-modules")->as_given));
+  }
   if (granularity == "full") {
     if (method.empty())
       a.fail("--recompute-granularity", "Using recompute_granularity: full so recompute_method must be \"block\" or \"uniform\"");
@@ -1293,12 +1309,10 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
     else if (!accumulate_in_fp32 && main_grads == "fp32") accumulate_in_fp32 = true;
   }
   launch.fp32_gradients = dtype == "fp32" || accumulate_in_fp32;
-  if (dtype != "fp32" && launch.fp32_gradients)
-    notes.push_back(fmt::format("gradients: Megatron accumulates and all-reduces them in fp32 (4 bytes per parameter){}; "
-                                "pipegrid's memory model counts 2 in {} until issue 28",
-                                dtype == "bf16" && !a.has("--accumulate-allreduce-grads-in-fp32")
-                                    ? " (the release's default with --bf16)"
-                                    : "",
+  if (dtype != "fp32" && !launch.fp32_gradients)
+    notes.push_back(fmt::format("gradients: {} (2 bytes per parameter); Megatron's optimizer copies them to fp32 for its "
+                                "step (its distributed-optimizer table: 20 bytes per parameter with Adam), pipegrid "
+                                "counts 16",
                                 dtype));
   if (a.has("--fp32-residual-connection")) {
     if (dtype == "fp32")

@@ -20,12 +20,14 @@ namespace pipegrid {
 /// The Megatron-LM release whose arguments, defaults and checks are followed.
 inline constexpr const char* kMegatronRelease = "core_v0.14.0";
 
-/// Activation recomputation as the launch asks for it (selective
-/// recomputation is refused until issue 28).
+/// Activation recomputation as the launch asks for it (Plan::layer_recompute).
 struct MegatronRecompute {
   bool full = false;   ///< --recompute-granularity full
   std::string method;  ///< "uniform" or "block" when full (--recompute-method)
   int num_layers = 0;  ///< --recompute-num-layers when full
+  /// --recompute-granularity selective, or --recompute-activations: the
+  /// attention core (--recompute-modules core_attn, the default).
+  bool selective = false;
 };
 
 /// What a Megatron-LM launch sets up, in pipegrid's terms.
@@ -62,7 +64,7 @@ struct MegatronLaunch {
   std::string optimizer = "adam";
   /// Whether Megatron's gradient buffers are fp32 (4 bytes per parameter):
   /// fp32 training, or --accumulate-allreduce-grads-in-fp32, which --bf16
-  /// turns on unless --grad-reduce-in-bf16.
+  /// turns on unless --grad-reduce-in-bf16 (simulate's --gradient-dtype fp32).
   bool fp32_gradients = true;
   /// "1f1b-sno" (Megatron's 1F1B, PipeDream-flush), or "interleaved-1f1b"
   /// when virtual_stages > 1.
@@ -95,9 +97,7 @@ struct MegatronLaunch {
  *  --micro-batch-size, the vocabulary); the release's checks (heads and
  *  query groups multiples of tensor parallel, layers as the pipeline and
  *  virtual split need, --fp16 with --bf16, ...); the arguments whose
- *  semantics land with issue 28 (--recompute-granularity selective,
- *  --recompute-activations,
- *  --use-distributed-optimizer, --overlap-grad-reduce, --overlap-param-gather,
+ *  semantics land with issue 28 (--use-distributed-optimizer, --overlap-grad-reduce, --overlap-param-gather,
  *  --overlap-param-gather-with-optimizer-step, --tp-comm-overlap); and the
  *  others pipegrid does not model (docs/megatron.md, Refused). */
 MegatronLaunch read_megatron_args(const std::string& text, const std::string& origin);

@@ -996,7 +996,7 @@ PartitionerOutput bapipe_partition(const PartitionerInput& input) {
   if (input.memory_limit_bytes && !(*input.memory_limit_bytes > 0))
     throw InputError(fmt::format("partitioner bapipe: memory limit: expected bytes > 0, found {}", *input.memory_limit_bytes));
 
-  const Chain chain(profile, platform, schedule, M, stash_bound, resident_weight_factor(input.dtype, input.optimizer));
+  const Chain chain(profile, platform, schedule, M, stash_bound, resident_weight_factor(input.dtype, input.optimizer, input.gradient_dtype));
   Context context{chain, std::vector<double>(N, kInfinity), T, M, std::vector<bool>(N > 0 ? N - 1 : 0, false)};
   for (int s = 0; s < N; ++s) {
     // What the stage may use: the capacity less the host's reserve.
@@ -1063,7 +1063,7 @@ PartitionerOutput bapipe_partition(const PartitionerInput& input) {
   const std::string state = chain.resident_weight_factor() == 2 && (input.dtype.empty() || input.dtype == "fp32")
                                 ? "SGD"
                                 : fmt::format("{} {}, {} bytes per parameter", input.dtype.empty() ? "fp32" : input.dtype,
-                                              input.optimizer, bytes_per_parameter(input.dtype, input.optimizer).total());
+                                              input.optimizer, bytes_per_parameter(input.dtype, input.optimizer, input.gradient_dtype).total());
   const std::string bound_text = fmt::format("{} with M = {} (bound: weights + gradients{}, up to {} stashed micro-batches, "
                                              "receive buffers; {})",
                                              schedule, M, state == "SGD" ? "" : " + optimizer state", stashes, state);

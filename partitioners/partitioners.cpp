@@ -166,6 +166,7 @@ PartitionerOutput partition_for_run(const std::string& name, const RunPartitionI
   partitioner.platform = input.platform;
   partitioner.dtype = input.dtype;
   partitioner.optimizer = input.optimizer;
+  partitioner.gradient_dtype = input.gradient_dtype;
   if (name == "bapipe") {
     partitioner.schedule = input.schedule;
     partitioner.micro_batches = input.micro_batches;

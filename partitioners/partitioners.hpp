@@ -32,6 +32,7 @@ struct PartitionerInput {
   /// (core/precision.hpp; bapipe, pipedream-memory).
   std::string dtype;
   std::string optimizer = "sgd";
+  std::string gradient_dtype;  ///< "" or fp32 (Plan::gradient_dtype): resident_weight_factor's third argument
   /// pipedream: the hierarchy, lowest level first (`--machines 4 4
   /// --bandwidth 8e9 1.25e9`: 4 GPUs per server at 8e9 B/s, 4 servers at
   /// 1.25e9 B/s). Empty: derived from the platform's routes.
@@ -129,6 +130,7 @@ struct RunPartitionInput {
   bool split_layers = false;  ///< bapipe: --split-layers
   std::string dtype;               ///< as PartitionerInput::dtype
   std::string optimizer = "sgd";   ///< as PartitionerInput::optimizer
+  std::string gradient_dtype;      ///< as PartitionerInput::gradient_dtype
 };
 
 /** The memory pipedream-memory partitions within: the smallest, over hosts,

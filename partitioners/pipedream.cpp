@@ -618,7 +618,7 @@ PartitionerOutput pipedream_partition(const PartitionerInput& input) {
   PipeDreamOptions options;
   options.straight = input.straight;
   options.memory_bytes = input.memory_limit_bytes;
-  options.extra_state_per_weight_byte = resident_weight_factor(input.dtype, input.optimizer) - 2;
+  options.extra_state_per_weight_byte = resident_weight_factor(input.dtype, input.optimizer, input.gradient_dtype) - 2;
   if (input.cost_model == "paper") options.cost_model = PipeDreamCostModel::Paper;
   else if (input.cost_model != "released")
     throw InputError(fmt::format("--cost-model: expected released or paper, found '{}'", input.cost_model));

@@ -46,9 +46,9 @@ Program generate_beyond_schedule(const std::string& name, const ScheduleOptions&
   if (std::any_of(options.replicas.begin(), options.replicas.end(), [](int r) { return r != 1; }))
     throw InputError(fmt::format("--replicas: {} runs one replica per stage", name));
   if (options.recompute && name != "interleaved-1f1b" && name != "looped-bfs")
-    throw InputError(fmt::format("--recompute: {} does not recompute; recomputation applies to gpipe, the 1f1b "
+    throw InputError(fmt::format("{}: {} does not recompute; recomputation applies to gpipe, the 1f1b "
                                  "schedules, interleaved-1f1b and looped-bfs",
-                                 name));
+                                 options.recompute_flag, name));
   const int p = S / v;
   const std::vector<Stream> orders = beyond_generators().at(name)(p, v, m);
 

@@ -180,7 +180,8 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
                                  "every host), found {} stages",
                                  name, options.num_stages));
   if (options.recompute && !info.flushed)
-    throw InputError(fmt::format("--recompute: {} does not flush; recomputation applies to gpipe and the 1f1b schedules", name));
+    throw InputError(fmt::format("{}: {} does not flush; recomputation applies to gpipe and the 1f1b schedules",
+                                 options.recompute_flag, name));
   if (options.wait_free && !takes_option(info, ScheduleOption::WaitFree))
     throw InputError(fmt::format("--wait-free: applies to {}, not {}", schedules_taking(ScheduleOption::WaitFree), name));
   if (options.update_interval > 0 && !takes_option(info, ScheduleOption::UpdateInterval))

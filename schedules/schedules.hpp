@@ -17,6 +17,9 @@ struct ScheduleOptions {
   /// Activation recomputation (flushed schedules): an R is run right before
   /// each B, and only stage inputs stay stashed between F and R.
   bool recompute = false;
+  /// The option that asked for it, as refusals name it ("--recompute",
+  /// "--recompute-granularity full").
+  std::string recompute_flag = "--recompute";
   /// Replicas per stage (empty: one each). Work is routed round-robin: in
   /// flushed schedules micro-batch m of stage s runs on replica m mod r_s, in
   /// non-flushed ones (one micro-batch per mini-batch) mini-batch k runs on

@@ -69,21 +69,24 @@ constexpr double kWorkPrecisionSeconds = 1e-12;
 // device times for the host's type (else its device model) take those; the rest of the stage's time
 // is scaled by speed_factor (SimulationRequest::stages). Without device
 // times: exactly stage_s / speed_factor.
+// With `share`, each layer counts that share of its times (a recompute).
 double stage_seconds_on(double stage_s, const std::vector<LayerCost>& layers, double LayerCost::*profile_s,
-                        double DeviceLayerTimes::*device_s, const HostInfo& host) {
+                        double DeviceLayerTimes::*device_s, const HostInfo& host,
+                        const double LayerCost::*share = nullptr) {
   bool timed = false;
   double attributed = 0, others = 0, on_device = 0;
   for (const LayerCost& layer : layers) {
-    attributed += layer.*profile_s;
+    const double part = share ? layer.*share : 1.0;
+    attributed += part * (layer.*profile_s);
     // The host's device type first, then its device model (as layer_times_on).
     auto it = layer.device_times.end();
     for (const std::string* key : {&host.device_type, &host.device_model})
       if (it == layer.device_times.end() && !key->empty()) it = layer.device_times.find(*key);
     if (it == layer.device_times.end()) {
-      others += layer.*profile_s;
+      others += part * (layer.*profile_s);
     } else {
       timed = true;
-      on_device += it->second.*device_s;
+      on_device += part * (it->second.*device_s);
     }
   }
   if (!timed) return stage_s / host.speed_factor;
@@ -199,7 +202,9 @@ struct ActionState {
   bool step_ended = false;
   struct Need {
     /// Step: the end of the optimizer step that follows `index`.
-    enum class What { End, Message, AllReduce, Step } what;
+    /// Arrival: the producer's message has arrived (a recompute that
+    /// waits for its backward's gradient; the backward records it).
+    enum class What { End, Message, Arrival, AllReduce, Step } what;
     std::size_t index;            ///< producer action, or all-reduce
     std::size_t participant = 0;  ///< for AllReduce: whose end to wait for
   };
@@ -308,8 +313,14 @@ class Simulation {
             state.overlap = 2;
           double seconds = 0;
           switch (action.kind) {
-            case ActionKind::Forward:
             case ActionKind::Recompute:
+              if (cost.recompute_s) {
+                seconds = stage_seconds_on(*cost.recompute_s, layers, &LayerCost::forward_s, &DeviceLayerTimes::forward_s,
+                                           info, &LayerCost::recompute_share);
+                break;
+              }
+              [[fallthrough]];
+            case ActionKind::Forward:
               seconds = stage_seconds_on(cost.forward_s, layers, &LayerCost::forward_s, &DeviceLayerTimes::forward_s, info);
               break;
             case ActionKind::Backward:
@@ -358,6 +369,17 @@ class Simulation {
           break;
         case ActionKind::Recompute:
           state.needs.push_back({ActionState::Need::What::End, find({ActionKind::Forward, a.stage, a.micro_batch, a.mini_batch})});
+          if (request.recompute_waits_for_gradient && a.stage < last_stage) {
+            // The gradient its backward consumes (that backward records the transfer).
+            const Action whole{ActionKind::Backward, a.stage + 1, a.micro_batch, a.mini_batch};
+            const std::size_t producer =
+                find(index.find(whole) != ActionIndex::npos ? whole
+                                                            : Action{ActionKind::BackwardInput, a.stage + 1, a.micro_batch, a.mini_batch});
+            ActionState& source = actions_[producer];
+            const bool remote = source.host != state.host;
+            state.needs.push_back({remote ? ActionState::Need::What::Arrival : ActionState::Need::What::End, producer});
+            if (remote) ++source.message_readers;
+          }
           break;
         case ActionKind::Backward:
         case ActionKind::BackwardInput:
@@ -744,6 +766,14 @@ class Simulation {
       }
       ActionState& producer = actions_[need.index];
       wait_until_ended(producer);
+      if (need.what == ActionState::Need::What::Arrival) {
+        if (request_.transfer_rule == TransferRule::Fifo)
+          wait_until_arrived(producer);
+        else
+          producer.message->wait();
+        if (--producer.message_readers == 0) producer.message = nullptr;
+        continue;
+      }
       if (need.what == ActionState::Need::What::Message) {
         if (request_.transfer_rule == TransferRule::Fifo)
           wait_until_arrived(producer);

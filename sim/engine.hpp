@@ -67,13 +67,18 @@ struct LayerCost {
   /// A host whose `device` property is listed runs this layer in these times
   /// (seconds on that host; its speed_factor does not apply).
   std::map<std::string, DeviceLayerTimes> device_times = {};
+  /// The share of its forward a recompute (R) re-runs when the stage's
+  /// StageCost::recompute_s is set (its device times scaled alike).
+  double recompute_share = 1;
 };
 
 struct SimulationRequest {
   std::string platform_file;
   Program program;
   /// Per stage, profile units (speed factor 1). A forward (or recompute) of
-  /// stage s on a host takes stages[s].forward_s / speed_factor, a B its
+  /// stage s on a host takes stages[s].forward_s / speed_factor (a recompute
+  /// its recompute_s when set, each layer's share of its forward being
+  /// LayerCost::recompute_share), a B its
   /// backward_s, an I its backward_input_s, a W its backward_weight_s, unless some layers of
   /// stage_layers[s] have device_times for the host's `device`: those layers
   /// then take their device times, and the rest of the stage's time
@@ -101,6 +106,10 @@ struct SimulationRequest {
   /// order (pipedream and pipeoptim 1, pipedream-2bw its update interval).
   /// A device that takes part in all-reduces steps after each of them.
   int update_interval = 0;
+  /// A recompute (R) starts only once the gradient its backward consumes
+  /// has arrived (Megatron's recomputation runs inside the backward);
+  /// false: once its forward has ended (GPipe's, which may run ahead).
+  bool recompute_waits_for_gradient = false;
 };
 
 struct SimulationResult {

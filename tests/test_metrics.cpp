@@ -107,6 +107,27 @@ TEST(Metrics, RecomputationKeepsOnlyInputsPlusOneFullStash) {
   EXPECT_EQ(metrics.devices[0].peak_stashed_microbatches, 2);
 }
 
+TEST(Metrics, LayerwiseRecomputationKeepsCheckpointsPlusOneGroup) {
+  // Megatron's recomputation: each micro-batch keeps 7 bytes (its
+  // checkpoints) from F to B, plus one group's 30 bytes from its R to its B;
+  // a micro-batch without an R keeps its whole stash (100).
+  Timeline timeline;
+  timeline.hosts = {"a"};
+  timeline.records = {compute("a", 0, 0, "F", 0, 0, 1), compute("a", 0, 0, "F", 1, 1, 2), compute("a", 0, 0, "R", 0, 2, 3),
+                      compute("a", 0, 0, "B", 0, 3, 4), compute("a", 0, 0, "R", 1, 4, 5), compute("a", 0, 0, "B", 1, 5, 6)};
+  MemoryModel model = two_stages();
+  model.layerwise = {{7, 30}};
+  const Metrics metrics = compute_metrics(timeline, model, {{"a", 0}}, 1, 2);
+  EXPECT_DOUBLE_EQ(metrics.devices[0].peak_memory_bytes, 20 + 2 * 7 + 30);
+  EXPECT_DOUBLE_EQ(timeline.records[2].memory_bytes, 20 + 2 * 7 + 30);  // after R0
+  EXPECT_DOUBLE_EQ(timeline.records[3].memory_bytes, 20 + 7);           // after B0
+  EXPECT_EQ(metrics.devices[0].peak_stashed_microbatches, 2);
+  Timeline without_r;
+  without_r.hosts = {"a"};
+  without_r.records = {compute("a", 0, 0, "F", 0, 0, 1), compute("a", 0, 0, "B", 0, 1, 2)};
+  EXPECT_DOUBLE_EQ(compute_metrics(without_r, model, {{"a", 0}}, 1, 1).devices[0].peak_memory_bytes, 20 + 100);
+}
+
 TEST(Metrics, BusyTimeIsTheUnionOfOverlappingStreams) {
   Timeline timeline;
   timeline.hosts = {"a"};

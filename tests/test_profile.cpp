@@ -242,7 +242,8 @@ TEST(ProfileJson, UnknownFieldIsAnError) {
                   }),
                   "p.json: layers[0]: expected only the fields name, forward_s, backward_s, backward_input_s, "
                   "backward_weight_s, output_bytes, activation_bytes, parameter_bytes, op, forward_flops, "
-                  "backward_input_flops, backward_weight_flops, bytes_read, bytes_written, devices, vocabulary, "
+                  "backward_input_flops, backward_weight_flops, bytes_read, bytes_written, attention_core_flops_share, "
+                  "attention_core_stash_share, devices, vocabulary, "
                 "replicated_parameter_bytes, replicated_activation_fraction, found 'forward'");
 }
 
