@@ -21,6 +21,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "scratch_folder.hpp"
 #include <nlohmann/json.hpp>
 
 #include "api/explore.hpp"
@@ -37,18 +39,9 @@ const std::string kBinary = PIPEGRID_BINARY;
 const std::string kCommon = std::string(PIPEGRID_SOURCE_DIR) + "/tests/data/common";
 
 /// A scratch folder, removed with its content at the end of the test.
-class Scratch {
+class Scratch : public pipegrid::testutil::ScratchFolder {
  public:
-  Scratch() {
-    std::string pattern = (fs::temp_directory_path() / "pipegrid-api-explore-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~Scratch() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+  Scratch() : ScratchFolder("pipegrid-api-explore") {}
 };
 
 /// explore-tiny's inputs: two GPUs over a latency-bound link, the tiny

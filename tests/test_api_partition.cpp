@@ -15,6 +15,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "scratch_folder.hpp"
 #include <nlohmann/json.hpp>
 
 #include "api/partition.hpp"
@@ -30,18 +32,9 @@ const std::string kBinary = PIPEGRID_BINARY;
 const std::string kRoot = PIPEGRID_SOURCE_DIR;
 
 /// A scratch folder, removed with its content at the end of the test.
-class Scratch {
+class Scratch : public pipegrid::testutil::ScratchFolder {
  public:
-  Scratch() {
-    std::string pattern = (fs::temp_directory_path() / "pipegrid-api-partition-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~Scratch() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+  Scratch() : ScratchFolder("pipegrid-api-partition") {}
 };
 
 /// The pipegrid command line that asks for `request` (the flags it sets).

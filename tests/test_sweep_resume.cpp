@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include "scratch_folder.hpp"
+
 #include "core/io.hpp"
 #include "expect_input_error.hpp"
 #include "sweep/inputs.hpp"
@@ -145,18 +147,9 @@ TEST(SweepInputs, RunsReadTheirProfilesAndPlatformsRoutesForPartitionersAndTenso
 }
 
 /// A scratch folder, removed with its content at the end of the test.
-class Scratch {
+class Scratch : public pipegrid::testutil::ScratchFolder {
  public:
-  Scratch() {
-    std::string pattern = (fs::temp_directory_path() / "pipegrid-sweep-inputs-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~Scratch() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+  Scratch() : ScratchFolder("pipegrid-sweep-inputs") {}
 };
 
 TEST(SweepInputs, ChecksNameTheMissingCapabilitiesAndInputs) {
