@@ -105,22 +105,6 @@ PlatformSummary tensor_parallel_view(Plan& plan, PlatformSummary platform, const
   const std::vector<std::vector<int>> groups = tensor_parallel_groups(platform, plan.tensor_parallel);
   TensorParallelProfile split =
       tensor_parallel_profile(plan.profile, plan.tensor_parallel, tensor_parallel_link(platform, groups), plan.sequence_parallel);
-  // A split layer's attention core is split t ways (by heads): its shares of
-  // the member's FLOPs and stash follow from the whole layer's, whatever the
-  // transform does to the rest of the layer (selective recomputation,
-  // core/recompute.hpp).
-  const double t = plan.tensor_parallel;
-  for (const int l : split.split) {
-    const Layer& whole = plan.profile.layers[static_cast<std::size_t>(l)];
-    Layer& member = split.profile.layers[static_cast<std::size_t>(l)];
-    if (!whole.attention_core_flops_share || !whole.attention_core_stash_share) continue;
-    if (whole.forward_flops && member.forward_flops && *member.forward_flops > 0)
-      member.attention_core_flops_share =
-          std::min(1.0, *whole.attention_core_flops_share * ((*whole.forward_flops / t) / *member.forward_flops));
-    if (member.stashed_bytes() > 0)
-      member.attention_core_stash_share =
-          std::min(1.0, *whole.attention_core_stash_share * ((whole.stashed_bytes() / t) / member.stashed_bytes()));
-  }
   plan.profile = std::move(split.profile);
   plan.tensor_parallel_note = std::move(split.note);
   return leader_platform(platform, groups);
@@ -396,8 +380,7 @@ Plan make_plan(const PlanRequest& request) {
   }
   Plan plan;
   // --partition names a rule (uniform, megatron) or a partition file.
-  const bool partition_rule =
-      request.partition == "uniform" || request.partition == "balanced" || request.partition == "megatron";
+  const bool partition_rule = is_partition_rule(request.partition);
   if ((request.first_pipeline_layers || request.last_pipeline_layers) && request.partition != "megatron")
     throw InputError(fmt::format("--first-pipeline-layers and --last-pipeline-layers: apply to --partition megatron, "
                                  "not --partition {}",
@@ -433,7 +416,7 @@ Plan make_plan(const PlanRequest& request) {
       for (const std::string& name : names) known += (known.empty() ? "" : ", ") + name;
       throw InputError(fmt::format("--partitioner: expected one of {}, found '{}'", known, printable(request.partitioner)));
     }
-    if (request.partition == "megatron" || request.partition == "balanced")
+    if (partition_rule && request.partition != "uniform")
       throw InputError(fmt::format("--partitioner and --partition {} both say how to partition the model: give one",
                                    request.partition));
     if (request.partition != "uniform")
@@ -693,7 +676,7 @@ Plan make_plan(const PlanRequest& request) {
         if (stage_hosts[s][r].empty())
           throw InputError(fmt::format("--program {}: stage {} has replica {} but no device holds replica {}",
                                        printable(request.program_file), s, stage_hosts[s].size() - 1, r));
-    if (request.partition == "megatron" || request.partition == "balanced")
+    if (partition_rule && request.partition != "uniform")
       throw InputError(fmt::format("--partition {}: the Program {} places its stages; give a partition file to "
                                    "choose the layers of each stage",
                                    request.partition, printable(request.program_file)));
@@ -788,47 +771,24 @@ Plan make_plan(const PlanRequest& request) {
     expand_to_replicas(plan.partition, "--partitioner " + request.partitioner);
   } else if (!request.replicas.empty()) {
     plan.partition = replicated_partition(plan.profile, platform.hosts, parse_replicas(request.replicas));
-  } else if (request.partition == "balanced") {
-    // p x v stages of balanced compute, stage s on the host of device
-    // stage_to_device(s), as uniform places them.
-    const int stages = static_cast<int>(pipeline_hosts.size()) * plan.virtual_stages;
-    const std::vector<int> device = stage_to_device(stages, plan.virtual_stages, stage_map_of(plan.schedule));
-    std::vector<std::string> stage_hosts(static_cast<std::size_t>(stages));
-    for (int s = 0; s < stages; ++s)
-      stage_hosts[static_cast<std::size_t>(s)] = pipeline_hosts[static_cast<std::size_t>(device[static_cast<std::size_t>(s)])];
-    if (static_cast<std::size_t>(stages) > plan.profile.layers.size())
-      throw InfeasibleError(fmt::format("--partition balanced: {} stages, but {} has only {} layers", stages,
-                                        profile_label, plan.profile.layers.size()));
-    plan.partition = balanced_partition(plan.profile, stage_hosts, stages);
-    expand_to_replicas(plan.partition, "partition");
-  } else if (request.partition == "megatron") {
-    // Megatron-LM's layout: L / (p v) transformer layers per stage (uneven
-    // first and last pipeline ranks when asked), embedding first, head last.
-    const int stages = static_cast<int>(pipeline_hosts.size()) * plan.virtual_stages;
-    const std::vector<int> device = stage_to_device(stages, plan.virtual_stages, stage_map_of(plan.schedule));
-    std::vector<std::string> stage_hosts(static_cast<std::size_t>(stages));
-    for (int s = 0; s < stages; ++s)
-      stage_hosts[static_cast<std::size_t>(s)] = pipeline_hosts[static_cast<std::size_t>(device[static_cast<std::size_t>(s)])];
-    plan.partition = megatron_partition(plan.profile, stage_hosts, stages, plan.virtual_stages, device,
-                                        request.first_pipeline_layers, request.last_pipeline_layers,
-                                        request.embedding_in_pipeline_split, request.loss_in_pipeline_split);
-    expand_to_replicas(plan.partition, "partition");
-  } else if (request.partition == "uniform") {
-    // v stages per device: p x v stages, stage s on the host of device
-    // stage_to_device(s) (a loop or a V).
+  } else if (partition_rule) {
+    // A named rule: v stages per device, p x v stages, stage s on the host
+    // of device stage_to_device(s) (a loop or a V).
     const std::size_t stages = pipeline_hosts.size() * static_cast<std::size_t>(plan.virtual_stages);
     if (stages > plan.profile.layers.size())
       throw InfeasibleError(fmt::format(
-          "--partition uniform: {} {} hosts, {} stage{} each, but {} has only {} layers: give a "
+          "--partition {}: {} {} hosts, {} stage{} each, but {} has only {} layers: give a "
           "partition file with at most {} stages",
-          request.platform_file,
+          request.partition, request.platform_file,
           layout ? fmt::format("gives a pipeline {}", pipeline_hosts.size()) : fmt::format("declares {}", hosts.size()),
           plan.virtual_stages, plan.virtual_stages == 1 ? "" : "s", profile_label, plan.profile.layers.size(),
           plan.profile.layers.size()));
     std::vector<std::string> stage_hosts(stages);
     const std::vector<int> device = stage_to_device(static_cast<int>(stages), plan.virtual_stages, stage_map_of(plan.schedule));
     for (std::size_t s = 0; s < stages; ++s) stage_hosts[s] = pipeline_hosts[static_cast<std::size_t>(device[s])];
-    plan.partition = uniform_partition(plan.profile, stage_hosts, static_cast<int>(stages));
+    plan.partition = partition_by_rule(request.partition, plan.profile, stage_hosts, plan.virtual_stages, device,
+                                       {request.first_pipeline_layers, request.last_pipeline_layers,
+                                        request.embedding_in_pipeline_split, request.loss_in_pipeline_split});
     expand_to_replicas(plan.partition, "partition");
   } else {
     // A file may split layers between stages: the plan runs the profile

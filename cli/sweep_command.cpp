@@ -25,6 +25,7 @@
 #include "cli/model_command.hpp"
 #include "cli/partition_command.hpp"
 #include "api/simulation.hpp"
+#include "partitioners/partitioners.hpp"
 #include "cli/simulate_options.hpp"
 #include "cli/usage.hpp"
 #include "core/error.hpp"
@@ -106,7 +107,7 @@ std::optional<std::vector<ParameterSpec>> parameters_of(const std::string& comma
       spec.kind = ParameterSpec::Kind::Path;
     if (spec.name == "partition") {
       spec.kind = ParameterSpec::Kind::Path;
-      spec.literals = {"uniform", "balanced", "megatron"};
+      spec.literals = partition_rule_names();
     }
     parameters.push_back(spec);
   }

@@ -234,6 +234,21 @@ TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, con
       layer.activation_bytes = sequence_parallel ? stashed / n : stashed * whole + stashed * (1 - whole) / n;
     }
   }
+  // A split layer's attention core is split t ways (by heads): its shares of
+  // the member's FLOPs and stash follow from the whole layer's, whatever the
+  // transform did to the rest of the layer (selective recomputation,
+  // core/recompute.hpp).
+  for (const int l : result.split) {
+    const Layer& whole = profile.layers[static_cast<std::size_t>(l)];
+    Layer& member = result.profile.layers[static_cast<std::size_t>(l)];
+    if (!whole.attention_core_flops_share || !whole.attention_core_stash_share) continue;
+    if (whole.forward_flops && member.forward_flops && *member.forward_flops > 0)
+      member.attention_core_flops_share =
+          std::min(1.0, *whole.attention_core_flops_share * ((*whole.forward_flops / t) / *member.forward_flops));
+    if (member.stashed_bytes() > 0)
+      member.attention_core_stash_share =
+          std::min(1.0, *whole.attention_core_stash_share * ((whole.stashed_bytes() / t) / member.stashed_bytes()));
+  }
   result.note = tensor_parallel_note(profile, result, t, link, sequence_parallel, embedding_reduce_scatters);
   return result;
 }

@@ -103,7 +103,9 @@ struct TensorParallelProfile {
  *  model must fill their times before this transform (from the divided
  *  FLOPs they would miss the collectives). InputError when t < 1 or t >
  *  kMaxTensorParallel, or when the profile's dtype is unknown and a loss
- *  needs it. */
+ *  needs it. A split layer's attention_core_flops_share and _stash_share
+ *  are re-expressed as shares of the member's FLOPs and stash (the core
+ *  splits t ways by heads). */
 TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, const TensorParallelLink& link,
                                               bool sequence_parallel = false);
 

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/platform_check.hpp"
 #include "partitioners/bapipe.hpp"
 #include "partitioners/pipedream.hpp"
 
@@ -183,6 +184,29 @@ PartitionerOutput partition_for_run(const std::string& name, const RunPartitionI
                                    input.platform.file));
   }
   return run_partitioner("pipedream", partitioner);
+}
+
+const std::vector<std::string>& partition_rule_names() {
+  static const std::vector<std::string> names = {"uniform", "balanced", "megatron"};
+  return names;
+}
+
+bool is_partition_rule(const std::string& name) {
+  const std::vector<std::string>& names = partition_rule_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+Partition partition_by_rule(const std::string& name, const Profile& profile, const std::vector<std::string>& stage_hosts,
+                            int virtual_stages, const std::vector<int>& device_of_stage,
+                            const MegatronStageSplit& megatron) {
+  const int stages = static_cast<int>(stage_hosts.size());
+  if (name == "uniform") return uniform_partition(profile, stage_hosts, stages);
+  if (name == "balanced") return balanced_partition(profile, stage_hosts, stages);
+  if (name == "megatron")
+    return megatron_partition(profile, stage_hosts, stages, virtual_stages, device_of_stage, megatron.first_rank_layers,
+                              megatron.last_rank_layers, megatron.embedding_slot, megatron.loss_slot);
+  throw InputError(fmt::format("--partition: expected uniform, balanced, megatron or a partition file, found '{}'",
+                               printable(name)));
 }
 
 }  // namespace pipegrid

@@ -155,4 +155,24 @@ std::optional<double> pipedream_memory_capacity(const PlatformSummary& platform,
  *  an unknown name or input it cannot take. */
 PartitionerOutput partition_for_run(const std::string& name, const RunPartitionInput& input);
 
+/** The named partition rules of `--partition` (besides a partition file):
+ *  uniform, balanced, megatron. */
+const std::vector<std::string>& partition_rule_names();
+bool is_partition_rule(const std::string& name);
+
+/** What the megatron rule takes besides the stages (megatron_partition). */
+struct MegatronStageSplit {
+  std::optional<int> first_rank_layers, last_rank_layers;
+  bool embedding_slot = false, loss_slot = false;
+};
+
+/** The partition rule `name` (partition_rule_names) over stage_hosts.size()
+ *  stages, stage s on stage_hosts[s], device_of_stage[s] its device of a
+ *  loop or a V of `virtual_stages` stages per device: uniform_partition,
+ *  balanced_partition or megatron_partition (with `megatron`). InputError
+ *  as they throw it; for another name too. */
+Partition partition_by_rule(const std::string& name, const Profile& profile, const std::vector<std::string>& stage_hosts,
+                            int virtual_stages, const std::vector<int>& device_of_stage,
+                            const MegatronStageSplit& megatron = {});
+
 }  // namespace pipegrid
