@@ -754,9 +754,13 @@ ExploreResult explore(const ExploreRequest& request, const ExploreProgress& prog
   // of its groups' leaders.
   const bool splits = std::any_of(exploration.graph.profile.layers.begin(), exploration.graph.profile.layers.end(),
                                   [](const Layer& layer) { return tensor_parallel_splits(layer); });
+  // By default only groups inside one server are tried (Megatron-LM keeps
+  // tensor parallelism within a node); a requested t may span servers.
   exploration.tensor_parallel = exploration_tensor_parallel(request.tensor_parallel, splits, [&](int t) {
     try {
-      tensor_parallel_groups(exploration.platform, t);
+      const std::vector<std::vector<int>> groups = tensor_parallel_groups(exploration.platform, t);
+      if (request.tensor_parallel.empty() && tensor_parallel_spans_servers(exploration.platform, groups))
+        return fmt::format("--tensor-parallel {}: a group would span servers", t);
       return std::string();
     } catch (const InputError& error) {
       return std::string(error.what());

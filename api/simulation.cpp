@@ -103,8 +103,15 @@ PlatformSummary tensor_parallel_view(Plan& plan, PlatformSummary platform, const
   if (plan.tensor_parallel == 1) return platform;
   platform.file = platform_file;
   const std::vector<std::vector<int>> groups = tensor_parallel_groups(platform, plan.tensor_parallel);
+  // The rings' routes: from the route matrices when a partitioner had them
+  // read, else only the pairs the rings use (linear in the hosts).
+  const TensorParallelLink link =
+      platform.route_bandwidth_Bps.size() == platform.hosts.size()
+          ? tensor_parallel_link(platform, groups)
+          : tensor_parallel_link(platform, groups,
+                                 sim::read_routes(platform_file, tensor_parallel_route_pairs(platform, groups)));
   TensorParallelProfile split =
-      tensor_parallel_profile(plan.profile, plan.tensor_parallel, tensor_parallel_link(platform, groups), plan.sequence_parallel);
+      tensor_parallel_profile(plan.profile, plan.tensor_parallel, link, plan.sequence_parallel);
   plan.profile = std::move(split.profile);
   plan.tensor_parallel_note = std::move(split.note);
   return leader_platform(platform, groups);
@@ -564,10 +571,9 @@ Plan make_plan(const PlanRequest& request) {
   sim::parse_transfer_rule(request.transfer_rule);
   plan.transfer_rule = request.transfer_rule;
   if (!request.memory.empty()) plan.memory_bytes = parse_bytes(request.memory, "--memory");
-  // Partitioners other than uniform weigh the routes between every pair of hosts.
-  // Tensor parallelism needs the routes inside each group (its all-reduces).
-  const bool needs_routes =
-      (!request.partitioner.empty() && request.partitioner != "uniform" && !info.single_stage) || plan.tensor_parallel > 1;
+  // Partitioners other than uniform weigh the routes between every pair of
+  // hosts. Tensor parallelism reads the routes its rings use on its own.
+  const bool needs_routes = !request.partitioner.empty() && request.partitioner != "uniform" && !info.single_stage;
   PlatformSummary all_hosts =
       platform_from(request.platform_file, needs_routes ? sim::PlatformRoutes::All : sim::PlatformRoutes::None);
   // Layers given by their FLOPs only are timed by the hosts' device models

@@ -85,6 +85,19 @@ struct LinkInfo {
   bool shared = true;
 };
 
+/// A route between two hosts as SimGrid computes it (sim::read_routes).
+struct HostRoute {
+  bool found = false;      ///< false: SimGrid finds no route (or one of no link and no latency)
+  double latency_s = 0;    ///< the sum of its links' latencies
+  std::vector<int> links;  ///< indices into RouteTable::links, in route order
+};
+
+/// Routes between chosen pairs of hosts, and the links they cross.
+struct RouteTable {
+  std::vector<LinkInfo> links;
+  std::vector<HostRoute> routes;  ///< one per requested pair, in request order
+};
+
 struct PlatformSummary {
   std::string file;
   std::vector<HostInfo> hosts;

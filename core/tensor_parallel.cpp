@@ -1,6 +1,10 @@
 #include "core/tensor_parallel.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -130,6 +134,10 @@ std::string tensor_parallel_note(const Profile& profile, const TensorParallelPro
                                 "bytes / ({} x {:.4g} GB/s)), a reduce-scatter or an all-gather half that)",
                                 fmt::join(collectives, "; "), t, t - 1, human_seconds(link.latency_s), t,
                                 link.bandwidth_Bps / 1e9));
+  if (link.crossing_channels > 0)
+    parts.push_back(fmt::format("groups span servers: a ring step between two servers runs as {} concurrent channel{} "
+                                "(NCCL's rings, each crossing on its own GPU's route), their total the bandwidth above",
+                                link.crossing_channels, link.crossing_channels == 1 ? "" : "s"));
   parts.push_back(fmt::format("transfers between stages carry output_bytes / {} (each member sends its share in parallel; "
                               "the group's first host stands for it)",
                               t));
@@ -261,44 +269,135 @@ std::vector<std::vector<int>> tensor_parallel_groups(const PlatformSummary& plat
                                  "must cover them all",
                                  t, printable(platform.file), hosts, t, t));
   std::vector<std::vector<int>> groups(hosts / static_cast<std::size_t>(t));
-  for (std::size_t g = 0; g < groups.size(); ++g) {
+  for (std::size_t g = 0; g < groups.size(); ++g)
     for (int m = 0; m < t; ++m) groups[g].push_back(static_cast<int>(g) * t + m);
-    const HostInfo& first = platform.hosts[static_cast<std::size_t>(groups[g].front())];
-    for (const int member : groups[g]) {
-      const HostInfo& host = platform.hosts[static_cast<std::size_t>(member)];
-      if (host.server != first.server)
-        throw InputError(fmt::format(
-            "--tensor-parallel {}: group {} ({} .. {}) spans two servers: '{}' is in zone '{}', '{}' in zone '{}'; a "
-            "tensor-parallel group is t consecutive hosts of one server (one innermost zone of the platform): give a t "
-            "that divides the hosts of each server",
-            t, g, printable(first.name), printable(platform.hosts[static_cast<std::size_t>(groups[g].back())].name),
-            printable(first.name), printable(first.server), printable(host.name), printable(host.server)));
-    }
-  }
   return groups;
 }
 
-TensorParallelLink tensor_parallel_link(const PlatformSummary& platform, const std::vector<std::vector<int>>& groups) {
+bool tensor_parallel_spans_servers(const PlatformSummary& platform, const std::vector<std::vector<int>>& groups) {
+  for (const std::vector<int>& group : groups)
+    for (const int member : group)
+      if (platform.hosts[static_cast<std::size_t>(member)].server !=
+          platform.hosts[static_cast<std::size_t>(group.front())].server)
+        return true;
+  return false;
+}
+
+namespace {
+
+// One step of a group's ring: from member `from` to member `to` (positions
+// in the group), and the host pairs that carry it (one route inside a
+// server, one per channel between two servers).
+struct RingStep {
+  std::size_t from = 0, to = 0;
+  std::vector<std::pair<std::size_t, std::size_t>> pairs;
+};
+
+std::vector<RingStep> ring_steps(const PlatformSummary& platform, const std::vector<int>& group) {
+  std::vector<RingStep> steps;
+  if (group.size() < 2) return steps;
+  const auto host = [&](std::size_t m) { return static_cast<std::size_t>(group[m]); };
+  const auto server = [&](std::size_t m) -> const std::string& { return platform.hosts[host(m)].server; };
+  // The group's members on the server of member m, in group order.
+  const auto members_with = [&](std::size_t m) {
+    std::vector<std::size_t> members;
+    for (std::size_t k = 0; k < group.size(); ++k)
+      if (server(k) == server(m)) members.push_back(host(k));
+    return members;
+  };
+  for (std::size_t m = 0; m < group.size(); ++m) {
+    RingStep step{m, (m + 1) % group.size(), {}};
+    if (server(step.from) == server(step.to)) {
+      step.pairs.emplace_back(host(step.from), host(step.to));
+    } else {
+      const std::vector<std::size_t> here = members_with(step.from), there = members_with(step.to);
+      for (std::size_t k = 0; k < std::min(here.size(), there.size()); ++k) step.pairs.emplace_back(here[k], there[k]);
+    }
+    steps.push_back(std::move(step));
+  }
+  return steps;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::size_t, std::size_t>> tensor_parallel_route_pairs(const PlatformSummary& platform,
+                                                                             const std::vector<std::vector<int>>& groups) {
+  std::vector<std::pair<std::size_t, std::size_t>> pairs;
+  for (const std::vector<int>& group : groups)
+    for (const RingStep& step : ring_steps(platform, group)) pairs.insert(pairs.end(), step.pairs.begin(), step.pairs.end());
+  return pairs;
+}
+
+TensorParallelLink tensor_parallel_link(const PlatformSummary& platform, const std::vector<std::vector<int>>& groups,
+                                        const RouteTable& routes) {
   TensorParallelLink link;
   bool any = false;
-  for (const std::vector<int>& group : groups) {
-    if (group.size() < 2) continue;
-    if (platform.route_bandwidth_Bps.size() != platform.hosts.size())
-      throw InputError(fmt::format("--tensor-parallel: the routes of {} are unknown", printable(platform.file)));
-    for (std::size_t m = 0; m < group.size(); ++m) {
-      const auto a = static_cast<std::size_t>(group[m]), b = static_cast<std::size_t>(group[(m + 1) % group.size()]);
-      const double bandwidth = platform.route_bandwidth_Bps[a][b];
-      if (!(bandwidth > 0))
-        throw InputError(fmt::format("--tensor-parallel: {} has no route from '{}' to '{}', a step of a tensor-parallel "
-                                     "group's all-reduce ring",
-                                     printable(platform.file), printable(platform.hosts[a].name), printable(platform.hosts[b].name)));
-      const double latency = platform.route_latency_s[a][b];
+  std::size_t next_route = 0;
+  for (const std::vector<int>& group : groups)
+    for (const RingStep& step : ring_steps(platform, group)) {
+      // The step's channels as equal concurrent flows: each at the rate of
+      // its most loaded link.
+      std::map<int, int> flows_through;
+      const std::size_t first = next_route;
+      for (std::size_t c = 0; c < step.pairs.size(); ++c) {
+        if (next_route >= routes.routes.size())
+          throw std::logic_error("tensor_parallel_link: fewer routes than tensor_parallel_route_pairs");
+        const HostRoute& route = routes.routes[next_route++];
+        const auto [a, b] = step.pairs[c];
+        if (!route.found)
+          throw InputError(fmt::format("--tensor-parallel: {} has no route from '{}' to '{}', a step of a tensor-parallel "
+                                       "group's all-reduce ring",
+                                       printable(platform.file), printable(platform.hosts[a].name), printable(platform.hosts[b].name)));
+        for (const int l : route.links)
+          if (routes.links[static_cast<std::size_t>(l)].shared) ++flows_through[l];
+      }
+      double slowest_rate = std::numeric_limits<double>::infinity(), latency = 0;
+      for (std::size_t r = first; r < next_route; ++r) {
+        const HostRoute& route = routes.routes[r];
+        double rate = std::numeric_limits<double>::infinity();
+        for (const int l : route.links) {
+          const LinkInfo& info = routes.links[static_cast<std::size_t>(l)];
+          rate = std::min(rate, info.shared ? info.bandwidth_Bps / flows_through[l] : info.bandwidth_Bps);
+        }
+        slowest_rate = std::min(slowest_rate, rate);
+        latency = std::max(latency, route.latency_s);
+      }
+      if (platform.hosts[static_cast<std::size_t>(group[step.from])].server !=
+          platform.hosts[static_cast<std::size_t>(group[step.to])].server) {
+        const int channels = static_cast<int>(step.pairs.size());
+        link.crossing_channels = link.crossing_channels == 0 ? channels : std::min(link.crossing_channels, channels);
+      }
+      const double bandwidth = static_cast<double>(step.pairs.size()) * slowest_rate;
       link.bandwidth_Bps = any ? std::min(link.bandwidth_Bps, bandwidth) : bandwidth;
       link.latency_s = any ? std::max(link.latency_s, latency) : latency;
       any = true;
     }
-  }
+  if (any && std::isinf(link.bandwidth_Bps))
+    throw InputError(fmt::format("--tensor-parallel: the routes of {} inside the tensor-parallel groups cross no link",
+                                 printable(platform.file)));
   return link;
+}
+
+TensorParallelLink tensor_parallel_link(const PlatformSummary& platform, const std::vector<std::vector<int>>& groups) {
+  const std::vector<std::pair<std::size_t, std::size_t>> pairs = tensor_parallel_route_pairs(platform, groups);
+  if (!pairs.empty() && platform.route_bandwidth_Bps.size() != platform.hosts.size())
+    throw InputError(fmt::format("--tensor-parallel: the routes of {} are unknown", printable(platform.file)));
+  const bool with_links = platform.route_links.size() == platform.hosts.size();
+  RouteTable table;
+  if (with_links) table.links = platform.links;
+  for (const auto& [a, b] : pairs) {
+    HostRoute route;
+    route.found = platform.route_bandwidth_Bps[a][b] > 0;
+    route.latency_s = platform.route_latency_s[a][b];
+    if (with_links) {
+      route.links = platform.route_links[a][b];
+    } else if (route.found) {  // a route of one link of its own
+      route.links = {static_cast<int>(table.links.size())};
+      table.links.push_back({"", platform.route_bandwidth_Bps[a][b], true});
+    }
+    table.routes.push_back(std::move(route));
+  }
+  return tensor_parallel_link(platform, groups, table);
 }
 
 PlatformSummary leader_platform(const PlatformSummary& platform, const std::vector<std::vector<int>>& groups) {

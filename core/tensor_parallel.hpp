@@ -1,11 +1,13 @@
 #pragma once
 // Tensor parallelism (Megatron-style) as a pure transform of a profile: a
-// stage runs split t ways over t consecutive hosts of one server, the
+// stage runs split t ways over t consecutive hosts (Megatron's rank order), the
 // pipeline and data-parallel dimensions run over those groups, and each
 // group's first host (its leader) stands for it in the simulation
 // (docs/semantics.md, Tensor parallelism). Nothing here touches SimGrid.
 
+#include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/platform.hpp"
@@ -22,6 +24,9 @@ constexpr int kMaxTensorParallel = 64;
 struct TensorParallelLink {
   double latency_s = 0;
   double bandwidth_Bps = 0;
+  /// 0 when no group spans servers; else the fewest channels a ring step
+  /// between two servers runs over (tensor_parallel_link).
+  int crossing_channels = 0;
 };
 
 /** Seconds of one ring all-reduce of `bytes` over `t` hosts:
@@ -110,16 +115,46 @@ TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, con
                                               bool sequence_parallel = false);
 
 /** The groups of t consecutive hosts (indices into platform.hosts): group g
- *  holds hosts g t .. g t + t - 1. InputError (naming --tensor-parallel)
- *  when t < 1 or t > kMaxTensorParallel, when t does not divide the hosts,
- *  or when a group spans two servers: hosts of one server are those whose
- *  HostInfo::server (the innermost SimGrid zone that holds them; `pipegrid
- *  platform cluster` makes one zone per server) is the same. */
+ *  holds hosts g t .. g t + t - 1, as Megatron-LM's rank order makes its
+ *  tensor-parallel groups (ranks g t .. g t + t - 1). A group may span
+ *  servers (HostInfo::server, the innermost SimGrid zone that holds a host;
+ *  `pipegrid platform cluster` makes one zone per server): its ring then
+ *  crosses between them (tensor_parallel_link). InputError (naming
+ *  --tensor-parallel) when t < 1 or t > kMaxTensorParallel, or when t does
+ *  not divide the hosts. */
 std::vector<std::vector<int>> tensor_parallel_groups(const PlatformSummary& platform, int t);
 
-/** The slowest ring step over every group (the platform's route matrices are
- *  needed: InputError when absent or when a ring step has no route). */
+/** The host pairs whose routes tensor_parallel_link weighs, in the order it
+ *  expects them: for each group with more than one host, each ring step
+ *  (member m to member m + 1, the last to the first); for a step from one
+ *  server to another, instead, NCCL's channels across that boundary: the
+ *  k-th member the group has on the first server to its k-th member on the
+ *  second, for k below the smaller of the two counts. */
+std::vector<std::pair<std::size_t, std::size_t>> tensor_parallel_route_pairs(const PlatformSummary& platform,
+                                                                             const std::vector<std::vector<int>>& groups);
+
+/** The link a group's collectives run over, the slowest over every group
+ *  (docs/semantics.md, Tensor parallelism): the smallest bandwidth and
+ *  largest latency over the ring's steps. A step inside one server: its
+ *  route (the narrowest link, the summed latency). A step between two
+ *  servers is taken by c channels at once (NCCL runs one ring per channel
+ *  and places the channels' crossings on distinct NICs when each GPU has
+ *  its own), each carrying 1 / c of the bytes: c equal concurrent flows
+ *  over the routes of tensor_parallel_route_pairs, each at the rate of its
+ *  most loaded link (bandwidth / the flows that cross it; a FATPIPE link
+ *  is not shared), the step's bandwidth c times the slowest flow's rate and
+ *  its latency the largest route latency. `routes` holds the routes of
+ *  tensor_parallel_route_pairs(platform, groups), in order. InputError when
+ *  a needed route is missing. */
+TensorParallelLink tensor_parallel_link(const PlatformSummary& platform, const std::vector<std::vector<int>>& groups,
+                                        const RouteTable& routes);
+
+/** As above, the routes taken from the platform's route matrices
+ *  (InputError when they are absent). */
 TensorParallelLink tensor_parallel_link(const PlatformSummary& platform, const std::vector<std::vector<int>>& groups);
+
+/** Whether some group holds hosts of more than one server. */
+bool tensor_parallel_spans_servers(const PlatformSummary& platform, const std::vector<std::vector<int>>& groups);
 
 /** The platform the pipeline and data-parallel dimensions see: the groups'
  *  leaders only, in order, with the routes between them (route matrices and

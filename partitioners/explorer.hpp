@@ -110,9 +110,9 @@ struct RankedCandidate {
 constexpr double kFewerDevicesShare = 0.99;
 
 /** The tensor-parallel group sizes explore tries on a platform: of
- *  `requested` (empty: 1, 2, 4, 8), those t for which `groups_fit(t)` is
- *  true (t divides the hosts and no group spans two servers), and t > 1 only
- *  when `splits` (the profile has a transformer layer with FLOPs). A
+ *  `requested` (empty: 1, 2, 4, 8), those t for which `why_not(t)` is empty
+ *  (the caller's rule: t divides the hosts, and for the default sizes no
+ *  group spans two servers), and t > 1 only when `splits` (the profile has a transformer layer with FLOPs). A
  *  requested t that does not fit, or t > 1 requested for a profile without
  *  such layers, is an InputError naming --tensor-parallel and why (via
  *  `why_not(t)`, the groups' own message). */

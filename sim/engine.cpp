@@ -1401,4 +1401,45 @@ PlatformSummary read_platform(const std::string& platform_file, PlatformRoutes r
                            platform_file);
 }
 
+RouteTable read_routes(const std::string& platform_file, const std::vector<std::pair<std::size_t, std::size_t>>& pairs) {
+  check_platform_file(platform_file);
+  const ChildResult result = run_in_child(platform_file, [&](sg::Engine& engine, std::string&) {
+    const PlatformSummary summary = load_platform(engine, platform_file, NetworkModel::Analytic, false);
+    std::vector<sg::Host*> hosts;
+    for (const HostInfo& host : summary.hosts) hosts.push_back(sg::Host::by_name(host.name));
+    nlohmann::json links = nlohmann::json::array(), routes = nlohmann::json::array();
+    std::map<std::string, int> link_index;
+    for (const auto& [a, b] : pairs) {
+      if (a >= hosts.size() || b >= hosts.size())
+        throw InputError(fmt::format("{}: a route from host {} to host {} is needed, but the platform has {} hosts",
+                                     printable(platform_file), a, b, hosts.size()));
+      std::vector<sg::Link*> route;
+      double latency = 0;
+      bool found = true;
+      try {
+        hosts[a]->route_to(hosts[b], route, &latency);
+      } catch (const std::exception&) {
+        found = false;  // a hierarchy without the zone route: none
+      }
+      if (route.empty() && !(latency > 0)) found = false;
+      nlohmann::json indices = nlohmann::json::array();
+      for (const sg::Link* link : route) {
+        const auto [entry, added] = link_index.emplace(link->get_name(), static_cast<int>(links.size()));
+        if (added)
+          links.push_back({{"name", link->get_name()}, {"bandwidth_Bps", link->get_bandwidth()},
+                           {"shared", link->get_sharing_policy() != sg::Link::SharingPolicy::FATPIPE}});
+        indices.push_back(entry->second);
+      }
+      routes.push_back({{"found", found}, {"latency_s", latency}, {"links", indices}});
+    }
+    return nlohmann::json{{"links", links}, {"routes", routes}};
+  });
+  RouteTable table;
+  for (const auto& link : result.json.at("links"))
+    table.links.push_back({link.at("name").get<std::string>(), link.at("bandwidth_Bps").get<double>(), link.at("shared").get<bool>()});
+  for (const auto& route : result.json.at("routes"))
+    table.routes.push_back({route.at("found").get<bool>(), route.at("latency_s").get<double>(), route.at("links").get<std::vector<int>>()});
+  return table;
+}
+
 }  // namespace pipegrid::sim

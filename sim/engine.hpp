@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/partition.hpp"
@@ -147,6 +148,13 @@ constexpr std::size_t kMaxRouteMatrixHosts = 2048;
  *  after checking its text as simulate() does; prints the check's warnings
  *  (unknown host properties) on stderr, once per file per process. */
 PlatformSummary read_platform(const std::string& platform_file, PlatformRoutes routes = PlatformRoutes::All);
+
+/** The routes from hosts[a] to hosts[b] for each (a, b) of `pairs` (host
+ *  indices in the order the platform file declares them), computed in a
+ *  forked child after checking the platform as read_platform does: linear
+ *  in the pairs, for platforms too large for the all-pairs matrices.
+ *  InputError when an index is beyond the platform's hosts. */
+RouteTable read_routes(const std::string& platform_file, const std::vector<std::pair<std::size_t, std::size_t>>& pairs);
 
 /** For a process forked to run one command (a sweep's run): the next engine
  *  that simulate() or read_platform() starts runs in this process rather

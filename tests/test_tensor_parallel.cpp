@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
+
+#include <fmt/format.h>
 #include <string>
 #include <vector>
 
@@ -218,12 +220,69 @@ TEST(TensorParallel, RefusesGroupsThatDoNotFit) {
     EXPECT_NE(std::string(error.what()).find("--tensor-parallel 3: cluster.xml has 4 hosts, not a multiple of 3"), std::string::npos)
         << error.what();
   }
+}
+
+// A group of 4 over two servers of 2 GPUs: its ring 0 -> 1 -> 2 -> 3 -> 0
+// crosses between the servers twice, each crossing as 2 channels (0 -> 2
+// and 1 -> 3; 2 -> 0 and 3 -> 1).
+TEST(TensorParallel, GroupsSpanningServersRunTheirCrossingsOverChannels) {
+  const PlatformSummary platform = two_servers(2);
+  const auto groups = tensor_parallel_groups(platform, 4);
+  ASSERT_EQ(groups, (std::vector<std::vector<int>>{{0, 1, 2, 3}}));
+  EXPECT_TRUE(tensor_parallel_spans_servers(platform, groups));
+  EXPECT_FALSE(tensor_parallel_spans_servers(platform, tensor_parallel_groups(platform, 2)));
+  using Pairs = std::vector<std::pair<std::size_t, std::size_t>>;
+  EXPECT_EQ(tensor_parallel_route_pairs(platform, groups), (Pairs{{0, 1}, {0, 2}, {1, 3}, {2, 3}, {2, 0}, {3, 1}}));
+  // Route matrices without links: every route a link of its own, so the two
+  // channels of a crossing add up: 2 x 3.125 GB/s, below NVLink's 150.
+  TensorParallelLink link = tensor_parallel_link(platform, groups);
+  EXPECT_EQ(link.bandwidth_Bps, 6.25e9);
+  EXPECT_EQ(link.latency_s, 5e-6);
+  EXPECT_EQ(link.crossing_channels, 2);
+
+  // The same rings over named links. Per-GPU NICs: each channel its own
+  // NIC, the total 2 x 25 GB/s. One NIC per server: both channels share it,
+  // each at half its bandwidth, the total one NIC's 25 GB/s. The FATPIPE
+  // switch (40 GB/s) on every crossing gives each flow its whole bandwidth
+  // (shared, it would hold the two channels to 40 GB/s in all).
+  const auto table = [&](bool nic_per_gpu) {
+    RouteTable routes;
+    const auto add_link = [&](const std::string& name, double bandwidth, bool shared) {
+      routes.links.push_back({name, bandwidth, shared});
+      return static_cast<int>(routes.links.size() - 1);
+    };
+    const int nvlink = add_link("nvlink", 150e9, true), sw = add_link("switch", 40e9, false);
+    std::map<std::string, int> nics;
+    const auto nic = [&](std::size_t host, const char* direction) {
+      const std::string name = fmt::format("{}-nic-{}", nic_per_gpu ? platform.hosts[host].name : platform.hosts[host].server, direction);
+      if (!nics.count(name)) nics[name] = add_link(name, 25e9, true);
+      return nics[name];
+    };
+    for (const auto& [a, b] : tensor_parallel_route_pairs(platform, groups)) {
+      if (platform.hosts[a].server == platform.hosts[b].server)
+        routes.routes.push_back({true, 2e-6, {nvlink}});
+      else
+        routes.routes.push_back({true, 7e-6, {nic(a, "up"), sw, nic(b, "down")}});
+    }
+    return routes;
+  };
+  link = tensor_parallel_link(platform, groups, table(true));
+  EXPECT_EQ(link.bandwidth_Bps, 50e9);
+  EXPECT_EQ(link.latency_s, 7e-6);
+  link = tensor_parallel_link(platform, groups, table(false));
+  EXPECT_EQ(link.bandwidth_Bps, 25e9);
+
+  // A group inside one server is weighed as before: its slowest route.
+  const PlatformSummary four = two_servers(4);
+  EXPECT_EQ(tensor_parallel_link(four, tensor_parallel_groups(four, 4)).crossing_channels, 0);
+
+  RouteTable missing = table(true);
+  missing.routes[2].found = false;
   try {
-    tensor_parallel_groups(platform, 4);
-    ADD_FAILURE() << "a group of 4 spans both servers";
+    tensor_parallel_link(platform, groups, missing);
+    ADD_FAILURE() << "a channel's route is missing";
   } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("'s0-gpu0' is in zone 'server0', 's1-gpu0' in zone 'server1'"), std::string::npos)
-        << error.what();
+    EXPECT_NE(std::string(error.what()).find("no route from 's0-gpu1' to 's1-gpu1'"), std::string::npos) << error.what();
   }
 }
 
