@@ -111,7 +111,7 @@ PlatformSummary tensor_parallel_view(Plan& plan, PlatformSummary platform, const
           : tensor_parallel_link(platform, groups,
                                  sim::read_routes(platform_file, tensor_parallel_route_pairs(platform, groups)));
   TensorParallelProfile split =
-      tensor_parallel_profile(plan.profile, plan.tensor_parallel, link, plan.sequence_parallel);
+      tensor_parallel_profile(plan.profile, plan.tensor_parallel, link, plan.sequence_parallel, plan.tp_comm_overlap);
   plan.profile = std::move(split.profile);
   plan.tensor_parallel_note = std::move(split.note);
   return leader_platform(platform, groups);
@@ -545,6 +545,11 @@ Plan make_plan(const PlanRequest& request) {
   plan.sequence_parallel = request.sequence_parallel && plan.tensor_parallel > 1;
   if (request.sequence_parallel && plan.tensor_parallel == 1)
     plan.tensor_parallel_note = "--sequence-parallel: off at tensor parallel 1 (Megatron-LM turns it off there)";
+  if (request.tp_comm_overlap && !plan.sequence_parallel)
+    throw InputError(fmt::format("--tp-comm-overlap: needs --sequence-parallel at tensor parallel > 1 (Megatron-LM asserts "
+                                 "it), found {}",
+                                 plan.tensor_parallel == 1 ? "tensor parallel 1" : "no --sequence-parallel"));
+  plan.tp_comm_overlap = request.tp_comm_overlap;
   // Schedule-specific options: the catalogue entry says which it takes.
   if (request.vertical_sync && !takes_option(info, ScheduleOption::VerticalSync))
     throw InputError(fmt::format("--vertical-sync: applies to {}, not {}", schedules_taking(ScheduleOption::VerticalSync),

@@ -99,6 +99,9 @@ struct PlanRequest {
   /// Plan::sequence_parallel): off at tensor parallel 1, as Megatron-LM
   /// turns it off there (the plan's note says so).
   bool sequence_parallel = false;
+  /// Megatron-LM's --tp-comm-overlap (simulate --tp-comm-overlap;
+  /// Plan::tp_comm_overlap): needs sequence_parallel at t > 1.
+  bool tp_comm_overlap = false;
   /// A parallel layout t x p x d over the platform's hosts (Megatron-LM's
   /// sizes; any of these makes one): the data-parallel size d (whole
   /// pipelines, Plan::data_parallel), the pipeline-parallel size p, and the

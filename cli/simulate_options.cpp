@@ -88,6 +88,10 @@ void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
   command.add_flag("--sequence-parallel", request.sequence_parallel,
                    "Megatron's sequence parallelism in the tensor-parallel groups: reduce-scatter + all-gather for "
                    "all-reduces, norms and stashed activations split t ways (off at --tensor-parallel 1)");
+  command.add_flag("--tp-comm-overlap", request.tp_comm_overlap,
+                   "Megatron's --tp-comm-overlap: a transformer layer's sequence-parallel all-gathers and "
+                   "reduce-scatters pipelined with its GEMMs, charged only what they exceed them by (needs "
+                   "--sequence-parallel; docs/semantics.md, Tensor parallelism)");
   command.add_option("--pipeline-parallel", request.pipeline_parallel,
                      "a layout's pipeline size p (Megatron's --pipeline-model-parallel-size): t x p x d = the hosts");
   command.add_option("--data-parallel", request.data_parallel,

@@ -61,6 +61,7 @@ std::string plan_to_json(const Plan& plan) {
   }
   if (plan.tensor_parallel != 1) document["tensor_parallel"] = plan.tensor_parallel;
   if (plan.sequence_parallel) document["sequence_parallel"] = true;
+  if (plan.tp_comm_overlap) document["tp_comm_overlap"] = true;
   if (!plan.tensor_parallel_note.empty()) document["tensor_parallel_note"] = plan.tensor_parallel_note;
   if (plan.data_parallel != 1) document["data_parallel"] = plan.data_parallel;
   if (plan.parallel_layout) document["parallel_layout"] = true;
@@ -82,7 +83,7 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
                              {"pipegrid_plan", "schedule", "micro_batches", "mini_batches", "recompute", "network",
                               "optimizer", "vertical_sync", "update_interval", "prediction_cost_s_per_byte", "wait_free",
                               "pipeline_depth", "partitioner", "micro_batch_scaling", "micro_batch_scaling_note",
-                              "virtual_stages", "fb_overlap", "transfer_rule", "program", "dtype", "gradient_dtype", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "sequence_parallel", "tensor_parallel_note", "data_parallel", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
+                              "virtual_stages", "fb_overlap", "transfer_rule", "program", "dtype", "gradient_dtype", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "sequence_parallel", "tp_comm_overlap", "tensor_parallel_note", "data_parallel", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
   auto field = [&](const char* name, auto check, const std::string& expected) -> const nlohmann::json& {
     if (!document.contains(name) || !check(document[name]))
       throw InputError(fmt::format("{}: {}: expected {}, found {}", origin, name, expected,
@@ -193,6 +194,10 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
     throw InputError(fmt::format("{}: sequence_parallel: expected it only with tensor_parallel > 1, found it with "
                                  "tensor_parallel 1",
                                  origin));
+  if (document.contains("tp_comm_overlap"))
+    plan.tp_comm_overlap = field("tp_comm_overlap", is_boolean, "true or false").get<bool>();
+  if (plan.tp_comm_overlap && !plan.sequence_parallel)
+    throw InputError(fmt::format("{}: tp_comm_overlap: expected it only with sequence_parallel, found it without", origin));
   if (document.contains("tensor_parallel_note"))
     plan.tensor_parallel_note = field("tensor_parallel_note", is_string, "a note").get<std::string>();
   if (document.contains("data_parallel")) plan.data_parallel = integer("data_parallel", 1, limits::kMaxDevices);

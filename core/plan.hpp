@@ -85,6 +85,10 @@ struct Plan {
   /// (simulate --sequence-parallel; tensor_parallel_profile): only with
   /// tensor_parallel > 1. Written to plan files only when set.
   bool sequence_parallel = false;
+  /// Megatron-LM's --tp-comm-overlap (overlapped_collectives_s,
+  /// core/tensor_parallel.hpp): only with sequence_parallel. Written to plan
+  /// files only when set; the embedded profile already carries its effect.
+  bool tp_comm_overlap = false;
   /// Data-parallel pipelines (a layout's d; simulate --data-parallel,
   /// --megatron-args): each replica is a whole pipeline running `schedule`
   /// over `micro_batches` micro-batches of its own (Megatron's counting:

@@ -80,7 +80,8 @@ std::string plural(std::size_t count, const char* word) {
 
 // TensorParallelProfile::note.
 std::string tensor_parallel_note(const Profile& profile, const TensorParallelProfile& result, int t,
-                                 const TensorParallelLink& link, bool sequence_parallel, bool embedding_reduce_scatters) {
+                                 const TensorParallelLink& link, bool sequence_parallel, bool embedding_reduce_scatters,
+                                 bool comm_overlap) {
   std::vector<std::string> parts;
   parts.push_back(result.split.empty() ? std::string("no transformer layer split (none with FLOPs)")
                                        : plural(result.split.size(), "transformer layer") + " split");
@@ -134,6 +135,10 @@ std::string tensor_parallel_note(const Profile& profile, const TensorParallelPro
                                 "bytes / ({} x {:.4g} GB/s)), a reduce-scatter or an all-gather half that)",
                                 fmt::join(collectives, "; "), t, t - 1, human_seconds(link.latency_s), t,
                                 link.bandwidth_Bps / 1e9));
+  if (comm_overlap && !result.split.empty())
+    parts.push_back("--tp-comm-overlap: a transformer layer's all-gathers and reduce-scatters pipelined with its GEMMs "
+                    "(all but its attention core), each pass charged only what they exceed the GEMMs by (an upper "
+                    "bound on the overlap: no SM contention)");
   if (link.crossing_channels > 0)
     parts.push_back(fmt::format("groups span servers: a ring step between two servers runs as {} concurrent channel{} "
                                 "(NCCL's rings, each crossing on its own GPU's route), their total the bandwidth above",
@@ -152,9 +157,14 @@ bool tensor_parallel_splits(const Layer& layer, bool sequence_parallel) {
   return treatment != Treatment::Replicated && treatment != Treatment::VocabularyEmbedding;
 }
 
+double overlapped_collectives_s(double collectives_s, double gemm_s) { return std::max(0.0, collectives_s - gemm_s); }
+
 TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, const TensorParallelLink& link,
-                                              bool sequence_parallel) {
+                                              bool sequence_parallel, bool comm_overlap) {
   check_t(t);
+  if (comm_overlap && !sequence_parallel)
+    throw InputError("--tp-comm-overlap: needs --sequence-parallel (Megatron-LM asserts it: the overlap pipelines the "
+                     "sequence-parallel all-gathers and reduce-scatters with the GEMMs)");
   TensorParallelProfile result;
   result.profile = profile;
   if (t == 1) {
@@ -216,14 +226,20 @@ TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, con
     }
     const double work = treatment == Treatment::VocabularyEmbedding ? 1 : n;
     const BackwardSplit backward = backward_split(original);
-    layer.forward_s = original.forward_s / work + added.forward_s;
-    layer.backward_input_s = backward.input_s / work + added.input_s;
+    // The seconds a pass's collectives add to a pass of `compute_s`.
+    const bool overlapped = comm_overlap && treatment == Treatment::Transformer;
+    const double gemm_share = 1 - original.attention_core_flops_share.value_or(0.0);
+    const auto exposed = [&](double collectives_s, double compute_s) {
+      return overlapped ? overlapped_collectives_s(collectives_s, gemm_share * compute_s) : collectives_s;
+    };
+    layer.forward_s = original.forward_s / work + exposed(added.forward_s, original.forward_s / work);
+    layer.backward_input_s = backward.input_s / work + exposed(added.input_s, backward.input_s / work);
     layer.backward_weight_s = backward.weight_s / work;
     layer.backward_s = *layer.backward_input_s + *layer.backward_weight_s;
     for (auto& [device, times] : layer.device_times) {
       const BackwardSplit parts = backward_split(original, original.device_times.at(device));
-      times.forward_s = times.forward_s / work + added.forward_s;
-      times.backward_input_s = parts.input_s / work + added.input_s;
+      times.forward_s = times.forward_s / work + exposed(added.forward_s, times.forward_s / work);
+      times.backward_input_s = parts.input_s / work + exposed(added.input_s, parts.input_s / work);
       times.backward_weight_s = parts.weight_s / work;
       times.backward_s = *times.backward_input_s + *times.backward_weight_s;
     }
@@ -257,7 +273,7 @@ TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, con
       member.attention_core_stash_share =
           std::min(1.0, *whole.attention_core_stash_share * ((whole.stashed_bytes() / t) / member.stashed_bytes()));
   }
-  result.note = tensor_parallel_note(profile, result, t, link, sequence_parallel, embedding_reduce_scatters);
+  result.note = tensor_parallel_note(profile, result, t, link, sequence_parallel, embedding_reduce_scatters, comm_overlap);
   return result;
 }
 

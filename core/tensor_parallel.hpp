@@ -110,9 +110,27 @@ struct TensorParallelProfile {
  *  kMaxTensorParallel, or when the profile's dtype is unknown and a loss
  *  needs it. A split layer's attention_core_flops_share and _stash_share
  *  are re-expressed as shares of the member's FLOPs and stash (the core
- *  splits t ways by heads). */
+ *  splits t ways by heads). With `comm_overlap` (needs `sequence_parallel`,
+ *  as Megatron-LM asserts; InputError otherwise), a transformer layer's
+ *  collectives add only overlapped_collectives_s of its pass (on every
+ *  device's times too); a layer without attention_core_flops_share is
+ *  taken as GEMMs throughout. */
 TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, const TensorParallelLink& link,
-                                              bool sequence_parallel = false);
+                                              bool sequence_parallel = false, bool comm_overlap = false);
+
+/** Megatron-LM's --tp-comm-overlap (Transformer Engine's userbuffers): a
+ *  transformer layer's sequence-parallel all-gathers and reduce-scatters
+ *  run pipelined with the GEMMs they feed or follow (the all-gathers before
+ *  the QKV and FC1 GEMMs, the reduce-scatters after the projection and FC2
+ *  GEMMs; in the backward, with the input-gradient GEMMs). Per pass, the
+ *  seconds the collectives still add: max(0, collectives_s - gemm_s), where
+ *  gemm_s is the pass's GEMM time, (1 - attention_core_flops_share) of the
+ *  member's pass time (every FLOP of a block outside its attention core is
+ *  in those four GEMMs). An upper bound on what the overlap hides: the four
+ *  pairs are pooled (a collective longer than its own GEMM is hidden by
+ *  another's slack), and the SMs the communication kernels take from the
+ *  GEMMs are not charged. */
+double overlapped_collectives_s(double collectives_s, double gemm_s);
 
 /** The groups of t consecutive hosts (indices into platform.hosts): group g
  *  holds hosts g t .. g t + t - 1, as Megatron-LM's rank order makes its

@@ -391,6 +391,38 @@ Profile vocabulary_profile() {
 // 2 x (1e-6 + 16000 / 2e9) = 1.8e-5 s each.
 constexpr double kAllReduce = 0.001002, kHalf = 0.000501, kLossAllReduce = 1.8e-5;
 
+// --tp-comm-overlap: the block's 4 collectives per pass (4 x kHalf =
+// 0.002004 s) run under its GEMMs, everything but its attention core; the
+// embedding's and the head's collectives stay exposed.
+TEST(TensorParallel, CommOverlapHidesTheBlocksCollectivesUnderItsGemms) {
+  Profile profile = vocabulary_profile();
+  profile.layers[1].attention_core_flops_share = 0.75;  // GEMMs: 0.25 x 0.005 s per member pass
+  profile.layers[1].device_times["H100"] = LayerTimes{0.004, 0.006, 0.002, 0.004};
+  const TensorParallelProfile result = tensor_parallel_profile(profile, 2, kLink, true, true);
+  const Layer& block = result.profile.layers[1];
+  EXPECT_NEAR(overlapped_collectives_s(4 * kHalf, 0.25 * 0.005), 4 * kHalf - 0.00125, 1e-15);
+  EXPECT_EQ(overlapped_collectives_s(0.001, 0.002), 0.0);
+  EXPECT_NEAR(block.forward_s, 0.005 + 4 * kHalf - 0.00125, 1e-12);
+  EXPECT_NEAR(*block.backward_input_s, 0.005 + 4 * kHalf - 0.00125, 1e-12);
+  EXPECT_NEAR(*block.backward_weight_s, 0.005, 1e-12);
+  // On the device's own times: forward 0.002 per member, GEMMs 0.0005.
+  EXPECT_NEAR(block.device_times.at("H100").forward_s, 0.002 + 4 * kHalf - 0.0005, 1e-12);
+  EXPECT_NEAR(*block.device_times.at("H100").backward_input_s, 0.001 + 4 * kHalf - 0.00025, 1e-12);
+  // GEMMs longer than the collectives hide them all.
+  profile.layers[1].attention_core_flops_share = 0.1;
+  EXPECT_NEAR(tensor_parallel_profile(profile, 2, kLink, true, true).profile.layers[1].forward_s, 0.005, 1e-12);
+  // The head and the embedding are not overlapped.
+  const TensorParallelProfile plain = tensor_parallel_profile(profile, 2, kLink, true);
+  for (const std::size_t l : {std::size_t{0}, std::size_t{3}}) {
+    EXPECT_EQ(result.profile.layers[l].forward_s, plain.profile.layers[l].forward_s);
+    EXPECT_EQ(*result.profile.layers[l].backward_input_s, *plain.profile.layers[l].backward_input_s);
+  }
+  EXPECT_NE(result.note.find("--tp-comm-overlap: a transformer layer's all-gathers and reduce-scatters pipelined"),
+            std::string::npos)
+      << result.note;
+  EXPECT_THROW(tensor_parallel_profile(profile, 2, kLink, false, true), InputError);
+}
+
 TEST(TensorParallel, VocabularySplitAsMegatronCore) {
   const TensorParallelProfile result = tensor_parallel_profile(vocabulary_profile(), 2, kLink);
   EXPECT_EQ(result.split, (std::vector<int>{1}));
