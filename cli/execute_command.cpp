@@ -16,6 +16,7 @@
 #include "core/io.hpp"
 #include "core/platform_check.hpp"
 #include "core/program.hpp"
+#include "core/recompute.hpp"
 #include "core/timeline.hpp"
 #include "core/torch_schedule.hpp"
 #include "render/chrome_trace.hpp"
@@ -46,6 +47,8 @@ struct ExecuteOptions {
   double learning_rate = 0.01;
   std::uint64_t seed = 1;
   bool recompute = false;
+  std::string recompute_granularity, recompute_method;  ///< refused: kLayerRecomputeFlags
+  int recompute_num_layers = 0;
   std::vector<int> replicas;
   bool vertical_sync = false;
   int update_interval = 0;
@@ -99,6 +102,12 @@ CLI::App* add_execute_command(CLI::App& app) {
   command->add_option("--learning-rate", options.learning_rate, "SGD learning rate (default 0.01)");
   command->add_option("--seed", options.seed, "seed of the weights and the data (default 1)");
   command->add_flag("--recompute", options.recompute, "activation recomputation: forwards keep only the stage input");
+  // simulate's options of Megatron-LM's recomputation, refused with the
+  // reason: the executor recomputes whole stages only.
+  command->add_option("--recompute-granularity", options.recompute_granularity,
+                      "refused: the executor recomputes whole stages only (--recompute); simulate models Megatron-LM's");
+  command->add_option("--recompute-method", options.recompute_method, "refused, as --recompute-granularity");
+  command->add_option("--recompute-num-layers", options.recompute_num_layers, "refused, as --recompute-granularity");
   command->add_option("--csv", options.csv, "write the measured timeline as CSV");
   command->add_option("--svg", options.svg, "write the measured timeline as an SVG Gantt chart");
   command->add_option("--trace", options.trace, "write a Chrome trace (Perfetto) JSON file");
@@ -122,6 +131,8 @@ std::string layer_list(const validate::LayerRanges& ranges, const std::vector<in
 }  // namespace
 
 int run_execute_command() {
+  for (const char* flag : kLayerRecomputeFlags)
+    if (command->count(flag)) throw InputError(executor_layer_recompute_refusal(flag, "execute"));
   const validate::ModelConfig model = model_from_flags(options.model, options.model_flags, *command);
   const bool from_file = !options.program_file.empty();
   if (from_file) {

@@ -67,7 +67,8 @@ CLI::App *plan_command, *run_command, *status_command, *merge_command, *report_c
 /// The capabilities this build has, for an experiment's `requires`.
 const std::vector<std::string>& capabilities() {
   static const std::vector<std::string> list = {"simulate", "partition", "sweep", "simulate-partitioner", "micro-batch-scaling", "platform-cluster",
-                                                  "model-generator", "model-command"};
+                                                  "model-generator", "model-command",
+                                                  "pipedream-recompute"};
   return list;
 }
 

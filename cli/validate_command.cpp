@@ -21,6 +21,7 @@
 #include "cli/torch_forward.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/recompute.hpp"
 #include "core/termination.hpp"
 #include "core/timeline_compare.hpp"
 #include "core/torch_schedule.hpp"
@@ -45,6 +46,8 @@ struct ValidateOptions {
   int update_interval = 0;
   bool wait_free = false;
   bool recompute = false;
+  std::string recompute_granularity, recompute_method;  ///< refused: kLayerRecomputeFlags
+  int recompute_num_layers = 0;
   int stages = 2;
   std::optional<int> virtual_stages;
   std::vector<int> layers_per_stage;
@@ -122,7 +125,13 @@ CLI::App* add_validate_command(CLI::App& app) {
   command->add_option("--update-interval", options.update_interval,
                       "pipedream-2bw: mini-batches per weight update (default: the number of stages)");
   command->add_flag("--wait-free", options.wait_free, "dp: one all-reduce per layer with parameters");
-  command->add_flag("--recompute", options.recompute, "activation recomputation (flushed schedules)");
+  command->add_flag("--recompute", options.recompute, "activation recomputation (whole stages, as execute runs it)");
+  // simulate's options of Megatron-LM's recomputation, refused with the
+  // reason: the executor recomputes whole stages only.
+  command->add_option("--recompute-granularity", options.recompute_granularity,
+                      "refused: the executor recomputes whole stages only (--recompute); simulate models Megatron-LM's");
+  command->add_option("--recompute-method", options.recompute_method, "refused, as --recompute-granularity");
+  command->add_option("--recompute-num-layers", options.recompute_num_layers, "refused, as --recompute-granularity");
   command->add_option("--stages", options.stages,
                       "number of stages, layers split as execute does (default 2); devices = stages / --virtual-stages");
   command->add_option("--virtual-stages", options.virtual_stages,
@@ -180,6 +189,9 @@ SavedPlan read_saved_plan(const std::string& file) {
   SavedPlan saved;
   saved.plan = read_plan_file(file);
   const Plan& plan = saved.plan;
+  if (plan.layer_recompute.enabled())
+    throw InputError(executor_layer_recompute_refusal(
+        fmt::format("--plan {}: recompute_granularity \"{}\"", file, plan.layer_recompute.granularity), "validate"));
   if (plan.profile.model.empty())
     throw InputError(fmt::format("{}: profile: names no model to run (its \"model\", which pipegrid calibrate writes); save the "
                                  "plan from a calibrated profile, or give --model and --schedule instead of --plan",
@@ -242,6 +254,8 @@ Timeline without_first_minibatches(Timeline timeline, int count) {
 }  // namespace
 
 int run_validate_command() {
+  for (const char* flag : kLayerRecomputeFlags)
+    if (command->count(flag)) throw InputError(executor_layer_recompute_refusal(flag, "validate"));
   std::optional<SavedPlan> saved;
   const bool from_file = !options.program_file.empty();
   if (!options.plan.empty()) {

@@ -91,4 +91,16 @@ struct StageRecompute {
 std::vector<StageRecompute> stage_recompute(const Profile& profile, const Partition& partition,
                                             const LayerRecompute& recompute, double checkpoint_input_factor = 1);
 
+/// The options of Megatron-LM's recomputation, as simulate spells them.
+inline constexpr const char* kLayerRecomputeFlags[] = {"--recompute-granularity", "--recompute-method",
+                                                       "--recompute-num-layers"};
+
+/** The refusal of `flag` (one of kLayerRecomputeFlags, or a plan's
+ *  recompute_granularity) by `command` (execute, validate), whose real
+ *  executor (validate/executor.hpp) recomputes whole stages only
+ *  (--recompute: an F keeps its stage input, an R re-runs the stage's
+ *  forward) and not layer by layer: the message names the flag, says why,
+ *  and what to give instead. */
+std::string executor_layer_recompute_refusal(const std::string& flag, const std::string& command);
+
 }  // namespace pipegrid

@@ -570,6 +570,14 @@ void build_gpt(Builder& b, const ResolvedModel& m, Profile& profile) {
   // on every member (models/common/embeddings/language_model_embedding.py),
   // and so is the embedding's output until sequence parallelism splits it.
   Layer& embedding_layer = b.layers.back();
+  // What the embedding keeps for its backward is Megatron's: the word
+  // lookup needs only the token ids (the stage input) and the position
+  // table nothing, so only the embedding dropout's mask stays, 1 byte per
+  // element (s b h; Korthikanti et al. 2022, section 4.3, "Input embeddings
+  // dropout"; Megatron-LM core_v0.14.0, models/common/embeddings/
+  // language_model_embedding.py, embedding_dropout). Its output, the first
+  // block's input, is kept by that block's first norm (in its 34 s b h).
+  embedding_layer.activation_bytes = rows * h;
   embedding_layer.vocabulary = static_cast<long long>(vocabulary);
   embedding_layer.replicated_parameter_bytes = g.rotary ? 0 : b.e * g.positions * h;
   embedding_layer.replicated_activation_fraction = 1;

@@ -1,5 +1,6 @@
 // Assembly of the schedules of beyond.hpp into a Program: stage maps,
-// mini-batches, recomputation, and the options they reject.
+// mini-batches, recomputation (an R before each B or I, before the
+// overlapped pair that holds it), and the options they reject.
 
 #include <algorithm>
 #include <map>
@@ -45,10 +46,6 @@ Program generate_beyond_schedule(const std::string& name, const ScheduleOptions&
                                  S, v, v, S));
   if (std::any_of(options.replicas.begin(), options.replicas.end(), [](int r) { return r != 1; }))
     throw InputError(fmt::format("--replicas: {} runs one replica per stage", name));
-  if (options.recompute && name != "interleaved-1f1b" && name != "looped-bfs")
-    throw InputError(fmt::format("{}: {} does not recompute; recomputation applies to gpipe, the 1f1b "
-                                 "schedules, interleaved-1f1b and looped-bfs",
-                                 options.recompute_flag, name));
   const int p = S / v;
   const std::vector<Stream> orders = beyond_generators().at(name)(p, v, m);
 
@@ -64,11 +61,29 @@ Program generate_beyond_schedule(const std::string& name, const ScheduleOptions&
     Stream stream;
     for (int k = 0; k < options.mini_batches; ++k) {
       const Stream& order = orders[r];
-      for (const std::size_t position : order.overlapped) stream.overlapped.push_back(stream.actions.size() + position);
-      for (Action action : order.actions) {
-        action.mini_batch = k;
-        if (options.recompute && action.kind == ActionKind::Backward)
+      const auto recompute = [&](const Action& action) {
+        if (options.recompute && is_input_gradient(action.kind))
           stream.actions.push_back({ActionKind::Recompute, action.stage, action.micro_batch, k});
+      };
+      std::size_t next_pair = 0;
+      for (std::size_t i = 0; i < order.actions.size(); ++i) {
+        if (next_pair < order.overlapped.size() && order.overlapped[next_pair] == i) {
+          // An overlapped F&B pair: the R of its B or I runs before the pair.
+          recompute(order.actions[i]);
+          recompute(order.actions[i + 1]);
+          stream.overlapped.push_back(stream.actions.size());
+          for (const std::size_t j : {i, i + 1}) {
+            Action action = order.actions[j];
+            action.mini_batch = k;
+            stream.actions.push_back(action);
+          }
+          ++next_pair;
+          ++i;
+          continue;
+        }
+        Action action = order.actions[i];
+        action.mini_batch = k;
+        recompute(action);
         stream.actions.push_back(action);
       }
     }

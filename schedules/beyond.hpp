@@ -50,9 +50,9 @@ bool is_beyond_schedule(const std::string& name);
  *  p * options.virtual_stages global stages on p devices (device r holds its
  *  stages in ascending order, replica 0, one stream), the per-mini-batch
  *  order repeated for mini-batches k = 0..K-1 (mini_batch = k). With
- *  --recompute (interleaved-1f1b, looped-bfs only) an R precedes each B.
- *  InputError: --virtual-stages not dividing S or not the schedule's fixed
- *  count, --replicas other than 1, --recompute for the others. The caller
+ *  options.recompute an R precedes each B or I (an overlapped pair holding
+ *  one: the R precedes the pair). InputError: --virtual-stages not dividing
+ *  S or not the schedule's fixed count, --replicas other than 1. The caller
  *  (generate_schedule) has checked the generic options. */
 Program generate_beyond_schedule(const std::string& name, const ScheduleOptions& options);
 

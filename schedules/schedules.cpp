@@ -179,9 +179,6 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
     throw InputError(fmt::format("--schedule {}: runs the whole model on every device; expected 1 stage (replicated on "
                                  "every host), found {} stages",
                                  name, options.num_stages));
-  if (options.recompute && !info.flushed)
-    throw InputError(fmt::format("{}: {} does not flush; recomputation applies to gpipe and the 1f1b schedules",
-                                 options.recompute_flag, name));
   if (options.wait_free && !takes_option(info, ScheduleOption::WaitFree))
     throw InputError(fmt::format("--wait-free: applies to {}, not {}", schedules_taking(ScheduleOption::WaitFree), name));
   if (options.update_interval > 0 && !takes_option(info, ScheduleOption::UpdateInterval))
@@ -273,7 +270,7 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
           const long long depth = stage == 0 ? options.pipeline_depth : std::min<long long>(warmup, admitted);
           warmup = static_cast<int>(std::min<long long>(count, depth));
         }
-        device.streams.push_back({one_f_one_b(stage, all[q], warmup, false)});
+        device.streams.push_back({one_f_one_b(stage, all[q], warmup, options.recompute)});
       }
       program.devices.push_back(std::move(device));
     }

@@ -14,8 +14,11 @@ struct ScheduleOptions {
   int num_stages = 1;
   int micro_batches = 1;
   int mini_batches = 1;
-  /// Activation recomputation (flushed schedules): an R is run right before
-  /// each B, and only stage inputs stay stashed between F and R.
+  /// Activation recomputation (every schedule): an R is run right before
+  /// each B or I (before the overlapped pair that holds it), and only what
+  /// the recomputation keeps stays stashed between F and R. The PipeDream
+  /// family keeps its weight versions as without it: the R of a mini-batch
+  /// runs with the version its F used.
   bool recompute = false;
   /// The option that asked for it, as refusals name it ("--recompute",
   /// "--recompute-granularity full").

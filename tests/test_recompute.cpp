@@ -248,3 +248,21 @@ TEST(Recompute, PlanFieldsRoundTripAndAreCheckedWhenRead) {
 
 }  // namespace
 }  // namespace pipegrid
+
+namespace pipegrid {
+namespace {
+
+// execute and validate refuse Megatron's recomputation: the message names
+// the flag, the command, why, and what to give instead.
+TEST(Recompute, TheExecutorRefusesLayerRecomputationNamingTheFlag) {
+  for (const char* flag : kLayerRecomputeFlags) {
+    const std::string message = executor_layer_recompute_refusal(flag, "execute");
+    EXPECT_EQ(message.rfind(std::string(flag) + ": pipegrid execute runs the model for real", 0), 0u) << message;
+    EXPECT_NE(message.find("recomputes whole stages only"), std::string::npos) << message;
+    EXPECT_NE(message.find("give --recompute to execute, or " + std::string(flag) + " to simulate"), std::string::npos)
+        << message;
+  }
+}
+
+}  // namespace
+}  // namespace pipegrid

@@ -202,8 +202,8 @@ TEST(SchedulesBeyond, Zb1pReproducesPyTorchsComputeCsv) {
   }
 }
 
-// Each (stage, micro-batch) has one F and either one B or one I and one W,
-// on a device holding the stage; the model runs it to the end.
+// Each (stage, micro-batch) has one F and either one B or one I and one W
+// (and one R with recomputation), on a device holding the stage; the model runs it to the end.
 void expect_complete(const Program& program, int v, const std::string& what) {
   std::map<std::pair<int, int>, std::string> kinds;
   for (const DeviceProgram& device : program.devices)
@@ -215,7 +215,7 @@ void expect_complete(const Program& program, int v, const std::string& what) {
   for (const auto& [key, letters] : kinds) {
     std::string sorted = letters;
     std::sort(sorted.begin(), sorted.end());
-    EXPECT_TRUE(sorted == "BF" || sorted == "FIW" || sorted == "BFR") << what << ": stage " << key.first << " has " << letters;
+    EXPECT_TRUE(sorted == "BF" || sorted == "FIW" || sorted == "BFR" || sorted == "FIRW") << what << ": stage " << key.first << " has " << letters;
   }
   EXPECT_TRUE(simulate(program, v, {}).complete) << what << ": deadlock in the list-scheduling model";
   try {
@@ -403,6 +403,46 @@ TEST(SchedulesBeyond, RecomputeRunsAnRBeforeEachBackward) {
   expect_complete(make("looped-bfs", 3, 4, 2, 1, true), 2, "looped-bfs recompute");
 }
 
+// Split backwards: the R precedes the I (the W needs no activations the I
+// has not used). Overlapped F&B pairs: the R of the pair's B or I runs
+// before the pair, which stays one op.
+TEST(SchedulesBeyond, RecomputeRunsAnRBeforeEachInputGradientAndEachOverlappedPair) {
+  EXPECT_EQ(cells(make("zb-h1", 2, 3, 1, 1, true).devices[0].streams[0]),
+            split("0F0 0F1 0R0 0I0 0W0 0F2 0R1 0I1 0W1 0R2 0I2 0W2", ' '));
+  const Program dualpipev = make("dualpipev", 2, 4, 2, 1, true);
+  EXPECT_EQ(cells(dualpipev.devices[0].streams[0]),
+            split("0F0 0F1 0F2 3F0 3R0 3I0 3W0 3F1 3R1 (0F3;3B1)OVERLAP_F_B 0R0 (3F2;0B0)OVERLAP_F_B 3R2 3B2 0R1 "
+                  "(3F3;0B1)OVERLAP_F_B 3R3 3B3 0R2 0I2 0W2 0R3 0I3 0W3",
+                  ' '));
+  for (const std::string name : {"zb-h1", "zb-h2", "zb1p", "zb-v", "dualpipev"})
+    for (int p : {2, 3, 4}) {
+      const int v = default_virtual_stages(name), m = 2 * p;
+      const Program plain = make(name, p, m, v, 2), recomputed = make(name, p, m, v, 2, true);
+      expect_complete(recomputed, v, name + " recompute");
+      for (std::size_t d = 0; d < plain.devices.size(); ++d) {
+        // Without the R's, the same order and the same pairs.
+        const Stream& with = recomputed.devices[d].streams[0];
+        Stream without;
+        for (std::size_t i = 0; i < with.actions.size(); ++i) {
+          if (std::find(with.overlapped.begin(), with.overlapped.end(), i) != with.overlapped.end())
+            without.overlapped.push_back(without.actions.size());
+          if (with.actions[i].kind != ActionKind::Recompute) without.actions.push_back(with.actions[i]);
+        }
+        EXPECT_EQ(without, plain.devices[d].streams[0]) << name << " p=" << p;
+        // One R per B or I, right before it or before its pair.
+        for (std::size_t i = 0; i < with.actions.size(); ++i) {
+          if (!is_input_gradient(with.actions[i].kind)) continue;
+          const bool paired = std::find(with.overlapped.begin(), with.overlapped.end(), i - 1) != with.overlapped.end();
+          const std::size_t before = paired ? i - 2 : i - 1;
+          ASSERT_LT(before, i) << name;
+          Action expected = with.actions[i];
+          expected.kind = ActionKind::Recompute;
+          EXPECT_EQ(with.actions[before], expected) << name << " p=" << p << " at " << i;
+        }
+      }
+    }
+}
+
 TEST(SchedulesBeyond, BadOptionsAreInputErrors) {
   const auto error = [](const std::string& name, int stages, int v, int m, const std::function<void(ScheduleOptions&)>& more = {}) {
     ScheduleOptions options;
@@ -429,8 +469,6 @@ TEST(SchedulesBeyond, BadOptionsAreInputErrors) {
   EXPECT_CONTAINS(error("looped-bfs", 4, 0, 8), "--virtual-stages: expected at least 1");
   EXPECT_CONTAINS(error("zb-v", 4, 2, 8, [](ScheduleOptions& o) { o.replicas = {1, 2, 1, 1}; }),
                   "--replicas: zb-v runs one replica per stage");
-  EXPECT_CONTAINS(error("zb-h1", 4, 1, 8, [](ScheduleOptions& o) { o.recompute = true; }), "--recompute: zb-h1");
-  EXPECT_CONTAINS(error("dualpipev", 8, 2, 8, [](ScheduleOptions& o) { o.recompute = true; }), "--recompute: dualpipev");
   // One replica per stage, stated explicitly, is fine.
   ScheduleOptions options;
   options.num_stages = 4;
