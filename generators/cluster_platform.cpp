@@ -306,6 +306,26 @@ std::string cluster_platform_xml(const ClusterSpec& spec) {
   xml += "<platform version=\"4.1\">\n";
   xml += fmt::format("  <zone id=\"cluster\" routing=\"{}\">\n", S > 1 ? "DijkstraCache" : "Full");
 
+  // A server's links: its GPUs' (or its bus) and its NICs. With two or more
+  // servers they are declared at the top of the root zone, where SimGrid
+  // 3.32 finds a link by name at once (it searches the zone tree depth
+  // first, which makes a link per server zone cost a search of the zones
+  // before it: minutes at 2,048 servers).
+  const auto server_links = [&](int s, const std::string& indent) {
+    if (G > 1) {
+      if (per_gpu)
+        for (int g = 0; g < G; ++g)
+          xml += fmt::format("{}<link id=\"{}-link\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SPLITDUPLEX\"/>\n",
+                             indent, host(s, g), intra_bandwidth, half_intra_latency);
+      else
+        xml += fmt::format("{}<link id=\"s{}-bus\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SHARED\"/>\n", indent,
+                           s, intra_bandwidth, intra_latency);
+    }
+    if (S > 1)
+      for (int g = 0; g < (nic_per_gpu ? G : 1); ++g)
+        xml += fmt::format("{}<link id=\"{}\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SPLITDUPLEX\"/>\n", indent,
+                           nic(s, g), inter_bandwidth, half_inter_latency);
+  };
   // A server's zone, indented by `indent`.
   const auto server_zone = [&](int s, const std::string& indent) {
     xml += fmt::format("{}<zone id=\"server{}\" routing=\"Full\">\n", indent, s);
@@ -319,19 +339,7 @@ std::string cluster_platform_xml(const ClusterSpec& spec) {
     }
     const std::string router = fmt::format("s{}-router", s);
     if (S > 1) xml += fmt::format("{}  <router id=\"{}\"/>\n", indent, router);
-    if (G > 1) {
-      if (per_gpu)
-        for (int g = 0; g < G; ++g)
-          xml += fmt::format("{}  <link id=\"{}-link\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SPLITDUPLEX\"/>\n",
-                             indent, host(s, g), intra_bandwidth, half_intra_latency);
-      else
-        xml += fmt::format("{}  <link id=\"s{}-bus\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SHARED\"/>\n", indent,
-                           s, intra_bandwidth, intra_latency);
-    }
-    if (S > 1)
-      for (int g = 0; g < (nic_per_gpu ? G : 1); ++g)
-        xml += fmt::format("{}  <link id=\"{}\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SPLITDUPLEX\"/>\n", indent,
-                           nic(s, g), inter_bandwidth, half_inter_latency);
+    if (S == 1) server_links(s, indent + "  ");
     for (int a = 0; a < G; ++a)
       for (int b = 0; b < G; ++b) {
         if (a == b) continue;
@@ -352,14 +360,15 @@ std::string cluster_platform_xml(const ClusterSpec& spec) {
       }
     xml += fmt::format("{}</zone>\n", indent);
   };
-  // A switch: a zone `name` holding its router `name-router`, a FATPIPE link
-  // `name`, and zone routes both ways between it and each of `members`
-  // (zone, gateway), crossing that link.
+  // A switch: a zone `name` holding its router `name-router`; its FATPIPE
+  // link `name` is declared with the other links.
   const auto switch_zone = [&](const std::string& name, const std::string& indent) {
     xml += fmt::format("{}<zone id=\"{}\" routing=\"Full\">\n", indent, name);
     xml += fmt::format("{}  <router id=\"{}-router\"/>\n", indent, name);
     xml += fmt::format("{}</zone>\n", indent);
-    xml += fmt::format("{}<link id=\"{}\" bandwidth=\"{}\" latency=\"0s\" sharing_policy=\"FATPIPE\"/>\n", indent, name,
+  };
+  const auto switch_link = [&](const std::string& name) {
+    xml += fmt::format("    <link id=\"{}\" bandwidth=\"{}\" latency=\"0s\" sharing_policy=\"FATPIPE\"/>\n", name,
                        inter_bandwidth);
   };
   const auto server_routes = [&](const std::string& switch_name, int first, int last, const std::string& indent) {
@@ -373,11 +382,27 @@ std::string cluster_platform_xml(const ClusterSpec& spec) {
     }
   };
 
+  // With two or more servers the root zone holds zones, links, then zone
+  // routes; SimGrid's parser takes a zone whose first element is a link for
+  // one of hosts, routers and links, so the flat switch's (or the spine's)
+  // zone comes first.
+  if (S > 1) {
+    switch_zone(leaves == 1 ? "switch" : "spine", "    ");
+    for (int s = 0; s < S; ++s) server_links(s, "    ");
+    if (leaves == 1) {
+      switch_link("switch");
+    } else {
+      for (int leaf = 0; leaf < leaves; ++leaf) switch_link(fmt::format("leaf{}-switch", leaf));
+      switch_link("spine");
+      for (int leaf = 0; leaf < leaves; ++leaf)
+        xml += fmt::format("    <link id=\"leaf{}-uplink\" bandwidth=\"{}\" latency=\"0s\" sharing_policy=\"SPLITDUPLEX\"/>\n",
+                           leaf, uplink_bandwidth);
+    }
+  }
   if (S == 1) {
     server_zone(0, "    ");
   } else if (leaves == 1) {
     for (int s = 0; s < S; ++s) server_zone(s, "    ");
-    switch_zone("switch", "    ");
     server_routes("switch", 0, S, "    ");
   } else {
     for (int leaf = 0; leaf < leaves; ++leaf) {
@@ -389,10 +414,6 @@ std::string cluster_platform_xml(const ClusterSpec& spec) {
       server_routes(leaf_switch, first, last, "      ");
       xml += "    </zone>\n";
     }
-    switch_zone("spine", "    ");
-    for (int leaf = 0; leaf < leaves; ++leaf)
-      xml += fmt::format("    <link id=\"leaf{}-uplink\" bandwidth=\"{}\" latency=\"0s\" sharing_policy=\"SPLITDUPLEX\"/>\n",
-                         leaf, uplink_bandwidth);
     for (int leaf = 0; leaf < leaves; ++leaf) {
       xml += fmt::format("    <zoneRoute src=\"leaf{}\" dst=\"spine\" gw_src=\"leaf{}-switch-router\" gw_dst=\"spine-router\" "
                          "symmetrical=\"NO\"><link_ctn id=\"leaf{}-uplink\" direction=\"UP\"/><link_ctn id=\"spine\"/></zoneRoute>\n",

@@ -136,7 +136,10 @@ ClusterSpec cluster_spec_from_options(const std::map<std::string, std::string>& 
  *    down: the inter latency; a switch's FATPIPE link, crossed on the way in
  *    and out, counts once in SimGrid's sharing (FATPIPE takes the largest
  *    use) and adds no latency.
- *  Values with SimGrid units, written so that they read back exactly. */
+ *  With two or more servers, every link is declared at the top of the root
+ *  zone `cluster` (after the first switch's zone), where SimGrid 3.32 finds
+ *  a link by name at once. Values with SimGrid units, written so that they
+ *  read back exactly. */
 std::string cluster_platform_xml(const ClusterSpec& spec);
 
 }  // namespace pipegrid

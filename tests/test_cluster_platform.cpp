@@ -33,6 +33,16 @@ const char* const kTwoByTwoXml = R"XML(<?xml version='1.0'?>
 -->
 <platform version="4.1">
   <zone id="cluster" routing="DijkstraCache">
+    <zone id="switch" routing="Full">
+      <router id="switch-router"/>
+    </zone>
+    <link id="s0-gpu0-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
+    <link id="s0-gpu1-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
+    <link id="s0-nic" bandwidth="3.125GBps" latency="2.5us" sharing_policy="SPLITDUPLEX"/>
+    <link id="s1-gpu0-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
+    <link id="s1-gpu1-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
+    <link id="s1-nic" bandwidth="3.125GBps" latency="2.5us" sharing_policy="SPLITDUPLEX"/>
+    <link id="switch" bandwidth="3.125GBps" latency="0s" sharing_policy="FATPIPE"/>
     <zone id="server0" routing="Full">
       <host id="s0-gpu0" speed="1Tf">
         <prop id="kind" value="gpu"/>
@@ -47,9 +57,6 @@ const char* const kTwoByTwoXml = R"XML(<?xml version='1.0'?>
         <prop id="memory_reserve" value="0.05"/>
       </host>
       <router id="s0-router"/>
-      <link id="s0-gpu0-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
-      <link id="s0-gpu1-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
-      <link id="s0-nic" bandwidth="3.125GBps" latency="2.5us" sharing_policy="SPLITDUPLEX"/>
       <route src="s0-gpu0" dst="s0-gpu1" symmetrical="NO"><link_ctn id="s0-gpu0-link" direction="UP"/><link_ctn id="s0-gpu1-link" direction="DOWN"/></route>
       <route src="s0-gpu1" dst="s0-gpu0" symmetrical="NO"><link_ctn id="s0-gpu1-link" direction="UP"/><link_ctn id="s0-gpu0-link" direction="DOWN"/></route>
       <route src="s0-gpu0" dst="s0-router" symmetrical="NO"><link_ctn id="s0-nic" direction="UP"/></route>
@@ -71,9 +78,6 @@ const char* const kTwoByTwoXml = R"XML(<?xml version='1.0'?>
         <prop id="memory_reserve" value="0.05"/>
       </host>
       <router id="s1-router"/>
-      <link id="s1-gpu0-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
-      <link id="s1-gpu1-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
-      <link id="s1-nic" bandwidth="3.125GBps" latency="2.5us" sharing_policy="SPLITDUPLEX"/>
       <route src="s1-gpu0" dst="s1-gpu1" symmetrical="NO"><link_ctn id="s1-gpu0-link" direction="UP"/><link_ctn id="s1-gpu1-link" direction="DOWN"/></route>
       <route src="s1-gpu1" dst="s1-gpu0" symmetrical="NO"><link_ctn id="s1-gpu1-link" direction="UP"/><link_ctn id="s1-gpu0-link" direction="DOWN"/></route>
       <route src="s1-gpu0" dst="s1-router" symmetrical="NO"><link_ctn id="s1-nic" direction="UP"/></route>
@@ -81,10 +85,6 @@ const char* const kTwoByTwoXml = R"XML(<?xml version='1.0'?>
       <route src="s1-gpu1" dst="s1-router" symmetrical="NO"><link_ctn id="s1-nic" direction="UP"/></route>
       <route src="s1-router" dst="s1-gpu1" symmetrical="NO"><link_ctn id="s1-nic" direction="DOWN"/></route>
     </zone>
-    <zone id="switch" routing="Full">
-      <router id="switch-router"/>
-    </zone>
-    <link id="switch" bandwidth="3.125GBps" latency="0s" sharing_policy="FATPIPE"/>
     <zoneRoute src="server0" dst="switch" gw_src="s0-router" gw_dst="switch-router" symmetrical="NO"><link_ctn id="switch"/></zoneRoute>
     <zoneRoute src="switch" dst="server0" gw_src="switch-router" gw_dst="s0-router" symmetrical="NO"><link_ctn id="switch"/></zoneRoute>
     <zoneRoute src="server1" dst="switch" gw_src="s1-router" gw_dst="switch-router" symmetrical="NO"><link_ctn id="switch"/></zoneRoute>
@@ -239,7 +239,11 @@ TEST(ClusterPlatform, LeafSpineStructure) {
   options["oversubscription"] = "2";
   const std::string xml = cluster_platform_xml(cluster_spec_from_options(options, "t"));
   EXPECT_CONTAINS(xml, R"(<zone id="cluster" routing="DijkstraCache">
-    <zone id="leaf0" routing="DijkstraCache">
+    <zone id="spine" routing="Full">
+      <router id="spine-router"/>
+    </zone>
+    <link id="s0-gpu0-link")");
+  EXPECT_CONTAINS(xml, R"(    <zone id="leaf0" routing="DijkstraCache">
       <zone id="server0" routing="Full">)");
   EXPECT_CONTAINS(xml, R"(    <zone id="leaf1" routing="DijkstraCache">
       <zone id="server2" routing="Full">)");
