@@ -29,7 +29,7 @@ PlatformCommandOptions options;
 CLI::App* add_platform_command(CLI::App& app) {
   auto* command = app.add_subcommand("platform", "write SimGrid platform files");
   command->require_subcommand(1);
-  auto* cluster = command->add_subcommand("cluster", "a cluster of identical GPU servers: a zone per server, routes complete");
+  auto* cluster = command->add_subcommand("cluster", "a cluster of identical GPU servers on a switch or a leaf-spine fabric: zones per server, leaf and spine");
   options.cluster = cluster;
   const std::vector<std::pair<std::string, std::string>> flags = {
       {"--servers", "servers (zones)"},
@@ -44,6 +44,12 @@ CLI::App* add_platform_command(CLI::App& app) {
       {"--inter", "between GPUs of two servers: BANDWIDTH[,LATENCY] (25Gbps,5us)"},
       {"--intra-link", "per-gpu (default: each GPU its own full-duplex link) or shared (one link per server for all)"},
       {"--speed", "host speed in flop/s with a SimGrid unit (default 1Tf; not used for profile-timed work)"},
+      {"--nic", "per-server (default: one NIC link per server, shared by its GPUs) or per-gpu (each GPU its own NIC "
+                "link of the --inter bandwidth, as DGX A100/H100's 8 x 200/400 Gb/s)"},
+      {"--servers-per-leaf", "servers under one leaf switch, a divisor of --servers (default: every server on one "
+                             "switch); leaves join through a spine"},
+      {"--oversubscription", "a leaf's downlink to uplink bandwidth, >= 1 (default 1: non-blocking; 2 for 2:1); needs "
+                             "two or more leaves"},
   };
   for (const auto& [flag, help] : flags) cluster->add_option(flag, options.values[flag], help);
   cluster->add_option("--output", options.output, "the platform file to write")->required();
@@ -59,11 +65,16 @@ int run_platform_command() {
   const MemoryReserve reserve = parse_memory_reserve(spec.memory_reserve, "--memory-reserve");
   const std::string reserve_text =
       reserve.fraction ? fmt::format("{:g}% of it", *reserve.fraction * 100) : spec.memory_reserve;
-  std::cout << fmt::format("{}: {} hosts, {} server{} x {} GPU{} (s0-gpu0 ... s{}-gpu{}), device {}, memory {} each, {} "
+  std::string fabric;
+  if (spec.nic == NicLayout::PerGpu) fabric += ", a NIC per GPU";
+  if (spec.servers_per_leaf > 0 && spec.servers_per_leaf < spec.servers)
+    fabric += fmt::format(", {} leaves of {} servers on a spine (oversubscription {:g})", spec.servers / spec.servers_per_leaf,
+                          spec.servers_per_leaf, spec.oversubscription);
+  std::cout << fmt::format("{}: {} hosts, {} server{} x {} GPU{} (s0-gpu0 ... s{}-gpu{}){}, device {}, memory {} each, {} "
                            "held in reserve{}\n",
                            options.output, spec.servers * spec.gpus_per_server, spec.servers, spec.servers == 1 ? "" : "s",
                            spec.gpus_per_server, spec.gpus_per_server == 1 ? "" : "s", spec.servers - 1,
-                           spec.gpus_per_server - 1, spec.device, spec.memory, reserve_text,
+                           spec.gpus_per_server - 1, fabric, spec.device, spec.memory, reserve_text,
                            options.cluster->count("--memory-reserve") ? "" : " (the default; --memory-reserve)");
   return 0;
 }

@@ -116,11 +116,23 @@ double speed_option(const std::string& text, const std::string& what) {
   return flops;
 }
 
+double oversubscription_option(const std::string& text, const std::string& what) {
+  const std::string value = trimmed(text);
+  std::size_t length = 0;
+  const std::optional<double> number = scan_number(value, &length);
+  if (!number || length != value.size() || !(*number >= 1 && *number <= kMaxClusterOversubscription))
+    throw InputError(fmt::format("{}: expected a number from 1 to {:g} (a leaf's downlink to uplink bandwidth: 1 is "
+                                 "non-blocking, 2 is 2:1), found '{}'",
+                                 what, kMaxClusterOversubscription, printable(text)));
+  return *number;
+}
+
 }  // namespace
 
 const std::vector<std::string>& cluster_option_names() {
-  static const std::vector<std::string> names = {"servers", "gpus_per_server", "device",     "memory", "memory_reserve",
-                                                 "intra",   "inter",           "intra_link", "speed"};
+  static const std::vector<std::string> names = {"servers", "gpus_per_server", "device",     "memory",
+                                                 "memory_reserve", "intra", "inter", "intra_link",
+                                                 "speed",   "nic",             "servers_per_leaf", "oversubscription"};
   return names;
 }
 
@@ -162,6 +174,12 @@ ClusterSpec cluster_spec_from_options(const std::map<std::string, std::string>& 
   if (spec.servers * spec.gpus_per_server > kMaxClusterHosts)
     throw InputError(fmt::format("{}: {} servers x {} GPUs make {} hosts; a platform has at most {}", where, spec.servers,
                                  spec.gpus_per_server, spec.servers * spec.gpus_per_server, kMaxClusterHosts));
+  const long long intra_routes = static_cast<long long>(spec.servers) * spec.gpus_per_server * (spec.gpus_per_server - 1);
+  if (intra_routes > kMaxClusterIntraRoutes)
+    throw InputError(fmt::format("{}: {} servers x {} GPUs make {} routes inside servers (one per ordered pair of a "
+                                 "server's GPUs); a generated platform has at most {}, which keeps the file under "
+                                 "pipegrid's 64 MiB limit: use fewer GPUs per server or fewer servers",
+                                 where, spec.servers, spec.gpus_per_server, intra_routes, kMaxClusterIntraRoutes));
   spec.device = trimmed(value("device"));
   const bool device_ok = !spec.device.empty() && spec.device.size() <= 64 &&
                          std::all_of(spec.device.begin(), spec.device.end(), [](char c) {
@@ -199,20 +217,58 @@ ClusterSpec cluster_spec_from_options(const std::map<std::string, std::string>& 
       throw InputError(fmt::format("{}: expected per-gpu or shared, found '{}'", what("intra_link"), printable(value("intra_link"))));
   }
   if (given.count("speed")) spec.speed_flops = speed_option(value("speed"), what("speed"));
+  if (given.count("nic")) {
+    const std::string nic = trimmed(value("nic"));
+    if (nic == "per-server") spec.nic = NicLayout::PerServer;
+    else if (nic == "per-gpu") spec.nic = NicLayout::PerGpu;
+    else throw InputError(fmt::format("{}: expected per-server or per-gpu, found '{}'", what("nic"), printable(value("nic"))));
+  }
+  if (given.count("servers_per_leaf")) {
+    spec.servers_per_leaf = integer_option(value("servers_per_leaf"), spec.servers, what("servers_per_leaf"));
+    if (spec.servers % spec.servers_per_leaf != 0)
+      throw InputError(fmt::format("{}: expected a divisor of the {} servers (every leaf switch holds as many), found {}",
+                                   what("servers_per_leaf"), spec.servers, spec.servers_per_leaf));
+  }
+  const int leaves = spec.servers_per_leaf > 0 ? spec.servers / spec.servers_per_leaf : 1;
+  const int on_one_switch = leaves > 1 ? spec.servers_per_leaf : spec.servers;
+  if (on_one_switch > kMaxClusterSwitchPorts)
+    throw InputError(fmt::format("{}: {} servers on one switch; a switch takes at most {} (SimGrid's route cache for a "
+                                 "switch grows with the square of what it connects): {} --servers-per-leaf",
+                                 given.count("servers_per_leaf") ? what("servers_per_leaf") : where, on_one_switch,
+                                 kMaxClusterSwitchPorts, given.count("servers_per_leaf") ? "use a smaller" : "give"));
+  if (leaves > kMaxClusterSwitchPorts)
+    throw InputError(fmt::format("{}: {} leaves on the spine; the spine takes at most {}: use a larger --servers-per-leaf",
+                                 what("servers_per_leaf"), leaves, kMaxClusterSwitchPorts));
+  if (given.count("oversubscription")) {
+    spec.oversubscription = oversubscription_option(value("oversubscription"), what("oversubscription"));
+    if (leaves < 2)
+      throw InputError(fmt::format("{}: oversubscription applies to the uplinks of two or more leaf switches; give "
+                                   "--servers-per-leaf below the {} servers, found {}",
+                                   what("oversubscription"), spec.servers,
+                                   given.count("servers_per_leaf") ? fmt::format("{} servers per leaf", spec.servers_per_leaf)
+                                                                   : std::string("no servers per leaf")));
+  }
   return spec;
 }
 
 std::string cluster_platform_xml(const ClusterSpec& spec) {
   const int S = spec.servers, G = spec.gpus_per_server;
   const bool per_gpu = spec.intra_link == IntraLink::PerGpu;
+  const bool nic_per_gpu = spec.nic == NicLayout::PerGpu;
+  const int leaves = spec.servers_per_leaf > 0 ? S / spec.servers_per_leaf : 1;
+  const int servers_per_leaf = S / leaves;
   const std::string intra_bandwidth = quantity_text(spec.intra.bandwidth_Bps, bandwidth_units());
   const std::string inter_bandwidth = quantity_text(spec.inter.bandwidth_Bps, bandwidth_units());
   const std::string intra_latency = quantity_text(spec.intra.latency_s, time_units());
   const std::string inter_latency = quantity_text(spec.inter.latency_s, time_units());
   const std::string half_intra_latency = quantity_text(spec.intra.latency_s / 2, time_units());
   const std::string half_inter_latency = quantity_text(spec.inter.latency_s / 2, time_units());
+  const double server_nic_Bps = spec.inter.bandwidth_Bps * (nic_per_gpu ? G : 1);
+  const std::string uplink_bandwidth =
+      quantity_text(servers_per_leaf * server_nic_Bps / spec.oversubscription, bandwidth_units());
   const std::string speed = quantity_text(spec.speed_flops, speed_units());
   const auto host = [](int s, int g) { return fmt::format("s{}-gpu{}", s, g); };
+  const auto nic = [&](int s, int g) { return nic_per_gpu ? fmt::format("s{}-gpu{}-nic", s, g) : fmt::format("s{}-nic", s); };
 
   std::string xml;
   xml += "<?xml version='1.0'?>\n";
@@ -229,39 +285,61 @@ std::string cluster_platform_xml(const ClusterSpec& spec) {
     xml += fmt::format("  Inside a server: one link sK-bus ({}, {}) that every transfer inside the server shares,\n"
                        "  both directions: {} + bytes / {} alone on its route.\n",
                        intra_bandwidth, intra_latency, intra_latency, intra_bandwidth);
-  if (S > 1)
-    xml += fmt::format("  Between servers: the sender's NIC sK-nic up ({}, {}), the non-blocking switch, the receiver's\n"
-                       "  NIC down: {} + bytes / {} alone on its route; a server's sends share its NIC, so do its receives.\n",
-                       inter_bandwidth, half_inter_latency, inter_latency, inter_bandwidth);
+  if (S > 1 && leaves == 1)
+    xml += fmt::format("  Between servers: the sender's NIC {} up ({}, {}), the non-blocking switch, the receiver's\n"
+                       "  NIC down: {} + bytes / {} alone on its route; {}.\n",
+                       nic_per_gpu ? "sK-gpuG-nic" : "sK-nic", inter_bandwidth, half_inter_latency, inter_latency,
+                       inter_bandwidth,
+                       nic_per_gpu ? "a GPU's sends share its NIC, so do its receives"
+                                   : "a server's sends share its NIC, so do its receives");
+  else if (S > 1)
+    xml += fmt::format("  Between servers: the sender's NIC {} up ({}, {}), its leaf switch, and for another leaf\n"
+                       "  the leaf's uplink up ({}, no latency), the spine and the other leaf's uplink down, then\n"
+                       "  the receiver's leaf and NIC down: {} + bytes / {} alone on its route; {} servers per leaf,\n"
+                       "  uplink = {} servers x {} per server / oversubscription {}.\n",
+                       nic_per_gpu ? "sK-gpuG-nic" : "sK-nic", inter_bandwidth, half_inter_latency, uplink_bandwidth,
+                       inter_latency, inter_bandwidth, servers_per_leaf, servers_per_leaf,
+                       quantity_text(server_nic_Bps, bandwidth_units()), spec.oversubscription);
   xml += fmt::format("  Host speed {}: not used for profile-timed work. Hosts in pipeline order: s0-gpu0, ..., s{}-gpu{}.\n", speed,
                      S - 1, G - 1);
   xml += "-->\n";
   xml += "<platform version=\"4.1\">\n";
-  xml += "  <zone id=\"cluster\" routing=\"Full\">\n";
-  for (int s = 0; s < S; ++s) {
-    xml += fmt::format("    <zone id=\"server{}\" routing=\"Full\">\n", s);
-    for (int g = 0; g < G; ++g) {
-      xml += fmt::format("      <host id=\"{}\" speed=\"{}\">\n", host(s, g), speed);
-      xml += "        <prop id=\"kind\" value=\"gpu\"/>\n";
-      xml += fmt::format("        <prop id=\"device\" value=\"{}\"/>\n", spec.device);
-      xml += fmt::format("        <prop id=\"memory\" value=\"{}\"/>\n", spec.memory);
-      xml += fmt::format("        <prop id=\"memory_reserve\" value=\"{}\"/>\n", spec.memory_reserve);
-      xml += "      </host>\n";
-    }
-    const std::string router = fmt::format("s{}-router", s);
-    if (S > 1) xml += fmt::format("      <router id=\"{}\"/>\n", router);
+  xml += fmt::format("  <zone id=\"cluster\" routing=\"{}\">\n", S > 1 ? "DijkstraCache" : "Full");
+
+  // A server's links: its GPUs' (or its bus) and its NICs. With two or more
+  // servers they are declared at the top of the root zone, where SimGrid
+  // 3.32 finds a link by name at once (it searches the zone tree depth
+  // first, which makes a link per server zone cost a search of the zones
+  // before it: minutes at 2,048 servers).
+  const auto server_links = [&](int s, const std::string& indent) {
     if (G > 1) {
       if (per_gpu)
         for (int g = 0; g < G; ++g)
-          xml += fmt::format("      <link id=\"{}-link\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SPLITDUPLEX\"/>\n",
-                             host(s, g), intra_bandwidth, half_intra_latency);
+          xml += fmt::format("{}<link id=\"{}-link\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SPLITDUPLEX\"/>\n",
+                             indent, host(s, g), intra_bandwidth, half_intra_latency);
       else
-        xml += fmt::format("      <link id=\"s{}-bus\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SHARED\"/>\n", s,
-                           intra_bandwidth, intra_latency);
+        xml += fmt::format("{}<link id=\"s{}-bus\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SHARED\"/>\n", indent,
+                           s, intra_bandwidth, intra_latency);
     }
     if (S > 1)
-      xml += fmt::format("      <link id=\"s{}-nic\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SPLITDUPLEX\"/>\n", s,
-                         inter_bandwidth, half_inter_latency);
+      for (int g = 0; g < (nic_per_gpu ? G : 1); ++g)
+        xml += fmt::format("{}<link id=\"{}\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SPLITDUPLEX\"/>\n", indent,
+                           nic(s, g), inter_bandwidth, half_inter_latency);
+  };
+  // A server's zone, indented by `indent`.
+  const auto server_zone = [&](int s, const std::string& indent) {
+    xml += fmt::format("{}<zone id=\"server{}\" routing=\"Full\">\n", indent, s);
+    for (int g = 0; g < G; ++g) {
+      xml += fmt::format("{}  <host id=\"{}\" speed=\"{}\">\n", indent, host(s, g), speed);
+      xml += fmt::format("{}    <prop id=\"kind\" value=\"gpu\"/>\n", indent);
+      xml += fmt::format("{}    <prop id=\"device\" value=\"{}\"/>\n", indent, spec.device);
+      xml += fmt::format("{}    <prop id=\"memory\" value=\"{}\"/>\n", indent, spec.memory);
+      xml += fmt::format("{}    <prop id=\"memory_reserve\" value=\"{}\"/>\n", indent, spec.memory_reserve);
+      xml += fmt::format("{}  </host>\n", indent);
+    }
+    const std::string router = fmt::format("s{}-router", s);
+    if (S > 1) xml += fmt::format("{}  <router id=\"{}\"/>\n", indent, router);
+    if (S == 1) server_links(s, indent + "  ");
     for (int a = 0; a < G; ++a)
       for (int b = 0; b < G; ++b) {
         if (a == b) continue;
@@ -269,26 +347,81 @@ std::string cluster_platform_xml(const ClusterSpec& spec) {
             per_gpu ? fmt::format("<link_ctn id=\"{}-link\" direction=\"UP\"/><link_ctn id=\"{}-link\" direction=\"DOWN\"/>",
                                   host(s, a), host(s, b))
                     : fmt::format("<link_ctn id=\"s{}-bus\"/>", s);
-        xml += fmt::format("      <route src=\"{}\" dst=\"{}\" symmetrical=\"NO\">{}</route>\n", host(s, a), host(s, b), links);
+        xml += fmt::format("{}  <route src=\"{}\" dst=\"{}\" symmetrical=\"NO\">{}</route>\n", indent, host(s, a), host(s, b),
+                           links);
       }
     if (S > 1)
       for (int g = 0; g < G; ++g) {
-        xml += fmt::format("      <route src=\"{}\" dst=\"{}\" symmetrical=\"NO\"><link_ctn id=\"s{}-nic\" direction=\"UP\"/></route>\n",
-                           host(s, g), router, s);
-        xml += fmt::format("      <route src=\"{}\" dst=\"{}\" symmetrical=\"NO\"><link_ctn id=\"s{}-nic\" direction=\"DOWN\"/></route>\n",
-                           router, host(s, g), s);
+        xml += fmt::format("{}  <route src=\"{}\" dst=\"{}\" symmetrical=\"NO\"><link_ctn id=\"{}\" direction=\"UP\"/></route>\n",
+                           indent, host(s, g), router, nic(s, g));
+        xml += fmt::format(
+            "{}  <route src=\"{}\" dst=\"{}\" symmetrical=\"NO\"><link_ctn id=\"{}\" direction=\"DOWN\"/></route>\n", indent,
+            router, host(s, g), nic(s, g));
       }
-    xml += "    </zone>\n";
-  }
+    xml += fmt::format("{}</zone>\n", indent);
+  };
+  // A switch: a zone `name` holding its router `name-router`; its FATPIPE
+  // link `name` is declared with the other links.
+  const auto switch_zone = [&](const std::string& name, const std::string& indent) {
+    xml += fmt::format("{}<zone id=\"{}\" routing=\"Full\">\n", indent, name);
+    xml += fmt::format("{}  <router id=\"{}-router\"/>\n", indent, name);
+    xml += fmt::format("{}</zone>\n", indent);
+  };
+  const auto switch_link = [&](const std::string& name) {
+    xml += fmt::format("    <link id=\"{}\" bandwidth=\"{}\" latency=\"0s\" sharing_policy=\"FATPIPE\"/>\n", name,
+                       inter_bandwidth);
+  };
+  const auto server_routes = [&](const std::string& switch_name, int first, int last, const std::string& indent) {
+    for (int s = first; s < last; ++s) {
+      xml += fmt::format("{}<zoneRoute src=\"server{}\" dst=\"{}\" gw_src=\"s{}-router\" gw_dst=\"{}-router\" "
+                         "symmetrical=\"NO\"><link_ctn id=\"{}\"/></zoneRoute>\n",
+                         indent, s, switch_name, s, switch_name, switch_name);
+      xml += fmt::format("{}<zoneRoute src=\"{}\" dst=\"server{}\" gw_src=\"{}-router\" gw_dst=\"s{}-router\" "
+                         "symmetrical=\"NO\"><link_ctn id=\"{}\"/></zoneRoute>\n",
+                         indent, switch_name, s, switch_name, s, switch_name);
+    }
+  };
+
+  // With two or more servers the root zone holds zones, links, then zone
+  // routes; SimGrid's parser takes a zone whose first element is a link for
+  // one of hosts, routers and links, so the flat switch's (or the spine's)
+  // zone comes first.
   if (S > 1) {
-    xml += fmt::format("    <link id=\"switch\" bandwidth=\"{}\" latency=\"0s\" sharing_policy=\"FATPIPE\"/>\n", inter_bandwidth);
-    for (int a = 0; a < S; ++a)
-      for (int b = 0; b < S; ++b) {
-        if (a == b) continue;
-        xml += fmt::format("    <zoneRoute src=\"server{}\" dst=\"server{}\" gw_src=\"s{}-router\" gw_dst=\"s{}-router\" "
-                           "symmetrical=\"NO\"><link_ctn id=\"switch\"/></zoneRoute>\n",
-                           a, b, a, b);
-      }
+    switch_zone(leaves == 1 ? "switch" : "spine", "    ");
+    for (int s = 0; s < S; ++s) server_links(s, "    ");
+    if (leaves == 1) {
+      switch_link("switch");
+    } else {
+      for (int leaf = 0; leaf < leaves; ++leaf) switch_link(fmt::format("leaf{}-switch", leaf));
+      switch_link("spine");
+      for (int leaf = 0; leaf < leaves; ++leaf)
+        xml += fmt::format("    <link id=\"leaf{}-uplink\" bandwidth=\"{}\" latency=\"0s\" sharing_policy=\"SPLITDUPLEX\"/>\n",
+                           leaf, uplink_bandwidth);
+    }
+  }
+  if (S == 1) {
+    server_zone(0, "    ");
+  } else if (leaves == 1) {
+    for (int s = 0; s < S; ++s) server_zone(s, "    ");
+    server_routes("switch", 0, S, "    ");
+  } else {
+    for (int leaf = 0; leaf < leaves; ++leaf) {
+      xml += fmt::format("    <zone id=\"leaf{}\" routing=\"DijkstraCache\">\n", leaf);
+      const int first = leaf * servers_per_leaf, last = first + servers_per_leaf;
+      for (int s = first; s < last; ++s) server_zone(s, "      ");
+      const std::string leaf_switch = fmt::format("leaf{}-switch", leaf);
+      switch_zone(leaf_switch, "      ");
+      server_routes(leaf_switch, first, last, "      ");
+      xml += "    </zone>\n";
+    }
+    for (int leaf = 0; leaf < leaves; ++leaf) {
+      xml += fmt::format("    <zoneRoute src=\"leaf{}\" dst=\"spine\" gw_src=\"leaf{}-switch-router\" gw_dst=\"spine-router\" "
+                         "symmetrical=\"NO\"><link_ctn id=\"leaf{}-uplink\" direction=\"UP\"/><link_ctn id=\"spine\"/></zoneRoute>\n",
+                         leaf, leaf, leaf);
+      xml += fmt::format("    <zoneRoute src=\"spine\" dst=\"leaf{}\" gw_src=\"spine-router\" gw_dst=\"leaf{}-switch-router\" "
+                         "symmetrical=\"NO\"><link_ctn id=\"spine\"/><link_ctn id=\"leaf{}-uplink\" direction=\"DOWN\"/></zoneRoute>\n",
+                         leaf, leaf, leaf);
+    }
   }
   xml += "  </zone>\n";
   xml += "</platform>\n";

@@ -16,6 +16,12 @@ enum class IntraLink {
   Shared,  ///< one link per server that every transfer inside it shares, both directions (a shared PCIe tree)
 };
 
+/// How a server reaches the fabric between servers.
+enum class NicLayout {
+  PerServer,  ///< one full-duplex NIC link per server that all its GPUs share
+  PerGpu,     ///< each GPU its own full-duplex NIC link (DGX A100/H100: 8 x 200/400 Gb/s)
+};
+
 /// A network level: a transfer alone on its route takes
 /// latency_s + bytes / bandwidth_Bps.
 struct ClusterLink {
@@ -42,26 +48,42 @@ struct ClusterSpec {
   ClusterLink intra;   ///< between two GPUs of one server
   ClusterLink inter;   ///< between two GPUs of different servers
   IntraLink intra_link = IntraLink::PerGpu;
+  NicLayout nic = NicLayout::PerServer;
+  /// Servers under one leaf switch, dividing `servers`; 0: every server on
+  /// one switch (as is a value equal to `servers`).
+  int servers_per_leaf = 0;
+  /// A leaf's uplink bandwidth is servers_per_leaf x a server's NIC
+  /// bandwidth / oversubscription (>= 1); only with two or more leaves.
+  double oversubscription = 1;
   double speed_flops = 1e12;  ///< SimGrid host speed; not used for profile-timed work (docs/platforms.md)
 };
 
 /// Bounds on a generated cluster: at most kMaxClusterHosts hosts (the most a
-/// platform may declare, kMaxPlatformHosts in sim/platform_xml.hpp), and
-/// server and GPU counts that keep the file well under pipegrid's 64 MiB
-/// limit on platform files (routes grow with servers^2 and GPUs^2).
-constexpr int kMaxClusterHosts = 4096;
-constexpr int kMaxClusterServers = 256;
+/// platform may declare, kMaxPlatformHosts in sim/platform_xml.hpp); at most
+/// kMaxClusterSwitchPorts servers on one switch (the flat switch or a leaf)
+/// and leaves on the spine (SimGrid's route cache for a switch's zone holds
+/// a number per pair of its members); and at most kMaxClusterIntraRoutes
+/// routes inside servers (servers x G x (G - 1): a server's GPUs are routed
+/// pair by pair), which keeps the file under pipegrid's 64 MiB limit on
+/// platform files. Everything else grows linearly with the servers.
+constexpr int kMaxClusterHosts = 16384;
+constexpr int kMaxClusterServers = 16384;
 constexpr int kMaxClusterGpusPerServer = 64;
+constexpr int kMaxClusterSwitchPorts = 2048;
+constexpr long long kMaxClusterIntraRoutes = 262144;
+constexpr double kMaxClusterOversubscription = 1e6;
 
 /** The option names, without `--` and with '_': servers, gpus_per_server,
- *  device, memory, memory_reserve, intra, inter, intra_link, speed. */
+ *  device, memory, memory_reserve, intra, inter, intra_link, speed, nic,
+ *  servers_per_leaf, oversubscription. */
 const std::vector<std::string>& cluster_option_names();
 
 /** The spec the options give. Keys are the option names with '_' or '-'
  *  and an optional leading `--` ("gpus_per_server", "gpus-per-server",
  *  "--gpus-per-server"); values are text:
  *  - servers, gpus_per_server: integers >= 1 (at most kMaxClusterServers,
- *    kMaxClusterGpusPerServer, kMaxClusterHosts hosts in all);
+ *    kMaxClusterGpusPerServer, kMaxClusterHosts hosts and
+ *    kMaxClusterIntraRoutes routes inside servers in all);
  *  - device: a name of letters, digits, '.', '_', '+' and '-';
  *  - memory: a size parse_bytes reads ("16GiB"), > 0;
  *  - memory_reserve: a fraction in [0, 1) or a size below memory
@@ -70,7 +92,13 @@ const std::vector<std::string>& cluster_option_names();
  *    "12GBps", plain numbers: bytes/s; "5us", plain numbers: seconds);
  *    latency 0 when omitted; bandwidth >= 1 B/s, latency <= 1e9 s;
  *  - intra_link: per-gpu (default) or shared;
- *  - speed: flop/s with SimGrid's units ("1Tf", default), 1e-6 to 1e24.
+ *  - speed: flop/s with SimGrid's units ("1Tf", default), 1e-6 to 1e24;
+ *  - nic: per-server (default) or per-gpu;
+ *  - servers_per_leaf: an integer from 1 to servers that divides servers;
+ *    without it, or equal to servers, one switch (at most
+ *    kMaxClusterSwitchPorts servers on it, and leaves on the spine);
+ *  - oversubscription: a number from 1 to kMaxClusterOversubscription
+ *    (default 1), only with two or more leaves.
  *  servers, gpus_per_server, device, memory, intra and inter are required.
  *  Throws InputError starting with `where` and naming the key as given: a
  *  malformed or out-of-range value (what was expected, what was found), a
@@ -78,21 +106,40 @@ const std::vector<std::string>& cluster_option_names();
  *  the nearest name: "did you mean 'gpus_per_server'?"). */
 ClusterSpec cluster_spec_from_options(const std::map<std::string, std::string>& options, const std::string& where);
 
-/** The platform XML (SimGrid 4.1), the same text for the same spec:
- *  - a zone `cluster` holding one zone per server, `server0` ...; hosts
- *    `sK-gpuG` in that order (pipeline order), each with properties
- *    kind=gpu, device, memory and memory_reserve;
+/** The platform XML (SimGrid 4.1), the same text for the same spec. Routes
+ *  are found by SimGrid when needed (DijkstraCache zones over switches), not
+ *  declared per pair of servers: the file grows linearly with the servers.
+ *  - hosts `sK-gpuG` in that order (pipeline order), each in the zone
+ *    `serverK` (routing Full), with properties kind=gpu, device, memory and
+ *    memory_reserve;
  *  - inside a server (per-gpu): link `sK-gpuG-link` per GPU, full duplex,
  *    intra bandwidth and half the intra latency; GPU a -> b crosses a's link
  *    up and b's down. (shared): one link `sK-bus` with the intra bandwidth
  *    and latency that every transfer inside the server crosses;
- *  - between servers (two or more): link `sK-nic` per server, full duplex,
- *    inter bandwidth and half the inter latency, and a non-blocking switch
- *    `switch` (FATPIPE, inter bandwidth, no latency); a GPU of server a to
- *    one of server b crosses a's NIC up, the switch and b's NIC down: the
- *    inter latency, and everything a server sends (receives) shares its NIC;
- *  - every pair of hosts routed both ways.
- *  Values with SimGrid units, written so that they read back exactly. */
+ *  - NICs (two or more servers): nic per-server: link `sK-nic` per server;
+ *    per-gpu: link `sK-gpuG-nic` per GPU; full duplex, inter bandwidth and
+ *    half the inter latency, between the GPU and the server's gateway
+ *    router `sK-router`;
+ *  - one switch (no leaves, or one): a zone `cluster` (DijkstraCache) holding
+ *    the servers and a zone `switch` (router `switch-router`), and a link
+ *    `switch` (FATPIPE, inter bandwidth, no latency) on the zone routes
+ *    between each server and the switch, both ways;
+ *  - leaf-spine: the zone `cluster` holds zones `leafL` (DijkstraCache), each
+ *    with its servers and a switch zone `leafL-switch` (router
+ *    `leafL-switch-router`,
+ *    link `leafL-switch` as above), and a spine zone `spine` (router
+ *    `spine-router`, FATPIPE link `spine`); each leaf's uplink `leafL-uplink`
+ *    (full duplex, servers_per_leaf x a server's NIC bandwidth /
+ *    oversubscription, no latency) and the spine join leaf and spine;
+ *  - a GPU of server a to one of server b: a's NIC up, the leaf (switch),
+ *    [a's leaf uplink up, the spine, b's leaf uplink down, b's leaf,] b's NIC
+ *    down: the inter latency; a switch's FATPIPE link, crossed on the way in
+ *    and out, counts once in SimGrid's sharing (FATPIPE takes the largest
+ *    use) and adds no latency.
+ *  With two or more servers, every link is declared at the top of the root
+ *  zone `cluster` (after the first switch's zone), where SimGrid 3.32 finds
+ *  a link by name at once. Values with SimGrid units, written so that they
+ *  read back exactly. */
 std::string cluster_platform_xml(const ClusterSpec& spec);
 
 }  // namespace pipegrid

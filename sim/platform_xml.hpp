@@ -13,9 +13,10 @@
 namespace pipegrid {
 
 /// Most hosts a platform may declare (<host>, <peer> and cluster or cabinet
-/// members together). Beyond it the summary's all-pairs route matrix
-/// (partitioners) costs too much; see docs/platforms.md, Limits.
-constexpr std::size_t kMaxPlatformHosts = 4096;
+/// members together): 16,384 GPUs, the largest jobs pipegrid simulates
+/// (docs/platforms.md, Limits). Partitioners, which need the all-pairs route
+/// matrix, read at most kMaxRouteMatrixHosts of them (sim/engine.hpp).
+constexpr std::size_t kMaxPlatformHosts = 16384;
 /// Largest platform file pipegrid reads, in bytes.
 constexpr std::size_t kMaxPlatformFileBytes = 64u << 20;
 

@@ -5,9 +5,11 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "generators/cluster_platform.hpp"
 #include "expect_input_error.hpp"
+#include "sim/platform_xml.hpp"
 
 namespace pipegrid {
 namespace {
@@ -30,7 +32,17 @@ const char* const kTwoByTwoXml = R"XML(<?xml version='1.0'?>
   Host speed 1Tf: not used for profile-timed work. Hosts in pipeline order: s0-gpu0, ..., s1-gpu1.
 -->
 <platform version="4.1">
-  <zone id="cluster" routing="Full">
+  <zone id="cluster" routing="DijkstraCache">
+    <zone id="switch" routing="Full">
+      <router id="switch-router"/>
+    </zone>
+    <link id="s0-gpu0-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
+    <link id="s0-gpu1-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
+    <link id="s0-nic" bandwidth="3.125GBps" latency="2.5us" sharing_policy="SPLITDUPLEX"/>
+    <link id="s1-gpu0-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
+    <link id="s1-gpu1-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
+    <link id="s1-nic" bandwidth="3.125GBps" latency="2.5us" sharing_policy="SPLITDUPLEX"/>
+    <link id="switch" bandwidth="3.125GBps" latency="0s" sharing_policy="FATPIPE"/>
     <zone id="server0" routing="Full">
       <host id="s0-gpu0" speed="1Tf">
         <prop id="kind" value="gpu"/>
@@ -45,9 +57,6 @@ const char* const kTwoByTwoXml = R"XML(<?xml version='1.0'?>
         <prop id="memory_reserve" value="0.05"/>
       </host>
       <router id="s0-router"/>
-      <link id="s0-gpu0-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
-      <link id="s0-gpu1-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
-      <link id="s0-nic" bandwidth="3.125GBps" latency="2.5us" sharing_policy="SPLITDUPLEX"/>
       <route src="s0-gpu0" dst="s0-gpu1" symmetrical="NO"><link_ctn id="s0-gpu0-link" direction="UP"/><link_ctn id="s0-gpu1-link" direction="DOWN"/></route>
       <route src="s0-gpu1" dst="s0-gpu0" symmetrical="NO"><link_ctn id="s0-gpu1-link" direction="UP"/><link_ctn id="s0-gpu0-link" direction="DOWN"/></route>
       <route src="s0-gpu0" dst="s0-router" symmetrical="NO"><link_ctn id="s0-nic" direction="UP"/></route>
@@ -69,9 +78,6 @@ const char* const kTwoByTwoXml = R"XML(<?xml version='1.0'?>
         <prop id="memory_reserve" value="0.05"/>
       </host>
       <router id="s1-router"/>
-      <link id="s1-gpu0-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
-      <link id="s1-gpu1-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
-      <link id="s1-nic" bandwidth="3.125GBps" latency="2.5us" sharing_policy="SPLITDUPLEX"/>
       <route src="s1-gpu0" dst="s1-gpu1" symmetrical="NO"><link_ctn id="s1-gpu0-link" direction="UP"/><link_ctn id="s1-gpu1-link" direction="DOWN"/></route>
       <route src="s1-gpu1" dst="s1-gpu0" symmetrical="NO"><link_ctn id="s1-gpu1-link" direction="UP"/><link_ctn id="s1-gpu0-link" direction="DOWN"/></route>
       <route src="s1-gpu0" dst="s1-router" symmetrical="NO"><link_ctn id="s1-nic" direction="UP"/></route>
@@ -79,9 +85,10 @@ const char* const kTwoByTwoXml = R"XML(<?xml version='1.0'?>
       <route src="s1-gpu1" dst="s1-router" symmetrical="NO"><link_ctn id="s1-nic" direction="UP"/></route>
       <route src="s1-router" dst="s1-gpu1" symmetrical="NO"><link_ctn id="s1-nic" direction="DOWN"/></route>
     </zone>
-    <link id="switch" bandwidth="3.125GBps" latency="0s" sharing_policy="FATPIPE"/>
-    <zoneRoute src="server0" dst="server1" gw_src="s0-router" gw_dst="s1-router" symmetrical="NO"><link_ctn id="switch"/></zoneRoute>
-    <zoneRoute src="server1" dst="server0" gw_src="s1-router" gw_dst="s0-router" symmetrical="NO"><link_ctn id="switch"/></zoneRoute>
+    <zoneRoute src="server0" dst="switch" gw_src="s0-router" gw_dst="switch-router" symmetrical="NO"><link_ctn id="switch"/></zoneRoute>
+    <zoneRoute src="switch" dst="server0" gw_src="switch-router" gw_dst="s0-router" symmetrical="NO"><link_ctn id="switch"/></zoneRoute>
+    <zoneRoute src="server1" dst="switch" gw_src="s1-router" gw_dst="switch-router" symmetrical="NO"><link_ctn id="switch"/></zoneRoute>
+    <zoneRoute src="switch" dst="server1" gw_src="switch-router" gw_dst="s1-router" symmetrical="NO"><link_ctn id="switch"/></zoneRoute>
   </zone>
 </platform>
 )XML";
@@ -135,7 +142,8 @@ TEST(ClusterPlatform, SharedLinkOneServerAndDefaults) {
   options["servers"] = "3";
   const std::string single = cluster_platform_xml(cluster_spec_from_options(options, "t"));
   EXPECT_EQ(single.find("bus"), std::string::npos);
-  EXPECT_CONTAINS(single, R"(<zoneRoute src="server2" dst="server1" gw_src="s2-router" gw_dst="s1-router")");
+  EXPECT_CONTAINS(single, R"(<zoneRoute src="server2" dst="switch" gw_src="s2-router" gw_dst="switch-router")");
+  EXPECT_EQ(single.find(R"(dst="server1" gw_src="s2-router")"), std::string::npos);  // no route per pair of servers
 }
 
 TEST(ClusterPlatform, ValuesAreWrittenSoThatTheyReadBackExactly) {
@@ -156,9 +164,9 @@ TEST(ClusterPlatform, BadValuesNameTheOption) {
     options["--" + key] = value;
     return input_error_of([&] { cluster_spec_from_options(options, "platform cluster"); });
   };
-  EXPECT_EQ(error_with("servers", "0"), "platform cluster: --servers: expected an integer from 1 to 256, found '0'");
-  EXPECT_EQ(error_with("servers", "two"), "platform cluster: --servers: expected an integer from 1 to 256, found 'two'");
-  EXPECT_EQ(error_with("servers", "2.5"), "platform cluster: --servers: expected an integer from 1 to 256, found '2.5'");
+  EXPECT_EQ(error_with("servers", "0"), "platform cluster: --servers: expected an integer from 1 to 16384, found '0'");
+  EXPECT_EQ(error_with("servers", "two"), "platform cluster: --servers: expected an integer from 1 to 16384, found 'two'");
+  EXPECT_EQ(error_with("servers", "2.5"), "platform cluster: --servers: expected an integer from 1 to 16384, found '2.5'");
   EXPECT_EQ(error_with("gpus_per_server", "65"),
             "platform cluster: --gpus_per_server: expected an integer from 1 to 64, found '65'");
   EXPECT_EQ(error_with("intra", "150GB,2us"),
@@ -196,10 +204,162 @@ TEST(ClusterPlatform, BadValuesNameTheOption) {
   EXPECT_CONTAINS(error_with("speed", "fast"), "platform cluster: --speed: expected a speed in flop/s");
   EXPECT_CONTAINS(error_with("speed", "1e30f"), "found '1e30f'");
   std::map<std::string, std::string> many = two_by_two();
-  many["servers"] = "128";
+  many["servers"] = "512";
   many["gpus_per_server"] = "64";
   EXPECT_EQ(input_error_of([&] { cluster_spec_from_options(many, "t"); }),
-            "t: 128 servers x 64 GPUs make 8192 hosts; a platform has at most 4096");
+            "t: 512 servers x 64 GPUs make 32768 hosts; a platform has at most 16384");
+  many["servers"] = "66";  // 4224 hosts, but 66 x 64 x 63 routes inside servers
+  EXPECT_EQ(input_error_of([&] { cluster_spec_from_options(many, "t"); }),
+            "t: 66 servers x 64 GPUs make 266112 routes inside servers (one per ordered pair of a server's GPUs); a "
+            "generated platform has at most 262144, which keeps the file under pipegrid's 64 MiB limit: use fewer GPUs "
+            "per server or fewer servers");
+}
+
+TEST(ClusterPlatform, FabricOptionsParse) {
+  std::map<std::string, std::string> options = two_by_two();
+  options["servers"] = "8";
+  options["--nic"] = "per-gpu";
+  options["servers-per-leaf"] = "4";
+  options["oversubscription"] = "1.5";
+  const ClusterSpec spec = cluster_spec_from_options(options, "t");
+  EXPECT_EQ(spec.nic, NicLayout::PerGpu);
+  EXPECT_EQ(spec.servers_per_leaf, 4);
+  EXPECT_EQ(spec.oversubscription, 1.5);
+  // Defaults: a NIC per server, one switch, non-blocking.
+  const ClusterSpec plain = cluster_spec_from_options(two_by_two(), "t");
+  EXPECT_EQ(plain.nic, NicLayout::PerServer);
+  EXPECT_EQ(plain.servers_per_leaf, 0);
+  EXPECT_EQ(plain.oversubscription, 1);
+}
+
+TEST(ClusterPlatform, LeafSpineStructure) {
+  std::map<std::string, std::string> options = two_by_two();
+  options["servers"] = "4";
+  options["servers_per_leaf"] = "2";
+  options["oversubscription"] = "2";
+  const std::string xml = cluster_platform_xml(cluster_spec_from_options(options, "t"));
+  EXPECT_CONTAINS(xml, R"(<zone id="cluster" routing="DijkstraCache">
+    <zone id="spine" routing="Full">
+      <router id="spine-router"/>
+    </zone>
+    <link id="s0-gpu0-link")");
+  EXPECT_CONTAINS(xml, R"(    <zone id="leaf0" routing="DijkstraCache">
+      <zone id="server0" routing="Full">)");
+  EXPECT_CONTAINS(xml, R"(    <zone id="leaf1" routing="DijkstraCache">
+      <zone id="server2" routing="Full">)");
+  EXPECT_CONTAINS(xml, R"(<zoneRoute src="server3" dst="leaf1-switch" gw_src="s3-router" gw_dst="leaf1-switch-router" symmetrical="NO"><link_ctn id="leaf1-switch"/></zoneRoute>)");
+  // Uplink: 2 servers x 3.125 GB/s / 2.
+  EXPECT_CONTAINS(xml, R"(<link id="leaf1-uplink" bandwidth="3.125GBps" latency="0s" sharing_policy="SPLITDUPLEX"/>)");
+  EXPECT_CONTAINS(xml, R"(<zoneRoute src="leaf1" dst="spine" gw_src="leaf1-switch-router" gw_dst="spine-router" symmetrical="NO"><link_ctn id="leaf1-uplink" direction="UP"/><link_ctn id="spine"/></zoneRoute>)");
+  EXPECT_CONTAINS(xml, R"(<zoneRoute src="spine" dst="leaf0" gw_src="spine-router" gw_dst="leaf0-switch-router" symmetrical="NO"><link_ctn id="spine"/><link_ctn id="leaf0-uplink" direction="DOWN"/></zoneRoute>)");
+  EXPECT_EQ(xml.find(R"(id="switch")"), std::string::npos);
+  // servers_per_leaf equal to servers: one switch, as without it.
+  options.erase("oversubscription");
+  options["servers_per_leaf"] = "4";
+  std::map<std::string, std::string> flat = options;
+  flat.erase("servers_per_leaf");
+  EXPECT_EQ(cluster_platform_xml(cluster_spec_from_options(options, "t")), cluster_platform_xml(cluster_spec_from_options(flat, "t")));
+}
+
+TEST(ClusterPlatform, NicPerGpu) {
+  std::map<std::string, std::string> options = two_by_two();
+  options["nic"] = "per-gpu";
+  options["servers"] = "4";
+  options["servers_per_leaf"] = "2";
+  const std::string xml = cluster_platform_xml(cluster_spec_from_options(options, "t"));
+  EXPECT_CONTAINS(xml, R"(<link id="s1-gpu1-nic" bandwidth="3.125GBps" latency="2.5us" sharing_policy="SPLITDUPLEX"/>)");
+  EXPECT_CONTAINS(xml, R"(<route src="s1-gpu1" dst="s1-router" symmetrical="NO"><link_ctn id="s1-gpu1-nic" direction="UP"/></route>)");
+  EXPECT_CONTAINS(xml, R"(<route src="s1-router" dst="s1-gpu0" symmetrical="NO"><link_ctn id="s1-gpu0-nic" direction="DOWN"/></route>)");
+  EXPECT_EQ(xml.find(R"(<link id="s1-nic")"), std::string::npos);
+  // Uplink: 2 servers x 2 NICs x 3.125 GB/s, non-blocking.
+  EXPECT_CONTAINS(xml, R"(<link id="leaf0-uplink" bandwidth="12.5GBps" latency="0s" sharing_policy="SPLITDUPLEX"/>)");
+}
+
+TEST(ClusterPlatform, BadFabricOptionsNameTheFlag) {
+  const auto error_with = [](std::map<std::string, std::string> extra) {
+    std::map<std::string, std::string> options = two_by_two();
+    options["servers"] = "6";
+    options.insert(extra.begin(), extra.end());
+    return input_error_of([&] { cluster_spec_from_options(options, "platform cluster"); });
+  };
+  EXPECT_EQ(error_with({{"--nic", "per-rail"}}), "platform cluster: --nic: expected per-server or per-gpu, found 'per-rail'");
+  EXPECT_EQ(error_with({{"--servers-per-leaf", "4"}}),
+            "platform cluster: --servers-per-leaf: expected a divisor of the 6 servers (every leaf switch holds as many), "
+            "found 4");
+  EXPECT_EQ(error_with({{"--servers-per-leaf", "7"}}),
+            "platform cluster: --servers-per-leaf: expected an integer from 1 to 6, found '7'");
+  EXPECT_EQ(error_with({{"--servers-per-leaf", "0"}}),
+            "platform cluster: --servers-per-leaf: expected an integer from 1 to 6, found '0'");
+  EXPECT_EQ(error_with({{"--servers-per-leaf", "3"}, {"--oversubscription", "0.5"}}),
+            "platform cluster: --oversubscription: expected a number from 1 to 1e+06 (a leaf's downlink to uplink "
+            "bandwidth: 1 is non-blocking, 2 is 2:1), found '0.5'");
+  EXPECT_CONTAINS(error_with({{"--servers-per-leaf", "3"}, {"--oversubscription", "2:1"}}), "found '2:1'");
+  EXPECT_CONTAINS(error_with({{"--servers-per-leaf", "3"}, {"--oversubscription", "inf"}}), "found 'inf'");
+  EXPECT_EQ(error_with({{"--oversubscription", "2"}}),
+            "platform cluster: --oversubscription: oversubscription applies to the uplinks of two or more leaf switches; "
+            "give --servers-per-leaf below the 6 servers, found no servers per leaf");
+  EXPECT_EQ(error_with({{"--servers-per-leaf", "6"}, {"--oversubscription", "2"}}),
+            "platform cluster: --oversubscription: oversubscription applies to the uplinks of two or more leaf switches; "
+            "give --servers-per-leaf below the 6 servers, found 6 servers per leaf");
+  // A switch takes at most 2048 servers; the spine at most 2048 leaves.
+  std::map<std::string, std::string> options = two_by_two();
+  options["servers"] = "4096";
+  options["gpus_per_server"] = "4";
+  EXPECT_EQ(input_error_of([&] { cluster_spec_from_options(options, "t"); }),
+            "t: 4096 servers on one switch; a switch takes at most 2048 (SimGrid's route cache for a switch grows with "
+            "the square of what it connects): give --servers-per-leaf");
+  options["servers_per_leaf"] = "1";
+  EXPECT_EQ(input_error_of([&] { cluster_spec_from_options(options, "t"); }),
+            "t: servers_per_leaf: 4096 leaves on the spine; the spine takes at most 2048: use a larger --servers-per-leaf");
+  options["servers_per_leaf"] = "32";
+  EXPECT_EQ(cluster_spec_from_options(options, "t").servers, 4096);
+}
+
+std::size_t occurrences(const std::string& text, const std::string& what) {
+  std::size_t count = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++count;
+  return count;
+}
+
+TEST(ClusterPlatform, SixteenThousandGpusGrowLinearly) {
+  const auto xml_of = [](int servers, const std::string& servers_per_leaf) {
+    std::map<std::string, std::string> options = two_by_two();
+    options["servers"] = std::to_string(servers);
+    options["gpus_per_server"] = "8";
+    options["nic"] = "per-gpu";
+    if (!servers_per_leaf.empty()) options["servers_per_leaf"] = servers_per_leaf;
+    return cluster_platform_xml(cluster_spec_from_options(options, "t"));
+  };
+  // 2,048 DGX-like servers of 8 GPUs, 32 per leaf, against 256 of them.
+  const std::string large = xml_of(2048, "32"), small = xml_of(256, "32");
+  EXPECT_EQ(occurrences(large, "<host "), 16384u);
+  EXPECT_LE(large.size(), kMaxPlatformFileBytes);
+  // Linear: bytes per host within 5% (ids have a digit or two more), where a
+  // route per pair of servers would make it 8 times as many.
+  const double per_host_large = static_cast<double>(large.size()) / 16384, per_host_small = static_cast<double>(small.size()) / 2048;
+  EXPECT_LT(per_host_large / per_host_small, 1.05) << per_host_large << " vs " << per_host_small;
+  EXPECT_GT(per_host_large / per_host_small, 1.0);
+  // Zone routes: 2 per server and 2 per leaf, none per pair.
+  EXPECT_EQ(occurrences(large, "<zoneRoute "), 2u * 2048 + 2u * 64);
+  // One flat switch: as linear.
+  const std::string flat = xml_of(2048, "");
+  EXPECT_EQ(occurrences(flat, "<zoneRoute "), 2u * 2048);
+  EXPECT_LE(flat.size(), kMaxPlatformFileBytes);
+}
+
+TEST(ClusterPlatform, TheLargestShapesTheLimitsAdmitFitThePlatformFileLimit) {
+  // The most routes inside servers (963 x 17 x 16 = 261,936 <= 262,144) on
+  // the most hosts (16,371), and 64 GPUs per server.
+  for (const auto& [servers, gpus, per_leaf] : {std::tuple{963, 17, 107}, std::tuple{64, 64, 8}, std::tuple{16384, 1, 2048}}) {
+    std::map<std::string, std::string> options = two_by_two();
+    options["servers"] = std::to_string(servers);
+    options["gpus_per_server"] = std::to_string(gpus);
+    options["nic"] = "per-gpu";
+    options["servers_per_leaf"] = std::to_string(per_leaf);
+    options["memory_reserve"] = "0.125";
+    const std::string xml = cluster_platform_xml(cluster_spec_from_options(options, "t"));
+    EXPECT_LE(xml.size(), kMaxPlatformFileBytes) << servers << " x " << gpus;
+  }
 }
 
 TEST(ClusterPlatform, UnknownMissingAndDoubledKeys) {
@@ -211,7 +371,7 @@ TEST(ClusterPlatform, UnknownMissingAndDoubledKeys) {
   options["colour"] = "blue";
   EXPECT_EQ(input_error_of([&] { cluster_spec_from_options(options, "t"); }),
             "t: unknown key 'colour' (expected one of servers, gpus_per_server, device, memory, memory_reserve, intra, "
-            "inter, intra_link, speed)");
+            "inter, intra_link, speed, nic, servers_per_leaf, oversubscription)");
   options = two_by_two();
   options["intra-lnk"] = "shared";
   EXPECT_EQ(input_error_of([&] { cluster_spec_from_options(options, "t"); }),

@@ -82,8 +82,10 @@ TEST(PlatformXml, ClustersArePrecheckedToo) {
                   "cluster 'c': host 'n 0': it contains a space");
   EXPECT_CONTAINS(error_of(platform(R"(<cluster id="c" prefix="n" suffix="" radical="0-99999999999" speed="1Gf" bw="1GBps" lat="0"/>)", "")),
                   "radical: expected an integer");
-  EXPECT_CONTAINS(error_of(platform(R"(<cluster id="c" prefix="n" suffix="" radical="0-5000" speed="1Gf" bw="1GBps" lat="0"/>)", "")),
-                  "more than 4096 hosts");
+  EXPECT_CONTAINS(error_of(platform(R"(<cluster id="c" prefix="n" suffix="" radical="0-16384" speed="1Gf" bw="1GBps" lat="0"/>)", "")),
+                  "more than 16384 hosts");
+  EXPECT_EQ(check_platform_xml("p.xml", platform(R"(<cluster id="c" prefix="n" suffix="" radical="0-16383" speed="1Gf" bw="1GBps" lat="0"/>)", "")).hosts,
+            16384u);
 }
 
 TEST(PlatformXml, RoutesDeclaredTwiceNameTheRoute) {
