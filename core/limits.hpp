@@ -23,12 +23,17 @@ inline constexpr double kMaxPredictionCostSPerByte = 1.0;
 
 /// Pipeline stages of a schedule.
 inline constexpr int kMaxStages = 1024;
-/// Devices of a schedule: the stages' replicas summed.
-inline constexpr int kMaxDevices = 4096;
+/// Devices of a schedule: the stages' replicas summed (as many as the
+/// largest platform holds, kMaxPlatformHosts).
+inline constexpr int kMaxDevices = 16384;
 /// Work items of a schedule: stages x micro-batches x mini-batches (each
 /// item is a forward and a backward, plus a recompute with --recompute). At
 /// this limit a simulation takes about 10 s and 650 MB (analytic network).
 inline constexpr long long kMaxWorkItems = 250000;
+/// Work items of a layout's d pipelines together: work items x d (every
+/// replica is simulated). The 16,384-GPU job of docs/performance.md (32
+/// stages x 64 micro-batches x d 128 = 262,144) is within it.
+inline constexpr long long kMaxReplicatedWorkItems = 1048576;
 /// Micro-batches per mini-batch, and mini-batches, each.
 inline constexpr int kMaxMicroBatches = 250000;
 inline constexpr int kMaxMiniBatches = 250000;

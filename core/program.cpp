@@ -399,10 +399,14 @@ void validate_program(const Program& program) {
   if (program.num_stages < 1 || program.micro_batches < 1 || program.mini_batches < 1)
     throw ProgramError(fmt::format("invalid program: expected at least 1 stage, micro-batch and mini-batch, found {}, {}, {}",
                                    program.num_stages, program.micro_batches, program.mini_batches));
-  if (static_cast<long long>(program.num_stages) * program.micro_batches * program.mini_batches > limits::kMaxWorkItems)
+  // A layout's d pipelines run micro-batches j d + q: their items count
+  // against the limit over the replicas.
+  if (static_cast<long long>(program.num_stages) * program.micro_batches * program.mini_batches >
+      limits::kMaxReplicatedWorkItems)
     throw ProgramError(fmt::format("invalid program: expected at most {} stages x micro-batches x mini-batches "
                                    "(docs/formats.md, Limits), found {} x {} x {}",
-                                   limits::kMaxWorkItems, program.num_stages, program.micro_batches, program.mini_batches));
+                                   limits::kMaxReplicatedWorkItems, program.num_stages, program.micro_batches,
+                                   program.mini_batches));
 
   // Which device holds each (stage, replica); a device of several stages
   // holds one replica of each, and the other replicas of them are devices of

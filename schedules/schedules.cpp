@@ -101,12 +101,12 @@ void check_schedule_limits(const ScheduleOptions& options) {
   const long long pipeline_devices = std::max(options.num_stages, 1) / std::max(options.virtual_stages, 1);
   limit("devices (pipeline devices x --data-parallel)", pipeline_devices * options.data_parallel, limits::kMaxDevices, "");
   const long long all_items = items * options.data_parallel;
-  if (all_items > limits::kMaxWorkItems)
+  if (all_items > limits::kMaxReplicatedWorkItems)
     throw InputError(fmt::format(
-        "--micro-batches {} x --data-parallel {} x --mini-batches {} x {} stages: expected at most {} work items "
-        "(docs/formats.md, Limits), found {}",
-        options.micro_batches, options.data_parallel, options.mini_batches, options.num_stages, limits::kMaxWorkItems,
-        all_items));
+        "--micro-batches {} x --data-parallel {} x --mini-batches {} x {} stages: expected at most {} work items over "
+        "the replicas (docs/formats.md, Limits), found {}",
+        options.micro_batches, options.data_parallel, options.mini_batches, options.num_stages,
+        limits::kMaxReplicatedWorkItems, all_items));
   long long devices = options.replicas.empty() ? std::max(options.num_stages, 1) : 0;
   for (const int r : options.replicas) {
     if (r < 1) throw InputError(fmt::format("replicas: expected at least 1 per stage, found {}", r));

@@ -124,8 +124,12 @@ TEST(DataParallelPipelines, RefusedWhereStagesAreReplicatedAnotherWay) {
 }
 
 TEST(DataParallelPipelines, TheWorkItemLimitCountsEveryPipeline) {
-  EXPECT_CONTAINS(input_error_of([] { generate_schedule("1f1b-sno", options_of(100, 1000, 4)); }),
-                  "--data-parallel 4");
+  // 100 stages x 1000 micro-batches = 100,000 items per pipeline (within
+  // 250,000); x d 12 = 1.2 million over the replicas (above 1,048,576).
+  EXPECT_NO_THROW(generate_schedule("1f1b-sno", options_of(100, 1000, 4)));
+  EXPECT_CONTAINS(input_error_of([] { generate_schedule("1f1b-sno", options_of(100, 1000, 12)); }),
+                  "--micro-batches 1000 x --data-parallel 12 x --mini-batches 1 x 100 stages: expected at most 1048576 work "
+                  "items over the replicas");
 }
 
 TEST(DataParallelPipelines, AReplicaOfAMultiStageDeviceMustHoldTheSameStages) {

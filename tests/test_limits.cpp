@@ -411,9 +411,9 @@ TEST(ScheduleLimits, CountsBeyondTheLimitsNameTheFlag) {
   EXPECT_CONTAINS(input_error_of([] { generate_schedule("1f1b-so", shape(64, 1000, 5)); }),
                   "--micro-batches 1000 x --mini-batches 5 x 64 stages: expected at most 250000 work items");
   ScheduleOptions replicated = shape(1, 1, 1);
-  replicated.replicas = {5000};
+  replicated.replicas = {20000};
   EXPECT_CONTAINS(input_error_of([&] { generate_schedule("dp", replicated); }),
-                  "devices (--replicas summed over the stages): expected at most 4096");
+                  "devices (--replicas summed over the stages): expected at most 16384");
   replicated.replicas = {4096};
   replicated.mini_batches = 1000;
   replicated.micro_batches = 1;
