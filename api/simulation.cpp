@@ -154,6 +154,7 @@ ScheduleOptions plan_schedule_options(const Plan& plan, int mini_batches) {
   options.pipeline_depth = plan.pipeline_depth;
   options.virtual_stages = plan.virtual_stages;
   options.data_parallel = plan.data_parallel;
+  options.overlap_grad_reduce = plan.overlap_grad_reduce;
   if (plan.virtual_stages == 1 && plan.data_parallel == 1)
     for (const auto& replicas : plan.partition.hosts) options.replicas.push_back(static_cast<int>(replicas.size()));
   return options;
@@ -370,6 +371,42 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
 
 }  // namespace
 
+namespace {
+
+// Megatron-Core DDP's options (PlanRequest::overlap_grad_reduce ...) into
+// the plan: they apply to a layout's data-parallel pipelines; InputError
+// naming the flag where Megatron-LM refuses them (core_v0.14.0,
+// megatron/training/arguments.py: --overlap-param-gather needs the
+// distributed optimizer and --overlap-grad-reduce).
+void set_ddp_options(const PlanRequest& request, Plan& plan) {
+  const bool any = request.overlap_grad_reduce || request.ddp_bucket_size || request.distributed_optimizer ||
+                   request.overlap_param_gather;
+  if (!any) return;
+  const char* flag = request.overlap_grad_reduce     ? "--overlap-grad-reduce"
+                     : request.ddp_bucket_size       ? "--ddp-bucket-size"
+                     : request.distributed_optimizer ? "--use-distributed-optimizer"
+                                                     : "--overlap-param-gather";
+  if (!plan.parallel_layout)
+    throw InputError(fmt::format("{}: applies to a layout's data-parallel pipelines (--data-parallel, "
+                                 "--pipeline-parallel, --global-batch-size or --megatron-args); dp and --replicas "
+                                 "all-reduce after the backward",
+                                 flag));
+  if (request.ddp_bucket_size && *request.ddp_bucket_size < 1)
+    throw InputError(fmt::format("--ddp-bucket-size: expected parameters per bucket >= 1, found {}", *request.ddp_bucket_size));
+  if (request.overlap_param_gather && !request.distributed_optimizer)
+    throw InputError("--overlap-param-gather: needs --use-distributed-optimizer (Megatron-LM: '--overlap-param-gather only "
+                     "supported with distributed optimizer')");
+  if (request.overlap_param_gather && !request.overlap_grad_reduce)
+    throw InputError("--overlap-param-gather: needs --overlap-grad-reduce (Megatron-LM: 'Must use --overlap-param-gather "
+                     "with --overlap-grad-reduce')");
+  plan.overlap_grad_reduce = request.overlap_grad_reduce;
+  plan.ddp_bucket_size = request.ddp_bucket_size;
+  plan.distributed_optimizer = request.distributed_optimizer;
+  plan.overlap_param_gather = request.overlap_param_gather;
+}
+
+}  // namespace
+
 Plan make_plan(const PlanRequest& request) {
   if (!request.megatron_args.empty() || !request.megatron_args_file.empty()) {
     std::vector<std::string> notes;
@@ -563,6 +600,8 @@ Plan make_plan(const PlanRequest& request) {
   plan.network = request.network;
   sim::parse_transfer_rule(request.transfer_rule);
   plan.transfer_rule = request.transfer_rule;
+  sim::parse_collective_model(request.collective_model);
+  plan.collective_model = request.collective_model;
   if (!request.memory.empty()) plan.memory_bytes = parse_bytes(request.memory, "--memory");
   // Partitioners other than uniform weigh the routes between every pair of hosts.
   // Tensor parallelism needs the routes inside each group (its all-reduces).
@@ -849,6 +888,7 @@ Plan make_plan(const PlanRequest& request) {
   for (std::string& note : place_fpga_weights(plan.profile, plan.partition, platform))
     plan.device_model_notes.push_back(std::move(note));
   for (Layer& layer : plan.profile.layers) layer.times_given = true;
+  set_ddp_options(request, plan);
   plan.extend_mini_batches = !program && !request.mini_batches && !info.flushed;
   plan.mini_batches = program                 ? program->mini_batches
                       : request.mini_batches ? *request.mini_batches
@@ -1006,6 +1046,11 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   request.fb_overlap = plan.fb_overlap;
   request.network = sim::parse_network_model(plan.network);
   request.transfer_rule = sim::parse_transfer_rule(plan.transfer_rule);
+  request.collective_model = sim::parse_collective_model(plan.collective_model);
+  // Megatron-Core DDP buckets hold parameters; the layers' weight bytes are in the dtype.
+  if (plan.overlap_grad_reduce) request.bucket_bytes = static_cast<double>(plan.ddp_bucket_parameters()) * dtype_bytes(plan.dtype, "--dtype");
+  request.distributed_optimizer = plan.distributed_optimizer;
+  request.overlap_param_gather = plan.overlap_param_gather;
   // Where a device without all-reduces updates its weights (optimizer steps).
   request.update_interval = plan.program_text.empty() ? update_interval(plan.schedule, options) : 0;
   // Megatron recomputes inside the backward, once the gradient has come.
@@ -1020,7 +1065,8 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   memory.stages = request.stages;
   memory.recompute = plan.recompute;
   for (const StageRecompute& stage : layerwise) memory.layerwise.push_back({stage.kept_bytes, stage.recompute_bytes});
-  memory.resident_weight_factor = resident_weight_factor(plan.dtype, plan.optimizer, plan.gradient_dtype);
+  memory.resident_weight_factor =
+      resident_weight_factor(plan.dtype, plan.optimizer, plan.gradient_dtype, plan.distributed_optimizer ? plan.data_parallel : 0);
   if (!info.flushed) {
     memory.versioning = info.weights == WeightVersions::Predicted ? WeightVersioning::Prediction
                         : plan.vertical_sync                        ? WeightVersioning::VerticalSync
