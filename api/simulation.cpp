@@ -1485,6 +1485,32 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   return document.dump(2) + "\n";
 }
 
+namespace {
+
+// How a layout's pipelines synchronise gradients (docs/semantics.md,
+// "Gradient synchronisation"), and the optimizer step's time.
+std::string gradient_sync_text(const Plan& plan, const PlatformSummary& platform) {
+  std::string text = fmt::format("over d {}: ", plan.data_parallel);
+  text += plan.overlap_grad_reduce
+                         ? fmt::format("during the backward (--overlap-grad-reduce; the first stage in buckets of {} "
+                                       "parameters)",
+                                       plan.ddp_bucket_parameters())
+                         : "after the backward";
+  text += plan.distributed_optimizer
+              ? fmt::format("; distributed optimizer: reduce-scatter, step on 1/{} of the parameters, all-gather{}",
+                            plan.data_parallel, plan.overlap_param_gather ? " overlapped with the next forward" : "")
+              : ", all-reduce";
+  text += fmt::format("; ring collectives as {}", plan.collective_model);
+  const bool stepped = std::any_of(platform.hosts.begin(), platform.hosts.end(),
+                                   [](const HostInfo& host) { return host.has_optimizer_step(); });
+  if (!stepped)
+    text += "; the optimizer step takes 0 s (no host declares optimizer_step_rate or optimizer_step_overhead; "
+            "docs/platforms.md)";
+  return text;
+}
+
+}  // namespace
+
 std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   const Metrics& m = result.metrics;
   std::string text = fmt::format(
@@ -1514,6 +1540,7 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   if (!plan.tensor_parallel_note.empty()) text += fmt::format("  {}\n", plan.tensor_parallel_note);
   for (const std::string& note : plan.megatron_notes) text += fmt::format("  megatron          {}\n", note);
   if (plan.parallel_layout) text += fmt::format("  layout            {}\n", layout_text(plan));
+  if (plan.parallel_layout && plan.data_parallel > 1) text += fmt::format("  gradient sync     {}\n", gradient_sync_text(plan, result.platform));
   if (m.steady_state) {
     const SteadyState& steady = *m.steady_state;
     text += fmt::format("  mini-batch time   {} (steady-state period: {})\n", human_seconds(m.minibatch_time_s), steady.measured_over);

@@ -111,7 +111,7 @@ struct Plan {
   /// default max(40000000, 1000000 x data_parallel) (core_v0.14.0,
   /// megatron/training/training.py, get_model).
   long long ddp_bucket_parameters() const {
-    return ddp_bucket_size ? *ddp_bucket_size : std::max<long long>(40000000LL, 1000000LL * data_parallel);
+    return ddp_bucket_size.value_or(std::max<long long>(40000000LL, 1000000LL * data_parallel));
   }
   /// A parallel layout was asked for (--data-parallel, --pipeline-parallel,
   /// --global-batch-size or --megatron-args): outputs then state the layout
