@@ -325,7 +325,22 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
   if (!request.optimizer.empty() && request.optimizer != launch.optimizer)
     throw InputError(fmt::format("--optimizer {}: {} trains with {}; drop --optimizer", printable(request.optimizer),
                                  origin, launch.optimizer));
+  for (const auto& [flag, ours, theirs] :
+       {std::tuple{"--use-distributed-optimizer", request.distributed_optimizer, launch.distributed_optimizer},
+        std::tuple{"--overlap-grad-reduce", request.overlap_grad_reduce, launch.overlap_grad_reduce},
+        std::tuple{"--overlap-param-gather", request.overlap_param_gather, launch.overlap_param_gather}})
+    if (ours && !theirs)
+      throw InputError(fmt::format("{}: {} runs without it; drop {} or add it to the launch", flag, origin, flag));
+  if (request.ddp_bucket_size && request.ddp_bucket_size != launch.ddp_bucket_size)
+    throw InputError(fmt::format("--ddp-bucket-size {}: {} {}; drop --ddp-bucket-size or make them agree",
+                                 *request.ddp_bucket_size, origin,
+                                 launch.ddp_bucket_size ? fmt::format("sets --ddp-bucket-size {}", *launch.ddp_bucket_size)
+                                                        : std::string("does not set --ddp-bucket-size")));
   PlanRequest launched = request;
+  launched.distributed_optimizer = launch.distributed_optimizer;
+  launched.overlap_grad_reduce = launch.overlap_grad_reduce;
+  launched.overlap_param_gather = launch.overlap_param_gather;
+  launched.ddp_bucket_size = launch.ddp_bucket_size;
   launched.megatron_args.clear();
   launched.megatron_args_file.clear();
   launched.model = launch.model;
@@ -1535,6 +1550,12 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
                         plan.gradient_dtype.empty() ? "" : " (" + plan.gradient_dtype + ")",
                         bytes.master_weights ? fmt::format(" + fp32 master {}", bytes.master_weights) : "", bytes.optimizer);
   }
+  if (plan.distributed_optimizer)
+    text += fmt::format("  distributed opt.  {:.4g} bytes per parameter over d {}: weights and gradients whole, the fp32 master "
+                        "weights{} and optimizer state split d ways (Megatron-LM's distributed-optimizer table)\n",
+                        distributed_bytes_per_parameter(plan.dtype, plan.optimizer, plan.gradient_dtype, plan.data_parallel),
+                        plan.data_parallel,
+                        bytes_per_parameter(plan.dtype, plan.optimizer, plan.gradient_dtype).gradients == 4 ? "" : ", fp32 main gradients");
   if (plan.layer_recompute.enabled())
     text += fmt::format("  recompute         {}\n", layer_recompute_text(plan.layer_recompute));
   if (!plan.tensor_parallel_note.empty()) text += fmt::format("  {}\n", plan.tensor_parallel_note);
