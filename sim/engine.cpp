@@ -204,6 +204,12 @@ struct ActionState {
   /// all-reduce starts each layer's reduction as soon as its part has run.
   std::vector<double> segment_work;
   std::size_t segments_done = 0;
+  /// A forward whose parameters arrive bucket by bucket (overlapped
+  /// all-gathers): its work by bucket in forward order, segment k running
+  /// once participant `gate_participant` of all-reduce `gate_all_reduce` has
+  /// finished k + 1 all-gathers.
+  std::vector<double> gated_work;
+  std::size_t gate_all_reduce = 0, gate_participant = 0;
   /// The optimizer step the device runs right after this action (a weight
   /// update of a device without all-reduces), in work units; absent: none.
   std::optional<double> step_work;
@@ -249,6 +255,7 @@ struct AllReduceState {
   std::vector<std::vector<int>> rounds;
   std::vector<std::size_t> joined, left;
   std::vector<bool> stepped;  ///< per participant: its optimizer step (if any) has ended
+  std::vector<std::size_t> gathered;  ///< per participant: all-gathers done
   std::vector<bool> ended;    ///< per participant (after its optimizer step and all-gathers)
   /// Per participant: the optimizer step it runs once its gradients are
   /// reduced, in work units; absent when its host declares no step.
@@ -504,6 +511,7 @@ class Simulation {
       all_reduce.joined.assign(collectives, 0);
       all_reduce.left.assign(collectives, 0);
       all_reduce.stepped.assign(r, false);
+      all_reduce.gathered.assign(r, 0);
       all_reduce.ended.assign(r, false);
       // Under the distributed optimizer each participant updates its 1/r shard.
       const double step_bytes = request.stages[spec.stage].weight_bytes / (request.distributed_optimizer ? static_cast<double>(r) : 1.0);
@@ -539,7 +547,35 @@ class Simulation {
         for (std::size_t p = 0; p < r; ++p) {
           const ActionState& ready = actions_[all_reduce.ready[p]];
           const auto next = first_forward.find(std::tuple{ready.device, spec.stage, ready.action.mini_batch + 1});
-          if (next != first_forward.end()) actions_[next->second].needs.push_back({ActionState::Need::What::AllReduce, c, p});
+          if (next == first_forward.end()) continue;
+          ActionState& forward = actions_[next->second];
+          if (all_reduce.jobs.size() < 2) {
+            forward.needs.push_back({ActionState::Need::What::AllReduce, c, p});
+            continue;
+          }
+          if (!forward.gated_work.empty() || forward.overlap != 0)
+            throw InputError(fmt::format("program: {} waits for two bucketed all-gathers, or runs overlapped",
+                                         pipegrid::to_string(forward.action)));
+          // Bucket j holds the layers at reverse positions [after_(j-1), after_j)
+          // (the last bucket also the first layers without parameters); its
+          // segment of the forward runs once its all-gather (the (J-j)-th) is done.
+          const HostInfo& info = platform.host(forward.host->get_name());
+          const std::size_t buckets = all_reduce.jobs.size();
+          for (std::size_t k = 0; k < buckets; ++k) {
+            const std::size_t j = buckets - 1 - k;
+            const std::size_t from = j == 0 ? 0 : all_reduce.jobs[j - 1].after_segments;
+            const std::size_t to = j + 1 == buckets ? layers.size() : all_reduce.jobs[j].after_segments;
+            double work = 0;
+            for (std::size_t position = from; position < to; ++position) {
+              const LayerCost& layer = layers[layers.size() - 1 - position];
+              work += stage_seconds_on(layer.forward_s, {layer}, &LayerCost::forward_s, &DeviceLayerTimes::forward_s, info) *
+                      forward.host->get_speed();
+            }
+            forward.gated_work.push_back(work);
+          }
+          if (info.action_overhead_s > 0) forward.gated_work.front() += info.action_overhead_s * forward.host->get_speed();
+          forward.gate_all_reduce = c;
+          forward.gate_participant = p;
         }
       }
       all_reduces_.push_back(std::move(all_reduce));
@@ -740,8 +776,11 @@ class Simulation {
       all_reduce.stepped[p] = true;
       all_reduce.signal->notify_all();
       if (sharded)
-        for (auto job = all_reduce.jobs.rbegin(); job != all_reduce.jobs.rend(); ++job)
+        for (auto job = all_reduce.jobs.rbegin(); job != all_reduce.jobs.rend(); ++job) {
           run_collective(all_reduce, p, collective++, CollectiveKind::AllGather, *job);
+          ++all_reduce.gathered[p];
+          all_reduce.signal->notify_all();
+        }
       all_reduce.ended[p] = true;
       all_reduce.signal->notify_all();
     }
@@ -961,7 +1000,18 @@ class Simulation {
       wait_for_needs(state);
       state.start = sg::Engine::get_clock();
       if (state.async) send_message(state);
-      if (!state.segment_work.empty()) {
+      if (!state.gated_work.empty()) {
+        AllReduceState& gate = all_reduces_[state.gate_all_reduce];
+        for (std::size_t k = 0; k < state.gated_work.size(); ++k) {
+          {
+            std::unique_lock lock(*mutex_);
+            while (gate.gathered[state.gate_participant] < k + 1) gate.signal->wait(lock);
+          }
+          // The record starts with the first bucket's compute; later waits count in it.
+          if (k == 0) state.start = sg::Engine::get_clock();
+          if (state.gated_work[k] > 0) sg::this_actor::execute(state.gated_work[k]);
+        }
+      } else if (!state.segment_work.empty()) {
         for (double work : state.segment_work) {
           if (work > 0) sg::this_actor::execute(work);
           ++state.segments_done;
