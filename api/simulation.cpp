@@ -939,6 +939,39 @@ int max_auto_mini_batches(const Plan& plan) {
 
 namespace {
 
+// Megatron's tied word embedding across the pipeline (core_v0.14.0:
+// LanguageModule.setup_embeddings_and_output_layer keeps a copy of the word
+// table on the last stage; finalize_model_grads all-reduces the two copies'
+// gradients over the embedding group after the data-parallel
+// synchronisation): a profile whose head (op linear, over a vocabulary)
+// has no parameters of its own multiplies by the embedding's word table (op
+// embedding over a vocabulary: its parameters less the position table).
+// Applies when the embedding and the head run on different devices.
+struct TiedEmbedding {
+  int first_stage = 0, last_stage = 0;
+  std::size_t head_layer = 0;
+  double word_bytes = 0;  ///< per tensor-parallel member
+};
+std::optional<TiedEmbedding> tied_embedding_of(const Plan& plan, const Program& program) {
+  const std::vector<Layer>& layers = plan.profile.layers;
+  std::optional<std::size_t> embedding, head;
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    if (!layers[l].vocabulary) continue;
+    if (layers[l].op == "embedding" && !embedding) embedding = l;
+    if (layers[l].op == "linear" && layers[l].parameter_bytes == 0) head = l;
+  }
+  if (!embedding || !head || *head < *embedding) return std::nullopt;
+  TiedEmbedding tied;
+  tied.first_stage = plan.partition.stage_of_layer[*embedding];
+  tied.last_stage = plan.partition.stage_of_layer[*head];
+  tied.head_layer = *head;
+  tied.word_bytes = layers[*embedding].parameter_bytes - layers[*embedding].replicated_parameter_bytes;
+  if (!(tied.word_bytes > 0)) return std::nullopt;
+  for (const DeviceProgram& device : program.devices)
+    if (device.replica == 0 && device.holds(tied.first_stage)) return device.holds(tied.last_stage) ? std::nullopt : std::optional(tied);
+  return std::nullopt;
+}
+
 // The platform file to hand SimGrid: the original when it still holds the
 // plan's XML, else a private copy of the embedded XML (removed on scope exit).
 class PlatformCopy {
@@ -1039,11 +1072,15 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   for (std::size_t s = 0; s + 1 < request.stages.size(); ++s)
     request.stages[s].forward_s += plan.prediction_cost_s_per_byte * request.stages[s].weight_bytes;
   request.stage_layers.resize(request.stages.size());
+  const std::optional<TiedEmbedding> tied = tied_embedding_of(plan, result.program);
   for (std::size_t l = 0; l < plan.profile.layers.size(); ++l) {
     const Layer& layer = plan.profile.layers[l];
     sim::LayerCost cost;
     cost.backward_s = layer.backward_s;
     cost.weight_bytes = layer.parameter_bytes;
+    // The last stage's copy of a tied word table: weights, gradients and
+    // optimizer state of its own, reduced over the replicas with the stage.
+    if (tied && l == tied->head_layer) cost.weight_bytes += tied->word_bytes;
     cost.forward_s = layer.forward_s;
     const BackwardSplit split = backward_split(layer);
     cost.backward_input_s = split.input_s;
@@ -1056,6 +1093,10 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
     if (!layerwise.empty())
       cost.recompute_share = layerwise[plan.partition.stage_of_layer[l]].layer_share[stage_layers.size()];
     stage_layers.push_back(std::move(cost));
+  }
+  if (tied) {
+    request.stages[static_cast<std::size_t>(tied->last_stage)].weight_bytes += tied->word_bytes;
+    request.tied_embedding = sim::SimulationRequest::TiedEmbedding{tied->first_stage, tied->last_stage, tied->word_bytes};
   }
   request.hosts = plan.partition.hosts;
   request.fb_overlap = plan.fb_overlap;
@@ -1562,6 +1603,13 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   for (const std::string& note : plan.megatron_notes) text += fmt::format("  megatron          {}\n", note);
   if (plan.parallel_layout) text += fmt::format("  layout            {}\n", layout_text(plan));
   if (plan.parallel_layout && plan.data_parallel > 1) text += fmt::format("  gradient sync     {}\n", gradient_sync_text(plan, result.platform));
+  if (const auto tied = tied_embedding_of(plan, result.program))
+    text += fmt::format("  tied embedding    stage {} keeps a copy of stage {}'s word table ({}), as Megatron-LM does; {}\n",
+                        tied->last_stage, tied->first_stage, human_bytes(tied->word_bytes),
+                        plan.data_parallel > 1 ? "their gradients are all-reduced between the two after the data-parallel "
+                                                 "synchronisation, before the optimizer step"
+                                               : "the all-reduce of their gradients is not simulated at d 1 (no "
+                                                 "data-parallel synchronisation to follow)");
   if (m.steady_state) {
     const SteadyState& steady = *m.steady_state;
     text += fmt::format("  mini-batch time   {} (steady-state period: {})\n", human_seconds(m.minibatch_time_s), steady.measured_over);

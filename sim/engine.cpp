@@ -256,6 +256,9 @@ struct AllReduceState {
   std::vector<std::size_t> joined, left;
   std::vector<bool> stepped;  ///< per participant: its optimizer step (if any) has ended
   std::vector<std::size_t> gathered;  ///< per participant: all-gathers done
+  /// Per participant: its tied-embedding all-reduce (Simulation::tied_) and
+  /// its place in it (0 the first stage's device, 1 the last's); absent: none.
+  std::vector<std::optional<std::pair<std::size_t, std::size_t>>> tied;
   std::vector<bool> ended;    ///< per participant (after its optimizer step and all-gathers)
   /// Per participant: the optimizer step it runs once its gradients are
   /// reduced, in work units; absent when its host declares no step.
@@ -275,6 +278,8 @@ struct PackedRecord {
 };
 static_assert(std::is_trivially_copyable_v<PackedRecord>, "records cross to the parent as bytes");
 constexpr std::uint8_t kSendForward = 1, kSendBackward = 2, kAllReduce = 3, kReduceScatter = 4, kAllGather = 5;
+// The micro-batch of a tied-embedding all-reduce's records.
+constexpr int kTiedEmbeddingLabel = -2;
 
 std::string packed_action_name(std::uint8_t action) {
   switch (action) {
@@ -580,6 +585,7 @@ class Simulation {
       }
       all_reduces_.push_back(std::move(all_reduce));
     }
+    pair_tied_embeddings();
     place_optimizer_steps(platform);
   }
 
@@ -628,6 +634,10 @@ class Simulation {
                       forward ? "activations" : "gradients", state.action.stage + (forward ? 1 : -1),
                       printable(state.message_to->get_name())); });
     }
+    for (const TiedSync& tied : tied_)
+      for (std::size_t p = 0; p < 2; ++p)
+        add(tied.hosts[p], tied.hosts[1 - p], [&] { return fmt::format("the tied embedding's all-reduce sends from '{}' to '{}'",
+                                                                     printable(tied.hosts[p]->get_name()), printable(tied.hosts[1 - p]->get_name())); });
     for (const AllReduceState& all_reduce : all_reduces_) {
       const std::size_t r = all_reduce.hosts.size();
       if (all_reduce.jobs.empty() || r < 2) continue;
@@ -663,6 +673,34 @@ class Simulation {
   // (update_interval 0) or after every update_interval-th backward in program
   // order. With update_interval 0, the device's other streams do not start
   // an action of a later mini-batch before the step has ended.
+  // SimulationRequest::tied_embedding: pairs replica q of the first stage's
+  // all-reduce of each round with replica q of the last stage's.
+  void pair_tied_embeddings() {
+    for (AllReduceState& all_reduce : all_reduces_) all_reduce.tied.assign(all_reduce.hosts.size(), std::nullopt);
+    if (!request_.tied_embedding) return;
+    const auto& tied = *request_.tied_embedding;
+    std::map<int, std::size_t> first_of_round, last_of_round;
+    for (std::size_t c = 0; c < all_reduces_.size(); ++c) {
+      if (all_reduces_[c].spec->stage == tied.first_stage) first_of_round[all_reduces_[c].spec->round] = c;
+      if (all_reduces_[c].spec->stage == tied.last_stage) last_of_round[all_reduces_[c].spec->round] = c;
+    }
+    for (const auto& [round, c_first] : first_of_round) {
+      const auto c_last = last_of_round.find(round);
+      if (c_last == last_of_round.end()) continue;
+      AllReduceState& first = all_reduces_[c_first];
+      AllReduceState& last = all_reduces_[c_last->second];
+      if (first.hosts.size() != last.hosts.size())
+        throw InputError(fmt::format("program: the tied embedding's stages {} and {} have {} and {} replicas in round {}",
+                                     tied.first_stage, tied.last_stage, first.hosts.size(), last.hosts.size(), round));
+      for (std::size_t q = 0; q < first.hosts.size(); ++q) {
+        TiedSync& sync = tied_.emplace_back();
+        sync.hosts = {first.hosts[q], last.hosts[q]};
+        first.tied[q] = std::pair{tied_.size() - 1, std::size_t{0}};
+        last.tied[q] = std::pair{tied_.size() - 1, std::size_t{1}};
+      }
+    }
+  }
+
   void place_optimizer_steps(const PlatformSummary& platform) {
     const int interval = request_.update_interval;
     if (interval < 0) throw InputError(fmt::format("simulation: update interval {} is negative", interval));
@@ -771,6 +809,12 @@ class Simulation {
           wait_until_segments(ready, job.after_segments);
         run_collective(all_reduce, p, collective++, sharded ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, job);
       }
+      if (all_reduce.tied[p]) {
+        TiedSync& tied = tied_[all_reduce.tied[p]->first];
+        RingProgress ring{tied.hosts, tied.rounds, tied.joined, tied.left, tied.signal};
+        run_ring(ring, all_reduce.tied[p]->second, CollectiveKind::AllReduce, request_.tied_embedding->bytes,
+                 all_reduce.spec->stage, kTiedEmbeddingLabel, all_reduce.spec->round);
+      }
       // The update follows the reduction; what it releases waits for both.
       if (all_reduce.step_work[p]) run_step(*all_reduce.step_work[p], ready, ready.stream);
       all_reduce.stepped[p] = true;
@@ -791,36 +835,53 @@ class Simulation {
   // request_.collective_model says; one record from its start to its end.
   void run_collective(AllReduceState& all_reduce, std::size_t p, std::size_t collective, CollectiveKind kind,
                       const AllReduceState::Job& job) {
-    const std::size_t r = all_reduce.hosts.size();
+    RingProgress ring{all_reduce.hosts, all_reduce.rounds[collective], all_reduce.joined[collective],
+                      all_reduce.left[collective], all_reduce.signal};
+    run_ring(ring, p, kind, job.bytes, all_reduce.spec->stage, job.label, all_reduce.spec->round);
+  }
+
+  // The state one ring collective's participants share.
+  struct RingProgress {
+    const std::vector<sg::Host*>& hosts;  ///< ring order
+    std::vector<int>& rounds;             ///< per participant (Rounds)
+    std::size_t& joined;                  ///< participants that have joined (Flows)
+    std::size_t& left;                    ///< participants done (Flows)
+    sg::ConditionVariablePtr signal;
+  };
+
+  // Participant p's part in one ring collective of `bytes`; its record
+  // names `stage`, `label` (micro-batch) and `round` (mini-batch).
+  void run_ring(RingProgress& ring, std::size_t p, CollectiveKind kind, double bytes, int stage, int label, int round_id) {
+    const std::size_t r = ring.hosts.size();
     const std::size_t next = (p + 1) % r, previous = (p + r - 1) % r;
     const int steps = static_cast<int>(kind == CollectiveKind::AllReduce ? 2 * (r - 1) : r - 1);
-    const double chunk = job.bytes / static_cast<double>(r);
+    const double chunk = bytes / static_cast<double>(r);
     const double start = sg::Engine::get_clock();
-    auto send = [&](double bytes) {
-      sg::CommPtr comm = sg::Comm::sendto_init(all_reduce.hosts[p], all_reduce.hosts[next]);
-      comm->set_payload_size(static_cast<uint64_t>(std::llround(bytes)));
+    auto send = [&](double size) {
+      sg::CommPtr comm = sg::Comm::sendto_init(ring.hosts[p], ring.hosts[next]);
+      comm->set_payload_size(static_cast<uint64_t>(std::llround(size)));
       comm->start();
       ++collective_communications_;
       return comm;
     };
     if (request_.collective_model == CollectiveModel::Rounds) {
-      std::vector<int>& rounds = all_reduce.rounds[collective];
+      std::vector<int>& rounds = ring.rounds;
       for (int round = 0; round < steps; ++round) {
         send(chunk)->wait();
         rounds[p] = round + 1;
-        all_reduce.signal->notify_all();
+        ring.signal->notify_all();
         std::unique_lock lock(*mutex_);
-        while (rounds[previous] < round + 1) all_reduce.signal->wait(lock);
+        while (rounds[previous] < round + 1) ring.signal->wait(lock);
       }
     } else {
-      ++all_reduce.joined[collective];
-      all_reduce.signal->notify_all();
+      ++ring.joined;
+      ring.signal->notify_all();
       {
         std::unique_lock lock(*mutex_);
-        while (all_reduce.joined[collective] < r) all_reduce.signal->wait(lock);
+        while (ring.joined < r) ring.signal->wait(lock);
       }
       if (steps > 0) {
-        const auto route = std::make_pair(all_reduce.hosts[p], all_reduce.hosts[next]);
+        const auto route = std::make_pair(ring.hosts[p], ring.hosts[next]);
         auto latency = route_latency_.find(route);
         sg::CommPtr flow = send(steps * chunk), probe;
         if (latency == route_latency_.end()) {
@@ -833,14 +894,13 @@ class Simulation {
         flow->wait();
         if (steps > 1 && latency->second > 0) sg::this_actor::sleep_for((steps - 1) * latency->second);
       }
-      ++all_reduce.left[collective];
-      all_reduce.signal->notify_all();
+      ++ring.left;
+      ring.signal->notify_all();
       std::unique_lock lock(*mutex_);
-      while (all_reduce.left[collective] < r) all_reduce.signal->wait(lock);
+      while (ring.left < r) ring.signal->wait(lock);
     }
     const std::uint8_t action = kind == CollectiveKind::AllReduce ? kAllReduce : kind == CollectiveKind::ReduceScatter ? kReduceScatter : kAllGather;
-    record(start, sg::Engine::get_clock(), steps * chunk, all_reduce.hosts[p], 0, all_reduce.spec->stage, action, job.label,
-           all_reduce.spec->round, all_reduce.hosts[next]);
+    record(start, sg::Engine::get_clock(), steps * chunk, ring.hosts[p], 0, stage, action, label, round_id, ring.hosts[next]);
   }
 
   // The message of `state` is ready: under Share it starts now; under Fifo
@@ -1032,6 +1092,15 @@ class Simulation {
   std::unordered_map<const sg::Host*, std::int32_t> host_index_;  ///< index in hosts_
   std::vector<PackedRecord> records_;
   std::vector<AllReduceState> all_reduces_;
+  /// The tied-embedding all-reduces (SimulationRequest::tied_embedding): one
+  /// per round and replica, between the first and the last stage's devices.
+  struct TiedSync {
+    std::vector<sg::Host*> hosts;  ///< the first stage's device's host, the last's
+    std::vector<int> rounds = std::vector<int>(2, 0);
+    std::size_t joined = 0, left = 0;
+    sg::ConditionVariablePtr signal = sg::ConditionVariable::create();
+  };
+  std::deque<TiedSync> tied_;
   /// Collective flows: the latency SimGrid gives a message from one host to
   /// another (measured once per route).
   std::map<std::pair<sg::Host*, sg::Host*>, double> route_latency_;

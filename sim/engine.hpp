@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -148,6 +149,18 @@ struct SimulationRequest {
   /// mini-batch on each participant (mini-batch of its ready action + 1)
   /// waits for that participant's all-gathers.
   bool overlap_param_gather = false;
+  /// Megatron's tied word embedding under pipeline parallelism: the device
+  /// of `last_stage` keeps a copy of the word table of `first_stage`'s
+  /// embedding; their gradients are all-reduced between the two (replica q
+  /// of each: Megatron's embedding group) once each has synchronised that
+  /// stage's gradients over its replicas (the all-reduce of the Program for
+  /// the stage and round), before its optimizer step. Needs those stages'
+  /// all-reduces, with participants in the same replica order.
+  struct TiedEmbedding {
+    int first_stage = 0, last_stage = 0;
+    double bytes = 0;  ///< the word table's gradient bytes
+  };
+  std::optional<TiedEmbedding> tied_embedding;
 };
 
 struct SimulationResult {

@@ -116,6 +116,49 @@ TEST(Collectives, FlowsStartOneFlowPerParticipantAndMeasureEachRoutesLatencyOnce
   for (const auto& [host, span] : ends) ASSERT_NEAR(span.second, 2 + ring_seconds(512, 1022, 512000), 1e-6) << host;
 }
 
+TEST(Collectives, TiedEmbeddingsAreAllReducedBetweenFirstAndLastStageAfterTheirDataParallelSync) {
+  // 1f1b-sno, 2 stages, M = 1, d = 2 on a star of 4 (each hop 2 x 0.25 s):
+  // stage 0 on h0 (replica 0) and h1, stage 1 on h2 and h3; F = B = 1 s,
+  // 0-byte activations and stage gradients. h0: F [0,1], B [4,5]; h2: F
+  // [1.5,2.5], B [2.5,3.5]. Stage 1's all-reduce (0 bytes, 2 steps) [3.5,4.5],
+  // stage 0's [5,6]; then the tied word table's (1000 bytes, 2 participants:
+  // 2 x 0.5 s + 1000 B / 1000 B/s) from 6, when h0 joins, to 8.
+  TempFile platform("pipegrid-tied", ".xml", testutil::star_platform_xml(4, kLatency, kBandwidth));
+  ScheduleOptions options;
+  options.num_stages = 2;
+  options.micro_batches = 1;
+  options.data_parallel = 2;
+  for (const auto model : {sim::CollectiveModel::Flows, sim::CollectiveModel::Rounds}) {
+    sim::SimulationRequest request;
+    request.platform_file = platform.path();
+    request.program = generate_schedule("1f1b-sno", options);
+    StageCost stage;
+    stage.forward_s = stage.backward_s = kComputeS;
+    request.stages = {stage, stage};
+    request.hosts = {{"h0", "h1"}, {"h2", "h3"}};
+    request.network = sim::NetworkModel::Analytic;
+    request.collective_model = model;
+    request.tied_embedding = sim::SimulationRequest::TiedEmbedding{0, 1, 1000};
+    const sim::SimulationResult result = sim::simulate(request);
+    std::map<std::string, std::pair<double, double>> tied, stage_sync;
+    for (const TimelineRecord& record : result.timeline.records) {
+      if (record.action != "ALLREDUCE") continue;
+      (record.micro_batch == -2 ? tied : stage_sync)[record.host] = {record.start_s, record.end_s};
+      if (record.micro_batch == -2) {
+        EXPECT_DOUBLE_EQ(record.bytes, 1000);
+        EXPECT_EQ(record.peer, std::string(record.host == "h0" ? "h2" : record.host == "h2" ? "h0" : record.host == "h1" ? "h3" : "h1"));
+      }
+    }
+    ASSERT_EQ(tied.size(), 4u) << sim::to_string(model);
+    EXPECT_NEAR(stage_sync.at("h2").second, 4.5, 1e-9) << sim::to_string(model);
+    EXPECT_NEAR(stage_sync.at("h0").second, 6, 1e-9) << sim::to_string(model);
+    for (const auto& [host, span] : tied) {
+      EXPECT_NEAR(span.first, host == "h0" || host == "h1" ? 6 : 4.5, 1e-9) << sim::to_string(model) << " " << host;
+      EXPECT_NEAR(span.second, 8, 1e-9) << sim::to_string(model) << " " << host;
+    }
+  }
+}
+
 TEST(Collectives, CollectiveModelNamesParseAndOthersAreRefusedNamingTheFlag) {
   EXPECT_EQ(sim::parse_collective_model("flows"), sim::CollectiveModel::Flows);
   EXPECT_EQ(sim::parse_collective_model("rounds"), sim::CollectiveModel::Rounds);
