@@ -161,6 +161,7 @@ ScheduleOptions plan_schedule_options(const Plan& plan, int mini_batches) {
   options.pipeline_depth = plan.pipeline_depth;
   options.virtual_stages = plan.virtual_stages;
   options.data_parallel = plan.data_parallel;
+  options.overlap_grad_reduce = plan.overlap_grad_reduce;
   if (plan.virtual_stages == 1 && plan.data_parallel == 1)
     for (const auto& replicas : plan.partition.hosts) options.replicas.push_back(static_cast<int>(replicas.size()));
   return options;
@@ -331,7 +332,22 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
   if (!request.optimizer.empty() && request.optimizer != launch.optimizer)
     throw InputError(fmt::format("--optimizer {}: {} trains with {}; drop --optimizer", printable(request.optimizer),
                                  origin, launch.optimizer));
+  for (const auto& [flag, ours, theirs] :
+       {std::tuple{"--use-distributed-optimizer", request.distributed_optimizer, launch.distributed_optimizer},
+        std::tuple{"--overlap-grad-reduce", request.overlap_grad_reduce, launch.overlap_grad_reduce},
+        std::tuple{"--overlap-param-gather", request.overlap_param_gather, launch.overlap_param_gather}})
+    if (ours && !theirs)
+      throw InputError(fmt::format("{}: {} runs without it; drop {} or add it to the launch", flag, origin, flag));
+  if (request.ddp_bucket_size && request.ddp_bucket_size != launch.ddp_bucket_size)
+    throw InputError(fmt::format("--ddp-bucket-size {}: {} {}; drop --ddp-bucket-size or make them agree",
+                                 *request.ddp_bucket_size, origin,
+                                 launch.ddp_bucket_size ? fmt::format("sets --ddp-bucket-size {}", *launch.ddp_bucket_size)
+                                                        : std::string("does not set --ddp-bucket-size")));
   PlanRequest launched = request;
+  launched.distributed_optimizer = launch.distributed_optimizer;
+  launched.overlap_grad_reduce = launch.overlap_grad_reduce;
+  launched.overlap_param_gather = launch.overlap_param_gather;
+  launched.ddp_bucket_size = launch.ddp_bucket_size;
   launched.megatron_args.clear();
   launched.megatron_args_file.clear();
   launched.model = launch.model;
@@ -373,6 +389,42 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
                                 launch.ignored.size() == 1 ? "" : "s", fmt::join(launch.ignored, " ")));
   for (const std::string& note : launch.notes) notes.push_back(note);
   return launched;
+}
+
+}  // namespace
+
+namespace {
+
+// Megatron-Core DDP's options (PlanRequest::overlap_grad_reduce ...) into
+// the plan: they apply to a layout's data-parallel pipelines; InputError
+// naming the flag where Megatron-LM refuses them (core_v0.14.0,
+// megatron/training/arguments.py: --overlap-param-gather needs the
+// distributed optimizer and --overlap-grad-reduce).
+void set_ddp_options(const PlanRequest& request, Plan& plan) {
+  const bool any = request.overlap_grad_reduce || request.ddp_bucket_size || request.distributed_optimizer ||
+                   request.overlap_param_gather;
+  if (!any) return;
+  const char* flag = request.overlap_grad_reduce     ? "--overlap-grad-reduce"
+                     : request.ddp_bucket_size       ? "--ddp-bucket-size"
+                     : request.distributed_optimizer ? "--use-distributed-optimizer"
+                                                     : "--overlap-param-gather";
+  if (!plan.parallel_layout)
+    throw InputError(fmt::format("{}: applies to a layout's data-parallel pipelines (--data-parallel, "
+                                 "--pipeline-parallel, --global-batch-size or --megatron-args); dp and --replicas "
+                                 "all-reduce after the backward",
+                                 flag));
+  if (request.ddp_bucket_size && *request.ddp_bucket_size < 1)
+    throw InputError(fmt::format("--ddp-bucket-size: expected parameters per bucket >= 1, found {}", *request.ddp_bucket_size));
+  if (request.overlap_param_gather && !request.distributed_optimizer)
+    throw InputError("--overlap-param-gather: needs --use-distributed-optimizer (Megatron-LM: '--overlap-param-gather only "
+                     "supported with distributed optimizer')");
+  if (request.overlap_param_gather && !request.overlap_grad_reduce)
+    throw InputError("--overlap-param-gather: needs --overlap-grad-reduce (Megatron-LM: 'Must use --overlap-param-gather "
+                     "with --overlap-grad-reduce')");
+  plan.overlap_grad_reduce = request.overlap_grad_reduce;
+  plan.ddp_bucket_size = request.ddp_bucket_size;
+  plan.distributed_optimizer = request.distributed_optimizer;
+  plan.overlap_param_gather = request.overlap_param_gather;
 }
 
 }  // namespace
@@ -575,6 +627,8 @@ Plan make_plan(const PlanRequest& request) {
   plan.network = request.network;
   sim::parse_transfer_rule(request.transfer_rule);
   plan.transfer_rule = request.transfer_rule;
+  sim::parse_collective_model(request.collective_model);
+  plan.collective_model = request.collective_model;
   if (!request.memory.empty()) plan.memory_bytes = parse_bytes(request.memory, "--memory");
   // Partitioners other than uniform weigh the routes between every pair of
   // hosts. Tensor parallelism reads the routes its rings use on its own.
@@ -860,6 +914,7 @@ Plan make_plan(const PlanRequest& request) {
   for (std::string& note : place_fpga_weights(plan.profile, plan.partition, platform))
     plan.device_model_notes.push_back(std::move(note));
   for (Layer& layer : plan.profile.layers) layer.times_given = true;
+  set_ddp_options(request, plan);
   plan.extend_mini_batches = !program && !request.mini_batches && !info.flushed;
   plan.mini_batches = program                 ? program->mini_batches
                       : request.mini_batches ? *request.mini_batches
@@ -894,6 +949,39 @@ int max_auto_mini_batches(const Plan& plan) {
 }
 
 namespace {
+
+// Megatron's tied word embedding across the pipeline (core_v0.14.0:
+// LanguageModule.setup_embeddings_and_output_layer keeps a copy of the word
+// table on the last stage; finalize_model_grads all-reduces the two copies'
+// gradients over the embedding group after the data-parallel
+// synchronisation): a profile whose head (op linear, over a vocabulary)
+// has no parameters of its own multiplies by the embedding's word table (op
+// embedding over a vocabulary: its parameters less the position table).
+// Applies when the embedding and the head run on different devices.
+struct TiedEmbedding {
+  int first_stage = 0, last_stage = 0;
+  std::size_t head_layer = 0;
+  double word_bytes = 0;  ///< per tensor-parallel member
+};
+std::optional<TiedEmbedding> tied_embedding_of(const Plan& plan, const Program& program) {
+  const std::vector<Layer>& layers = plan.profile.layers;
+  std::optional<std::size_t> embedding, head;
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    if (!layers[l].vocabulary) continue;
+    if (layers[l].op == "embedding" && !embedding) embedding = l;
+    if (layers[l].op == "linear" && layers[l].parameter_bytes == 0) head = l;
+  }
+  if (!embedding || !head || *head < *embedding) return std::nullopt;
+  TiedEmbedding tied;
+  tied.first_stage = plan.partition.stage_of_layer[*embedding];
+  tied.last_stage = plan.partition.stage_of_layer[*head];
+  tied.head_layer = *head;
+  tied.word_bytes = layers[*embedding].parameter_bytes - layers[*embedding].replicated_parameter_bytes;
+  if (!(tied.word_bytes > 0)) return std::nullopt;
+  for (const DeviceProgram& device : program.devices)
+    if (device.replica == 0 && device.holds(tied.first_stage)) return device.holds(tied.last_stage) ? std::nullopt : std::optional(tied);
+  return std::nullopt;
+}
 
 // The platform file to hand SimGrid: the original when it still holds the
 // plan's XML, else a private copy of the embedded XML (removed on scope exit).
@@ -995,11 +1083,15 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   for (std::size_t s = 0; s + 1 < request.stages.size(); ++s)
     request.stages[s].forward_s += plan.prediction_cost_s_per_byte * request.stages[s].weight_bytes;
   request.stage_layers.resize(request.stages.size());
+  const std::optional<TiedEmbedding> tied = tied_embedding_of(plan, result.program);
   for (std::size_t l = 0; l < plan.profile.layers.size(); ++l) {
     const Layer& layer = plan.profile.layers[l];
     sim::LayerCost cost;
     cost.backward_s = layer.backward_s;
     cost.weight_bytes = layer.parameter_bytes;
+    // The last stage's copy of a tied word table: weights, gradients and
+    // optimizer state of its own, reduced over the replicas with the stage.
+    if (tied && l == tied->head_layer) cost.weight_bytes += tied->word_bytes;
     cost.forward_s = layer.forward_s;
     const BackwardSplit split = backward_split(layer);
     cost.backward_input_s = split.input_s;
@@ -1013,10 +1105,19 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
       cost.recompute_share = layerwise[plan.partition.stage_of_layer[l]].layer_share[stage_layers.size()];
     stage_layers.push_back(std::move(cost));
   }
+  if (tied) {
+    request.stages[static_cast<std::size_t>(tied->last_stage)].weight_bytes += tied->word_bytes;
+    request.tied_embedding = sim::SimulationRequest::TiedEmbedding{tied->first_stage, tied->last_stage, tied->word_bytes};
+  }
   request.hosts = plan.partition.hosts;
   request.fb_overlap = plan.fb_overlap;
   request.network = sim::parse_network_model(plan.network);
   request.transfer_rule = sim::parse_transfer_rule(plan.transfer_rule);
+  request.collective_model = sim::parse_collective_model(plan.collective_model);
+  // Megatron-Core DDP buckets hold parameters; the layers' weight bytes are in the dtype.
+  if (plan.overlap_grad_reduce) request.bucket_bytes = static_cast<double>(plan.ddp_bucket_parameters()) * dtype_bytes(plan.dtype, "--dtype");
+  request.distributed_optimizer = plan.distributed_optimizer;
+  request.overlap_param_gather = plan.overlap_param_gather;
   // Where a device without all-reduces updates its weights (optimizer steps).
   request.update_interval = plan.program_text.empty() ? update_interval(plan.schedule, options) : 0;
   // Megatron recomputes inside the backward, once the gradient has come.
@@ -1031,7 +1132,8 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   memory.stages = request.stages;
   memory.recompute = plan.recompute;
   for (const StageRecompute& stage : layerwise) memory.layerwise.push_back({stage.kept_bytes, stage.recompute_bytes});
-  memory.resident_weight_factor = resident_weight_factor(plan.dtype, plan.optimizer, plan.gradient_dtype);
+  memory.resident_weight_factor =
+      resident_weight_factor(plan.dtype, plan.optimizer, plan.gradient_dtype, plan.distributed_optimizer ? plan.data_parallel : 0);
   if (!info.flushed) {
     memory.versioning = info.weights == WeightVersions::Predicted ? WeightVersioning::Prediction
                         : plan.vertical_sync                        ? WeightVersioning::VerticalSync
@@ -1450,6 +1552,32 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   return document.dump(2) + "\n";
 }
 
+namespace {
+
+// How a layout's pipelines synchronise gradients (docs/semantics.md,
+// "Gradient synchronisation"), and the optimizer step's time.
+std::string gradient_sync_text(const Plan& plan, const PlatformSummary& platform) {
+  std::string text = fmt::format("over d {}: ", plan.data_parallel);
+  text += plan.overlap_grad_reduce
+                         ? fmt::format("during the backward (--overlap-grad-reduce; the first stage in buckets of {} "
+                                       "parameters)",
+                                       plan.ddp_bucket_parameters())
+                         : "after the backward";
+  text += plan.distributed_optimizer
+              ? fmt::format("; distributed optimizer: reduce-scatter, step on 1/{} of the parameters, all-gather{}",
+                            plan.data_parallel, plan.overlap_param_gather ? " overlapped with the next forward" : "")
+              : ", all-reduce";
+  text += fmt::format("; ring collectives as {}", plan.collective_model);
+  const bool stepped = std::any_of(platform.hosts.begin(), platform.hosts.end(),
+                                   [](const HostInfo& host) { return host.has_optimizer_step(); });
+  if (!stepped)
+    text += "; the optimizer step takes 0 s (no host declares optimizer_step_rate or optimizer_step_overhead; "
+            "docs/platforms.md)";
+  return text;
+}
+
+}  // namespace
+
 std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   const Metrics& m = result.metrics;
   std::string text = fmt::format(
@@ -1474,11 +1602,25 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
                         plan.gradient_dtype.empty() ? "" : " (" + plan.gradient_dtype + ")",
                         bytes.master_weights ? fmt::format(" + fp32 master {}", bytes.master_weights) : "", bytes.optimizer);
   }
+  if (plan.distributed_optimizer)
+    text += fmt::format("  distributed opt.  {:.4g} bytes per parameter over d {}: weights and gradients whole, the fp32 master "
+                        "weights{} and optimizer state split d ways (Megatron-LM's distributed-optimizer table)\n",
+                        distributed_bytes_per_parameter(plan.dtype, plan.optimizer, plan.gradient_dtype, plan.data_parallel),
+                        plan.data_parallel,
+                        bytes_per_parameter(plan.dtype, plan.optimizer, plan.gradient_dtype).gradients == 4 ? "" : ", fp32 main gradients");
   if (plan.layer_recompute.enabled())
     text += fmt::format("  recompute         {}\n", layer_recompute_text(plan.layer_recompute));
   if (!plan.tensor_parallel_note.empty()) text += fmt::format("  {}\n", plan.tensor_parallel_note);
   for (const std::string& note : plan.megatron_notes) text += fmt::format("  megatron          {}\n", note);
   if (plan.parallel_layout) text += fmt::format("  layout            {}\n", layout_text(plan));
+  if (plan.parallel_layout && plan.data_parallel > 1) text += fmt::format("  gradient sync     {}\n", gradient_sync_text(plan, result.platform));
+  if (const auto tied = tied_embedding_of(plan, result.program))
+    text += fmt::format("  tied embedding    stage {} keeps a copy of stage {}'s word table ({}), as Megatron-LM does; {}\n",
+                        tied->last_stage, tied->first_stage, human_bytes(tied->word_bytes),
+                        plan.data_parallel > 1 ? "their gradients are all-reduced between the two after the data-parallel "
+                                                 "synchronisation, before the optimizer step"
+                                               : "the all-reduce of their gradients is not simulated at d 1 (no "
+                                                 "data-parallel synchronisation to follow)");
   if (m.steady_state) {
     const SteadyState& steady = *m.steady_state;
     text += fmt::format("  mini-batch time   {} (steady-state period: {})\n", human_seconds(m.minibatch_time_s), steady.measured_over);

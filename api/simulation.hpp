@@ -111,6 +111,17 @@ struct PlanRequest {
   std::optional<int> data_parallel;
   std::optional<int> pipeline_parallel;
   std::optional<long long> global_batch_size;
+  /// flows (default) or rounds: how ring collectives move their bytes
+  /// (Plan::collective_model).
+  std::string collective_model = "flows";
+  /// Megatron-Core DDP over a layout's pipelines (Plan::overlap_grad_reduce,
+  /// ddp_bucket_size, distributed_optimizer, overlap_param_gather; Megatron's
+  /// --overlap-grad-reduce, --ddp-bucket-size, --use-distributed-optimizer,
+  /// --overlap-param-gather).
+  bool overlap_grad_reduce = false;
+  std::optional<long long> ddp_bucket_size;
+  bool distributed_optimizer = false;
+  bool overlap_param_gather = false;
   /// The arguments of a Megatron-LM launch (simulate --megatron-args, or the
   /// text of --megatron-args-file; read_megatron_args, layout/): they give
   /// the model (a generated gpt), the layout t x p (d follows from the

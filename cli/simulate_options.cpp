@@ -97,6 +97,21 @@ void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
   command.add_option("--data-parallel", request.data_parallel,
                      "a layout's data-parallel size d: d whole pipelines, each running the schedule over its own "
                      "--micro-batches (Megatron's counting); default hosts / (t x p)");
+  command.add_option("--collective-model", request.collective_model,
+                     "flows (default: a ring collective is one flow per neighbour pair plus its latencies) or rounds "
+                     "(2(r-1) rounds of point-to-point transfers per all-reduce; docs/semantics.md, Collectives)");
+  command.add_flag("--overlap-grad-reduce", request.overlap_grad_reduce,
+                   "a layout's gradient all-reduces (or reduce-scatters) start during the backward, per Megatron-Core "
+                   "DDP bucket (Megatron's --overlap-grad-reduce)");
+  command.add_option("--ddp-bucket-size", request.ddp_bucket_size,
+                     "--overlap-grad-reduce: parameters per bucket of the first pipeline stage (default max(40M, 1M x d), "
+                     "Megatron's --ddp-bucket-size)");
+  command.add_flag("--use-distributed-optimizer", request.distributed_optimizer,
+                   "Megatron's distributed optimizer (ZeRO-1): reduce-scatter, a sharded optimizer step, all-gather; "
+                   "optimizer state split over the d replicas");
+  command.add_flag("--overlap-param-gather", request.overlap_param_gather,
+                   "--use-distributed-optimizer: the parameters' all-gather overlaps the next mini-batch's forward "
+                   "(needs --overlap-grad-reduce, as Megatron)");
   command.add_option("--megatron-args", request.megatron_args,
                      "the arguments of a Megatron-LM launch (core_v0.14.0; give them as --megatron-args=\"...\"): "
                      "model, layout, batch, precision, recomputation (docs/megatron.md)");

@@ -73,7 +73,7 @@ std::map<std::string, VersionTrack> weight_versions(const Timeline& timeline, co
   std::map<std::pair<std::string, Key>, double> backward_end_of;
   std::map<Key, const TimelineRecord*> input_forward;  // (0, m, k) -> stage-0 forward
   for (const TimelineRecord& r : timeline.records) {
-    if (r.action == "ALLREDUCE") {
+    if (TimelineRecord::is_collective(r.action)) {
       double& end = round_end[r.host][r.mini_batch];
       end = std::max(end, r.end_s);
     } else if (r.action == "B") {
@@ -375,7 +375,7 @@ MinibatchTime minibatch_time_of(const Timeline& timeline, std::optional<bool> st
   std::set<int> minibatches;
   std::map<std::string, std::vector<std::pair<double, double>>> busy;
   for (const TimelineRecord& r : timeline.records) {
-    if (r.kind() == RecordKind::Transfer && r.action != "ALLREDUCE") continue;
+    if (r.kind() == RecordKind::Transfer && !TimelineRecord::is_collective(r.action)) continue;
     first = any ? std::min(first, r.start_s) : r.start_s;
     last = any ? std::max(last, r.end_s) : r.end_s;
     any = true;
@@ -426,7 +426,7 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model, const 
   for (std::size_t i = 0; i < timeline.records.size(); ++i) {
     const TimelineRecord& r = timeline.records[i];
     changes[r.host].push_back({r.end_s, 0, 0, i});
-    if (r.action == "ALLREDUCE") continue;  // reduced in place in the gradient buffer
+    if (TimelineRecord::is_collective(r.action)) continue;  // reduced in place in the gradient buffer
     if (r.kind() == RecordKind::Transfer) {
       // Receive buffer on the peer: from arrival until its consumer ends.
       const bool forward = r.action == "SEND_F";
@@ -542,7 +542,7 @@ Metrics compute_metrics(Timeline& timeline, const MemoryModel& model, const Host
     if (r.kind() == RecordKind::Transfer) transferred += r.bytes;
     // The span covers compute and all-reduces (the update ends a flushed
     // mini-batch); other transfers end before the operation they feed.
-    if (r.kind() == RecordKind::Transfer && r.action != "ALLREDUCE") continue;
+    if (r.kind() == RecordKind::Transfer && !TimelineRecord::is_collective(r.action)) continue;
     first = any ? std::min(first, r.start_s) : r.start_s;
     last = any ? std::max(last, r.end_s) : r.end_s;
     any = true;

@@ -64,6 +64,11 @@ std::string plan_to_json(const Plan& plan) {
   if (plan.tp_comm_overlap) document["tp_comm_overlap"] = true;
   if (!plan.tensor_parallel_note.empty()) document["tensor_parallel_note"] = plan.tensor_parallel_note;
   if (plan.data_parallel != 1) document["data_parallel"] = plan.data_parallel;
+  if (plan.collective_model != "flows") document["collective_model"] = plan.collective_model;
+  if (plan.overlap_grad_reduce) document["overlap_grad_reduce"] = true;
+  if (plan.ddp_bucket_size) document["ddp_bucket_size"] = *plan.ddp_bucket_size;
+  if (plan.distributed_optimizer) document["distributed_optimizer"] = true;
+  if (plan.overlap_param_gather) document["overlap_param_gather"] = true;
   if (plan.parallel_layout) document["parallel_layout"] = true;
   document["platform_file"] = plan.platform_file;
   document["platform_xml"] = plan.platform_xml;
@@ -83,7 +88,7 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
                              {"pipegrid_plan", "schedule", "micro_batches", "mini_batches", "recompute", "network",
                               "optimizer", "vertical_sync", "update_interval", "prediction_cost_s_per_byte", "wait_free",
                               "pipeline_depth", "partitioner", "micro_batch_scaling", "micro_batch_scaling_note",
-                              "virtual_stages", "fb_overlap", "transfer_rule", "program", "dtype", "gradient_dtype", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "sequence_parallel", "tp_comm_overlap", "tensor_parallel_note", "data_parallel", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
+                              "virtual_stages", "fb_overlap", "transfer_rule", "program", "dtype", "gradient_dtype", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "sequence_parallel", "tp_comm_overlap", "tensor_parallel_note", "data_parallel", "collective_model", "overlap_grad_reduce", "ddp_bucket_size", "distributed_optimizer", "overlap_param_gather", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
   auto field = [&](const char* name, auto check, const std::string& expected) -> const nlohmann::json& {
     if (!document.contains(name) || !check(document[name]))
       throw InputError(fmt::format("{}: {}: expected {}, found {}", origin, name, expected,
@@ -201,6 +206,18 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
   if (document.contains("tensor_parallel_note"))
     plan.tensor_parallel_note = field("tensor_parallel_note", is_string, "a note").get<std::string>();
   if (document.contains("data_parallel")) plan.data_parallel = integer("data_parallel", 1, limits::kMaxDevices);
+  if (document.contains("collective_model")) {
+    plan.collective_model = field("collective_model", is_string, "flows or rounds").get<std::string>();
+    if (plan.collective_model != "flows" && plan.collective_model != "rounds")
+      throw InputError(fmt::format("{}: collective_model: expected flows or rounds, found {}", origin, shown_json(document["collective_model"])));
+  }
+  for (const auto& [name, flag] : {std::pair{"overlap_grad_reduce", &Plan::overlap_grad_reduce},
+                                   std::pair{"distributed_optimizer", &Plan::distributed_optimizer},
+                                   std::pair{"overlap_param_gather", &Plan::overlap_param_gather}})
+    if (document.contains(name)) plan.*flag = field(name, is_boolean, "true or false").get<bool>();
+  if (document.contains("ddp_bucket_size"))
+    plan.ddp_bucket_size = field("ddp_bucket_size", [](const nlohmann::json& j) { return json_integer_in(j, 1, 1LL << 50).has_value(); },
+                                 "parameters per bucket, 1..2^50").get<long long>();
   if (document.contains("parallel_layout"))
     plan.parallel_layout = field("parallel_layout", is_boolean, "true or false").get<bool>();
   if (document.contains("extend_mini_batches"))

@@ -3,6 +3,7 @@
 // and the platform XML are embedded, so a plan still runs when the files it
 // came from have moved or changed.
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -96,6 +97,26 @@ struct Plan {
   /// 1: one pipeline (PipeDream's per-stage replicas, if any, are in
   /// `partition.hosts` instead).
   int data_parallel = 1;
+  /// flows | rounds: how ring collectives move their bytes
+  /// (sim::CollectiveModel; docs/semantics.md, Collectives).
+  std::string collective_model = "flows";
+  /// Megatron-Core's DDP over the data-parallel pipelines (docs/semantics.md,
+  /// "Gradient synchronisation"; Megatron's --overlap-grad-reduce,
+  /// --ddp-bucket-size, --use-distributed-optimizer, --overlap-param-gather):
+  /// each stage's gradients reduced during the backward, in buckets of
+  /// ddp_bucket_size parameters on the first stage (absent: max(40M, 1M x
+  /// data_parallel)); reduce-scatter, sharded step and all-gather instead of
+  /// an all-reduce; the all-gather overlapped with the next forward.
+  bool overlap_grad_reduce = false;
+  std::optional<long long> ddp_bucket_size;
+  bool distributed_optimizer = false;
+  bool overlap_param_gather = false;
+  /// Parameters per DDP bucket: ddp_bucket_size, else Megatron-Core's
+  /// default max(40000000, 1000000 x data_parallel) (core_v0.14.0,
+  /// megatron/training/training.py, get_model).
+  long long ddp_bucket_parameters() const {
+    return ddp_bucket_size.value_or(std::max<long long>(40000000LL, 1000000LL * data_parallel));
+  }
   /// A parallel layout was asked for (--data-parallel, --pipeline-parallel,
   /// --global-batch-size or --megatron-args): outputs then state the layout
   /// and the global batch. Informative.

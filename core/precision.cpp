@@ -47,8 +47,20 @@ std::string default_optimizer(const std::string& dtype) {
   return dtype == "fp16" || dtype == "bf16" ? "adam" : "sgd";
 }
 
+double distributed_bytes_per_parameter(const std::string& dtype, const std::string& optimizer,
+                                       const std::string& gradient_dtype, int data_parallel) {
+  if (data_parallel < 1)
+    throw InputError(fmt::format("--use-distributed-optimizer: expected a data-parallel size >= 1, found {}", data_parallel));
+  const ParameterBytes bytes = bytes_per_parameter(dtype, optimizer, gradient_dtype);
+  const int main_gradients = bytes.gradients == 4 ? 0 : 4;  // fp32 copies of 16-bit gradients
+  return bytes.weights + bytes.gradients +
+         static_cast<double>(bytes.master_weights + main_gradients + bytes.optimizer) / data_parallel;
+}
+
 double resident_weight_factor(const std::string& dtype, const std::string& optimizer,
-                              const std::string& gradient_dtype) {
+                              const std::string& gradient_dtype, int distributed_over) {
+  if (distributed_over > 0)
+    return distributed_bytes_per_parameter(dtype, optimizer, gradient_dtype, distributed_over) / dtype_bytes(dtype);
   return static_cast<double>(bytes_per_parameter(dtype, optimizer, gradient_dtype).total()) / dtype_bytes(dtype);
 }
 

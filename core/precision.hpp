@@ -35,6 +35,20 @@ struct ParameterBytes {
 ParameterBytes bytes_per_parameter(const std::string& dtype, const std::string& optimizer,
                                    const std::string& gradient_dtype = "");
 
+/** Bytes per parameter under Megatron's distributed optimizer (ZeRO-1) over
+ *  d data-parallel ranks: weights and gradients whole on every rank; the
+ *  fp32 master weights, the optimizer state and, with 16-bit gradients, the
+ *  fp32 main gradients the step reads (Megatron's main_grad) split d ways:
+ *    weights + gradients + (master + main gradients + optimizer) / d.
+ *  With adam this is Megatron-LM's table (core_v0.14.0,
+ *  docs/source/api-guide/dist_optimizer.md): fp16 parameters and gradients
+ *  4 + 16/d, bf16 parameters with fp32 gradients 6 + 12/d, fp32 8 + 8/d.
+ *  (The table's non-distributed fp16 line, 20, counts those main gradients
+ *  too; bytes_per_parameter counts 16 there, the gradients kept in the
+ *  weights' format.) InputError as bytes_per_parameter, and for d < 1. */
+double distributed_bytes_per_parameter(const std::string& dtype, const std::string& optimizer,
+                                       const std::string& gradient_dtype, int data_parallel);
+
 /** The gradient dtype a run may keep (simulate --gradient-dtype): "" (the
  *  run's dtype), that dtype, or fp32. InputError naming --gradient-dtype
  *  and the run's dtype otherwise (16-bit gradients of fp32 weights). */
@@ -52,8 +66,9 @@ std::string default_optimizer(const std::string& dtype);
  *  fp16/bf16: sgd 4, momentum 6, adam 8 (with fp32 gradients 5, 7, 9).
  *  Extra weight versions that stashing
  *  schedules keep are one copy of the weight bytes each, on top. */
+/// With `distributed_over` d > 0: distributed_bytes_per_parameter(..., d) / dtype_bytes(dtype).
 double resident_weight_factor(const std::string& dtype, const std::string& optimizer,
-                              const std::string& gradient_dtype = "");
+                              const std::string& gradient_dtype = "", int distributed_over = 0);
 
 /** The dtype a run uses: the profile's when it states one, else `requested`
  *  (simulate --dtype; "" when not given). Both stated and different: an

@@ -189,7 +189,7 @@ std::string program_to_text(const Program& program) {
     text += fmt::format("dependency {} -> {}\n", to_string(dependency.before), to_string(dependency.after));
   for (const AllReduce& all_reduce : program.all_reduces) {
     text += fmt::format("allreduce stage {} round {}{}: ready", all_reduce.stage, all_reduce.round,
-                        all_reduce.per_layer ? " per-layer" : "");
+                        all_reduce.per_layer ? " per-layer" : all_reduce.bucketed ? " bucketed" : "");
     for (const Action& action : all_reduce.ready) text += " " + to_string(action);
     if (!all_reduce.release.empty()) text += " release";
     for (const Action& action : all_reduce.release) text += " " + to_string(action);
@@ -275,18 +275,20 @@ Program parse_program_text(const std::string& text, const std::string& origin) {
         else
           words >> word3;
         if (!words || !parse_count(stage_count, all_reduce.stage) || !parse_count(round_count, all_reduce.round))
-          fail("expected 'allreduce stage S round R [per-layer] : ready <actions> [release <actions>]' (S, R: integers >= 0)");
-        if (word3 == "per-layer:") {
-          all_reduce.per_layer = true;
-          word3 = ":";
-        } else if (word3 == "per-layer") {
-          all_reduce.per_layer = true;
-          words >> word3;
+          fail("expected 'allreduce stage S round R [per-layer|bucketed] : ready <actions> [release <actions>]' (S, R: integers >= 0)");
+        for (const auto& [mode, flag] : {std::pair{"per-layer", &AllReduce::per_layer}, std::pair{"bucketed", &AllReduce::bucketed}}) {
+          if (word3 == std::string(mode) + ":") {
+            all_reduce.*flag = true;
+            word3 = ":";
+          } else if (word3 == mode) {
+            all_reduce.*flag = true;
+            words >> word3;
+          }
         }
         std::string ready_word;
         words >> ready_word;
         if (!words || stage_word != "stage" || round_word != "round" || word3 != ":" || ready_word != "ready")
-          fail("expected 'allreduce stage S round R [per-layer] : ready <actions> [release <actions>]'");
+          fail("expected 'allreduce stage S round R [per-layer|bucketed] : ready <actions> [release <actions>]'");
         bool releasing = false;
         while (words >> word) {
           if (word == "release" && !releasing) {
@@ -575,6 +577,8 @@ void validate_program(const Program& program) {
     if (!stage_rounds.insert({all_reduce.stage, all_reduce.round}).second)
       reject(fmt::format("{} is declared twice; expected one all-reduce per stage and round", name), {});
     if (all_reduce.ready.empty()) reject(fmt::format("{} has no ready backward", name), {});
+    if (all_reduce.per_layer && all_reduce.bucketed)
+      reject(fmt::format("{} is both per-layer and bucketed; expected one of them", name), {});
     for (const Action& action : all_reduce.ready) {
       auto it = where.find(action);
       if (it == where.end()) reject(fmt::format("{} names {}, which is not in the program", name, to_string(action)), {});

@@ -92,13 +92,17 @@ struct Dependency {
  *  the all-reduces in the order the Program lists them. With `per_layer`
  *  (wait-free backpropagation) each layer with parameters is all-reduced on
  *  its own, in reverse layer order, starting as soon as the ready backward
- *  has passed that layer. */
+ *  has passed that layer. With `bucketed` (Megatron-Core DDP's
+ *  --overlap-grad-reduce on a bucketed stage) the stage's gradients are
+ *  reduced in buckets (sim::SimulationRequest::bucket_bytes), each starting
+ *  as soon as the ready backward has passed the bucket's layers. */
 struct AllReduce {
   int stage = 0;
   int round = 0;                ///< identifies the all-reduce in timelines
   std::vector<Action> ready;    ///< one backward per participating replica, in ring order
   std::vector<Action> release;  ///< actions that may not start before it ends
   bool per_layer = false;
+  bool bucketed = false;  ///< excludes per_layer
   friend bool operator==(const AllReduce&, const AllReduce&) = default;
 };
 
@@ -132,6 +136,7 @@ std::vector<int> stage_to_device(int num_stages, int stages_per_device, StageMap
  *    dependency 0B0 -> 0F4
  *    allreduce stage 0 round 0: ready 0B6 0B7 release 0F0@1 0F1@1
  *    allreduce stage 0 round 0 per-layer: ready 0B0 0B1
+ *    allreduce stage 0 round 0 bucketed: ready 0B6 0B7 release 0F0@1 0F1@1
  */
 std::string program_to_text(const Program& program);
 Program parse_program_text(const std::string& text, const std::string& origin);

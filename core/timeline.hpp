@@ -28,7 +28,9 @@ struct TimelineRecord {
   /// transfers; "ALLREDUCE" for a device's part in a ring all-reduce of its
   /// stage's gradients (bytes = what it sends, peer = next device in the ring,
   /// mini_batch = the all-reduce's round, micro_batch = the layer for
-  /// per-layer (wait-free) all-reduces, -1 for the whole stage).
+  /// per-layer (wait-free) all-reduces or the bucket of bucketed ones, -1
+  /// for the whole stage); "REDUCE_SCATTER" and "ALLGATHER" alike for the
+  /// distributed optimizer's collectives (is_collective).
   std::string action;
   int micro_batch = 0;
   int mini_batch = 0;
@@ -38,7 +40,12 @@ struct TimelineRecord {
   std::string peer;      ///< destination host of a transfer, empty for compute
   double memory_bytes = 0;  ///< device memory of `host` right after the record ends
   RecordKind kind() const {
-    return action.rfind("SEND_", 0) == 0 || action == "ALLREDUCE" ? RecordKind::Transfer : RecordKind::Compute;
+    return action.rfind("SEND_", 0) == 0 || is_collective(action) ? RecordKind::Transfer : RecordKind::Compute;
+  }
+  /// ALLREDUCE, REDUCE_SCATTER, ALLGATHER: a device's part in a collective
+  /// of its stage's gradients or parameters.
+  static bool is_collective(const std::string& action) {
+    return action == "ALLREDUCE" || action == "REDUCE_SCATTER" || action == "ALLGATHER";
   }
 };
 

@@ -66,11 +66,12 @@ const std::vector<Group>& groups() {
         {"--vocab-size", V}, {"--padded-vocab-size", V}, {"--tokenizer-type", V}, {"--vocab-extra-ids", V},
         {"--seq-length", V}, {"--encoder-seq-length", V}, {"--decoder-seq-length", V}, {"--attention-dropout", V},
         {"--hidden-dropout", V}, {"--deterministic-mode", S}, {"--fp32-residual-connection", S},
-        {"--fp16-lm-cross-entropy", S}, {"--rotary-percent", V}, {"--recompute-modules", L}}},
+        {"--fp16-lm-cross-entropy", S}, {"--rotary-percent", V}, {"--recompute-modules", L},
+        {"--use-distributed-optimizer", S}, {"--overlap-grad-reduce", S}, {"--overlap-param-gather", S},
+        {"--ddp-bucket-size", V}}},
       {Treatment::Issue28,
        "",
        {
-        {"--use-distributed-optimizer", S}, {"--overlap-grad-reduce", S}, {"--overlap-param-gather", S},
         {"--tp-comm-overlap", S}, {"--overlap-param-gather-with-optimizer-step", S}}},
       {Treatment::Retired,
        "--batch-size argument is no longer valid, use --micro-batch-size instead",
@@ -212,9 +213,10 @@ const std::vector<Group>& groups() {
         {"--overlap-p2p-communication-warmup-flush", S}, {"--use-ring-exchange-p2p", S},
         {"--pipeline-model-parallel-comm-backend", V}}},
       {Treatment::Noted,
-       "gradient buckets: pipegrid reduces a stage's gradients as one message",
+       "gradient buckets: pipegrid sizes them by --ddp-bucket-size (default max(40M, 1M x d) parameters) with "
+       "--overlap-grad-reduce, unpadded, averaged as a sum",
        {
-        {"--ddp-num-buckets", V}, {"--ddp-bucket-size", V}, {"--ddp-pad-buckets-for-high-nccl-busbw", S},
+        {"--ddp-num-buckets", V}, {"--ddp-pad-buckets-for-high-nccl-busbw", S},
         {"--ddp-average-in-collective", S}, {"--no-gradient-reduce-div-fusion", S}}},
       {Treatment::Noted,
        "collectives: pipegrid's network model gives their times, not these NCCL settings",
@@ -1298,6 +1300,21 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
   const std::string optimizer = a.choice("--optimizer", {"adam", "sgd"}, "adam");
   const double momentum = a.number("--sgd-momentum", 0, 1e6).value_or(0.9);
   launch.optimizer = optimizer == "adam" ? "adam" : momentum > 0 ? "momentum" : "sgd";
+  // Megatron-Core DDP (megatron/training/arguments.py and training.py, get_model).
+  launch.distributed_optimizer = a.has("--use-distributed-optimizer");
+  launch.overlap_grad_reduce = a.has("--overlap-grad-reduce");
+  launch.overlap_param_gather = a.has("--overlap-param-gather");
+  if (launch.overlap_param_gather && !launch.distributed_optimizer)
+    a.fail("--overlap-param-gather", "--overlap-param-gather only supported with distributed optimizer or megatron fsdp");
+  if (launch.overlap_param_gather && !launch.overlap_grad_reduce)
+    a.fail("--overlap-param-gather", "Must use --overlap-param-gather with --overlap-grad-reduce");
+  if (const auto bucket = a.integer("--ddp-bucket-size", 1, 1LL << 50)) {
+    if (a.has("--ddp-num-buckets")) a.fail("--ddp-num-buckets", "Cannot specify both --ddp-num-buckets and --ddp-bucket-size");
+    launch.ddp_bucket_size = *bucket;
+    if (!launch.overlap_grad_reduce)
+      notes.push_back(fmt::format("{}: no effect without --overlap-grad-reduce (Megatron reduces one bucket)",
+                                  a.get("--ddp-bucket-size")->as_given));
+  }
   if (optimizer == "adam" && a.has("--sgd-momentum"))
     notes.push_back(fmt::format("{}: no effect with --optimizer adam", a.get("--sgd-momentum")->as_given));
   const std::string main_grads = a.choice("--main-grads-dtype", {"fp32", "bf16"}, "fp32");

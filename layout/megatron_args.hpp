@@ -66,6 +66,11 @@ struct MegatronLaunch {
   /// fp32 training, or --accumulate-allreduce-grads-in-fp32, which --bf16
   /// turns on unless --grad-reduce-in-bf16 (simulate's --gradient-dtype fp32).
   bool fp32_gradients = true;
+  /// Megatron-Core DDP: --use-distributed-optimizer, --overlap-grad-reduce,
+  /// --overlap-param-gather (which needs both), --ddp-bucket-size
+  /// (parameters; absent: the release's max(40M, 1M x d)).
+  bool distributed_optimizer = false, overlap_grad_reduce = false, overlap_param_gather = false;
+  std::optional<long long> ddp_bucket_size;
   /// "1f1b-sno" (Megatron's 1F1B, PipeDream-flush), or "interleaved-1f1b"
   /// when virtual_stages > 1.
   std::string schedule = "1f1b-sno";

@@ -46,7 +46,7 @@ using Json = nlohmann::ordered_json;
 
 constexpr double kMicrosecondsPerSecond = 1e6;
 
-bool is_allreduce(const TimelineRecord& record) { return record.action == "ALLREDUCE"; }
+bool is_allreduce(const TimelineRecord& record) { return TimelineRecord::is_collective(record.action); }
 
 /// Event name of a record: "F3", "B3", "I3", "W3", "SEND_F3", "F3@1" for
 /// mini-batch 1; on a host of several stages (interleaved, V) the stage

@@ -167,11 +167,11 @@ const Palette& compute_palette(const std::string& action) {
 const char* transfer_colour(const std::string& action) {
   if (action == "SEND_F") return kSendForward;
   if (action == "SEND_B") return kSendBackward;
-  if (action == "ALLREDUCE") return kAllReduce;
+  if (TimelineRecord::is_collective(action)) return kAllReduce;
   return kSendOther;
 }
 
-bool is_allreduce(const TimelineRecord& record) { return record.action == "ALLREDUCE"; }
+bool is_allreduce(const TimelineRecord& record) { return TimelineRecord::is_collective(record.action); }
 
 /// Bytes in binary units: "512 B", "1.5 KiB", "21.7 GiB".
 std::string binary_bytes(double bytes) {

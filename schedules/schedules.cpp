@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -204,7 +205,7 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
                                    name));
     ScheduleOptions one_pipeline = options;
     one_pipeline.data_parallel = 1;
-    return replicate_pipelines(generate_schedule(name, one_pipeline), options.data_parallel);
+    return replicate_pipelines(generate_schedule(name, one_pipeline), options.data_parallel, options.overlap_grad_reduce);
   }
   if (is_beyond_schedule(name)) return generate_beyond_schedule(name, options);
   if (options.virtual_stages != 1)
@@ -304,7 +305,7 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
   return program;
 }
 
-Program replicate_pipelines(const Program& pipeline, int data_parallel) {
+Program replicate_pipelines(const Program& pipeline, int data_parallel, bool overlap_grad_reduce) {
   if (data_parallel < 1) throw InputError(fmt::format("--data-parallel: expected at least 1, found {}", data_parallel));
   if (data_parallel == 1) return pipeline;
   if (!pipeline.all_reduces.empty())
@@ -327,11 +328,14 @@ Program replicate_pipelines(const Program& pipeline, int data_parallel) {
   struct Boundaries {
     std::map<int, Action> last_backward;                    // by mini-batch
     std::vector<std::map<int, Action>> first_of_stream;     // per stream, by mini-batch
+    /// (mini-batch, stage) -> the stage's last backward and its place in the device's streams
+    std::map<std::pair<int, int>, std::pair<Action, std::size_t>> stage_last_backward;
   };
   std::vector<Boundaries> boundaries(pipeline.devices.size());
   for (std::size_t i = 0; i < pipeline.devices.size(); ++i) {
     const DeviceProgram& device = pipeline.devices[i];
     boundaries[i].first_of_stream.resize(device.streams.size());
+    std::size_t place = 0;
     for (std::size_t t = 0; t < device.streams.size(); ++t)
       for (const Action& action : device.streams[t].actions) {
         boundaries[i].first_of_stream[t].emplace(action.mini_batch, action);
@@ -339,7 +343,9 @@ Program replicate_pipelines(const Program& pipeline, int data_parallel) {
           // The last in time on the device: streams run concurrently only on
           // asynchronous hosts, where the backward stream holds them all.
           boundaries[i].last_backward[action.mini_batch] = action;
+          boundaries[i].stage_last_backward[{action.mini_batch, action.stage}] = {action, place};
         }
+        ++place;
       }
   }
   for (std::size_t i = 0; i < pipeline.devices.size(); ++i)
@@ -356,24 +362,48 @@ Program replicate_pipelines(const Program& pipeline, int data_parallel) {
   std::vector<int> device_of_stage(static_cast<std::size_t>(pipeline.num_stages), -1);
   for (std::size_t i = 0; i < pipeline.devices.size(); ++i)
     for (const int stage : pipeline.devices[i].stages) device_of_stage[static_cast<std::size_t>(stage)] = static_cast<int>(i);
-  for (int k = 0; k < pipeline.mini_batches; ++k)
-    for (int stage = 0; stage < pipeline.num_stages; ++stage) {
+  for (int k = 0; k < pipeline.mini_batches; ++k) {
+    std::vector<int> stages(static_cast<std::size_t>(pipeline.num_stages));
+    for (int stage = 0; stage < pipeline.num_stages; ++stage) stages[static_cast<std::size_t>(stage)] = stage;
+    // The ready backward of a stage's all-reduce in mini-batch k, and where it
+    // runs on its device (the order the device takes part in them).
+    auto ready_of = [&](int stage) -> std::optional<std::pair<Action, std::size_t>> {
       const int i = device_of_stage[static_cast<std::size_t>(stage)];
-      if (i < 0) continue;
+      if (i < 0) return std::nullopt;
       const Boundaries& own = boundaries[static_cast<std::size_t>(i)];
+      if (overlap_grad_reduce) {
+        const auto last = own.stage_last_backward.find({k, stage});
+        if (last == own.stage_last_backward.end()) return std::nullopt;
+        return last->second;
+      }
       const auto last = own.last_backward.find(k);
-      if (last == own.last_backward.end()) continue;
+      if (last == own.last_backward.end()) return std::nullopt;
+      return std::pair{last->second, std::size_t{0}};
+    };
+    if (overlap_grad_reduce)
+      std::stable_sort(stages.begin(), stages.end(), [&](int x, int y) {
+        const auto a = ready_of(x), b = ready_of(y);
+        return (a ? a->second : 0) < (b ? b->second : 0);
+      });
+    for (const int stage : stages) {
+      const int i = device_of_stage[static_cast<std::size_t>(stage)];
+      const auto ready = ready_of(stage);
+      if (!ready) continue;
+      const Boundaries& own = boundaries[static_cast<std::size_t>(i)];
       AllReduce all_reduce{stage, k, {}, {}, false};
+      all_reduce.bucketed = overlap_grad_reduce && stage == 0;
       for (int q = 0; q < d; ++q) {
-        all_reduce.ready.push_back(renumber(last->second, q));
+        all_reduce.ready.push_back(renumber(ready->first, q));
         for (const auto& firsts : own.first_of_stream)
           if (const auto next = firsts.find(k + 1); next != firsts.end())
             all_reduce.release.push_back(renumber(next->second, q));
       }
       program.all_reduces.push_back(std::move(all_reduce));
     }
+  }
   // A device takes part in the all-reduces in the order listed: by mini-batch,
-  // then ascending stage, as built above.
+  // then ascending stage (overlapped: the order of their ready backwards on
+  // the device), as built above.
   return program;
 }
 

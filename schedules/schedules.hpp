@@ -46,6 +46,9 @@ struct ScheduleOptions {
   /// pipeline (replicate_pipelines). 1: one pipeline. Flushed multi-stage
   /// schedules only; excludes `replicas` (PipeDream's per-stage replication).
   int data_parallel = 1;
+  /// With data_parallel > 1: Megatron-Core DDP's --overlap-grad-reduce
+  /// (replicate_pipelines).
+  bool overlap_grad_reduce = false;
 };
 
 /// Options only some schedules take; each catalogue entry lists its own,
@@ -123,9 +126,16 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
  *  any stage it holds) of mini-batch k, as Megatron-LM reduces gradients
  *  after the whole backward when not overlapping; it releases each device's
  *  first action of mini-batch k + 1 on every stream. A device takes part in
- *  its stages' all-reduces in ascending stage order. d = 1: `pipeline`.
- *  InputError for d < 1, or a `pipeline` with replicas or all-reduces. */
-Program replicate_pipelines(const Program& pipeline, int data_parallel);
+ *  its stages' all-reduces in ascending stage order. With
+ *  `overlap_grad_reduce` (Megatron-Core DDP, core_v0.14.0), each stage's
+ *  all-reduce is ready at the stage's own last backward of mini-batch k
+ *  instead, and a device takes part in them in the order those backwards
+ *  run; stage 0's is `bucketed` (Megatron buckets only the first pipeline
+ *  rank's first model chunk: DistributedDataParallel turns bucketing off for
+ *  pipeline ranks > 0, get_model for model chunks > 0), the others reduce
+ *  the whole stage at once. d = 1: `pipeline`. InputError for d < 1, or a
+ *  `pipeline` with replicas or all-reduces. */
+Program replicate_pipelines(const Program& pipeline, int data_parallel, bool overlap_grad_reduce = false);
 
 /** Warm-up forwards of one replica of 0-based stage `stage`, before its first
  *  backward, when it runs `count` micro-batches (flushed) or mini-batches

@@ -55,6 +55,14 @@ TransferRule parse_transfer_rule(const std::string& text) {
   throw InputError(fmt::format("--transfer-rule: expected share or fifo, found '{}'", printable(text)));
 }
 
+const char* to_string(CollectiveModel model) { return model == CollectiveModel::Flows ? "flows" : "rounds"; }
+
+CollectiveModel parse_collective_model(const std::string& text) {
+  if (text == "flows") return CollectiveModel::Flows;
+  if (text == "rounds") return CollectiveModel::Rounds;
+  throw InputError(fmt::format("--collective-model: expected flows or rounds, found '{}'", printable(text)));
+}
+
 namespace {
 
 // An operation of t profile seconds on a host of speed factor f and SimGrid
@@ -196,6 +204,12 @@ struct ActionState {
   /// all-reduce starts each layer's reduction as soon as its part has run.
   std::vector<double> segment_work;
   std::size_t segments_done = 0;
+  /// A forward whose parameters arrive bucket by bucket (overlapped
+  /// all-gathers): its work by bucket in forward order, segment k running
+  /// once participant `gate_participant` of all-reduce `gate_all_reduce` has
+  /// finished k + 1 all-gathers.
+  std::vector<double> gated_work;
+  std::size_t gate_all_reduce = 0, gate_participant = 0;
   /// The optimizer step the device runs right after this action (a weight
   /// update of a device without all-reduces), in work units; absent: none.
   std::optional<double> step_work;
@@ -204,7 +218,9 @@ struct ActionState {
     /// Step: the end of the optimizer step that follows `index`.
     /// Arrival: the producer's message has arrived (a recompute that
     /// waits for its backward's gradient; the backward records it).
-    enum class What { End, Message, Arrival, AllReduce, Step } what;
+    /// AllReduce: the participant is done with gradient synchronisation
+    /// `index`; Reduced: its gradients are reduced and its step has ended.
+    enum class What { End, Message, Arrival, AllReduce, Reduced, Step } what;
     std::size_t index;            ///< producer action, or all-reduce
     std::size_t participant = 0;  ///< for AllReduce: whose end to wait for
   };
@@ -215,22 +231,37 @@ struct ActionState {
 // B, or W when the backward is split.
 bool is_final_backward(ActionKind kind) { return kind == ActionKind::Backward || kind == ActionKind::BackwardWeight; }
 
-// One ring all-reduce of the Program and its progress.
+// The collectives of a gradient synchronisation (docs/semantics.md,
+// "Collectives"): ring steps k and the timeline record's action.
+enum class CollectiveKind { AllReduce, ReduceScatter, AllGather };
+
+// One gradient synchronisation of the Program (an AllReduce: all-reduces,
+// or reduce-scatters and all-gathers under the distributed optimizer) and
+// its progress.
 struct AllReduceState {
   const AllReduce* spec = nullptr;
   std::vector<std::size_t> ready;  ///< ready action per participant, ring order
   std::vector<sg::Host*> hosts;    ///< per participant
   struct Job {
-    int layer = -1;                ///< -1: the whole stage
+    int label = -1;                ///< the records' micro-batch: -1 the whole stage, else the layer or bucket
     double bytes = 0;              ///< gradient bytes reduced
-    std::size_t after_segments = 0;  ///< per-layer: segments of the ready backward that must have run
+    std::size_t after_segments = 0;  ///< segments of the ready backward that must have run (0: its end)
   };
   std::vector<Job> jobs;
-  /// sent[j][p]: rounds of job j whose transfer from participant p has arrived.
-  std::vector<std::vector<int>> sent;
-  std::vector<bool> ended;  ///< per participant (after its optimizer step, if any)
-  /// Per participant: the optimizer step it runs when the all-reduce ends,
-  /// in work units; absent when its host declares no step.
+  /// Per collective the participants run (in the order each runs them):
+  /// rounds[o][p]: rounds of collective o whose transfer from participant p
+  /// has arrived (CollectiveModel::Rounds); joined[o] and left[o]: the
+  /// participants that have joined it and that are done with it (Flows).
+  std::vector<std::vector<int>> rounds;
+  std::vector<std::size_t> joined, left;
+  std::vector<bool> stepped;  ///< per participant: its optimizer step (if any) has ended
+  std::vector<std::size_t> gathered;  ///< per participant: all-gathers done
+  /// Per participant: its tied-embedding all-reduce (Simulation::tied_) and
+  /// its place in it (0 the first stage's device, 1 the last's); absent: none.
+  std::vector<std::optional<std::pair<std::size_t, std::size_t>>> tied;
+  std::vector<bool> ended;    ///< per participant (after its optimizer step and all-gathers)
+  /// Per participant: the optimizer step it runs once its gradients are
+  /// reduced, in work units; absent when its host declares no step.
   std::vector<std::optional<double>> step_work;
   sg::ConditionVariablePtr signal = sg::ConditionVariable::create();
 };
@@ -246,13 +277,17 @@ struct PackedRecord {
   std::uint8_t action = 0;
 };
 static_assert(std::is_trivially_copyable_v<PackedRecord>, "records cross to the parent as bytes");
-constexpr std::uint8_t kSendForward = 1, kSendBackward = 2, kAllReduce = 3;
+constexpr std::uint8_t kSendForward = 1, kSendBackward = 2, kAllReduce = 3, kReduceScatter = 4, kAllGather = 5;
+// The micro-batch of a tied-embedding all-reduce's records.
+constexpr int kTiedEmbeddingLabel = -2;
 
 std::string packed_action_name(std::uint8_t action) {
   switch (action) {
     case kSendForward: return "SEND_F";
     case kSendBackward: return "SEND_B";
     case kAllReduce: return "ALLREDUCE";
+    case kReduceScatter: return "REDUCE_SCATTER";
+    case kAllGather: return "ALLGATHER";
     default: return std::string(1, static_cast<char>(action));
   }
 }
@@ -415,6 +450,8 @@ class Simulation {
       }
     }
 
+    // (device, stage, mini-batch) -> the device's first forward of them, in program order.
+    std::map<std::tuple<std::size_t, int, int>, std::size_t> first_forward;
     for (const AllReduce& spec : program.all_reduces) {
       AllReduceState all_reduce;
       all_reduce.spec = &spec;
@@ -428,22 +465,43 @@ class Simulation {
       std::vector<LayerCost> layers;
       if (spec.stage < static_cast<int>(request.stage_layers.size())) layers = request.stage_layers[spec.stage];
       if (layers.empty()) layers = {{request.stages[spec.stage].backward_s, request.stages[spec.stage].weight_bytes}};
+      // Reverse layer order: the ready backward's segment k is layer L-1-k.
       if (spec.per_layer) {
-        // Reverse layer order: the backward's segment k is layer L-1-k.
         for (std::size_t k = 0; k < layers.size(); ++k) {
           const LayerCost& layer = layers[layers.size() - 1 - k];
           if (layer.weight_bytes > 0)
             all_reduce.jobs.push_back({static_cast<int>(layers.size() - 1 - k), layer.weight_bytes, k + 1});
         }
+      } else if (spec.bucketed && request.bucket_bytes > 0) {
+        double bucket = 0;
+        std::size_t last = 0;
+        for (std::size_t k = 0; k < layers.size(); ++k) {
+          const double bytes = layers[layers.size() - 1 - k].weight_bytes;
+          if (!(bytes > 0)) continue;
+          bucket += bytes;
+          last = k;
+          if (bucket >= request.bucket_bytes) {
+            all_reduce.jobs.push_back({static_cast<int>(all_reduce.jobs.size()), bucket, k + 1});
+            bucket = 0;
+          }
+        }
+        if (bucket > 0) all_reduce.jobs.push_back({static_cast<int>(all_reduce.jobs.size()), bucket, last + 1});
+        if (all_reduce.jobs.size() < 2) all_reduce.jobs.clear();  // one bucket: the whole stage, as unbucketed
+      }
+      if (!all_reduce.jobs.empty()) {
         for (std::size_t ready : all_reduce.ready) {
           ActionState& backward = actions_[ready];
           const HostInfo& info = platform.host(backward.host->get_name());
           if (!backward.segment_work.empty())
-            throw InputError(fmt::format("program: {} starts two per-layer all-reduces", pipegrid::to_string(backward.action)));
+            throw InputError(fmt::format("program: {} starts two per-layer or bucketed all-reduces", pipegrid::to_string(backward.action)));
+          const bool weight_half = backward.action.kind == ActionKind::BackwardWeight;
           for (std::size_t k = 0; k < layers.size(); ++k) {
             const LayerCost& layer = layers[layers.size() - 1 - k];
             backward.segment_work.push_back(
-                stage_seconds_on(layer.backward_s, {layer}, &LayerCost::backward_s, &DeviceLayerTimes::backward_s, info) *
+                (weight_half ? stage_seconds_on(layer.backward_weight_s, {layer}, &LayerCost::backward_weight_s,
+                                                &DeviceLayerTimes::backward_weight_s, info)
+                             : stage_seconds_on(layer.backward_s, {layer}, &LayerCost::backward_s,
+                                                &DeviceLayerTimes::backward_s, info)) *
                 backward.host->get_speed());
           }
           // The action's overhead comes before its first layer.
@@ -453,31 +511,81 @@ class Simulation {
       } else {
         all_reduce.jobs.push_back({-1, request.stages[spec.stage].weight_bytes, 0});
       }
-      all_reduce.sent.assign(all_reduce.jobs.size(), std::vector<int>(r, 0));
+      const std::size_t collectives = all_reduce.jobs.size() * (request.distributed_optimizer ? 2 : 1);
+      all_reduce.rounds.assign(collectives, std::vector<int>(r, 0));
+      all_reduce.joined.assign(collectives, 0);
+      all_reduce.left.assign(collectives, 0);
+      all_reduce.stepped.assign(r, false);
+      all_reduce.gathered.assign(r, 0);
       all_reduce.ended.assign(r, false);
+      // Under the distributed optimizer each participant updates its 1/r shard.
+      const double step_bytes = request.stages[spec.stage].weight_bytes / (request.distributed_optimizer ? static_cast<double>(r) : 1.0);
       for (std::size_t p = 0; p < r; ++p) {
         const HostInfo& info = platform.host(all_reduce.hosts[p]->get_name());
-        all_reduce.step_work.push_back(
-            info.has_optimizer_step()
-                ? std::optional<double>(info.optimizer_step_s(request.stages[spec.stage].weight_bytes) *
-                                        all_reduce.hosts[p]->get_speed())
-                : std::nullopt);
+        all_reduce.step_work.push_back(info.has_optimizer_step()
+                                           ? std::optional<double>(info.optimizer_step_s(step_bytes) * all_reduce.hosts[p]->get_speed())
+                                           : std::nullopt);
       }
       const std::size_t c = all_reduces_.size();
       for (std::size_t p = 0; p < r; ++p) device_all_reduces_[actions_[all_reduce.ready[p]].device].push_back({c, p});
+      // With the parameters' all-gathers overlapped, what the synchronisation
+      // releases waits for the optimizer step; the stage's next forward on
+      // each participant waits for that participant's all-gathers.
+      const bool gather_overlapped = request.distributed_optimizer && request.overlap_param_gather;
+      const ActionState::Need::What release_on = gather_overlapped ? ActionState::Need::What::Reduced : ActionState::Need::What::AllReduce;
       for (const Action& released : spec.release) {
         ActionState& state = actions_[find(released)];
         bool own = false;
         for (std::size_t p = 0; p < r; ++p)
           if (actions_[all_reduce.ready[p]].device == state.device) {
-            state.needs.push_back({ActionState::Need::What::AllReduce, c, p});
+            state.needs.push_back({release_on, c, p});
             own = true;
           }
         if (!own)
-          for (std::size_t p = 0; p < r; ++p) state.needs.push_back({ActionState::Need::What::AllReduce, c, p});
+          for (std::size_t p = 0; p < r; ++p) state.needs.push_back({release_on, c, p});
+      }
+      if (gather_overlapped) {
+        if (first_forward.empty())
+          for (std::size_t i = 0; i < actions_.size(); ++i)
+            if (actions_[i].action.kind == ActionKind::Forward)
+              first_forward.emplace(std::tuple{actions_[i].device, actions_[i].action.stage, actions_[i].action.mini_batch}, i);
+        for (std::size_t p = 0; p < r; ++p) {
+          const ActionState& ready = actions_[all_reduce.ready[p]];
+          const auto next = first_forward.find(std::tuple{ready.device, spec.stage, ready.action.mini_batch + 1});
+          if (next == first_forward.end()) continue;
+          ActionState& forward = actions_[next->second];
+          if (all_reduce.jobs.size() < 2) {
+            forward.needs.push_back({ActionState::Need::What::AllReduce, c, p});
+            continue;
+          }
+          if (!forward.gated_work.empty() || forward.overlap != 0)
+            throw InputError(fmt::format("program: {} waits for two bucketed all-gathers, or runs overlapped",
+                                         pipegrid::to_string(forward.action)));
+          // Bucket j holds the layers at reverse positions [after_(j-1), after_j)
+          // (the last bucket also the first layers without parameters); its
+          // segment of the forward runs once its all-gather (the (J-j)-th) is done.
+          const HostInfo& info = platform.host(forward.host->get_name());
+          const std::size_t buckets = all_reduce.jobs.size();
+          for (std::size_t k = 0; k < buckets; ++k) {
+            const std::size_t j = buckets - 1 - k;
+            const std::size_t from = j == 0 ? 0 : all_reduce.jobs[j - 1].after_segments;
+            const std::size_t to = j + 1 == buckets ? layers.size() : all_reduce.jobs[j].after_segments;
+            double work = 0;
+            for (std::size_t position = from; position < to; ++position) {
+              const LayerCost& layer = layers[layers.size() - 1 - position];
+              work += stage_seconds_on(layer.forward_s, {layer}, &LayerCost::forward_s, &DeviceLayerTimes::forward_s, info) *
+                      forward.host->get_speed();
+            }
+            forward.gated_work.push_back(work);
+          }
+          if (info.action_overhead_s > 0) forward.gated_work.front() += info.action_overhead_s * forward.host->get_speed();
+          forward.gate_all_reduce = c;
+          forward.gate_participant = p;
+        }
       }
       all_reduces_.push_back(std::move(all_reduce));
     }
+    pair_tied_embeddings();
     place_optimizer_steps(platform);
   }
 
@@ -526,6 +634,10 @@ class Simulation {
                       forward ? "activations" : "gradients", state.action.stage + (forward ? 1 : -1),
                       printable(state.message_to->get_name())); });
     }
+    for (const TiedSync& tied : tied_)
+      for (std::size_t p = 0; p < 2; ++p)
+        add(tied.hosts[p], tied.hosts[1 - p], [&] { return fmt::format("the tied embedding's all-reduce sends from '{}' to '{}'",
+                                                                     printable(tied.hosts[p]->get_name()), printable(tied.hosts[1 - p]->get_name())); });
     for (const AllReduceState& all_reduce : all_reduces_) {
       const std::size_t r = all_reduce.hosts.size();
       if (all_reduce.jobs.empty() || r < 2) continue;
@@ -535,6 +647,9 @@ class Simulation {
     }
     return needed;
   }
+
+  /// SimulationResult::collective_communications.
+  std::size_t collective_communications() const { return collective_communications_; }
 
   /// Timeline records so far (progress).
   std::size_t records_done() const { return records_.size(); }
@@ -558,6 +673,34 @@ class Simulation {
   // (update_interval 0) or after every update_interval-th backward in program
   // order. With update_interval 0, the device's other streams do not start
   // an action of a later mini-batch before the step has ended.
+  // SimulationRequest::tied_embedding: pairs replica q of the first stage's
+  // all-reduce of each round with replica q of the last stage's.
+  void pair_tied_embeddings() {
+    for (AllReduceState& all_reduce : all_reduces_) all_reduce.tied.assign(all_reduce.hosts.size(), std::nullopt);
+    if (!request_.tied_embedding) return;
+    const auto& tied = *request_.tied_embedding;
+    std::map<int, std::size_t> first_of_round, last_of_round;
+    for (std::size_t c = 0; c < all_reduces_.size(); ++c) {
+      if (all_reduces_[c].spec->stage == tied.first_stage) first_of_round[all_reduces_[c].spec->round] = c;
+      if (all_reduces_[c].spec->stage == tied.last_stage) last_of_round[all_reduces_[c].spec->round] = c;
+    }
+    for (const auto& [round, c_first] : first_of_round) {
+      const auto c_last = last_of_round.find(round);
+      if (c_last == last_of_round.end()) continue;
+      AllReduceState& first = all_reduces_[c_first];
+      AllReduceState& last = all_reduces_[c_last->second];
+      if (first.hosts.size() != last.hosts.size())
+        throw InputError(fmt::format("program: the tied embedding's stages {} and {} have {} and {} replicas in round {}",
+                                     tied.first_stage, tied.last_stage, first.hosts.size(), last.hosts.size(), round));
+      for (std::size_t q = 0; q < first.hosts.size(); ++q) {
+        TiedSync& sync = tied_.emplace_back();
+        sync.hosts = {first.hosts[q], last.hosts[q]};
+        first.tied[q] = std::pair{tied_.size() - 1, std::size_t{0}};
+        last.tied[q] = std::pair{tied_.size() - 1, std::size_t{1}};
+      }
+    }
+  }
+
   void place_optimizer_steps(const PlatformSummary& platform) {
     const int interval = request_.update_interval;
     if (interval < 0) throw InputError(fmt::format("simulation: update interval {} is negative", interval));
@@ -648,41 +791,116 @@ class Simulation {
     while (!state.ended && state.segments_done < segments) state.ended_signal->wait(lock);
   }
 
-  // Runs the device's part in its all-reduces, in Program order. Round t of
-  // a ring: send 1/r of the job's gradients to the next participant, then
-  // wait for the previous participant's round-t chunk before going on.
+  // Runs the device's part in its gradient synchronisations, in Program
+  // order: per job (the stage, a layer or a bucket) an all-reduce, or under
+  // the distributed optimizer a reduce-scatter, once the ready backward has
+  // passed the job's layers; then the optimizer step; then, under the
+  // distributed optimizer, an all-gather per job in the reverse order.
   void run_all_reduces(std::size_t device) {
+    const bool sharded = request_.distributed_optimizer;
     for (const auto& [c, p] : device_all_reduces_[device]) {
       AllReduceState& all_reduce = all_reduces_[c];
-      const std::size_t r = all_reduce.hosts.size();
-      const std::size_t next = (p + 1) % r, previous = (p + r - 1) % r;
       ActionState& ready = actions_[all_reduce.ready[p]];
-      for (std::size_t j = 0; j < all_reduce.jobs.size(); ++j) {
-        const AllReduceState::Job& job = all_reduce.jobs[j];
-        if (job.layer < 0)
+      std::size_t collective = 0;
+      for (const AllReduceState::Job& job : all_reduce.jobs) {
+        if (job.after_segments == 0)
           wait_until_ended(ready);
         else
           wait_until_segments(ready, job.after_segments);
-        const double start = sg::Engine::get_clock();
-        const double chunk = job.bytes / static_cast<double>(r);
-        for (int round = 0; round < static_cast<int>(2 * (r - 1)); ++round) {
-          sg::CommPtr comm = sg::Comm::sendto_init(all_reduce.hosts[p], all_reduce.hosts[next]);
-          comm->set_payload_size(static_cast<uint64_t>(std::llround(chunk)));
-          comm->start();
-          comm->wait();
-          all_reduce.sent[j][p] = round + 1;
-          all_reduce.signal->notify_all();
-          std::unique_lock lock(*mutex_);
-          while (all_reduce.sent[j][previous] < round + 1) all_reduce.signal->wait(lock);
-        }
-        record(start, sg::Engine::get_clock(), 2.0 * static_cast<double>(r - 1) * chunk, all_reduce.hosts[p], 0,
-               all_reduce.spec->stage, kAllReduce, job.layer, all_reduce.spec->round, all_reduce.hosts[next]);
+        run_collective(all_reduce, p, collective++, sharded ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, job);
       }
-      // The update follows the all-reduce; what it releases waits for both.
+      if (all_reduce.tied[p]) {
+        TiedSync& tied = tied_[all_reduce.tied[p]->first];
+        RingProgress ring{tied.hosts, tied.rounds, tied.joined, tied.left, tied.signal};
+        run_ring(ring, all_reduce.tied[p]->second, CollectiveKind::AllReduce, request_.tied_embedding->bytes,
+                 all_reduce.spec->stage, kTiedEmbeddingLabel, all_reduce.spec->round);
+      }
+      // The update follows the reduction; what it releases waits for both.
       if (all_reduce.step_work[p]) run_step(*all_reduce.step_work[p], ready, ready.stream);
+      all_reduce.stepped[p] = true;
+      all_reduce.signal->notify_all();
+      if (sharded)
+        for (auto job = all_reduce.jobs.rbegin(); job != all_reduce.jobs.rend(); ++job) {
+          run_collective(all_reduce, p, collective++, CollectiveKind::AllGather, *job);
+          ++all_reduce.gathered[p];
+          all_reduce.signal->notify_all();
+        }
       all_reduce.ended[p] = true;
       all_reduce.signal->notify_all();
     }
+  }
+
+  // Participant p's part in collective number `collective` of `all_reduce`
+  // (the participants run the same collectives in the same order), as
+  // request_.collective_model says; one record from its start to its end.
+  void run_collective(AllReduceState& all_reduce, std::size_t p, std::size_t collective, CollectiveKind kind,
+                      const AllReduceState::Job& job) {
+    RingProgress ring{all_reduce.hosts, all_reduce.rounds[collective], all_reduce.joined[collective],
+                      all_reduce.left[collective], all_reduce.signal};
+    run_ring(ring, p, kind, job.bytes, all_reduce.spec->stage, job.label, all_reduce.spec->round);
+  }
+
+  // The state one ring collective's participants share.
+  struct RingProgress {
+    const std::vector<sg::Host*>& hosts;  ///< ring order
+    std::vector<int>& rounds;             ///< per participant (Rounds)
+    std::size_t& joined;                  ///< participants that have joined (Flows)
+    std::size_t& left;                    ///< participants done (Flows)
+    sg::ConditionVariablePtr signal;
+  };
+
+  // Participant p's part in one ring collective of `bytes`; its record
+  // names `stage`, `label` (micro-batch) and `round` (mini-batch).
+  void run_ring(RingProgress& ring, std::size_t p, CollectiveKind kind, double bytes, int stage, int label, int round_id) {
+    const std::size_t r = ring.hosts.size();
+    const std::size_t next = (p + 1) % r, previous = (p + r - 1) % r;
+    const int steps = static_cast<int>(kind == CollectiveKind::AllReduce ? 2 * (r - 1) : r - 1);
+    const double chunk = bytes / static_cast<double>(r);
+    const double start = sg::Engine::get_clock();
+    auto send = [&](double size) {
+      sg::CommPtr comm = sg::Comm::sendto_init(ring.hosts[p], ring.hosts[next]);
+      comm->set_payload_size(static_cast<uint64_t>(std::llround(size)));
+      comm->start();
+      ++collective_communications_;
+      return comm;
+    };
+    if (request_.collective_model == CollectiveModel::Rounds) {
+      std::vector<int>& rounds = ring.rounds;
+      for (int round = 0; round < steps; ++round) {
+        send(chunk)->wait();
+        rounds[p] = round + 1;
+        ring.signal->notify_all();
+        std::unique_lock lock(*mutex_);
+        while (rounds[previous] < round + 1) ring.signal->wait(lock);
+      }
+    } else {
+      ++ring.joined;
+      ring.signal->notify_all();
+      {
+        std::unique_lock lock(*mutex_);
+        while (ring.joined < r) ring.signal->wait(lock);
+      }
+      if (steps > 0) {
+        const auto route = std::make_pair(ring.hosts[p], ring.hosts[next]);
+        auto latency = route_latency_.find(route);
+        sg::CommPtr flow = send(steps * chunk), probe;
+        if (latency == route_latency_.end()) {
+          // The latency SimGrid gives a message on this route (its network
+          // model's factor included): a zero-byte message beside the flow.
+          probe = send(0);
+          probe->wait();
+          latency = route_latency_.emplace(route, probe->get_finish_time() - probe->get_start_time()).first;
+        }
+        flow->wait();
+        if (steps > 1 && latency->second > 0) sg::this_actor::sleep_for((steps - 1) * latency->second);
+      }
+      ++ring.left;
+      ring.signal->notify_all();
+      std::unique_lock lock(*mutex_);
+      while (ring.left < r) ring.signal->wait(lock);
+    }
+    const std::uint8_t action = kind == CollectiveKind::AllReduce ? kAllReduce : kind == CollectiveKind::ReduceScatter ? kReduceScatter : kAllGather;
+    record(start, sg::Engine::get_clock(), steps * chunk, ring.hosts[p], 0, stage, action, label, round_id, ring.hosts[next]);
   }
 
   // The message of `state` is ready: under Share it starts now; under Fifo
@@ -758,10 +976,11 @@ class Simulation {
         wait_until_step_ended(actions_[need.index]);
         continue;
       }
-      if (need.what == ActionState::Need::What::AllReduce) {
+      if (need.what == ActionState::Need::What::AllReduce || need.what == ActionState::Need::What::Reduced) {
         AllReduceState& all_reduce = all_reduces_[need.index];
+        const std::vector<bool>& done = need.what == ActionState::Need::What::AllReduce ? all_reduce.ended : all_reduce.stepped;
         std::unique_lock lock(*mutex_);
-        while (!all_reduce.ended[need.participant]) all_reduce.signal->wait(lock);
+        while (!done[need.participant]) all_reduce.signal->wait(lock);
         continue;
       }
       ActionState& producer = actions_[need.index];
@@ -841,7 +1060,18 @@ class Simulation {
       wait_for_needs(state);
       state.start = sg::Engine::get_clock();
       if (state.async) send_message(state);
-      if (!state.segment_work.empty()) {
+      if (!state.gated_work.empty()) {
+        AllReduceState& gate = all_reduces_[state.gate_all_reduce];
+        for (std::size_t k = 0; k < state.gated_work.size(); ++k) {
+          {
+            std::unique_lock lock(*mutex_);
+            while (gate.gathered[state.gate_participant] < k + 1) gate.signal->wait(lock);
+          }
+          // The record starts with the first bucket's compute; later waits count in it.
+          if (k == 0) state.start = sg::Engine::get_clock();
+          if (state.gated_work[k] > 0) sg::this_actor::execute(state.gated_work[k]);
+        }
+      } else if (!state.segment_work.empty()) {
         for (double work : state.segment_work) {
           if (work > 0) sg::this_actor::execute(work);
           ++state.segments_done;
@@ -862,6 +1092,19 @@ class Simulation {
   std::unordered_map<const sg::Host*, std::int32_t> host_index_;  ///< index in hosts_
   std::vector<PackedRecord> records_;
   std::vector<AllReduceState> all_reduces_;
+  /// The tied-embedding all-reduces (SimulationRequest::tied_embedding): one
+  /// per round and replica, between the first and the last stage's devices.
+  struct TiedSync {
+    std::vector<sg::Host*> hosts;  ///< the first stage's device's host, the last's
+    std::vector<int> rounds = std::vector<int>(2, 0);
+    std::size_t joined = 0, left = 0;
+    sg::ConditionVariablePtr signal = sg::ConditionVariable::create();
+  };
+  std::deque<TiedSync> tied_;
+  /// Collective flows: the latency SimGrid gives a message from one host to
+  /// another (measured once per route).
+  std::map<std::pair<sg::Host*, sg::Host*>, double> route_latency_;
+  std::size_t collective_communications_ = 0;
   /// Per device: (all-reduce, participant) in Program order.
   std::map<std::size_t, std::vector<std::pair<std::size_t, std::size_t>>> device_all_reduces_;
   /// TransferRule::Fifo: one per (source host, destination host) pair that
@@ -1376,11 +1619,13 @@ SimulationResult simulate(const SimulationRequest& request) {
     engine.run();
     progress.finish();
     bytes = records_to_bytes(simulation.sorted_records());
-    return nlohmann::json{{"platform", summary_to_json(platform)}, {"hosts", simulation.hosts()}};
+    return nlohmann::json{{"platform", summary_to_json(platform)}, {"hosts", simulation.hosts()},
+                          {"collective_communications", simulation.collective_communications()}};
   }, "hold-simulation");
   SimulationResult out;
   out.platform = summary_from_json(result.json.at("platform"), request.platform_file);
   out.timeline = timeline_from_child(result.json.at("hosts"), result.bytes());
+  out.collective_communications = result.json.at("collective_communications").get<std::size_t>();
   return out;
 }
 

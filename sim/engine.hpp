@@ -4,17 +4,20 @@
 // platform's routes (eager: a send never waits for the receiver); between
 // two stages of one device nothing travels. How concurrent activations and
 // gradients share the network is SimulationRequest::transfer_rule. A device
-// that takes part in all-reduces has one more actor that runs them in
-// Program order, each as the 2(r-1) rounds of a ring, every round a
-// point-to-point transfer of 1/r of the gradients to the next replica over
-// the real route, so they contend with pipeline traffic as SimGrid shares
-// links. Hosts may declare an action overhead (added to every F, B, R) and
+// that takes part in all-reduces has one more actor (its communication
+// stream) that runs them in Program order as ring collectives over the real
+// routes (SimulationRequest::collective_model: one flow per neighbour pair,
+// or round by round), so they contend with pipeline traffic as SimGrid
+// shares links; with the distributed optimizer each becomes reduce-scatters,
+// the optimizer step and all-gathers (docs/semantics.md, "Gradient
+// synchronisation"). Hosts may declare an action overhead (added to every F, B, R) and
 // an optimizer step (a "U" compute record at each weight update; see
 // SimulationRequest::update_interval and docs/semantics.md). The engine
 // knows actions, never schedule names.
 
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,6 +76,24 @@ struct LayerCost {
   double recompute_share = 1;
 };
 
+/// How a ring collective over r participants moves S bytes (docs/semantics.md,
+/// "Collectives"). An all-reduce has k = 2(r-1) steps, a reduce-scatter and
+/// an all-gather k = r-1; each step moves S / r bytes from every participant
+/// to the next.
+enum class CollectiveModel {
+  /// Once every participant has joined, one flow per participant to the next
+  /// of k S / r bytes, then (k - 1) more latencies of that route (as SimGrid
+  /// applies them: measured by a zero-byte message on the route); the
+  /// collective ends for all when the last participant has: O(r) activities.
+  Flows,
+  /// k rounds: each participant sends S / r bytes to the next and waits for
+  /// the previous participant's chunk of that round: O(r k) activities.
+  Rounds,
+};
+const char* to_string(CollectiveModel model);
+/// InputError naming --collective-model unless `text` is flows or rounds.
+CollectiveModel parse_collective_model(const std::string& text);
+
 struct SimulationRequest {
   std::string platform_file;
   Program program;
@@ -111,11 +132,44 @@ struct SimulationRequest {
   /// has arrived (Megatron's recomputation runs inside the backward);
   /// false: once its forward has ended (GPipe's, which may run ahead).
   bool recompute_waits_for_gradient = false;
+  CollectiveModel collective_model = CollectiveModel::Flows;
+  /// Megatron-Core DDP buckets of an AllReduce with `bucketed`: the stage's
+  /// layers in reverse order go into buckets of gradient bytes, a bucket
+  /// closing once it holds at least bucket_bytes (the layer that reaches it
+  /// included; Megatron's param_and_grad_buffer, by parameters); each
+  /// bucket's collective starts when the ready backward has passed its
+  /// first layer. 0: one bucket, the whole stage.
+  double bucket_bytes = 0;
+  /// Megatron's distributed optimizer (ZeRO-1): each all-reduce becomes a
+  /// reduce-scatter per bucket, the optimizer step on the participant's
+  /// 1/r shard (its bytes / r), then an all-gather of the parameters per
+  /// bucket, in the reverse bucket order (forward order).
+  bool distributed_optimizer = false;
+  /// With distributed_optimizer: the actions an all-reduce releases wait for
+  /// the optimizer step only; the first forward of the stage in the next
+  /// mini-batch on each participant (mini-batch of its ready action + 1)
+  /// waits for that participant's all-gathers.
+  bool overlap_param_gather = false;
+  /// Megatron's tied word embedding under pipeline parallelism: the device
+  /// of `last_stage` keeps a copy of the word table of `first_stage`'s
+  /// embedding; their gradients are all-reduced between the two (replica q
+  /// of each: Megatron's embedding group) once each has synchronised that
+  /// stage's gradients over its replicas (the all-reduce of the Program for
+  /// the stage and round), before its optimizer step. Needs those stages'
+  /// all-reduces, with participants in the same replica order.
+  struct TiedEmbedding {
+    int first_stage = 0, last_stage = 0;
+    double bytes = 0;  ///< the word table's gradient bytes
+  };
+  std::optional<TiedEmbedding> tied_embedding;
 };
 
 struct SimulationResult {
   PlatformSummary platform;  ///< hosts only (route matrices empty)
   Timeline timeline;  ///< records sorted by (start, host, stream, ...); memory not yet annotated
+  /// SimGrid communications the collectives started (their flows, rounds
+  /// and latency probes): O(r) per collective under CollectiveModel::Flows.
+  std::size_t collective_communications = 0;
 };
 
 /** Runs the simulation in a forked child process (SimGrid allows one engine

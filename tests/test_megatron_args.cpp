@@ -399,8 +399,7 @@ TEST(MegatronArgs, TheEmbeddingAndTheLossCountedInThePipelineSplit) {
 
 TEST(MegatronArgs, Issue28ArgumentsAreRefused) {
   const std::string tail = "not modelled yet (Megatron's semantics for it land with issue 28); drop it to simulate without it";
-  for (const std::string argument : {"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
-                                     "--tp-comm-overlap", "--overlap-param-gather-with-optimizer-step"})
+  for (const std::string argument : {"--tp-comm-overlap", "--overlap-param-gather-with-optimizer-step"})
     EXPECT_EQ(error_of(minimal(argument)), "--megatron-args: " + argument + ": " + tail);
   // At tensor parallel 1 the release turns sequence parallelism off; above,
   // it is read.
@@ -410,7 +409,26 @@ TEST(MegatronArgs, Issue28ArgumentsAreRefused) {
   EXPECT_TRUE(read(minimal("--tensor-model-parallel-size 2 --sequence-parallel")).sequence_parallel);
   EXPECT_FALSE(read(minimal("--tensor-model-parallel-size 2")).sequence_parallel);
   // The first refused argument, in the launch's order.
-  EXPECT_CONTAINS(error_of(minimal("--overlap-grad-reduce --use-distributed-optimizer")), "--overlap-grad-reduce:");
+  EXPECT_CONTAINS(error_of(minimal("--overlap-param-gather-with-optimizer-step --tp-comm-overlap")),
+                  "--overlap-param-gather-with-optimizer-step:");
+}
+
+TEST(MegatronArgs, DistributedDataParallelArgumentsAreReadWithTheReleasesChecks) {
+  const MegatronLaunch plain = read(minimal(""));
+  EXPECT_FALSE(plain.distributed_optimizer || plain.overlap_grad_reduce || plain.overlap_param_gather);
+  EXPECT_FALSE(plain.ddp_bucket_size.has_value());
+  const MegatronLaunch all =
+      read(minimal("--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 1000000"));
+  EXPECT_TRUE(all.distributed_optimizer && all.overlap_grad_reduce && all.overlap_param_gather);
+  EXPECT_EQ(all.ddp_bucket_size, 1000000);
+  // megatron/training/arguments.py's asserts, in its words.
+  EXPECT_CONTAINS(error_of(minimal("--overlap-param-gather --overlap-grad-reduce")),
+                  "--overlap-param-gather only supported with distributed optimizer");
+  EXPECT_CONTAINS(error_of(minimal("--overlap-param-gather --use-distributed-optimizer")),
+                  "Must use --overlap-param-gather with --overlap-grad-reduce");
+  EXPECT_CONTAINS(error_of(minimal("--overlap-grad-reduce --ddp-bucket-size 10 --ddp-num-buckets 4")),
+                  "Cannot specify both --ddp-num-buckets and --ddp-bucket-size");
+  EXPECT_TRUE(has_note(read(minimal("--ddp-bucket-size 10")), "no effect without --overlap-grad-reduce"));
 }
 
 TEST(MegatronArgs, OtherRefusalsAndNotes) {

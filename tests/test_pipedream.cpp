@@ -71,7 +71,8 @@ struct SimRun {
 SimRun simulate_stages(const std::string& schedule, const std::vector<Stage>& stages, const std::string& platform_file,
                     int mini_batches, int micro_batches = 1, ScheduleOptions options = {},
                     WeightVersioning versioning = WeightVersioning::Stashing,
-                    std::vector<std::vector<sim::LayerCost>> stage_layers = {}) {
+                    std::vector<std::vector<sim::LayerCost>> stage_layers = {},
+                    sim::CollectiveModel collective_model = sim::CollectiveModel::Flows) {
   options.num_stages = static_cast<int>(stages.size());
   options.micro_batches = micro_batches;
   options.mini_batches = mini_batches;
@@ -79,6 +80,7 @@ SimRun simulate_stages(const std::string& schedule, const std::vector<Stage>& st
   sim::SimulationRequest request;
   request.platform_file = platform_file;
   request.network = sim::NetworkModel::Analytic;
+  request.collective_model = collective_model;
   std::map<std::string, int> stage_of_host;
   SimRun run;
   int host = 0;
@@ -346,22 +348,31 @@ TEST(AllReduce, SharesALinkWithPipelineTrafficAsSimGridSays) {
   //       up to 7. Second ring round: 7 to 8 on both. All-reduce: h1 [4,8],
   //       h2 [5,8]. h0: B0 [6,7] and B1 [7,8].
   // Alone (W = 0) the gradients would take 1 s each: h0's B0 at [5,6].
+  // That is --collective-model rounds. Under flows (the default) the ring
+  // waits for its last participant (h2, at 5): h1's gradient leaves alone,
+  // [4,5], and h0's B0 runs [5,6]; at 5 the flows h1->h2 (2000 bytes, alone
+  // on its links: [5,7]) and h2->h1 (sharing h2's link with h2's gradient up
+  // to 7, then alone: [5,8]) end the all-reduce at 8 as before.
   const std::vector<Stage> stages = {{1, 1, 1, 0, 1000}, {1, 1, 2, 2000, 0}};
-  const SimRun run = simulate_stages("gpipe", stages, platforms().star(3, 0, 1000), 1, 2);
-  std::map<std::string, std::pair<double, double>> spans;
-  for (const TimelineRecord& r : run.timeline.records)
-    spans[fmt::format("{} {} {} {}", r.host, r.action, r.stage, r.micro_batch)] = {r.start_s, r.end_s};
-  auto expect_span = [&](const std::string& key, double start, double end) {
-    ASSERT_TRUE(spans.count(key)) << key;
-    EXPECT_TRUE(near(spans[key].first, start) && near(spans[key].second, end))
-        << key << ": [" << spans[key].first << ", " << spans[key].second << "] expected [" << start << ", " << end << "]";
-  };
-  expect_span("h1 SEND_B 1 0", 4, 6);
-  expect_span("h2 SEND_B 1 1", 5, 7);
-  expect_span("h1 ALLREDUCE 1 -1", 4, 8);
-  expect_span("h2 ALLREDUCE 1 -1", 5, 8);
-  expect_span("h0 B 0 0", 6, 7);
-  expect_span("h0 B 0 1", 7, 8);
+  for (const auto model : {sim::CollectiveModel::Rounds, sim::CollectiveModel::Flows}) {
+    const bool rounds = model == sim::CollectiveModel::Rounds;
+    const SimRun run = simulate_stages("gpipe", stages, platforms().star(3, 0, 1000), 1, 2, {}, WeightVersioning::Stashing, {}, model);
+    std::map<std::string, std::pair<double, double>> spans;
+    for (const TimelineRecord& r : run.timeline.records)
+      spans[fmt::format("{} {} {} {}", r.host, r.action, r.stage, r.micro_batch)] = {r.start_s, r.end_s};
+    auto expect_span = [&](const std::string& key, double start, double end) {
+      ASSERT_TRUE(spans.count(key)) << key;
+      EXPECT_TRUE(near(spans[key].first, start) && near(spans[key].second, end))
+          << sim::to_string(model) << " " << key << ": [" << spans[key].first << ", " << spans[key].second << "] expected ["
+          << start << ", " << end << "]";
+    };
+    expect_span("h1 SEND_B 1 0", 4, rounds ? 6 : 5);
+    expect_span("h2 SEND_B 1 1", 5, 7);
+    expect_span("h1 ALLREDUCE 1 -1", 4, 8);
+    expect_span("h2 ALLREDUCE 1 -1", 5, 8);
+    expect_span("h0 B 0 0", rounds ? 6 : 5, rounds ? 7 : 6);
+    expect_span("h0 B 0 1", 7, 8);
+  }
 
   const SimRun alone = simulate_stages("gpipe", {{1, 1, 1, 0, 1000}, {1, 1, 2, 0, 0}}, platforms().star(3, 0, 1000), 1, 2);
   for (const TimelineRecord& r : alone.timeline.records)

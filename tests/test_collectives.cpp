@@ -1,0 +1,174 @@
+// Ring collectives (docs/semantics.md, "Collectives"): the flow form against
+// the round-by-round form and closed forms, reduce-scatter and all-gather
+// times, and the number of SimGrid communications a large ring starts.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/program.hpp"
+#include "schedules/schedules.hpp"
+#include "sim/engine.hpp"
+#include "sim_test_util.hpp"
+
+namespace pipegrid {
+namespace {
+
+using testutil::TempFile;
+
+constexpr double kLatency = 0.25;        // per star link: a route crosses two
+constexpr double kBandwidth = 1000.0;    // bytes per second
+constexpr double kComputeS = 1.0;        // forward and backward of the one stage
+
+// One mini-batch of dp over r replicas of one stage (one micro-batch each,
+// so every replica joins its all-reduce at 2 s), gradients of `bytes`, on a
+// star of r hosts where every ring hop crosses its own two links.
+sim::SimulationResult run_ring(int r, double bytes, sim::CollectiveModel model, bool distributed = false) {
+  static std::map<int, std::unique_ptr<TempFile>> platforms;
+  auto& platform = platforms[r];
+  if (!platform) platform = std::make_unique<TempFile>(fmt::format("pipegrid-ring{}", r), ".xml", testutil::star_platform_xml(r, kLatency, kBandwidth));
+  ScheduleOptions options;
+  options.num_stages = 1;
+  options.micro_batches = r;
+  options.replicas = {r};
+  sim::SimulationRequest request;
+  request.platform_file = platform->path();
+  request.program = generate_schedule("dp", options);
+  StageCost stage;
+  stage.forward_s = kComputeS;
+  stage.backward_s = kComputeS;
+  stage.weight_bytes = bytes;
+  request.stages = {stage};
+  request.hosts.resize(1);
+  for (int h = 0; h < r; ++h) request.hosts[0].push_back(fmt::format("h{}", h));
+  request.network = sim::NetworkModel::Analytic;
+  request.collective_model = model;
+  request.distributed_optimizer = distributed;
+  return sim::simulate(request);
+}
+
+// Per host: (start, end) of its record of `action`.
+std::map<std::string, std::pair<double, double>> spans(const sim::SimulationResult& result, const std::string& action) {
+  std::map<std::string, std::pair<double, double>> out;
+  for (const TimelineRecord& record : result.timeline.records)
+    if (record.action == action) out[record.host] = {record.start_s, record.end_s};
+  return out;
+}
+
+// k steps of bytes / r each over a route of two links: k (2 L + bytes / (r B)).
+double ring_seconds(int r, int steps, double bytes) { return steps * (2 * kLatency + bytes / r / kBandwidth); }
+
+TEST(Collectives, FlowsEqualRoundsAndTheClosedFormOnUncontendedHomogeneousRings) {
+  for (const int r : {2, 3, 8}) {
+    const double bytes = 840.0 * r;  // chunks of whole bytes
+    const auto flows = spans(run_ring(r, bytes, sim::CollectiveModel::Flows), "ALLREDUCE");
+    const auto rounds = spans(run_ring(r, bytes, sim::CollectiveModel::Rounds), "ALLREDUCE");
+    ASSERT_EQ(flows.size(), static_cast<std::size_t>(r));
+    ASSERT_EQ(rounds.size(), static_cast<std::size_t>(r));
+    const double expected_end = 2 * kComputeS + ring_seconds(r, 2 * (r - 1), bytes);
+    for (const auto& [host, span] : flows) {
+      EXPECT_NEAR(span.first, 2 * kComputeS, 1e-9) << "r=" << r << " " << host;
+      EXPECT_NEAR(span.second, expected_end, 1e-9) << "r=" << r << " " << host;
+      EXPECT_NEAR(span.second, rounds.at(host).second, 1e-9) << "r=" << r << " " << host;
+      EXPECT_NEAR(span.first, rounds.at(host).first, 1e-9) << "r=" << r << " " << host;
+    }
+  }
+}
+
+TEST(Collectives, ReduceScatterAndAllGatherEachTakeRMinusOneSteps) {
+  const int r = 4;
+  const double bytes = 4000;
+  for (const auto model : {sim::CollectiveModel::Flows, sim::CollectiveModel::Rounds}) {
+    const sim::SimulationResult result = run_ring(r, bytes, model, true);
+    const auto scatter = spans(result, "REDUCE_SCATTER"), gather = spans(result, "ALLGATHER");
+    EXPECT_TRUE(spans(result, "ALLREDUCE").empty());
+    ASSERT_EQ(scatter.size(), 4u);
+    ASSERT_EQ(gather.size(), 4u);
+    // 3 steps of 1000 bytes over 2 x 0.25 s of latency: 3 x 1.5 s each; no optimizer step between them.
+    for (const auto& [host, span] : scatter) {
+      EXPECT_NEAR(span.first, 2, 1e-9) << host;
+      EXPECT_NEAR(span.second, 2 + 4.5, 1e-9) << host;
+      EXPECT_NEAR(gather.at(host).first, 6.5, 1e-9) << host;
+      EXPECT_NEAR(gather.at(host).second, 6.5 + 4.5, 1e-9) << host;
+    }
+    for (const TimelineRecord& record : result.timeline.records)
+      if (record.action == "REDUCE_SCATTER" || record.action == "ALLGATHER") {
+        EXPECT_DOUBLE_EQ(record.bytes, 3000) << record.action;
+      }
+  }
+}
+
+TEST(Collectives, FlowsStartOneFlowPerParticipantAndMeasureEachRoutesLatencyOnce) {
+  // r flows and r latency probes, against r x 2(r-1) rounds.
+  EXPECT_EQ(run_ring(8, 8000, sim::CollectiveModel::Rounds).collective_communications, 8u * 14u);
+  EXPECT_EQ(run_ring(8, 8000, sim::CollectiveModel::Flows).collective_communications, 16u);
+  const sim::SimulationResult large = run_ring(512, 512000, sim::CollectiveModel::Flows);
+  EXPECT_EQ(large.collective_communications, 1024u);
+  const auto ends = spans(large, "ALLREDUCE");
+  ASSERT_EQ(ends.size(), 512u);
+  for (const auto& [host, span] : ends) ASSERT_NEAR(span.second, 2 + ring_seconds(512, 1022, 512000), 1e-6) << host;
+}
+
+TEST(Collectives, TiedEmbeddingsAreAllReducedBetweenFirstAndLastStageAfterTheirDataParallelSync) {
+  // 1f1b-sno, 2 stages, M = 1, d = 2 on a star of 4 (each hop 2 x 0.25 s):
+  // stage 0 on h0 (replica 0) and h1, stage 1 on h2 and h3; F = B = 1 s,
+  // 0-byte activations and stage gradients. h0: F [0,1], B [4,5]; h2: F
+  // [1.5,2.5], B [2.5,3.5]. Stage 1's all-reduce (0 bytes, 2 steps) [3.5,4.5],
+  // stage 0's [5,6]; then the tied word table's (1000 bytes, 2 participants:
+  // 2 x 0.5 s + 1000 B / 1000 B/s) from 6, when h0 joins, to 8.
+  TempFile platform("pipegrid-tied", ".xml", testutil::star_platform_xml(4, kLatency, kBandwidth));
+  ScheduleOptions options;
+  options.num_stages = 2;
+  options.micro_batches = 1;
+  options.data_parallel = 2;
+  for (const auto model : {sim::CollectiveModel::Flows, sim::CollectiveModel::Rounds}) {
+    sim::SimulationRequest request;
+    request.platform_file = platform.path();
+    request.program = generate_schedule("1f1b-sno", options);
+    StageCost stage;
+    stage.forward_s = stage.backward_s = kComputeS;
+    request.stages = {stage, stage};
+    request.hosts = {{"h0", "h1"}, {"h2", "h3"}};
+    request.network = sim::NetworkModel::Analytic;
+    request.collective_model = model;
+    request.tied_embedding = sim::SimulationRequest::TiedEmbedding{0, 1, 1000};
+    const sim::SimulationResult result = sim::simulate(request);
+    std::map<std::string, std::pair<double, double>> tied, stage_sync;
+    for (const TimelineRecord& record : result.timeline.records) {
+      if (record.action != "ALLREDUCE") continue;
+      (record.micro_batch == -2 ? tied : stage_sync)[record.host] = {record.start_s, record.end_s};
+      if (record.micro_batch == -2) {
+        EXPECT_DOUBLE_EQ(record.bytes, 1000);
+        EXPECT_EQ(record.peer, std::string(record.host == "h0" ? "h2" : record.host == "h2" ? "h0" : record.host == "h1" ? "h3" : "h1"));
+      }
+    }
+    ASSERT_EQ(tied.size(), 4u) << sim::to_string(model);
+    EXPECT_NEAR(stage_sync.at("h2").second, 4.5, 1e-9) << sim::to_string(model);
+    EXPECT_NEAR(stage_sync.at("h0").second, 6, 1e-9) << sim::to_string(model);
+    for (const auto& [host, span] : tied) {
+      EXPECT_NEAR(span.first, host == "h0" || host == "h1" ? 6 : 4.5, 1e-9) << sim::to_string(model) << " " << host;
+      EXPECT_NEAR(span.second, 8, 1e-9) << sim::to_string(model) << " " << host;
+    }
+  }
+}
+
+TEST(Collectives, CollectiveModelNamesParseAndOthersAreRefusedNamingTheFlag) {
+  EXPECT_EQ(sim::parse_collective_model("flows"), sim::CollectiveModel::Flows);
+  EXPECT_EQ(sim::parse_collective_model("rounds"), sim::CollectiveModel::Rounds);
+  try {
+    sim::parse_collective_model("tree");
+    FAIL() << "tree accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("--collective-model"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace pipegrid
