@@ -191,7 +191,8 @@ SavedPlan read_saved_plan(const std::string& file) {
   const Plan& plan = saved.plan;
   if (plan.layer_recompute.enabled())
     throw InputError(executor_layer_recompute_refusal(
-        fmt::format("--plan {}: recompute_granularity \"{}\"", file, plan.layer_recompute.granularity), "validate"));
+        fmt::format("--plan {}: recompute_granularity \"{}\"", file, plan.layer_recompute.granularity), "validate",
+        fmt::format("--plan {}", file)));
   if (plan.profile.model.empty())
     throw InputError(fmt::format("{}: profile: names no model to run (its \"model\", which pipegrid calibrate writes); save the "
                                  "plan from a calibrated profile, or give --model and --schedule instead of --plan",

@@ -137,12 +137,13 @@ std::vector<StageRecompute> stage_recompute(const Profile& profile, const Partit
   return stages;
 }
 
-std::string executor_layer_recompute_refusal(const std::string& flag, const std::string& command) {
+std::string executor_layer_recompute_refusal(const std::string& flag, const std::string& command,
+                                             const std::string& simulate_instead) {
   return fmt::format("{0}: pipegrid {1} runs the model for real, and its executor recomputes whole stages only "
                      "(--recompute: each forward keeps its stage input, a recompute re-runs the stage's forward before "
                      "its backward), not Megatron-LM's recomputation layer by layer, which pipegrid simulates only; "
-                     "give --recompute to {1}, or {0} to simulate",
-                     flag, command);
+                     "give --recompute to {1}, or {2} to simulate",
+                     flag, command, simulate_instead.empty() ? flag : simulate_instead);
 }
 
 }  // namespace pipegrid

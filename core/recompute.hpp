@@ -101,6 +101,9 @@ inline constexpr const char* kLayerRecomputeFlags[] = {"--recompute-granularity"
  *  (--recompute: an F keeps its stage input, an R re-runs the stage's
  *  forward) and not layer by layer: the message names the flag, says why,
  *  and what to give instead. */
-std::string executor_layer_recompute_refusal(const std::string& flag, const std::string& command);
+/// `simulate_instead`: what to give `pipegrid simulate` instead (empty:
+/// `flag` itself).
+std::string executor_layer_recompute_refusal(const std::string& flag, const std::string& command,
+                                             const std::string& simulate_instead = "");
 
 }  // namespace pipegrid
