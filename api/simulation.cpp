@@ -1117,6 +1117,11 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   // Megatron-Core DDP buckets hold parameters; the layers' weight bytes are in the dtype.
   if (plan.overlap_grad_reduce) request.bucket_bytes = static_cast<double>(plan.ddp_bucket_parameters()) * dtype_bytes(plan.dtype, "--dtype");
   request.distributed_optimizer = plan.distributed_optimizer;
+  // Gradients reduced in their own dtype (--gradient-dtype fp32: Megatron's
+  // grad_reduce_in_fp32 with --bf16 or --accumulate-allreduce-grads-in-fp32).
+  if (!plan.gradient_dtype.empty() && !plan.dtype.empty())
+    request.gradient_bytes_per_weight_byte =
+        static_cast<double>(dtype_bytes(plan.gradient_dtype, "--gradient-dtype")) / dtype_bytes(plan.dtype, "--dtype");
   request.overlap_param_gather = plan.overlap_param_gather;
   // Where a device without all-reduces updates its weights (optimizer steps).
   request.update_interval = plan.program_text.empty() ? update_interval(plan.schedule, options) : 0;
@@ -1567,6 +1572,11 @@ std::string gradient_sync_text(const Plan& plan, const PlatformSummary& platform
               ? fmt::format("; distributed optimizer: reduce-scatter, step on 1/{} of the parameters, all-gather{}",
                             plan.data_parallel, plan.overlap_param_gather ? " overlapped with the next forward" : "")
               : ", all-reduce";
+  if (!plan.gradient_dtype.empty() && !plan.dtype.empty() && plan.gradient_dtype != plan.dtype)
+    text += fmt::format("; gradients reduced in {} ({:g} x the {} weights' bytes)", plan.gradient_dtype,
+                        static_cast<double>(dtype_bytes(plan.gradient_dtype, "--gradient-dtype")) /
+                            dtype_bytes(plan.dtype, "--dtype"),
+                        plan.dtype);
   text += fmt::format("; ring collectives as {}", plan.collective_model);
   const bool stepped = std::any_of(platform.hosts.begin(), platform.hosts.end(),
                                    [](const HostInfo& host) { return host.has_optimizer_step(); });

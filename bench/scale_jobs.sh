@@ -19,14 +19,13 @@
 #     sequence 4096), t 8, p 16, d 48, 64 micro-batches of 1 per pipeline,
 #     1F1B, SimGrid's default network, on 768 DGX A100 (8 x A100 80 GB,
 #     NVLink 300 GB/s per direction, 8 x 200 Gb/s HDR NICs, 32 servers per
-#     leaf, non-blocking). Megatron's distributed optimizer: not yet a
-#     simulate flag (another engineer's work); left out.
+#     leaf, non-blocking), Megatron's distributed optimizer
+#     (--use-distributed-optimizer: reduce-scatter, step, all-gather).
 #   gpt-16384: hidden 16384, 128 layers, 128 heads, sequence 4096, t 8,
 #     p 16, d 128, interleaved 1F1B with 2 virtual stages, 64 micro-batches
 #     per pipeline, on 2,048 DGX H100 (8 x H100 80 GB, NVLink 450 GB/s per
 #     direction, 8 x 400 Gb/s NDR NICs, 32 servers per leaf, non-blocking).
-#   gpt462b-2048: the first job at d 16 (2,048 GPUs, 256 servers): the
-#     largest that pipegrid's limits admitted when this script was written.
+#   gpt462b-2048: the first job at d 16 (2,048 GPUs, 256 servers).
 set -u
 PIPEGRID=$(realpath "${1:-build/pipegrid}")
 WORK=${2:-$(mktemp -d)}
@@ -42,8 +41,8 @@ gpt16k='--model gpt --layers 128 --hidden 16384 --heads 128 --sequence 4096 --mi
 
 # name | servers | platform options | simulate options
 jobs=(
-  "gpt462b-2048|256|$a100 --servers-per-leaf 32|$gpt462b --tensor-parallel 8 --pipeline-parallel 16 --data-parallel 16 --schedule 1f1b-sno --micro-batches 64 --partition megatron"
-  "gpt462b-6144|768|$a100 --servers-per-leaf 32|$gpt462b --tensor-parallel 8 --pipeline-parallel 16 --data-parallel 48 --schedule 1f1b-sno --micro-batches 64 --partition megatron"
+  "gpt462b-2048|256|$a100 --servers-per-leaf 32|$gpt462b --tensor-parallel 8 --pipeline-parallel 16 --data-parallel 16 --schedule 1f1b-sno --micro-batches 64 --partition megatron --use-distributed-optimizer"
+  "gpt462b-6144|768|$a100 --servers-per-leaf 32|$gpt462b --tensor-parallel 8 --pipeline-parallel 16 --data-parallel 48 --schedule 1f1b-sno --micro-batches 64 --partition megatron --use-distributed-optimizer"
   "gpt-16384|2048|$h100 --servers-per-leaf 32|$gpt16k --tensor-parallel 8 --pipeline-parallel 16 --data-parallel 128 --schedule interleaved-1f1b --virtual-stages 2 --micro-batches 64 --partition megatron"
 )
 

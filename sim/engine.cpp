@@ -812,7 +812,8 @@ class Simulation {
       if (all_reduce.tied[p]) {
         TiedSync& tied = tied_[all_reduce.tied[p]->first];
         RingProgress ring{tied.hosts, tied.rounds, tied.joined, tied.left, tied.signal};
-        run_ring(ring, all_reduce.tied[p]->second, CollectiveKind::AllReduce, request_.tied_embedding->bytes,
+        run_ring(ring, all_reduce.tied[p]->second, CollectiveKind::AllReduce,
+                 request_.tied_embedding->bytes * request_.gradient_bytes_per_weight_byte,
                  all_reduce.spec->stage, kTiedEmbeddingLabel, all_reduce.spec->round);
       }
       // The update follows the reduction; what it releases waits for both.
@@ -837,7 +838,8 @@ class Simulation {
                       const AllReduceState::Job& job) {
     RingProgress ring{all_reduce.hosts, all_reduce.rounds[collective], all_reduce.joined[collective],
                       all_reduce.left[collective], all_reduce.signal};
-    run_ring(ring, p, kind, job.bytes, all_reduce.spec->stage, job.label, all_reduce.spec->round);
+    const double bytes = kind == CollectiveKind::AllGather ? job.bytes : job.bytes * request_.gradient_bytes_per_weight_byte;
+    run_ring(ring, p, kind, bytes, all_reduce.spec->stage, job.label, all_reduce.spec->round);
   }
 
   // The state one ring collective's participants share.

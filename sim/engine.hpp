@@ -150,6 +150,12 @@ struct SimulationRequest {
   /// mini-batch on each participant (mini-batch of its ready action + 1)
   /// waits for that participant's all-gathers.
   bool overlap_param_gather = false;
+  /// Bytes of a gradient per byte of weight: the all-reduces and
+  /// reduce-scatters (gradients, the tied embedding's too) carry the weight
+  /// bytes times this; the all-gathers (parameters) the weight bytes. 2 for
+  /// 16-bit weights whose gradients are reduced in fp32 (Megatron-LM with
+  /// --bf16, or --accumulate-allreduce-grads-in-fp32).
+  double gradient_bytes_per_weight_byte = 1;
   /// Megatron's tied word embedding under pipeline parallelism: the device
   /// of `last_stage` keeps a copy of the word table of `first_stage`'s
   /// embedding; their gradients are all-reduced between the two (replica q

@@ -30,7 +30,8 @@ constexpr double kComputeS = 1.0;        // forward and backward of the one stag
 // One mini-batch of dp over r replicas of one stage (one micro-batch each,
 // so every replica joins its all-reduce at 2 s), gradients of `bytes`, on a
 // star of r hosts where every ring hop crosses its own two links.
-sim::SimulationResult run_ring(int r, double bytes, sim::CollectiveModel model, bool distributed = false) {
+sim::SimulationResult run_ring(int r, double bytes, sim::CollectiveModel model, bool distributed = false,
+                               double gradient_bytes_per_weight_byte = 1) {
   static std::map<int, std::unique_ptr<TempFile>> platforms;
   auto& platform = platforms[r];
   if (!platform) platform = std::make_unique<TempFile>(fmt::format("pipegrid-ring{}", r), ".xml", testutil::star_platform_xml(r, kLatency, kBandwidth));
@@ -51,6 +52,7 @@ sim::SimulationResult run_ring(int r, double bytes, sim::CollectiveModel model, 
   request.network = sim::NetworkModel::Analytic;
   request.collective_model = model;
   request.distributed_optimizer = distributed;
+  request.gradient_bytes_per_weight_byte = gradient_bytes_per_weight_byte;
   return sim::simulate(request);
 }
 
@@ -103,6 +105,28 @@ TEST(Collectives, ReduceScatterAndAllGatherEachTakeRMinusOneSteps) {
         EXPECT_DOUBLE_EQ(record.bytes, 3000) << record.action;
       }
   }
+}
+
+// Gradients reduced in fp32 for 16-bit weights (Megatron's
+// grad_reduce_in_fp32): the reduce-scatter carries twice the weight bytes,
+// the all-gather of the parameters the weight bytes; an all-reduce twice.
+TEST(Collectives, Fp32GradientsDoubleTheReductionsButNotTheParameterGather) {
+  const int r = 4;
+  const double bytes = 4000;
+  const sim::SimulationResult zero1 = run_ring(r, bytes, sim::CollectiveModel::Flows, true, 2.0);
+  const auto scatter = spans(zero1, "REDUCE_SCATTER"), gather = spans(zero1, "ALLGATHER");
+  ASSERT_EQ(scatter.size(), 4u);
+  for (const auto& [host, span] : scatter) {
+    // 3 steps of 2000 bytes: 3 x (0.5 + 2) s; then 3 steps of 1000 bytes: 3 x 1.5 s.
+    EXPECT_NEAR(span.second, 2 + 7.5, 1e-9) << host;
+    EXPECT_NEAR(gather.at(host).second, 2 + 7.5 + 4.5, 1e-9) << host;
+  }
+  for (const TimelineRecord& record : zero1.timeline.records) {
+    if (record.action == "REDUCE_SCATTER") EXPECT_DOUBLE_EQ(record.bytes, 6000);
+    if (record.action == "ALLGATHER") EXPECT_DOUBLE_EQ(record.bytes, 3000);
+  }
+  const auto all_reduce = spans(run_ring(r, bytes, sim::CollectiveModel::Flows, false, 2.0), "ALLREDUCE");
+  for (const auto& [host, span] : all_reduce) EXPECT_NEAR(span.second, 2 + ring_seconds(r, 2 * (r - 1), 2 * bytes), 1e-9) << host;
 }
 
 TEST(Collectives, FlowsStartOneFlowPerParticipantAndMeasureEachRoutesLatencyOnce) {
