@@ -1139,6 +1139,10 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   for (const StageRecompute& stage : layerwise) memory.layerwise.push_back({stage.kept_bytes, stage.recompute_bytes});
   memory.resident_weight_factor =
       resident_weight_factor(plan.dtype, plan.optimizer, plan.gradient_dtype, plan.distributed_optimizer ? plan.data_parallel : 0);
+  memory.step_weight_factor =
+      step_gradient_copy_bytes_per_parameter(plan.dtype, plan.gradient_dtype,
+                                             plan.distributed_optimizer ? plan.data_parallel : 0) /
+      dtype_bytes(plan.dtype, "--dtype");
   if (!info.flushed) {
     memory.versioning = info.weights == WeightVersions::Predicted ? WeightVersioning::Prediction
                         : plan.vertical_sync                        ? WeightVersioning::VerticalSync
@@ -1606,18 +1610,30 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   for (const std::string& note : plan.device_model_notes) text += fmt::format("  device model      {}\n", note);
   if (!plan.dtype.empty()) {
     const ParameterBytes bytes = bytes_per_parameter(plan.dtype, plan.optimizer, plan.gradient_dtype);
-    text += fmt::format("  precision         {}, {}{}: {} bytes per parameter (weights {} + gradients {}{}{} + optimizer {})\n",
+    const double step_copy = step_gradient_copy_bytes_per_parameter(plan.dtype, plan.gradient_dtype);
+    text += fmt::format("  precision         {}, {}{}: {} bytes per parameter (weights {} + gradients {}{}{} + optimizer {}){}\n",
                         plan.dtype, plan.optimizer, plan.optimizer_note.empty() ? "" : " (" + plan.optimizer_note + ")",
                         bytes.total(), bytes.weights, bytes.gradients,
                         plan.gradient_dtype.empty() ? "" : " (" + plan.gradient_dtype + ")",
-                        bytes.master_weights ? fmt::format(" + fp32 master {}", bytes.master_weights) : "", bytes.optimizer);
+                        bytes.master_weights ? fmt::format(" + fp32 master {}", bytes.master_weights) : "", bytes.optimizer,
+                        step_copy > 0 && !plan.distributed_optimizer
+                            ? fmt::format("; {:g} during the optimizer step, with its fp32 copy of the gradients",
+                                          bytes.total() + step_copy)
+                            : "");
   }
-  if (plan.distributed_optimizer)
+  if (plan.distributed_optimizer) {
+    const double step_copy =
+        step_gradient_copy_bytes_per_parameter(plan.dtype, plan.gradient_dtype, plan.data_parallel);
     text += fmt::format("  distributed opt.  {:.4g} bytes per parameter over d {}: weights and gradients whole, the fp32 master "
-                        "weights{} and optimizer state split d ways (Megatron-LM's distributed-optimizer table)\n",
+                        "weights and optimizer state split d ways{} (Megatron-LM's distributed-optimizer table)\n",
                         distributed_bytes_per_parameter(plan.dtype, plan.optimizer, plan.gradient_dtype, plan.data_parallel),
                         plan.data_parallel,
-                        bytes_per_parameter(plan.dtype, plan.optimizer, plan.gradient_dtype).gradients == 4 ? "" : ", fp32 main gradients");
+                        step_copy > 0 ? fmt::format("; {:.4g} during the step, with its shard of fp32 gradient copies",
+                                                    distributed_bytes_per_parameter(plan.dtype, plan.optimizer,
+                                                                                    plan.gradient_dtype, plan.data_parallel) +
+                                                        step_copy)
+                                      : "");
+  }
   if (plan.layer_recompute.enabled())
     text += fmt::format("  recompute         {}\n", layer_recompute_text(plan.layer_recompute));
   if (!plan.tensor_parallel_note.empty()) text += fmt::format("  {}\n", plan.tensor_parallel_note);

@@ -516,11 +516,12 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model, const 
       peak_stashes = std::max(peak_stashes, stashes);
       if (change.record != static_cast<std::size_t>(-1)) timeline.records[change.record].memory_bytes = bytes;
     }
-    peaks.peak_bytes[host] = peak;
+    peaks.peak_bytes[host] = std::max(peak, base + model.step_weight_factor * weight_bytes_of(host));
     peaks.peak_stashed[host] = peak_stashes;
   }
   for (const auto& [host, stages] : stages_of_host)
-    if (!peaks.peak_bytes.count(host)) peaks.peak_bytes[host] = base_copies * weight_bytes_of(host);
+    if (!peaks.peak_bytes.count(host))
+      peaks.peak_bytes[host] = (base_copies + model.step_weight_factor) * weight_bytes_of(host);
   return peaks;
 }
 

@@ -54,6 +54,12 @@ struct MemoryModel {
   /// bf16 sgd 4, momentum 6, adam 8. Further weight versions (stashing
   /// schedules) add one copy of the weight bytes each.
   double resident_weight_factor = 2;
+  /// What an optimizer step holds on top of the resident bytes, per byte of
+  /// weights (step_gradient_copy_bytes_per_parameter / dtype bytes). A
+  /// host's peak is at least resident + this x its weights: the step runs
+  /// once a flushed schedule has freed its activations (for schedules that
+  /// step between micro-batches, a lower bound).
+  double step_weight_factor = 0;
   /// device memory capacity per host; absent = unlimited
   std::map<std::string, double> capacity_bytes;
   /// what a host's process holds besides the model (HostInfo::memory_reserve_of

@@ -52,9 +52,15 @@ double distributed_bytes_per_parameter(const std::string& dtype, const std::stri
   if (data_parallel < 1)
     throw InputError(fmt::format("--use-distributed-optimizer: expected a data-parallel size >= 1, found {}", data_parallel));
   const ParameterBytes bytes = bytes_per_parameter(dtype, optimizer, gradient_dtype);
-  const int main_gradients = bytes.gradients == 4 ? 0 : 4;  // fp32 copies of 16-bit gradients
-  return bytes.weights + bytes.gradients +
-         static_cast<double>(bytes.master_weights + main_gradients + bytes.optimizer) / data_parallel;
+  return bytes.weights + bytes.gradients + static_cast<double>(bytes.master_weights + bytes.optimizer) / data_parallel;
+}
+
+double step_gradient_copy_bytes_per_parameter(const std::string& dtype, const std::string& gradient_dtype,
+                                              int distributed_over) {
+  check_gradient_dtype(dtype, gradient_dtype);
+  const bool sixteen_bit_gradients = dtype_bytes(dtype) == 2 && (gradient_dtype.empty() || gradient_dtype == dtype);
+  if (!sixteen_bit_gradients) return 0;
+  return distributed_over > 0 ? 4.0 / distributed_over : 4.0;
 }
 
 double resident_weight_factor(const std::string& dtype, const std::string& optimizer,

@@ -35,19 +35,28 @@ struct ParameterBytes {
 ParameterBytes bytes_per_parameter(const std::string& dtype, const std::string& optimizer,
                                    const std::string& gradient_dtype = "");
 
-/** Bytes per parameter under Megatron's distributed optimizer (ZeRO-1) over
- *  d data-parallel ranks: weights and gradients whole on every rank; the
- *  fp32 master weights, the optimizer state and, with 16-bit gradients, the
- *  fp32 main gradients the step reads (Megatron's main_grad) split d ways:
- *    weights + gradients + (master + main gradients + optimizer) / d.
- *  With adam this is Megatron-LM's table (core_v0.14.0,
- *  docs/source/api-guide/dist_optimizer.md): fp16 parameters and gradients
- *  4 + 16/d, bf16 parameters with fp32 gradients 6 + 12/d, fp32 8 + 8/d.
- *  (The table's non-distributed fp16 line, 20, counts those main gradients
- *  too; bytes_per_parameter counts 16 there, the gradients kept in the
- *  weights' format.) InputError as bytes_per_parameter, and for d < 1. */
+/** Bytes per parameter resident under Megatron's distributed optimizer
+ *  (ZeRO-1) over d data-parallel ranks: weights and gradients whole on
+ *  every rank, the fp32 master weights and the optimizer state split d ways:
+ *    weights + gradients + (master + optimizer) / d.
+ *  With step_gradient_copy_bytes_per_parameter at the step, adam gives
+ *  Megatron-LM's table (core_v0.14.0, docs/source/api-guide/
+ *  dist_optimizer.md): fp16 parameters and gradients 4 + 16/d, bf16
+ *  parameters with fp32 gradients 6 + 12/d, fp32 8 + 8/d. InputError as
+ *  bytes_per_parameter, and for d < 1. */
 double distributed_bytes_per_parameter(const std::string& dtype, const std::string& optimizer,
                                        const std::string& gradient_dtype, int data_parallel);
+
+/** Bytes per parameter a mixed-precision optimizer step holds on top of the
+ *  resident bytes while it runs: with 16-bit weights and 16-bit gradients,
+ *  the fp32 copy of the gradients its update reads (Megatron-LM's
+ *  MixedPrecisionOptimizer copies model gradients to fp32 main gradients
+ *  for the step and frees them after: 4, or 4 / d for the shard of the
+ *  distributed optimizer over d > 0); 0 otherwise (fp32 weights, or fp32
+ *  gradients, which the step reads in place). Megatron's table counts it:
+ *  fp16 parameters and gradients 16 + 4 = 20 non-distributed. */
+double step_gradient_copy_bytes_per_parameter(const std::string& dtype, const std::string& gradient_dtype,
+                                              int distributed_over = 0);
 
 /** The gradient dtype a run may keep (simulate --gradient-dtype): "" (the
  *  run's dtype), that dtype, or fp32. InputError naming --gradient-dtype

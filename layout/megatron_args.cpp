@@ -1328,8 +1328,8 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
   launch.fp32_gradients = dtype == "fp32" || accumulate_in_fp32;
   if (dtype != "fp32" && !launch.fp32_gradients)
     notes.push_back(fmt::format("gradients: {} (2 bytes per parameter); Megatron's optimizer copies them to fp32 for its "
-                                "step (its distributed-optimizer table: 20 bytes per parameter with Adam), pipegrid "
-                                "counts 16",
+                                "step (its distributed-optimizer table: 20 bytes per parameter with Adam), as pipegrid "
+                                "counts them while the step runs",
                                 dtype));
   if (a.has("--fp32-residual-connection")) {
     if (dtype == "fp32")

@@ -20,17 +20,27 @@ namespace {
 TEST(DistributedOptimizer, BytesPerParameterAreMegatronsTable) {
   // Megatron-LM core_v0.14.0, docs/source/api-guide/dist_optimizer.md (adam).
   for (const int d : {1, 2, 3, 8, 64}) {
-    EXPECT_NEAR(distributed_bytes_per_parameter("fp16", "adam", "", d), 4 + 16.0 / d, 1e-9) << d;
+    // fp16 gradients: resident 4 + 12/d, and during the step the shard of
+    // fp32 gradient copies (4/d): the table's 4 + 16/d.
+    EXPECT_NEAR(distributed_bytes_per_parameter("fp16", "adam", "", d), 4 + 12.0 / d, 1e-9) << d;
+    EXPECT_NEAR(distributed_bytes_per_parameter("fp16", "adam", "", d) + step_gradient_copy_bytes_per_parameter("fp16", "", d),
+                4 + 16.0 / d, 1e-9)
+        << d;
+    EXPECT_EQ(step_gradient_copy_bytes_per_parameter("bf16", "fp32", d), 0) << d;
+    EXPECT_EQ(step_gradient_copy_bytes_per_parameter("fp32", "", d), 0) << d;
     EXPECT_NEAR(distributed_bytes_per_parameter("bf16", "adam", "fp32", d), 6 + 12.0 / d, 1e-9) << d;
     EXPECT_NEAR(distributed_bytes_per_parameter("fp32", "adam", "", d), 8 + 8.0 / d, 1e-9) << d;
     // Per byte of weights (the profile's parameter bytes are in the dtype).
     EXPECT_NEAR(resident_weight_factor("bf16", "adam", "fp32", d), (6 + 12.0 / d) / 2, 1e-9) << d;
     EXPECT_NEAR(resident_weight_factor("fp32", "adam", "", d), (8 + 8.0 / d) / 4, 1e-9) << d;
   }
-  // The non-distributed bf16 line (18) is bytes_per_parameter's.
+  // The non-distributed lines: bf16 with fp32 gradients 18 and fp32 16,
+  // bytes_per_parameter's; fp16 gradients 16 resident + 4 during the step.
   EXPECT_EQ(bytes_per_parameter("bf16", "adam", "fp32").total(), 18);
   EXPECT_EQ(bytes_per_parameter("fp32", "adam").total(), 16);
-  // Without optimizer state only the master weights (and main gradients) are split.
+  EXPECT_EQ(bytes_per_parameter("fp16", "adam").total() + step_gradient_copy_bytes_per_parameter("fp16", ""), 20);
+  EXPECT_EQ(step_gradient_copy_bytes_per_parameter("bf16", "bf16"), 4);
+  // Without optimizer state only the master weights are split.
   EXPECT_NEAR(distributed_bytes_per_parameter("bf16", "sgd", "fp32", 4), 6 + 4.0 / 4, 1e-9);
   EXPECT_NEAR(distributed_bytes_per_parameter("fp32", "sgd", "", 4), 8, 1e-9);
   EXPECT_THROW(distributed_bytes_per_parameter("bf16", "adam", "", 0), InputError);
