@@ -41,9 +41,9 @@ gpt16k='--model gpt --layers 128 --hidden 16384 --heads 128 --sequence 4096 --mi
 
 # name | servers | platform options | simulate options
 jobs=(
-  "gpt462b-2048|256|$a100 --servers-per-leaf 32|$gpt462b --tensor-parallel 8 --pipeline-parallel 16 --data-parallel 16 --schedule 1f1b-sno --micro-batches 64 --partition megatron --use-distributed-optimizer"
-  "gpt462b-6144|768|$a100 --servers-per-leaf 32|$gpt462b --tensor-parallel 8 --pipeline-parallel 16 --data-parallel 48 --schedule 1f1b-sno --micro-batches 64 --partition megatron --use-distributed-optimizer"
-  "gpt-16384|2048|$h100 --servers-per-leaf 32|$gpt16k --tensor-parallel 8 --pipeline-parallel 16 --data-parallel 128 --schedule interleaved-1f1b --virtual-stages 2 --micro-batches 64 --partition megatron"
+  "gpt462b-2048|256|$a100 --servers-per-leaf 32|$gpt462b --tensor-parallel 8 --pipeline-parallel 16 --data-parallel 16 --schedule 1f1b-sno --micro-batches 64 --partition megatron --use-distributed-optimizer --sequence-parallel --recompute-granularity selective"
+  "gpt462b-6144|768|$a100 --servers-per-leaf 32|$gpt462b --tensor-parallel 8 --pipeline-parallel 16 --data-parallel 48 --schedule 1f1b-sno --micro-batches 64 --partition megatron --use-distributed-optimizer --sequence-parallel --recompute-granularity selective"
+  "gpt-16384|2048|$h100 --servers-per-leaf 32|$gpt16k --tensor-parallel 8 --pipeline-parallel 16 --data-parallel 128 --schedule interleaved-1f1b --virtual-stages 2 --micro-batches 64 --partition megatron --use-distributed-optimizer --sequence-parallel --recompute-granularity selective"
 )
 
 seconds() { awk -F': ' '/Elapsed \(wall clock\)/ { n = split($2, p, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + p[i]; print s }' "$1"; }
