@@ -1640,13 +1640,21 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   for (const std::string& note : plan.megatron_notes) text += fmt::format("  megatron          {}\n", note);
   if (plan.parallel_layout) text += fmt::format("  layout            {}\n", layout_text(plan));
   if (plan.parallel_layout && plan.data_parallel > 1) text += fmt::format("  gradient sync     {}\n", gradient_sync_text(plan, result.platform));
-  if (const auto tied = tied_embedding_of(plan, result.program))
+  if (const auto tied = tied_embedding_of(plan, result.program)) {
+    // At d = 1 the engine runs the all-reduce per mini-batch of a flushed
+    // Program only (sim/engine.hpp, SimulationRequest::tied_embedding).
+    const bool simulated = std::any_of(result.timeline.records.begin(), result.timeline.records.end(),
+                                       [](const TimelineRecord& r) { return r.action == "ALLREDUCE" && r.micro_batch == -2; });
     text += fmt::format("  tied embedding    stage {} keeps a copy of stage {}'s word table ({}), as Megatron-LM does; {}\n",
                         tied->last_stage, tied->first_stage, human_bytes(tied->word_bytes),
                         plan.data_parallel > 1 ? "their gradients are all-reduced between the two after the data-parallel "
                                                  "synchronisation, before the optimizer step"
-                                               : "the all-reduce of their gradients is not simulated at d 1 (no "
-                                                 "data-parallel synchronisation to follow)");
+                        : simulated ? "their gradients are all-reduced between the two after each mini-batch's last "
+                                      "backward of those stages, before the optimizer step"
+                                    : fmt::format("the all-reduce of their gradients is not simulated: {} updates the "
+                                                  "weights without a flush after each mini-batch",
+                                                  plan.schedule));
+  }
   if (m.steady_state) {
     const SteadyState& steady = *m.steady_state;
     text += fmt::format("  mini-batch time   {} (steady-state period: {})\n", human_seconds(m.minibatch_time_s), steady.measured_over);

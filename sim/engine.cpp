@@ -220,9 +220,11 @@ struct ActionState {
     /// waits for its backward's gradient; the backward records it).
     /// AllReduce: the participant is done with gradient synchronisation
     /// `index`; Reduced: its gradients are reduced and its step has ended.
-    enum class What { End, Message, Arrival, AllReduce, Reduced, Step } what;
-    std::size_t index;            ///< producer action, or all-reduce
-    std::size_t participant = 0;  ///< for AllReduce: whose end to wait for
+    /// Tied: the participant is done with tied-embedding all-reduce `index`
+    /// of a run without data-parallel synchronisation (its step included).
+    enum class What { End, Message, Arrival, AllReduce, Reduced, Step, Tied } what;
+    std::size_t index;            ///< producer action, all-reduce or tied all-reduce
+    std::size_t participant = 0;  ///< for AllReduce and Tied: whose end to wait for
   };
   std::vector<Need> needs;
 };
@@ -587,6 +589,7 @@ class Simulation {
     }
     pair_tied_embeddings();
     place_optimizer_steps(platform);
+    place_lone_tied_syncs();
   }
 
   /** Creates one actor per device stream; call before Engine::run(). */
@@ -607,6 +610,10 @@ class Simulation {
     for (const auto& [device, parts] : device_all_reduces_) {
       sg::Host* host = all_reduces_[parts.front().first].hosts[parts.front().second];
       sg::Actor::create(fmt::format("device{}-allreduce", device), host, [this, device = device] { run_all_reduces(device); });
+    }
+    for (const auto& [device, parts] : device_tied_) {
+      sg::Host* host = tied_[parts.front().first].hosts[parts.front().second];
+      sg::Actor::create(fmt::format("device{}-tied", device), host, [this, device = device] { run_lone_tied_syncs(device); });
     }
   }
 
@@ -698,6 +705,84 @@ class Simulation {
         first.tied[q] = std::pair{tied_.size() - 1, std::size_t{0}};
         last.tied[q] = std::pair{tied_.size() - 1, std::size_t{1}};
       }
+    }
+  }
+
+  // SimulationRequest::tied_embedding when neither of its stages has a
+  // data-parallel synchronisation (d = 1): one all-reduce per mini-batch
+  // between the two stages' devices, each joining once its stage's final
+  // backwards of the mini-batch have ended; the optimizer step that follows
+  // the stage's last backward (place_optimizer_steps) runs after it, and the
+  // stage's forwards of the next mini-batch wait for both. Only where the
+  // weights are updated per mini-batch (update_interval 0) and every stream
+  // runs its mini-batches in order (a flushed schedule): elsewhere the
+  // all-reduce has no iteration to follow and is not simulated.
+  void place_lone_tied_syncs() {
+    if (!request_.tied_embedding || !tied_.empty() || request_.update_interval != 0) return;
+    const auto& tied = *request_.tied_embedding;
+    for (const AllReduceState& all_reduce : all_reduces_)
+      if (all_reduce.spec->stage == tied.first_stage || all_reduce.spec->stage == tied.last_stage) return;
+    const std::array<int, 2> stages{tied.first_stage, tied.last_stage};
+    std::array<std::optional<std::size_t>, 2> device;
+    // Per participant: mini-batch -> its stage's final backwards, and its forwards.
+    std::array<std::map<int, std::vector<std::size_t>>, 2> backwards, forwards;
+    for (std::size_t i = 0; i < actions_.size(); ++i) {
+      const ActionState& state = actions_[i];
+      if (i > 0 && actions_[i - 1].device == state.device && actions_[i - 1].stream == state.stream &&
+          actions_[i - 1].action.mini_batch > state.action.mini_batch)
+        return;  // a stream goes back to an earlier mini-batch: no flush
+      for (std::size_t p = 0; p < 2; ++p) {
+        if (state.action.stage != stages[p]) continue;
+        if (device[p] && *device[p] != state.device) return;  // replicated without a synchronisation
+        device[p] = state.device;
+        if (is_final_backward(state.action.kind)) backwards[p][state.action.mini_batch].push_back(i);
+        if (state.action.kind == ActionKind::Forward) forwards[p][state.action.mini_batch].push_back(i);
+      }
+    }
+    if (!device[0] || !device[1] || *device[0] == *device[1]) return;
+    for (const auto& [mini_batch, first_ready] : backwards[0]) {
+      const auto last_ready = backwards[1].find(mini_batch);
+      if (last_ready == backwards[1].end()) continue;
+      const std::size_t sync = tied_.size();
+      TiedSync& tied_sync = tied_.emplace_back();
+      tied_sync.mini_batch = mini_batch;
+      tied_sync.ready = {first_ready, last_ready->second};
+      for (std::size_t p = 0; p < 2; ++p) {
+        tied_sync.hosts.push_back(actions_[tied_sync.ready[p].front()].host);
+        tied_sync.stages[p] = stages[p];
+        // The step the device runs after the stage's last backward: after the all-reduce instead.
+        for (const std::size_t i : tied_sync.ready[p])
+          if (actions_[i].step_work) {
+            tied_sync.step_after[p] = i;
+            tied_sync.step_work[p] = *actions_[i].step_work;
+            actions_[i].step_work.reset();
+          }
+        if (const auto next = forwards[p].find(mini_batch + 1); next != forwards[p].end())
+          for (const std::size_t i : next->second) actions_[i].needs.push_back({ActionState::Need::What::Tied, sync, p});
+        device_tied_[*device[p]].push_back({sync, p});
+      }
+    }
+  }
+
+  // Runs the device's part in its tied-embedding all-reduces of
+  // place_lone_tied_syncs, in mini-batch order: once the stage's final
+  // backwards of the mini-batch have ended, the all-reduce, then the
+  // optimizer step that follows them.
+  void run_lone_tied_syncs(std::size_t device) {
+    for (const auto& [sync, p] : device_tied_[device]) {
+      TiedSync& tied = tied_[sync];
+      for (const std::size_t i : tied.ready[p]) wait_until_ended(actions_[i]);
+      RingProgress ring{tied.hosts, tied.rounds, tied.joined, tied.left, tied.signal};
+      run_ring(ring, p, CollectiveKind::AllReduce, request_.tied_embedding->bytes * request_.gradient_bytes_per_weight_byte,
+               tied.stages[p], kTiedEmbeddingLabel, tied.mini_batch);
+      if (tied.step_after[p]) {
+        ActionState& after = actions_[*tied.step_after[p]];
+        run_step(tied.step_work[p], after, after.stream);
+        after.step_ended = true;
+        if (after.ended_signal) after.ended_signal->notify_all();
+      }
+      tied.done[p] = true;
+      tied.signal->notify_all();
     }
   }
 
@@ -978,6 +1063,12 @@ class Simulation {
         wait_until_step_ended(actions_[need.index]);
         continue;
       }
+      if (need.what == ActionState::Need::What::Tied) {
+        TiedSync& tied = tied_[need.index];
+        std::unique_lock lock(*mutex_);
+        while (!tied.done[need.participant]) tied.signal->wait(lock);
+        continue;
+      }
       if (need.what == ActionState::Need::What::AllReduce || need.what == ActionState::Need::What::Reduced) {
         AllReduceState& all_reduce = all_reduces_[need.index];
         const std::vector<bool>& done = need.what == ActionState::Need::What::AllReduce ? all_reduce.ended : all_reduce.stepped;
@@ -1101,8 +1192,20 @@ class Simulation {
     std::vector<int> rounds = std::vector<int>(2, 0);
     std::size_t joined = 0, left = 0;
     sg::ConditionVariablePtr signal = sg::ConditionVariable::create();
+    /// Without data-parallel synchronisation (place_lone_tied_syncs): the
+    /// mini-batch, and per participant its stage, the final backwards it
+    /// waits for, the action whose optimizer step (of step_work) it runs
+    /// after the all-reduce, and whether it is done.
+    int mini_batch = 0;
+    std::array<int, 2> stages{};
+    std::array<std::vector<std::size_t>, 2> ready;
+    std::array<std::optional<std::size_t>, 2> step_after;
+    std::array<double, 2> step_work{};
+    std::array<bool, 2> done{};
   };
   std::deque<TiedSync> tied_;
+  /// Per device: (tied all-reduce, participant) of place_lone_tied_syncs, in mini-batch order.
+  std::map<std::size_t, std::vector<std::pair<std::size_t, std::size_t>>> device_tied_;
   /// Collective flows: the latency SimGrid gives a message from one host to
   /// another (measured once per route).
   std::map<std::pair<sg::Host*, sg::Host*>, double> route_latency_;

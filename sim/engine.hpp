@@ -161,8 +161,16 @@ struct SimulationRequest {
   /// embedding; their gradients are all-reduced between the two (replica q
   /// of each: Megatron's embedding group) once each has synchronised that
   /// stage's gradients over its replicas (the all-reduce of the Program for
-  /// the stage and round), before its optimizer step. Needs those stages'
-  /// all-reduces, with participants in the same replica order.
+  /// the stage and round), before its optimizer step. With all-reduces of
+  /// those stages, their participants must be in the same replica order.
+  /// Without any (d = 1; Megatron reduces the embedding group whatever d
+  /// is, finalize_model_grads.py, core_v0.14.0): one all-reduce per
+  /// mini-batch between the two stages' devices, each joining once its
+  /// stage's final backwards (B or W) of the mini-batch have ended, then
+  /// the optimizer step of that stage; the stage's forwards of the next
+  /// mini-batch wait for both. Only when update_interval is 0 and every
+  /// stream runs its mini-batches in order (a flushed Program); otherwise
+  /// not simulated.
   struct TiedEmbedding {
     int first_stage = 0, last_stage = 0;
     double bytes = 0;  ///< the word table's gradient bytes

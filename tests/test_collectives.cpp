@@ -122,8 +122,12 @@ TEST(Collectives, Fp32GradientsDoubleTheReductionsButNotTheParameterGather) {
     EXPECT_NEAR(gather.at(host).second, 2 + 7.5 + 4.5, 1e-9) << host;
   }
   for (const TimelineRecord& record : zero1.timeline.records) {
-    if (record.action == "REDUCE_SCATTER") EXPECT_DOUBLE_EQ(record.bytes, 6000);
-    if (record.action == "ALLGATHER") EXPECT_DOUBLE_EQ(record.bytes, 3000);
+    if (record.action == "REDUCE_SCATTER") {
+      EXPECT_DOUBLE_EQ(record.bytes, 6000);
+    }
+    if (record.action == "ALLGATHER") {
+      EXPECT_DOUBLE_EQ(record.bytes, 3000);
+    }
   }
   const auto all_reduce = spans(run_ring(r, bytes, sim::CollectiveModel::Flows, false, 2.0), "ALLREDUCE");
   for (const auto& [host, span] : all_reduce) EXPECT_NEAR(span.second, 2 + ring_seconds(r, 2 * (r - 1), 2 * bytes), 1e-9) << host;
@@ -180,6 +184,65 @@ TEST(Collectives, TiedEmbeddingsAreAllReducedBetweenFirstAndLastStageAfterTheirD
       EXPECT_NEAR(span.first, host == "h0" || host == "h1" ? 6 : 4.5, 1e-9) << sim::to_string(model) << " " << host;
       EXPECT_NEAR(span.second, 8, 1e-9) << sim::to_string(model) << " " << host;
     }
+  }
+}
+
+TEST(Collectives, TiedEmbeddingsAreAllReducedAtD1AfterEachMiniBatchAndTheNextForwardWaits) {
+  // 1f1b-sno, 2 stages, M = 1, d = 1, 2 mini-batches on a star of 2 (each hop
+  // 2 x 0.25 s): stage 0 on h0, stage 1 on h1; F = B = 1 s, 0-byte
+  // activations. Mini-batch 0: h0 F [0,1], h1 F [1.5,2.5], B [2.5,3.5], h0 B
+  // [4,5]. The tied all-reduce (1000 bytes over 2: a flow of 2 x 500 bytes,
+  // 0.5 s + 1 s, then one more latency 0.5 s) from 5, when h0 joins, to 7;
+  // h0 then steps (optimizer_step_overhead 0.25 s: [7,7.25]) and its forward
+  // of mini-batch 1 starts at 7.25; h1 steps [7,7.25] and its forward starts
+  // when the activation arrives, 8.75.
+  const std::string xml = testutil::star_platform_xml(2, kLatency, kBandwidth);
+  std::string stepped = xml;
+  for (std::size_t at = 0; (at = stepped.find("speed=\"1f\"/>", at)) != std::string::npos; ++at)
+    stepped.replace(at, 12, "speed=\"1f\"><prop id=\"optimizer_step_overhead\" value=\"0.25s\"/></host>");
+  ASSERT_NE(stepped, xml);
+  TempFile platform("pipegrid-tied-d1", ".xml", stepped);
+  ScheduleOptions options;
+  options.num_stages = 2;
+  options.micro_batches = 1;
+  options.mini_batches = 2;
+  for (const auto model : {sim::CollectiveModel::Flows, sim::CollectiveModel::Rounds}) {
+    sim::SimulationRequest request;
+    request.platform_file = platform.path();
+    request.program = generate_schedule("1f1b-sno", options);
+    StageCost stage;
+    stage.forward_s = stage.backward_s = kComputeS;
+    request.stages = {stage, stage};
+    request.hosts = {{"h0"}, {"h1"}};
+    request.network = sim::NetworkModel::Analytic;
+    request.collective_model = model;
+    request.tied_embedding = sim::SimulationRequest::TiedEmbedding{0, 1, 1000};
+    const sim::SimulationResult result = sim::simulate(request);
+    std::map<std::pair<std::string, int>, std::pair<double, double>> tied, forward, step;
+    for (const TimelineRecord& record : result.timeline.records) {
+      const auto key = std::make_pair(record.host, record.mini_batch);
+      if (record.action == "ALLREDUCE") {
+        EXPECT_EQ(record.micro_batch, -2);
+        EXPECT_DOUBLE_EQ(record.bytes, 1000);
+        EXPECT_EQ(record.stage, record.host == "h0" ? 0 : 1);
+        EXPECT_EQ(record.peer, std::string(record.host == "h0" ? "h1" : "h0"));
+        tied[key] = {record.start_s, record.end_s};
+      }
+      if (record.action == "F") forward[key] = {record.start_s, record.end_s};
+      if (record.action == "U") step[key] = {record.start_s, record.end_s};
+    }
+    const std::string name = sim::to_string(model);
+    ASSERT_EQ(tied.size(), 4u) << name;
+    EXPECT_NEAR(tied.at({"h1", 0}).first, 3.5, 1e-9) << name;
+    EXPECT_NEAR(tied.at({"h0", 0}).first, 5, 1e-9) << name;
+    EXPECT_NEAR(tied.at({"h0", 0}).second, 7, 1e-9) << name;
+    EXPECT_NEAR(tied.at({"h1", 0}).second, 7, 1e-9) << name;
+    EXPECT_NEAR(step.at({"h0", 0}).first, 7, 1e-9) << name;
+    EXPECT_NEAR(step.at({"h1", 0}).second, 7.25, 1e-9) << name;
+    EXPECT_NEAR(forward.at({"h0", 1}).first, 7.25, 1e-9) << name;
+    EXPECT_NEAR(forward.at({"h1", 1}).first, 8.75, 1e-9) << name;
+    // Mini-batch 1 repeats mini-batch 0 shifted by 7.25 s.
+    EXPECT_NEAR(tied.at({"h0", 1}).second, 14.25, 1e-9) << name;
   }
 }
 
