@@ -335,7 +335,8 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
   for (const auto& [flag, ours, theirs] :
        {std::tuple{"--use-distributed-optimizer", request.distributed_optimizer, launch.distributed_optimizer},
         std::tuple{"--overlap-grad-reduce", request.overlap_grad_reduce, launch.overlap_grad_reduce},
-        std::tuple{"--overlap-param-gather", request.overlap_param_gather, launch.overlap_param_gather}})
+        std::tuple{"--overlap-param-gather", request.overlap_param_gather, launch.overlap_param_gather},
+        std::tuple{"--tp-comm-overlap", request.tp_comm_overlap, launch.tp_comm_overlap}})
     if (ours && !theirs)
       throw InputError(fmt::format("{}: {} runs without it; drop {} or add it to the launch", flag, origin, flag));
   if (request.ddp_bucket_size && request.ddp_bucket_size != launch.ddp_bucket_size)
@@ -361,6 +362,7 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
   launched.gradient_dtype = gradient_dtype;
   launched.tensor_parallel = launch.tensor_parallel;
   launched.sequence_parallel = launch.sequence_parallel;
+  launched.tp_comm_overlap = launch.tp_comm_overlap;
   launched.pipeline_parallel = launch.pipeline_parallel;
   // Megatron's default global batch: one micro-batch per pipeline (micro x d).
   launched.global_batch_size = launch.global_batch_size;

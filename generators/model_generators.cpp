@@ -190,7 +190,7 @@ const std::vector<ModelInfo>& registry() {
          kModelOptionCap, false},
         {"tied_embeddings", 0,
          "1: the head uses the embedding's word table (no parameters of its own; under pipeline parallelism "
-         "Megatron's copy on the last stage is not counted: issue 28); 0: its own",
+         "simulate adds Megatron's copy on the last stage and the all-reduce of its gradients); 0: its own",
          0, 1, false},
         {"flash_attention", 0,
          "1: fused attention (FlashAttention, cuDNN): the s x s scores neither stored nor kept, recomputed in the "

@@ -29,7 +29,7 @@
 //             Under pipeline parallelism Megatron-LM keeps a copy of the
 //             word table on the last stage, kept equal by an all-reduce of
 //             its gradients; that copy's memory and the all-reduce are not
-//             in this profile: they land with issue 28), flash_attention
+//             in this profile: the simulation adds them), flash_attention
 //             (0: unfused attention keeping the s x s scores; 1: a fused
 //             kernel, FlashAttention or cuDNN, keeping none and recomputing
 //             them in the backward).

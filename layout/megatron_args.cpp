@@ -68,11 +68,8 @@ const std::vector<Group>& groups() {
         {"--hidden-dropout", V}, {"--deterministic-mode", S}, {"--fp32-residual-connection", S},
         {"--fp16-lm-cross-entropy", S}, {"--rotary-percent", V}, {"--recompute-modules", L},
         {"--use-distributed-optimizer", S}, {"--overlap-grad-reduce", S}, {"--overlap-param-gather", S},
+        {"--overlap-param-gather-with-optimizer-step", S}, {"--tp-comm-overlap", S},
         {"--ddp-bucket-size", V}}},
-      {Treatment::Issue28,
-       "",
-       {
-        {"--tp-comm-overlap", S}, {"--overlap-param-gather-with-optimizer-step", S}}},
       {Treatment::Retired,
        "--batch-size argument is no longer valid, use --micro-batch-size instead",
        {
@@ -838,13 +835,6 @@ constexpr long long kMaxParallel = 100000;
 constexpr long long kMaxMicroBatch = 1000000;
 constexpr long long kMaxGlobalBatch = 1000000000000LL;
 
-/// `shown`: the argument as the message names it (its name by default).
-[[noreturn]] void refuse_issue_28(const Arguments& arguments, const Given& argument, const std::string& shown = "") {
-  throw InputError(fmt::format("{}: {}: not modelled yet (Megatron's semantics for it land with issue 28); drop it to "
-                               "simulate without it",
-                               arguments.where(argument), shown.empty() ? argument.name : shown));
-}
-
 [[noreturn]] void refuse(const Arguments& arguments, const Given& argument, const std::string& why) {
   arguments.fail(argument, fmt::format("not modelled: {}; drop it to simulate without it", why));
 }
@@ -856,7 +846,6 @@ void refuse_unmodelled(const Arguments& arguments) {
     const std::string& name = argument.name;
     const std::string value = argument.values.empty() ? "" : argument.values[0];
     switch (argument.known->treatment) {
-      case Treatment::Issue28: refuse_issue_28(arguments, argument);
       case Treatment::Refused: refuse(arguments, argument, argument.known->reason);
       default: break;
     }
@@ -1216,6 +1205,10 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
   launch.sequence_parallel = a.has("--sequence-parallel") && tensor_parallel > 1;
   if (a.has("--sequence-parallel") && tensor_parallel == 1)
     notes.push_back("--sequence-parallel: the release turns it off at tensor parallel 1");
+  launch.tp_comm_overlap = a.has("--tp-comm-overlap");
+  if (launch.tp_comm_overlap && !launch.sequence_parallel)
+    a.fail("--tp-comm-overlap",
+           "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled");
 
   // Batches.
   const auto micro = a.integer("--micro-batch-size", 1, kMaxMicroBatch);
@@ -1308,6 +1301,14 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
     a.fail("--overlap-param-gather", "--overlap-param-gather only supported with distributed optimizer or megatron fsdp");
   if (launch.overlap_param_gather && !launch.overlap_grad_reduce)
     a.fail("--overlap-param-gather", "Must use --overlap-param-gather with --overlap-grad-reduce");
+  if (a.has("--overlap-param-gather-with-optimizer-step")) {
+    const std::string flag = "--overlap-param-gather-with-optimizer-step";
+    if (!launch.distributed_optimizer) a.fail(flag, flag + " only supported with distributed optimizer");
+    if (!launch.overlap_param_gather) a.fail(flag, "Must use " + flag + " with --overlap-param-gather");
+    if (launch.virtual_stages == 1) a.fail(flag, flag + " only supported with interleaved pipeline parallelism");
+    notes.push_back(flag + ": the first model chunk's parameter all-gather starts with the optimizer step; while "
+                    "the step takes 0 s (no host declares one) that is --overlap-param-gather's timeline");
+  }
   if (const auto bucket = a.integer("--ddp-bucket-size", 1, 1LL << 50)) {
     if (a.has("--ddp-num-buckets")) a.fail("--ddp-num-buckets", "Cannot specify both --ddp-num-buckets and --ddp-bucket-size");
     launch.ddp_bucket_size = *bucket;

@@ -70,6 +70,8 @@ struct MegatronLaunch {
   /// --overlap-param-gather (which needs both), --ddp-bucket-size
   /// (parameters; absent: the release's max(40M, 1M x d)).
   bool distributed_optimizer = false, overlap_grad_reduce = false, overlap_param_gather = false;
+  /// --tp-comm-overlap (needs sequence parallelism, as the release asserts).
+  bool tp_comm_overlap = false;
   std::optional<long long> ddp_bucket_size;
   /// "1f1b-sno" (Megatron's 1F1B, PipeDream-flush), or "interleaved-1f1b"
   /// when virtual_stages > 1.
@@ -101,10 +103,9 @@ struct MegatronLaunch {
  *  --num-attention-heads, --seq-length, --max-position-embeddings,
  *  --micro-batch-size, the vocabulary); the release's checks (heads and
  *  query groups multiples of tensor parallel, layers as the pipeline and
- *  virtual split need, --fp16 with --bf16, ...); the arguments whose
- *  semantics land with issue 28 (--use-distributed-optimizer, --overlap-grad-reduce, --overlap-param-gather,
- *  --overlap-param-gather-with-optimizer-step, --tp-comm-overlap); and the
- *  others pipegrid does not model (docs/megatron.md, Refused). */
+ *  virtual split need, --fp16 with --bf16, --tp-comm-overlap without
+ *  sequence parallelism, ...); and the arguments pipegrid does not model
+ *  (docs/megatron.md, Refused). */
 MegatronLaunch read_megatron_args(const std::string& text, const std::string& origin);
 
 /// How pipegrid treats an argument of the release.
@@ -112,7 +113,6 @@ enum class MegatronTreatment {
   Read,     ///< read into the launch (some values refused, docs/megatron.md)
   Ignored,  ///< accepted, listed in MegatronLaunch::ignored
   Noted,    ///< accepted, with a note on what pipegrid does not model
-  Issue28,  ///< refused until issue 28 models it
   Refused,  ///< refused: not modelled
   Retired,  ///< refused by the release itself, with its message
 };

@@ -397,10 +397,27 @@ TEST(MegatronArgs, TheEmbeddingAndTheLossCountedInThePipelineSplit) {
                   "cannot be combined with --decoder-first-pipeline-num-layers");
 }
 
-TEST(MegatronArgs, Issue28ArgumentsAreRefused) {
-  const std::string tail = "not modelled yet (Megatron's semantics for it land with issue 28); drop it to simulate without it";
-  for (const std::string argument : {"--tp-comm-overlap", "--overlap-param-gather-with-optimizer-step"})
-    EXPECT_EQ(error_of(minimal(argument)), "--megatron-args: " + argument + ": " + tail);
+TEST(MegatronArgs, TpCommOverlapAndParamGatherWithTheStepAreReadWithTheReleasesChecks) {
+  // megatron/training/arguments.py's asserts, in its words.
+  EXPECT_CONTAINS(error_of(minimal("--tp-comm-overlap")),
+                  "--tp-comm-overlap: Tensor parallel communication/GEMM overlap can happen only when sequence "
+                  "parallelism is enabled");
+  EXPECT_CONTAINS(error_of(minimal("--tensor-model-parallel-size 2 --tp-comm-overlap")),
+                  "only when sequence parallelism is enabled");
+  EXPECT_TRUE(read(minimal("--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap")).tp_comm_overlap);
+  EXPECT_FALSE(read(minimal("--tensor-model-parallel-size 2 --sequence-parallel")).tp_comm_overlap);
+  const std::string step = "--overlap-param-gather-with-optimizer-step";
+  EXPECT_CONTAINS(error_of(minimal(step)), step + ": " + step + " only supported with distributed optimizer");
+  EXPECT_CONTAINS(error_of(minimal("--use-distributed-optimizer " + step)),
+                  "Must use " + step + " with --overlap-param-gather");
+  const std::string gathered = "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather ";
+  EXPECT_CONTAINS(error_of(minimal(gathered + step)), step + " only supported with interleaved pipeline parallelism");
+  const MegatronLaunch interleaved =
+      read("--num-layers 16 --hidden-size 256 --num-attention-heads 8 --seq-length 128 --max-position-embeddings 128 "
+           "--micro-batch-size 2 --vocab-size 1000 --pipeline-model-parallel-size 2 "
+           "--num-layers-per-virtual-pipeline-stage 4 " +
+           gathered + step);
+  EXPECT_TRUE(has_note(interleaved, "that is --overlap-param-gather's timeline"));
   // At tensor parallel 1 the release turns sequence parallelism off; above,
   // it is read.
   const MegatronLaunch off = read(minimal("--sequence-parallel"));
@@ -408,9 +425,6 @@ TEST(MegatronArgs, Issue28ArgumentsAreRefused) {
   EXPECT_TRUE(has_note(off, "the release turns it off at tensor parallel 1"));
   EXPECT_TRUE(read(minimal("--tensor-model-parallel-size 2 --sequence-parallel")).sequence_parallel);
   EXPECT_FALSE(read(minimal("--tensor-model-parallel-size 2")).sequence_parallel);
-  // The first refused argument, in the launch's order.
-  EXPECT_CONTAINS(error_of(minimal("--overlap-param-gather-with-optimizer-step --tp-comm-overlap")),
-                  "--overlap-param-gather-with-optimizer-step:");
 }
 
 TEST(MegatronArgs, DistributedDataParallelArgumentsAreReadWithTheReleasesChecks) {
