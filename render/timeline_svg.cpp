@@ -114,6 +114,8 @@ constexpr const char* kSendForward = "#2f5f9e";
 constexpr const char* kSendBackward = "#3c7f2e";
 constexpr const char* kSendOther = "#6b6b6b";
 constexpr const char* kAllReduce = "#9b4fb8";
+constexpr const char* kReduceScatter = "#c0509b";  ///< the distributed optimizer's gradient reduce-scatter
+constexpr const char* kAllGather = "#6a51a3";      ///< its parameter all-gather
 constexpr const char* kMemoryLine = "#34495e";
 constexpr const char* kMemoryFill = "#d5dde6";
 constexpr const char* kCapacity = "#d62728";
@@ -167,6 +169,8 @@ const Palette& compute_palette(const std::string& action) {
 const char* transfer_colour(const std::string& action) {
   if (action == "SEND_F") return kSendForward;
   if (action == "SEND_B") return kSendBackward;
+  if (action == "REDUCE_SCATTER") return kReduceScatter;
+  if (action == "ALLGATHER") return kAllGather;
   if (TimelineRecord::is_collective(action)) return kAllReduce;
   return kSendOther;
 }
@@ -349,6 +353,7 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   for (const std::string& host : timeline.hosts) add_host(host);
 
   bool any_record = false, any_transfer = false, any_allreduce = false, any_recompute = false, any_other = false;
+  bool any_reduce_scatter = false, any_all_gather = false;
   bool any_input_gradient = false, any_weight_gradient = false;
   bool any_memory = false;
   double min_start = std::numeric_limits<double>::infinity();
@@ -368,7 +373,9 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
     if (record.kind() == RecordKind::Transfer) {
       row.transfers.push_back(i);
       any_transfer = true;
-      any_allreduce = any_allreduce || is_allreduce(record);
+      any_allreduce = any_allreduce || record.action == "ALLREDUCE";
+      any_reduce_scatter = any_reduce_scatter || record.action == "REDUCE_SCATTER";
+      any_all_gather = any_all_gather || record.action == "ALLGATHER";
     } else {
       row.compute.push_back(i);
       row.stages.insert(record.stage);
@@ -506,6 +513,8 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
     legend.push_back({"send activations (SEND_F)", kSendForward, Swatch::Bar});
     legend.push_back({"send gradients (SEND_B)", kSendBackward, Swatch::Bar});
     if (any_allreduce) legend.push_back({"gradient all-reduce (ALLREDUCE)", kAllReduce, Swatch::Bar});
+    if (any_reduce_scatter) legend.push_back({"gradient reduce-scatter (REDUCE_SCATTER)", kReduceScatter, Swatch::Bar});
+    if (any_all_gather) legend.push_back({"parameter all-gather (ALLGATHER)", kAllGather, Swatch::Bar});
   }
   if (draw_memory) legend.push_back({fmt::format("memory (strip top {})", binary_bytes(memory_top)), kMemoryLine, Swatch::Area});
   const bool any_reserve = std::any_of(rows.begin(), rows.end(), [&](const HostRow& row) { return reserve_of(row.name) > 0; });
@@ -712,8 +721,13 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   const bool tooltips = timeline.records.size() <= kTooltipRecordLimit;
   auto tooltip = [&](const TimelineRecord& record) {
     if (is_allreduce(record)) {
-      std::string text = fmt::format("{} all-reduce round {}", record.host, record.mini_batch);
-      text += record.micro_batch >= 0 ? fmt::format(", layer {}", record.micro_batch) : std::string(", whole stage");
+      const char* kind = record.action == "REDUCE_SCATTER" ? "reduce-scatter"
+                         : record.action == "ALLGATHER"    ? "all-gather"
+                                                           : "all-reduce";
+      std::string text = fmt::format("{} {} round {}", record.host, kind, record.mini_batch);
+      text += record.micro_batch >= 0    ? fmt::format(", layer or bucket {}", record.micro_batch)
+              : record.micro_batch == -2 ? std::string(", tied word embedding")
+                                         : std::string(", whole stage");
       text += fmt::format(", stage {}: {:.6g} - {:.6g} s, sends {} ({:.6g} bytes) to {}", record.stage, record.start_s,
                           record.end_s, binary_bytes(record.bytes), record.bytes, record.peer);
       return fmt::format("<title>{}</title>", escape_xml(text));

@@ -422,7 +422,8 @@ TEST(Svg, AllReduceBarsHaveTheirClassColourLegendAndTooltip) {
   EXPECT_NE(std::find(legend.begin(), legend.end(), "gradient all-reduce (ALLREDUCE)"), legend.end());
   EXPECT_EQ(count(svg, "fill=\"" + colour + "\""), 5u + 1u);
   // Tooltips name the round, the layer (or the whole stage) and the bytes.
-  EXPECT_NE(svg.find("gpu1 all-reduce round 3, layer 12, stage 1: 9 - 10 s, sends 3.0 MiB (3.14573e+06 bytes) to gpu2"),
+  EXPECT_NE(svg.find("gpu1 all-reduce round 3, layer or bucket 12, stage 1: 9 - 10 s, sends 3.0 MiB (3.14573e+06 bytes) "
+                     "to gpu2"),
             std::string::npos);
   EXPECT_NE(svg.find("gpu0 all-reduce round 0, whole stage, stage 0: 8 - 14 s, sends 4.0 KiB (4096 bytes) to gpu1"),
             std::string::npos);
@@ -430,6 +431,31 @@ TEST(Svg, AllReduceBarsHaveTheirClassColourLegendAndTooltip) {
   // Without all-reduce records the legend has no such item.
   const std::vector<std::string> plain = group_texts(timeline_to_svg(gpipe(3, 2, 1.0), {"t", true}), "legend");
   EXPECT_EQ(std::find(plain.begin(), plain.end(), "gradient all-reduce (ALLREDUCE)"), plain.end());
+
+  // The distributed optimizer's reduce-scatter and all-gather: colours of
+  // their own, a legend item each, their kind in the tooltip; the tied
+  // embedding's all-reduce (micro-batch -2) named.
+  Timeline zero1 = gpipe(3, 2, 1.0);
+  TimelineRecord scatter = allreduce("gpu0", "gpu1", 0, -1, 0, 8, 9);
+  scatter.action = "REDUCE_SCATTER";
+  TimelineRecord gather = allreduce("gpu0", "gpu1", 0, -1, 0, 9, 10);
+  gather.action = "ALLGATHER";
+  zero1.records.push_back(scatter);
+  zero1.records.push_back(gather);
+  zero1.records.push_back(allreduce("gpu0", "gpu2", 0, -2, 0, 10, 11));
+  const std::string both = timeline_to_svg(zero1, {"t", true});
+  EXPECT_EQ(xml_problem(both), "");
+  const std::vector<std::string> items = group_texts(both, "legend");
+  for (const char* item : {"gradient reduce-scatter (REDUCE_SCATTER)", "parameter all-gather (ALLGATHER)",
+                           "gradient all-reduce (ALLREDUCE)"})
+    EXPECT_NE(std::find(items.begin(), items.end(), item), items.end()) << item;
+  const std::string scatter_colour = attribute_after(both, "class=\"bar REDUCE_SCATTER\"", "fill");
+  const std::string gather_colour = attribute_after(both, "class=\"bar ALLGATHER\"", "fill");
+  EXPECT_NE(scatter_colour, gather_colour);
+  EXPECT_NE(scatter_colour, attribute_after(both, "class=\"bar ALLREDUCE\"", "fill"));
+  EXPECT_NE(both.find("gpu0 reduce-scatter round 0, whole stage, stage 0: 8 - 9 s"), std::string::npos);
+  EXPECT_NE(both.find("gpu0 all-gather round 0, whole stage, stage 0: 9 - 10 s"), std::string::npos);
+  EXPECT_NE(both.find("gpu0 all-reduce round 0, tied word embedding, stage 0: 10 - 11 s"), std::string::npos);
 }
 
 TEST(Svg, AllReduceHasLanesUnderTheSendsAndOverlapsStack) {
