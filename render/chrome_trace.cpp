@@ -50,12 +50,19 @@ bool is_allreduce(const TimelineRecord& record) { return TimelineRecord::is_coll
 
 /// Event name of a record: "F3", "B3", "I3", "W3", "SEND_F3", "F3@1" for
 /// mini-batch 1; on a host of several stages (interleaved, V) the stage
-/// first, as PyTorch names actions ("7F3", "7SEND_F3"); "allreduce r3" or
-/// "allreduce layer 12 r3" for an all-reduce part.
+/// first, as PyTorch names actions ("7F3", "7SEND_F3"); "allreduce r3",
+/// "allreduce layer 12 r3" (a layer's or a bucket's) or "allreduce tied r3"
+/// (the tied word embedding's) for an all-reduce part; "reducescatter" and
+/// "allgather" alike for the distributed optimizer's.
 std::string event_name(const TimelineRecord& record, bool several_stages) {
-  if (is_allreduce(record))
-    return record.micro_batch >= 0 ? fmt::format("allreduce layer {} r{}", record.micro_batch, record.mini_batch)
-                                   : fmt::format("allreduce r{}", record.mini_batch);
+  if (is_allreduce(record)) {
+    const char* kind = record.action == "REDUCE_SCATTER" ? "reducescatter"
+                       : record.action == "ALLGATHER"    ? "allgather"
+                                                         : "allreduce";
+    if (record.micro_batch >= 0) return fmt::format("{} layer {} r{}", kind, record.micro_batch, record.mini_batch);
+    if (record.micro_batch == -2) return fmt::format("{} tied r{}", kind, record.mini_batch);
+    return fmt::format("{} r{}", kind, record.mini_batch);
+  }
   std::string name = fmt::format("{}{}{}", several_stages ? std::to_string(record.stage) : "", record.action, record.micro_batch);
   if (record.mini_batch > 0) name += fmt::format("@{}", record.mini_batch);
   return name;
