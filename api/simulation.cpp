@@ -110,10 +110,12 @@ PlatformSummary tensor_parallel_view(Plan& plan, PlatformSummary platform, const
           ? tensor_parallel_link(platform, groups)
           : tensor_parallel_link(platform, groups,
                                  sim::read_routes(platform_file, tensor_parallel_route_pairs(platform, groups)));
+  const TensorParallelCollectives mode = parse_tensor_parallel_collectives(plan.tp_collectives);
   TensorParallelProfile split =
-      tensor_parallel_profile(plan.profile, plan.tensor_parallel, link, plan.sequence_parallel, plan.tp_comm_overlap);
+      tensor_parallel_profile(plan.profile, plan.tensor_parallel, link, plan.sequence_parallel, plan.tp_comm_overlap, mode);
   plan.profile = std::move(split.profile);
   plan.tensor_parallel_note = std::move(split.note);
+  if (mode == TensorParallelCollectives::Flows) plan.tensor_parallel_collectives = std::move(split.collectives);
   return leader_platform(platform, groups);
 }
 
@@ -604,6 +606,18 @@ Plan make_plan(const PlanRequest& request) {
                                  "it), found {}",
                                  plan.tensor_parallel == 1 ? "tensor parallel 1" : "no --sequence-parallel"));
   plan.tp_comm_overlap = request.tp_comm_overlap;
+  if (parse_tensor_parallel_collectives(request.tp_collectives) == TensorParallelCollectives::Flows) {
+    if (request.tp_comm_overlap)
+      throw InputError("--tp-comm-overlap with --tp-collectives flows: the overlap is modelled as a bound on compute "
+                       "time only (the collectives charged as compute); give --tp-collectives compute, or drop "
+                       "--tp-comm-overlap");
+    if (plan.tensor_parallel == 1) {
+      const std::string note = "--tp-collectives flows: no collectives at tensor parallel 1";
+      plan.tensor_parallel_note = plan.tensor_parallel_note.empty() ? note : plan.tensor_parallel_note + "; " + note;
+    } else {
+      plan.tp_collectives = request.tp_collectives;
+    }
+  }
   // Schedule-specific options: the catalogue entry says which it takes.
   if (request.vertical_sync && !takes_option(info, ScheduleOption::VerticalSync))
     throw InputError(fmt::format("--vertical-sync: applies to {}, not {}", schedules_taking(ScheduleOption::VerticalSync),
@@ -1094,6 +1108,7 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
     // The last stage's copy of a tied word table: weights, gradients and
     // optimizer state of its own, reduced over the replicas with the stage.
     if (tied && l == tied->head_layer) cost.weight_bytes += tied->word_bytes;
+    if (!plan.tensor_parallel_collectives.empty()) cost.tensor_parallel = plan.tensor_parallel_collectives[l];
     cost.forward_s = layer.forward_s;
     const BackwardSplit split = backward_split(layer);
     cost.backward_input_s = split.input_s;
@@ -1112,6 +1127,16 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
     request.tied_embedding = sim::SimulationRequest::TiedEmbedding{tied->first_stage, tied->last_stage, tied->word_bytes};
   }
   request.hosts = plan.partition.hosts;
+  // --tp-collectives flows: each group leader's hosts, in ring order.
+  if (!plan.tensor_parallel_collectives.empty()) {
+    PlatformSummary named = platform;
+    named.file = plan.platform_file;
+    for (const std::vector<int>& group : tensor_parallel_groups(named, plan.tensor_parallel)) {
+      std::vector<std::string>& members =
+          request.tensor_parallel_members[platform.hosts[static_cast<std::size_t>(group.front())].name];
+      for (const int member : group) members.push_back(platform.hosts[static_cast<std::size_t>(member)].name);
+    }
+  }
   request.fb_overlap = plan.fb_overlap;
   request.network = sim::parse_network_model(plan.network);
   request.transfer_rule = sim::parse_transfer_rule(plan.transfer_rule);
@@ -1497,6 +1522,7 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   }
   if (plan.tensor_parallel != 1) document["tensor_parallel"] = plan.tensor_parallel;
   if (plan.sequence_parallel) document["sequence_parallel"] = true;
+  if (plan.tp_collectives != "compute") document["tp_collectives"] = plan.tp_collectives;
   if (!plan.tensor_parallel_note.empty()) document["tensor_parallel_note"] = plan.tensor_parallel_note;
   nlohmann::ordered_json replicas = nlohmann::ordered_json::array();
   for (const auto& hosts : plan.partition.hosts) replicas.push_back(hosts.size());

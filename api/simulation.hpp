@@ -102,6 +102,9 @@ struct PlanRequest {
   /// Megatron-LM's --tp-comm-overlap (simulate --tp-comm-overlap;
   /// Plan::tp_comm_overlap): needs sequence_parallel at t > 1.
   bool tp_comm_overlap = false;
+  /// compute (default) or flows: how the tensor-parallel collectives are
+  /// charged (simulate --tp-collectives; Plan::tp_collectives).
+  std::string tp_collectives = "compute";
   /// A parallel layout t x p x d over the platform's hosts (Megatron-LM's
   /// sizes; any of these makes one): the data-parallel size d (whole
   /// pipelines, Plan::data_parallel), the pipeline-parallel size p, and the

@@ -92,6 +92,10 @@ void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
                    "Megatron's --tp-comm-overlap: a transformer layer's sequence-parallel all-gathers and "
                    "reduce-scatters pipelined with its GEMMs, charged only what they exceed them by (needs "
                    "--sequence-parallel; docs/semantics.md, Tensor parallelism)");
+  command.add_option("--tp-collectives", request.tp_collectives,
+                     "compute (default: a layer's tensor-parallel collectives charged as compute time over the groups' "
+                     "slowest ring step) or flows (run by the engine after each F, B or I as one ring of flows over the "
+                     "group's hosts, sharing links with other traffic; docs/semantics.md, Tensor parallelism)");
   command.add_option("--pipeline-parallel", request.pipeline_parallel,
                      "a layout's pipeline size p (Megatron's --pipeline-model-parallel-size): t x p x d = the hosts");
   command.add_option("--data-parallel", request.data_parallel,

@@ -11,6 +11,7 @@
 #include "core/io.hpp"
 #include "core/json_input.hpp"
 #include "core/limits.hpp"
+#include "core/platform_check.hpp"
 #include "core/precision.hpp"
 #include "core/tensor_parallel.hpp"
 #include "core/program.hpp"
@@ -62,6 +63,22 @@ std::string plan_to_json(const Plan& plan) {
   if (plan.tensor_parallel != 1) document["tensor_parallel"] = plan.tensor_parallel;
   if (plan.sequence_parallel) document["sequence_parallel"] = true;
   if (plan.tp_comm_overlap) document["tp_comm_overlap"] = true;
+  if (plan.tp_collectives != "compute") document["tp_collectives"] = plan.tp_collectives;
+  if (!plan.tensor_parallel_collectives.empty()) {
+    // Per layer: [[kind, count, bytes], ...] of the forward and of the backward's input part.
+    nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+    for (const LayerCollectives& layer : plan.tensor_parallel_collectives) {
+      nlohmann::ordered_json entry = nlohmann::ordered_json::object();
+      for (const auto& [name, list] : {std::pair{"forward", &layer.forward}, std::pair{"backward_input", &layer.backward_input}}) {
+        if (list->empty()) continue;
+        nlohmann::ordered_json collectives = nlohmann::ordered_json::array();
+        for (const RingCollective& c : *list) collectives.push_back({to_string(c.kind), c.count, c.bytes});
+        entry[name] = collectives;
+      }
+      layers.push_back(entry);
+    }
+    document["tensor_parallel_collectives"] = layers;
+  }
   if (!plan.tensor_parallel_note.empty()) document["tensor_parallel_note"] = plan.tensor_parallel_note;
   if (plan.data_parallel != 1) document["data_parallel"] = plan.data_parallel;
   if (plan.collective_model != "flows") document["collective_model"] = plan.collective_model;
@@ -88,7 +105,7 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
                              {"pipegrid_plan", "schedule", "micro_batches", "mini_batches", "recompute", "network",
                               "optimizer", "vertical_sync", "update_interval", "prediction_cost_s_per_byte", "wait_free",
                               "pipeline_depth", "partitioner", "micro_batch_scaling", "micro_batch_scaling_note",
-                              "virtual_stages", "fb_overlap", "transfer_rule", "program", "dtype", "gradient_dtype", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "sequence_parallel", "tp_comm_overlap", "tensor_parallel_note", "data_parallel", "collective_model", "overlap_grad_reduce", "ddp_bucket_size", "distributed_optimizer", "overlap_param_gather", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
+                              "virtual_stages", "fb_overlap", "transfer_rule", "program", "dtype", "gradient_dtype", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "sequence_parallel", "tp_comm_overlap", "tp_collectives", "tensor_parallel_collectives", "tensor_parallel_note", "data_parallel", "collective_model", "overlap_grad_reduce", "ddp_bucket_size", "distributed_optimizer", "overlap_param_gather", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
   auto field = [&](const char* name, auto check, const std::string& expected) -> const nlohmann::json& {
     if (!document.contains(name) || !check(document[name]))
       throw InputError(fmt::format("{}: {}: expected {}, found {}", origin, name, expected,
@@ -203,6 +220,45 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
     plan.tp_comm_overlap = field("tp_comm_overlap", is_boolean, "true or false").get<bool>();
   if (plan.tp_comm_overlap && !plan.sequence_parallel)
     throw InputError(fmt::format("{}: tp_comm_overlap: expected it only with sequence_parallel, found it without", origin));
+  if (document.contains("tp_collectives")) {
+    plan.tp_collectives = field("tp_collectives", is_string, "compute or flows").get<std::string>();
+    if (plan.tp_collectives != "compute" && plan.tp_collectives != "flows")
+      throw InputError(fmt::format("{}: tp_collectives: expected compute or flows, found {}", origin, shown_json(document["tp_collectives"])));
+    if (plan.tp_collectives == "flows" && plan.tp_comm_overlap)
+      throw InputError(fmt::format("{}: tp_collectives: flows excludes tp_comm_overlap (modelled as compute time only)", origin));
+  }
+  if (document.contains("tensor_parallel_collectives")) {
+    if (plan.tp_collectives != "flows" || plan.tensor_parallel == 1)
+      throw InputError(fmt::format("{}: tensor_parallel_collectives: expected only with tp_collectives flows and "
+                                   "tensor_parallel > 1",
+                                   origin));
+    const nlohmann::json& layers = field("tensor_parallel_collectives", [](const nlohmann::json& j) { return j.is_array(); },
+                                         "an array of layers' collectives");
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const nlohmann::json& entry = layers[l];
+      const std::string where = fmt::format("{}: tensor_parallel_collectives[{}]", origin, l);
+      if (!entry.is_object()) throw InputError(fmt::format("{}: expected an object, found {}", where, shown_json(entry)));
+      LayerCollectives& layer = plan.tensor_parallel_collectives.emplace_back();
+      for (const auto& [key, value] : entry.items()) {
+        std::vector<RingCollective>* list = key == "forward" ? &layer.forward : key == "backward_input" ? &layer.backward_input : nullptr;
+        if (!list) throw InputError(fmt::format("{}: unknown field '{}' (expected forward or backward_input)", where, printable(key)));
+        if (!value.is_array()) throw InputError(fmt::format("{}.{}: expected an array, found {}", where, key, shown_json(value)));
+        for (const nlohmann::json& c : value) {
+          const bool shaped = c.is_array() && c.size() == 3 && c[0].is_string();
+          const std::optional<long long> count = shaped ? json_integer_in(c[1], 1, 1000) : std::nullopt;
+          const std::optional<double> bytes = shaped ? json_number_in(c[2], 0, limits::kMaxBytes) : std::nullopt;
+          std::optional<RingCollectiveKind> kind;
+          for (const RingCollectiveKind k : {RingCollectiveKind::AllReduce, RingCollectiveKind::ReduceScatter, RingCollectiveKind::AllGather})
+            if (shaped && c[0] == to_string(k)) kind = k;
+          if (!kind || !count || !bytes)
+            throw InputError(fmt::format("{}.{}: expected [all_reduce | reduce_scatter | all_gather, a count 1..1000, bytes "
+                                         "0..{}], found {}",
+                                         where, key, limits::kMaxBytes, shown_json(c)));
+          list->push_back({*kind, static_cast<int>(*count), *bytes});
+        }
+      }
+    }
+  }
   if (document.contains("tensor_parallel_note"))
     plan.tensor_parallel_note = field("tensor_parallel_note", is_string, "a note").get<std::string>();
   if (document.contains("data_parallel")) plan.data_parallel = integer("data_parallel", 1, limits::kMaxDevices);
@@ -231,6 +287,13 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
   plan.profile = parse_profile_json_document(field("profile", is_object, "a profile object"), origin + ": profile");
   plan.partition =
       parse_partition_json_document(field("partition", is_object, "a partition object"), origin + ": partition", plan.profile);
+  if (!plan.tensor_parallel_collectives.empty() && plan.tensor_parallel_collectives.size() != plan.profile.layers.size())
+    throw InputError(fmt::format("{}: tensor_parallel_collectives: expected one entry per layer of the profile ({}), found {}",
+                                 origin, plan.profile.layers.size(), plan.tensor_parallel_collectives.size()));
+  if (plan.tp_collectives == "flows" && plan.tensor_parallel > 1 && plan.tensor_parallel_collectives.empty())
+    throw InputError(fmt::format("{}: tp_collectives flows at tensor_parallel {}: expected tensor_parallel_collectives "
+                                 "(the collectives per layer the engine runs), found none",
+                                 origin, plan.tensor_parallel));
   return plan;
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/partition.hpp"
 #include "core/profile.hpp"
+#include "core/tensor_parallel.hpp"
 #include "core/recompute.hpp"
 
 namespace pipegrid {
@@ -90,6 +91,16 @@ struct Plan {
   /// core/tensor_parallel.hpp): only with sequence_parallel. Written to plan
   /// files only when set; the embedded profile already carries its effect.
   bool tp_comm_overlap = false;
+  /// compute | flows: how the tensor-parallel collectives are charged
+  /// (simulate --tp-collectives; TensorParallelCollectives,
+  /// core/tensor_parallel.hpp). Written to plan files only when not
+  /// compute. With flows at tensor_parallel > 1 the embedded profile's times
+  /// hold no collective and `tensor_parallel_collectives` lists them.
+  std::string tp_collectives = "compute";
+  /// With tp_collectives flows: per layer of `profile`, its collectives
+  /// (TensorParallelProfile::collectives), for the engine to run; empty
+  /// otherwise.
+  std::vector<LayerCollectives> tensor_parallel_collectives;
   /// Data-parallel pipelines (a layout's d; simulate --data-parallel,
   /// --megatron-args): each replica is a whole pipeline running `schedule`
   /// over `micro_batches` micro-batches of its own (Megatron's counting:

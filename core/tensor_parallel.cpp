@@ -46,6 +46,41 @@ double reduce_scatter_s(double bytes, int t, const TensorParallelLink& link) {
 
 double all_gather_s(double bytes, int t, const TensorParallelLink& link) { return reduce_scatter_s(bytes, t, link); }
 
+const char* to_string(TensorParallelCollectives mode) {
+  return mode == TensorParallelCollectives::Compute ? "compute" : "flows";
+}
+
+TensorParallelCollectives parse_tensor_parallel_collectives(const std::string& text) {
+  if (text == "compute") return TensorParallelCollectives::Compute;
+  if (text == "flows") return TensorParallelCollectives::Flows;
+  throw InputError(fmt::format("--tp-collectives: expected compute or flows, found '{}'", printable(text)));
+}
+
+const char* to_string(RingCollectiveKind kind) {
+  switch (kind) {
+    case RingCollectiveKind::AllReduce: return "all_reduce";
+    case RingCollectiveKind::ReduceScatter: return "reduce_scatter";
+    case RingCollectiveKind::AllGather: return "all_gather";
+  }
+  return "?";
+}
+
+int ring_steps(RingCollectiveKind kind, int t) {
+  if (t <= 1) return 0;
+  return kind == RingCollectiveKind::AllReduce ? 2 * (t - 1) : t - 1;
+}
+
+double collectives_s(const std::vector<RingCollective>& collectives, int t, const TensorParallelLink& link) {
+  double seconds = 0;
+  for (const RingCollective& c : collectives) {
+    const double one = c.kind == RingCollectiveKind::AllReduce       ? ring_all_reduce_s(c.bytes, t, link)
+                       : c.kind == RingCollectiveKind::ReduceScatter ? reduce_scatter_s(c.bytes, t, link)
+                                                                     : all_gather_s(c.bytes, t, link);
+    seconds += c.count * one;
+  }
+  return seconds;
+}
+
 namespace {
 
 /// How the transform treats a layer (tensor_parallel_profile's cases).
@@ -62,12 +97,6 @@ Treatment treatment_of(const Layer& layer, bool sequence_parallel) {
   return Treatment::Replicated;
 }
 
-/// Seconds of collectives a layer adds to its forward and to its backward's
-/// input-gradient part.
-struct Collectives {
-  double forward_s = 0, input_s = 0;
-};
-
 /// Bytes of a fp32 value: vocab_parallel_cross_entropy reduces in fp32.
 constexpr double kCrossEntropyValueBytes = 4;
 /// vocab_parallel_cross_entropy's all-reduces: the logits' max, the target
@@ -81,7 +110,7 @@ std::string plural(std::size_t count, const char* word) {
 // TensorParallelProfile::note.
 std::string tensor_parallel_note(const Profile& profile, const TensorParallelProfile& result, int t,
                                  const TensorParallelLink& link, bool sequence_parallel, bool embedding_reduce_scatters,
-                                 bool comm_overlap) {
+                                 bool comm_overlap, TensorParallelCollectives mode) {
   std::vector<std::string> parts;
   parts.push_back(result.split.empty() ? std::string("no transformer layer split (none with FLOPs)")
                                        : plural(result.split.size(), "transformer layer") + " split");
@@ -130,19 +159,27 @@ std::string tensor_parallel_note(const Profile& profile, const TensorParallelPro
     else
       collectives.push_back(fmt::format("{} 3 all-reduces of one fp32 value per token in the forward", layer.name));
   }
-  if (!collectives.empty())
+  if (!collectives.empty() && mode == TensorParallelCollectives::Compute)
     parts.push_back(fmt::format("{}; each a ring over {} hosts, charged as compute time (an all-reduce 2 x {} x ({} + "
                                 "bytes / ({} x {:.4g} GB/s)), a reduce-scatter or an all-gather half that)",
                                 fmt::join(collectives, "; "), t, t - 1, human_seconds(link.latency_s), t,
                                 link.bandwidth_Bps / 1e9));
+  if (!collectives.empty() && mode == TensorParallelCollectives::Flows)
+    parts.push_back(fmt::format("{}; run as network flows (--tp-collectives flows): after each F, B or I of a group's "
+                                "first host, the collectives of its layers as one ring over the group's {} hosts, one "
+                                "flow per host to the next on the platform's routes, then the remaining latencies",
+                                fmt::join(collectives, "; "), t));
   if (comm_overlap && !result.split.empty())
     parts.push_back("--tp-comm-overlap: a transformer layer's all-gathers and reduce-scatters pipelined with its GEMMs "
                     "(all but its attention core), each pass charged only what they exceed the GEMMs by (an upper "
                     "bound on the overlap: no SM contention)");
-  if (link.crossing_channels > 0)
+  if (link.crossing_channels > 0 && mode == TensorParallelCollectives::Compute)
     parts.push_back(fmt::format("groups span servers: a ring step between two servers runs as {} concurrent channel{} "
                                 "(NCCL's rings, each crossing on its own GPU's route), their total the bandwidth above",
                                 link.crossing_channels, link.crossing_channels == 1 ? "" : "s"));
+  if (link.crossing_channels > 0 && mode == TensorParallelCollectives::Flows)
+    parts.push_back("groups span servers: a ring step between two servers is one flow from a member to the next over "
+                    "its route (NCCL's several channels across the boundary are not modelled)");
   parts.push_back(fmt::format("transfers between stages carry output_bytes / {} (each member sends its share in parallel; "
                               "the group's first host stands for it)",
                               t));
@@ -160,17 +197,23 @@ bool tensor_parallel_splits(const Layer& layer, bool sequence_parallel) {
 double overlapped_collectives_s(double collectives_s, double gemm_s) { return std::max(0.0, collectives_s - gemm_s); }
 
 TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, const TensorParallelLink& link,
-                                              bool sequence_parallel, bool comm_overlap) {
+                                              bool sequence_parallel, bool comm_overlap, TensorParallelCollectives mode) {
   check_t(t);
   if (comm_overlap && !sequence_parallel)
     throw InputError("--tp-comm-overlap: needs --sequence-parallel (Megatron-LM asserts it: the overlap pipelines the "
                      "sequence-parallel all-gathers and reduce-scatters with the GEMMs)");
+  if (comm_overlap && mode == TensorParallelCollectives::Flows)
+    throw InputError("--tp-comm-overlap with --tp-collectives flows: the overlap is modelled as a bound on compute time "
+                     "only (the collectives charged as compute); give --tp-collectives compute, or drop --tp-comm-overlap");
   TensorParallelProfile result;
   result.profile = profile;
+  result.collectives.assign(profile.layers.size(), {});
   if (t == 1) {
     for (std::size_t l = 0; l < profile.layers.size(); ++l) result.replicated.push_back(static_cast<int>(l));
     return result;
   }
+  const bool charged = mode == TensorParallelCollectives::Compute;
+  using Kind = RingCollectiveKind;
   const double n = t;
   bool embedding_reduce_scatters = false;  // a vocabulary-parallel embedding without a position table, under SP
   for (std::size_t l = 0; l < profile.layers.size(); ++l) {
@@ -185,14 +228,15 @@ TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, con
       continue;
     }
     const double input = l == 0 ? profile.input_bytes : profile.layers[l - 1].output_bytes;
-    Collectives added;
+    LayerCollectives& collectives = result.collectives[l];
+    const double output = original.output_bytes;
     switch (treatment) {
       case Treatment::Transformer: {
         result.split.push_back(index);
-        const double per_pass = sequence_parallel ? 2 * reduce_scatter_s(original.output_bytes, t, link) +
-                                                        2 * all_gather_s(original.output_bytes, t, link)
-                                                  : 2 * ring_all_reduce_s(original.output_bytes, t, link);
-        added = {per_pass, per_pass};
+        const std::vector<RingCollective> per_pass =
+            sequence_parallel ? std::vector<RingCollective>{{Kind::ReduceScatter, 2, output}, {Kind::AllGather, 2, output}}
+                              : std::vector<RingCollective>{{Kind::AllReduce, 2, output}};
+        collectives = {per_pass, per_pass};
         break;
       }
       case Treatment::VocabularyEmbedding: {
@@ -200,22 +244,22 @@ TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, con
         const bool position_table = original.replicated_parameter_bytes > 0;
         if (sequence_parallel && !position_table) {
           embedding_reduce_scatters = true;
-          added = {reduce_scatter_s(original.output_bytes, t, link), all_gather_s(original.output_bytes, t, link)};
+          collectives = {{{Kind::ReduceScatter, 1, output}}, {{Kind::AllGather, 1, output}}};
         } else {
-          added.forward_s = ring_all_reduce_s(original.output_bytes, t, link);
-          if (sequence_parallel) added.input_s = all_gather_s(original.output_bytes, t, link);
+          collectives.forward = {{Kind::AllReduce, 1, output}};
+          if (sequence_parallel) collectives.backward_input = {{Kind::AllGather, 1, output}};
         }
         break;
       }
       case Treatment::VocabularyHead:
         result.vocabulary.push_back(index);
-        if (sequence_parallel) added = {all_gather_s(input, t, link), reduce_scatter_s(input, t, link)};
-        else added.input_s = ring_all_reduce_s(input, t, link);
+        if (sequence_parallel) collectives = {{{Kind::AllGather, 1, input}}, {{Kind::ReduceScatter, 1, input}}};
+        else collectives.backward_input = {{Kind::AllReduce, 1, input}};
         break;
       case Treatment::VocabularyLoss: {
         result.vocabulary.push_back(index);
         const double rows = input / (static_cast<double>(*original.vocabulary) * dtype_bytes(profile.dtype, "the profile's dtype"));
-        added.forward_s = kCrossEntropyAllReduces * ring_all_reduce_s(kCrossEntropyValueBytes * rows, t, link);
+        collectives.forward = {{Kind::AllReduce, kCrossEntropyAllReduces, kCrossEntropyValueBytes * rows}};
         break;
       }
       case Treatment::SequenceNorm:
@@ -224,6 +268,9 @@ TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, con
       case Treatment::Replicated:
         break;
     }
+    // The seconds each pass's collectives add to the layer's times (none under Flows).
+    const double added_forward_s = charged ? collectives_s(collectives.forward, t, link) : 0;
+    const double added_input_s = charged ? collectives_s(collectives.backward_input, t, link) : 0;
     const double work = treatment == Treatment::VocabularyEmbedding ? 1 : n;
     const BackwardSplit backward = backward_split(original);
     // The seconds a pass's collectives add to a pass of `compute_s`.
@@ -232,14 +279,14 @@ TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, con
     const auto exposed = [&](double collectives_s, double compute_s) {
       return overlapped ? overlapped_collectives_s(collectives_s, gemm_share * compute_s) : collectives_s;
     };
-    layer.forward_s = original.forward_s / work + exposed(added.forward_s, original.forward_s / work);
-    layer.backward_input_s = backward.input_s / work + exposed(added.input_s, backward.input_s / work);
+    layer.forward_s = original.forward_s / work + exposed(added_forward_s, original.forward_s / work);
+    layer.backward_input_s = backward.input_s / work + exposed(added_input_s, backward.input_s / work);
     layer.backward_weight_s = backward.weight_s / work;
     layer.backward_s = *layer.backward_input_s + *layer.backward_weight_s;
     for (auto& [device, times] : layer.device_times) {
       const BackwardSplit parts = backward_split(original, original.device_times.at(device));
-      times.forward_s = times.forward_s / work + exposed(added.forward_s, times.forward_s / work);
-      times.backward_input_s = parts.input_s / work + exposed(added.input_s, parts.input_s / work);
+      times.forward_s = times.forward_s / work + exposed(added_forward_s, times.forward_s / work);
+      times.backward_input_s = parts.input_s / work + exposed(added_input_s, parts.input_s / work);
       times.backward_weight_s = parts.weight_s / work;
       times.backward_s = *times.backward_input_s + *times.backward_weight_s;
     }
@@ -273,7 +320,7 @@ TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, con
       member.attention_core_stash_share =
           std::min(1.0, *whole.attention_core_stash_share * ((whole.stashed_bytes() / t) / member.stashed_bytes()));
   }
-  result.note = tensor_parallel_note(profile, result, t, link, sequence_parallel, embedding_reduce_scatters, comm_overlap);
+  result.note = tensor_parallel_note(profile, result, t, link, sequence_parallel, embedding_reduce_scatters, comm_overlap, mode);
   return result;
 }
 

@@ -43,6 +43,46 @@ double reduce_scatter_s(double bytes, int t, const TensorParallelLink& link);
  *  gathered) over `t` hosts: as reduce_scatter_s. */
 double all_gather_s(double bytes, int t, const TensorParallelLink& link);
 
+/** How a run charges the tensor-parallel collectives (--tp-collectives):
+ *  Compute adds their seconds (ring_all_reduce_s, reduce_scatter_s,
+ *  all_gather_s over the TensorParallelLink) to the layers' times; Flows
+ *  leaves the times alone and lets the engine run them as network flows
+ *  over each group's hosts (docs/semantics.md, Tensor parallelism). */
+enum class TensorParallelCollectives { Compute, Flows };
+const char* to_string(TensorParallelCollectives mode);
+/// InputError naming --tp-collectives unless `text` is compute or flows.
+TensorParallelCollectives parse_tensor_parallel_collectives(const std::string& text);
+
+/** One kind of ring collective of a tensor-parallel group. */
+enum class RingCollectiveKind { AllReduce, ReduceScatter, AllGather };
+/// "all_reduce", "reduce_scatter" or "all_gather" (plan files).
+const char* to_string(RingCollectiveKind kind);
+/// Ring steps over t hosts: 2 (t - 1) for an all-reduce, t - 1 otherwise
+/// (each step moves bytes / t from every host to the next); 0 when t <= 1.
+int ring_steps(RingCollectiveKind kind, int t);
+
+/** `count` ring collectives of one kind, each of a tensor of `bytes` (whole:
+ *  each ring step moves bytes / t). */
+struct RingCollective {
+  RingCollectiveKind kind = RingCollectiveKind::AllReduce;
+  int count = 1;
+  double bytes = 0;
+  friend bool operator==(const RingCollective&, const RingCollective&) = default;
+};
+
+/** A layer's tensor-parallel collectives per pass: its forward's, and its
+ *  backward's input-gradient part's (I, or B when not split). */
+struct LayerCollectives {
+  std::vector<RingCollective> forward, backward_input;
+  bool empty() const { return forward.empty() && backward_input.empty(); }
+  friend bool operator==(const LayerCollectives&, const LayerCollectives&) = default;
+};
+
+/** Seconds of `collectives` over t hosts as Compute charges them: the sum,
+ *  in order, of count x ring_all_reduce_s, reduce_scatter_s or all_gather_s
+ *  of their bytes. */
+double collectives_s(const std::vector<RingCollective>& collectives, int t, const TensorParallelLink& link);
+
 /** Whether tensor parallelism divides `layer`'s work (times, FLOPs, bytes)
  *  by t (tensor_parallel_profile below): op "transformer" with FLOPs (a
  *  whole Megatron-splittable block); a vocabulary-parallel head (op
@@ -58,6 +98,10 @@ struct TensorParallelProfile {
   std::vector<int> vocabulary;  ///< indices of the layers split over the vocabulary
   std::vector<int> sequence;    ///< indices of the norms sequence parallelism splits
   std::vector<int> replicated;  ///< indices of the replicated layers
+  /// Per layer of `profile`: its collectives (empty for a replicated layer
+  /// or t == 1), whichever the mode; under Compute their seconds are in the
+  /// layer's times, under Flows they are not.
+  std::vector<LayerCollectives> collectives;
   /// For people: "tensor parallel 4: 24 transformer layers split; split
   /// over the vocabulary: embedding, head, loss; 1 layer replicated:
   /// final_norm", with the collectives, the link and the transfer rule.
@@ -114,9 +158,15 @@ struct TensorParallelProfile {
  *  as Megatron-LM asserts; InputError otherwise), a transformer layer's
  *  collectives add only overlapped_collectives_s of its pass (on every
  *  device's times too); a layer without attention_core_flops_share is
- *  taken as GEMMs throughout. */
+ *  taken as GEMMs throughout. With `mode` Flows nothing is added to any
+ *  time (the backward's parts are still given explicitly): the collectives
+ *  are only listed in TensorParallelProfile::collectives, for the engine
+ *  to run; comm_overlap is then refused (InputError naming
+ *  --tp-comm-overlap: the overlap is modelled as a bound on compute time
+ *  only). */
 TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, const TensorParallelLink& link,
-                                              bool sequence_parallel = false, bool comm_overlap = false);
+                                              bool sequence_parallel = false, bool comm_overlap = false,
+                                              TensorParallelCollectives mode = TensorParallelCollectives::Compute);
 
 /** Megatron-LM's --tp-comm-overlap (Transformer Engine's userbuffers): a
  *  transformer layer's sequence-parallel all-gathers and reduce-scatters

@@ -210,6 +210,12 @@ struct ActionState {
   /// finished k + 1 all-gathers.
   std::vector<double> gated_work;
   std::size_t gate_all_reduce = 0, gate_participant = 0;
+  /// Its tensor-parallel collectives (SimulationRequest::tensor_parallel_members):
+  /// the group (index in Simulation::groups_; -1: none), the summed ring
+  /// steps and the bytes each member sends to the next.
+  std::int32_t group = -1;
+  int group_steps = 0;
+  double group_flow_bytes = 0;
   /// The optimizer step the device runs right after this action (a weight
   /// update of a device without all-reduces), in work units; absent: none.
   std::optional<double> step_work;
@@ -374,6 +380,7 @@ class Simulation {
           }
           state.work = seconds * host->get_speed();
           if (info.action_overhead_s > 0) state.work += info.action_overhead_s * host->get_speed();
+          place_group_collectives(state, host_name, cost, layers);
         }
       }
     }
@@ -641,6 +648,14 @@ class Simulation {
                       forward ? "activations" : "gradients", state.action.stage + (forward ? 1 : -1),
                       printable(state.message_to->get_name())); });
     }
+    for (const auto& [leader, group] : group_of_host_) {
+      const std::vector<sg::Host*>& members = groups_[static_cast<std::size_t>(group)];
+      for (std::size_t m = 0; m < members.size(); ++m)
+        add(members[m], members[(m + 1) % members.size()], [&] {
+          return fmt::format("the tensor-parallel ring of '{}' sends from '{}' to '{}'", printable(leader),
+                             printable(members[m]->get_name()), printable(members[(m + 1) % members.size()]->get_name()));
+        });
+    }
     for (const TiedSync& tied : tied_)
       for (std::size_t p = 0; p < 2; ++p)
         add(tied.hosts[p], tied.hosts[1 - p], [&] { return fmt::format("the tied embedding's all-reduce sends from '{}' to '{}'",
@@ -706,6 +721,110 @@ class Simulation {
         last.tied[q] = std::pair{tied_.size() - 1, std::size_t{1}};
       }
     }
+  }
+
+  // SimulationRequest::tensor_parallel_members: the group of `host_name`
+  // (created at its first action) and the ring steps and flow bytes of the
+  // collectives `state` runs after its compute.
+  void place_group_collectives(ActionState& state, const std::string& host_name, const StageCost& cost,
+                               const std::vector<LayerCost>& layers) {
+    const auto members = request_.tensor_parallel_members.find(host_name);
+    if (members == request_.tensor_parallel_members.end() || members->second.size() < 2) return;
+    const auto [group, added] = group_of_host_.emplace(host_name, static_cast<std::int32_t>(groups_.size()));
+    if (added) {
+      if (members->second.front() != host_name)
+        throw InputError(fmt::format("tensor parallelism: the group of '{}' lists '{}' first; expected the group's first "
+                                     "host (its leader)",
+                                     printable(host_name), printable(members->second.front())));
+      std::vector<sg::Host*>& hosts = groups_.emplace_back();
+      for (const std::string& name : members->second) {
+        sg::Host* member = sg::Host::by_name_or_null(name);
+        if (member == nullptr)
+          throw InputError(fmt::format("{}: no host named '{}' (a member of the tensor-parallel group of '{}')",
+                                       printable(request_.platform_file), printable(name), printable(host_name)));
+        if (std::find(hosts.begin(), hosts.end(), member) != hosts.end())
+          throw InputError(fmt::format("tensor parallelism: the group of '{}' lists '{}' twice", printable(host_name),
+                                       printable(name)));
+        hosts.push_back(member);
+      }
+    }
+    const int t = static_cast<int>(groups_[static_cast<std::size_t>(group->second)].size());
+    int steps = 0;
+    double bytes = 0;
+    const bool partial_recompute = state.action.kind == ActionKind::Recompute && cost.recompute_s.has_value();
+    for (const LayerCost& layer : layers) {
+      const std::vector<RingCollective>* pass = nullptr;
+      switch (state.action.kind) {
+        case ActionKind::Forward: pass = &layer.tensor_parallel.forward; break;
+        case ActionKind::Recompute:
+          if (!partial_recompute || layer.recompute_share >= 1) pass = &layer.tensor_parallel.forward;
+          break;
+        case ActionKind::Backward:
+        case ActionKind::BackwardInput: pass = &layer.tensor_parallel.backward_input; break;
+        case ActionKind::BackwardWeight: break;
+      }
+      if (pass == nullptr) continue;
+      for (const RingCollective& c : *pass) {
+        const int k = c.count * ring_steps(c.kind, t);
+        steps += k;
+        bytes += k * (c.bytes / t);
+      }
+    }
+    if (steps == 0) return;
+    state.group = group->second;
+    state.group_steps = steps;
+    state.group_flow_bytes = bytes;
+  }
+
+  // The tensor-parallel collectives of `actions` (one action, or an
+  // overlapped pair on one host) as one ring over their group's members:
+  // one flow per member to the next, then the remaining latencies; returns
+  // when the last member is done.
+  void run_group_collectives(std::initializer_list<const ActionState*> actions) {
+    std::int32_t group = -1;
+    int steps = 0;
+    double bytes = 0;
+    for (const ActionState* state : actions) {
+      if (state->group < 0) continue;
+      group = state->group;
+      steps += state->group_steps;
+      bytes += state->group_flow_bytes;
+    }
+    if (group < 0 || steps == 0) return;
+    const std::vector<sg::Host*>& members = groups_[static_cast<std::size_t>(group)];
+    const std::size_t t = members.size();
+    std::vector<sg::CommPtr> flows, probes;
+    std::vector<std::size_t> probed;
+    for (std::size_t m = 0; m < t; ++m) {
+      sg::CommPtr flow = sg::Comm::sendto_init(members[m], members[(m + 1) % t]);
+      flow->set_payload_size(static_cast<uint64_t>(std::llround(bytes)));
+      flow->start();
+      flows.push_back(flow);
+      ++collective_communications_;
+    }
+    for (std::size_t m = 0; m < t; ++m)
+      if (!route_latency_.count({members[m], members[(m + 1) % t]})) {
+        // The latency SimGrid gives a message on this route: a zero-byte message beside the flow.
+        sg::CommPtr probe = sg::Comm::sendto_init(members[m], members[(m + 1) % t]);
+        probe->set_payload_size(0);
+        probe->start();
+        probes.push_back(probe);
+        probed.push_back(m);
+        ++collective_communications_;
+      }
+    for (std::size_t i = 0; i < probes.size(); ++i) {
+      probes[i]->wait();
+      const std::size_t m = probed[i];
+      route_latency_.emplace(std::make_pair(members[m], members[(m + 1) % t]),
+                             probes[i]->get_finish_time() - probes[i]->get_start_time());
+    }
+    double end = sg::Engine::get_clock();
+    for (std::size_t m = 0; m < t; ++m) {
+      flows[m]->wait();
+      const double latency = route_latency_.at({members[m], members[(m + 1) % t]});
+      end = std::max(end, flows[m]->get_finish_time() + (steps - 1) * latency);
+    }
+    if (end > sg::Engine::get_clock()) sg::this_actor::sleep_until(end);
   }
 
   // SimulationRequest::tied_embedding when neither of its stages has a
@@ -1130,6 +1249,7 @@ class Simulation {
     }
     const double work = request_.fb_overlap * (first.work + second.work);
     if (work > 0) sg::this_actor::execute(work);
+    run_group_collectives({&first, &second});
     const double end = sg::Engine::get_clock();
     first.end = second.end = end;
     if (!first.async) {
@@ -1173,6 +1293,7 @@ class Simulation {
       } else if (state.work > 0) {
         sg::this_actor::execute(state.work);
       }
+      run_group_collectives({&state});
       state.end = sg::Engine::get_clock();
       if (!state.async) send_message(state);
       finish(state, state.start, state.end);
@@ -1206,6 +1327,10 @@ class Simulation {
   std::deque<TiedSync> tied_;
   /// Per device: (tied all-reduce, participant) of place_lone_tied_syncs, in mini-batch order.
   std::map<std::size_t, std::vector<std::pair<std::size_t, std::size_t>>> device_tied_;
+  /// SimulationRequest::tensor_parallel_members of the leaders that run
+  /// collectives: the groups' hosts in ring order, and each leader's group.
+  std::vector<std::vector<sg::Host*>> groups_;
+  std::map<std::string, std::int32_t> group_of_host_;
   /// Collective flows: the latency SimGrid gives a message from one host to
   /// another (measured once per route).
   std::map<std::pair<sg::Host*, sg::Host*>, double> route_latency_;

@@ -25,6 +25,7 @@
 #include "core/partition.hpp"
 #include "core/platform.hpp"
 #include "core/program.hpp"
+#include "core/tensor_parallel.hpp"
 #include "core/timeline.hpp"
 
 namespace pipegrid::sim {
@@ -74,6 +75,10 @@ struct LayerCost {
   /// The share of its forward a recompute (R) re-runs when the stage's
   /// StageCost::recompute_s is set (its device times scaled alike).
   double recompute_share = 1;
+  /// Its tensor-parallel collectives, run as flows over the group of the
+  /// stage's host (SimulationRequest::tensor_parallel_members); none when
+  /// they are charged as compute time (in the times above) or t is 1.
+  LayerCollectives tensor_parallel = {};
 };
 
 /// How a ring collective over r participants moves S bytes (docs/semantics.md,
@@ -176,6 +181,22 @@ struct SimulationRequest {
     double bytes = 0;  ///< the word table's gradient bytes
   };
   std::optional<TiedEmbedding> tied_embedding;
+  /// Tensor parallelism with its collectives as flows (--tp-collectives
+  /// flows): per group leader (a host of `hosts`), the group's hosts in
+  /// ring order, the leader first. After the compute of each F, R, B or I
+  /// the leader runs, the collectives of that pass of the stage's layers
+  /// (LayerCost::tensor_parallel: a forward's for F, and for R those of the
+  /// layers it re-runs whole, recompute_share 1; the input-gradient part's
+  /// for B and I) run as one ring over the members: once every collective
+  /// is summed (its count x ring steps, each step bytes / t), one flow per
+  /// member to the next (the last to the first) of the summed bytes on the
+  /// platform's route, then the summed steps less one times that route's
+  /// latency (measured as for CollectiveModel::Flows); the action ends when
+  /// the last member's part has. An overlapped F&B pair runs both actions'
+  /// collectives after the pair's compute. The action's record spans
+  /// compute and collectives. InputError when a member is not a host of
+  /// the platform or a leader's list does not start with itself.
+  std::map<std::string, std::vector<std::string>> tensor_parallel_members;
 };
 
 struct SimulationResult {

@@ -246,6 +246,99 @@ TEST(Collectives, TiedEmbeddingsAreAllReducedAtD1AfterEachMiniBatchAndTheNextFor
   }
 }
 
+// Two servers, A (a0, a1) and B (b0, b1): each GPU its own link to its
+// server's switch (1e12 B/s, no latency), each server one NIC (1000 B/s,
+// 0.25 s each way, full duplex) to the other; a route between servers
+// crosses the sender's GPU link, its NIC up, the other NIC down and the
+// receiver's GPU link: 0.5 s + bytes / 1000 B/s alone.
+std::string two_servers_xml() {
+  std::string xml =
+      "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+      "<platform version=\"4.1\">\n  <zone id=\"two-servers\" routing=\"Full\">\n";
+  const std::vector<std::string> hosts = {"a0", "a1", "b0", "b1"};
+  for (const std::string& h : hosts) xml += fmt::format("    <host id=\"{}\" speed=\"1f\"/>\n", h);
+  for (const std::string& h : hosts)
+    xml += fmt::format("    <link id=\"{}-link\" bandwidth=\"1e12Bps\" latency=\"0s\" sharing_policy=\"SPLITDUPLEX\"/>\n", h);
+  for (const char* nic : {"nicA", "nicB"})
+    xml += fmt::format("    <link id=\"{}\" bandwidth=\"1000Bps\" latency=\"0.25s\" sharing_policy=\"SPLITDUPLEX\"/>\n", nic);
+  for (const std::string& from : hosts)
+    for (const std::string& to : hosts) {
+      if (from == to) continue;
+      std::string links = fmt::format("<link_ctn id=\"{}-link\" direction=\"UP\"/>", from);
+      if (from[0] != to[0])
+        links += fmt::format("<link_ctn id=\"nic{}\" direction=\"UP\"/><link_ctn id=\"nic{}\" direction=\"DOWN\"/>",
+                             from[0] == 'a' ? 'A' : 'B', to[0] == 'a' ? 'A' : 'B');
+      links += fmt::format("<link_ctn id=\"{}-link\" direction=\"DOWN\"/>", to);
+      xml += fmt::format("    <route src=\"{}\" dst=\"{}\" symmetrical=\"NO\">{}</route>\n", from, to, links);
+    }
+  return xml + "  </zone>\n</platform>\n";
+}
+
+TEST(Collectives, TensorParallelFlowsShareTheNicWithDataParallelTraffic) {
+  // dp over a0 (replica 0, leading the tensor-parallel group {a0, b0}, which
+  // spans the servers) and b1 (replica 1, alone); one micro-batch each, F =
+  // 1 s. The stage's 2 layers: L0 (no backward, no weights), L1 (backward
+  // 1 s, 1000 weight bytes, and in its backward's input part one all-reduce
+  // of 500 bytes over the group); wait-free per-layer all-reduces. At 2 both
+  // have run L1's backward: the data-parallel all-reduce of L1 (r 2: a flow
+  // of 2 x 500 bytes each way, a0 -> b1 and b1 -> a0) and a0's group ring (t
+  // 2: a flow of 2 x 250 bytes each way, a0 -> b0 and b0 -> a0) start
+  // together; each NIC direction carries one flow of each. After the 0.5 s
+  // latency they share 1000 B/s: the group's 500 bytes are through at 2.5 +
+  // 500 / 500 = 3.5, then one more latency: a0's B ends at 4 (uncontended,
+  // and as compute charges it: 2 + 2 x (0.5 + 500 / (2 x 1000)) = 3.5). The
+  // data-parallel flow has 500 bytes left at 3.5, alone at 1000 B/s: through
+  // at 4, its last latency: 4.5 (alone: 4).
+  TempFile platform("pipegrid-tp-two-servers", ".xml", two_servers_xml());
+  for (const bool with_data_parallel_bytes : {true, false}) {
+    ScheduleOptions options;
+    options.num_stages = 1;
+    options.micro_batches = 2;
+    options.replicas = {2};
+    sim::SimulationRequest request;
+    request.platform_file = platform.path();
+    request.program = generate_schedule("dp", options);
+    ASSERT_EQ(request.program.all_reduces.size(), 1u);
+    request.program.all_reduces[0].per_layer = true;
+    const double weight_bytes = with_data_parallel_bytes ? 1000 : 0;
+    StageCost stage;
+    stage.forward_s = kComputeS;
+    stage.backward_s = kComputeS;
+    stage.weight_bytes = weight_bytes;
+    request.stages = {stage};
+    sim::LayerCost first, second;
+    first.forward_s = second.forward_s = kComputeS / 2;
+    second.backward_s = kComputeS;
+    second.weight_bytes = weight_bytes;
+    second.tensor_parallel.backward_input = {{RingCollectiveKind::AllReduce, 1, 500}};
+    request.stage_layers = {{first, second}};
+    request.hosts = {{"a0", "b1"}};
+    request.tensor_parallel_members = {{"a0", {"a0", "b0"}}};
+    request.network = sim::NetworkModel::Analytic;
+    const sim::SimulationResult result = sim::simulate(request);
+    const std::string what = with_data_parallel_bytes ? "with data-parallel bytes" : "alone";
+    std::map<std::string, std::pair<double, double>> backward, all_reduce;
+    for (const TimelineRecord& record : result.timeline.records) {
+      if (record.action == "B") backward[record.host] = {record.start_s, record.end_s};
+      if (record.action == "ALLREDUCE") all_reduce[record.host] = {record.start_s, record.end_s};
+    }
+    ASSERT_EQ(backward.size(), 2u) << what;
+    EXPECT_NEAR(backward.at("b1").second, 2, 1e-9) << what;
+    EXPECT_NEAR(backward.at("a0").first, 1, 1e-9) << what;
+    if (with_data_parallel_bytes) {
+      EXPECT_NEAR(backward.at("a0").second, 4, 1e-9) << what;
+      for (const auto& [host, span] : all_reduce) {
+        EXPECT_NEAR(span.first, 2, 1e-9) << what << " " << host;
+        EXPECT_NEAR(span.second, 4.5, 1e-9) << what << " " << host;
+      }
+      // The group's ring: 2 flows and 2 latency probes; the data-parallel one alike.
+      EXPECT_EQ(result.collective_communications, 8u);
+    } else {
+      EXPECT_NEAR(backward.at("a0").second, 3.5, 1e-9) << what;
+    }
+  }
+}
+
 TEST(Collectives, CollectiveModelNamesParseAndOthersAreRefusedNamingTheFlag) {
   EXPECT_EQ(sim::parse_collective_model("flows"), sim::CollectiveModel::Flows);
   EXPECT_EQ(sim::parse_collective_model("rounds"), sim::CollectiveModel::Rounds);

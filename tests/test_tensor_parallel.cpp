@@ -507,6 +507,52 @@ TEST(TensorParallel, VocabularyFieldsAloneDecide) {
   EXPECT_NEAR(tensor_parallel_profile(fp32, 2, kLink).profile.layers[4].forward_s, 0.0005 + 3 * loss_all_reduce, 1e-12);
 }
 
+TEST(TensorParallel, FlowsListTheCollectivesComputeCharges) {
+  // Every layer kind, with and without sequence parallelism: under Flows the
+  // times hold no collective, and each pass's listed collectives cost, as
+  // compute charges them, exactly what Compute added to it.
+  for (const bool sequence_parallel : {false, true}) {
+    const TensorParallelProfile compute = tensor_parallel_profile(vocabulary_profile(), 2, kLink, sequence_parallel);
+    const TensorParallelProfile flows = tensor_parallel_profile(vocabulary_profile(), 2, kLink, sequence_parallel, false,
+                                                                TensorParallelCollectives::Flows);
+    ASSERT_EQ(flows.collectives.size(), flows.profile.layers.size());
+    EXPECT_EQ(flows.collectives, compute.collectives);
+    int with_collectives = 0;
+    for (std::size_t l = 0; l < flows.profile.layers.size(); ++l) {
+      const Layer& c = compute.profile.layers[l];
+      const Layer& f = flows.profile.layers[l];
+      EXPECT_NEAR(c.forward_s - f.forward_s, collectives_s(flows.collectives[l].forward, 2, kLink), 1e-15) << l;
+      // A replicated layer's backward keeps its own form (no parts given).
+      ASSERT_EQ(c.backward_input_s.has_value(), f.backward_input_s.has_value()) << l;
+      EXPECT_EQ(c.backward_weight_s, f.backward_weight_s) << l;
+      if (!f.backward_input_s) continue;
+      EXPECT_NEAR(*c.backward_input_s - *f.backward_input_s, collectives_s(flows.collectives[l].backward_input, 2, kLink),
+                  1e-15)
+          << l;
+      with_collectives += !flows.collectives[l].empty();
+    }
+    EXPECT_EQ(with_collectives, 4) << sequence_parallel;  // embedding, block, head, loss
+  }
+  // The block: 2 all-reduces of its output per pass (sequence parallel: 2
+  // reduce-scatters and 2 all-gathers).
+  const TensorParallelProfile flows =
+      tensor_parallel_profile(vocabulary_profile(), 2, kLink, false, false, TensorParallelCollectives::Flows);
+  EXPECT_EQ(flows.collectives[1].forward,
+            (std::vector<RingCollective>{{RingCollectiveKind::AllReduce, 2, vocabulary_profile().layers[1].output_bytes}}));
+  EXPECT_EQ(ring_steps(RingCollectiveKind::AllReduce, 4), 6);
+  EXPECT_EQ(ring_steps(RingCollectiveKind::AllGather, 4), 3);
+  EXPECT_EQ(ring_steps(RingCollectiveKind::ReduceScatter, 1), 0);
+  EXPECT_EQ(parse_tensor_parallel_collectives("flows"), TensorParallelCollectives::Flows);
+  EXPECT_EQ(parse_tensor_parallel_collectives("compute"), TensorParallelCollectives::Compute);
+  EXPECT_THROW(tensor_parallel_profile(vocabulary_profile(), 2, kLink, true, true, TensorParallelCollectives::Flows), InputError);
+  try {
+    parse_tensor_parallel_collectives("ring");
+    FAIL() << "ring accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("--tp-collectives"), std::string::npos) << error.what();
+  }
+}
+
 TEST(TensorParallel, SequenceParallelism) {
   const TensorParallelProfile result = tensor_parallel_profile(vocabulary_profile(), 2, kLink, true);
   EXPECT_EQ(result.split, (std::vector<int>{1}));
