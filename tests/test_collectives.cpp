@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -144,6 +145,23 @@ TEST(Collectives, FlowsStartOneFlowPerParticipantAndMeasureEachRoutesLatencyOnce
   for (const auto& [host, span] : ends) ASSERT_NEAR(span.second, 2 + ring_seconds(512, 1022, 512000), 1e-6) << host;
 }
 
+// 1f1b-sno over 2 stages of F = B = 1 s on `hosts`, the first and the last
+// stage's word tables tied (1000 bytes), the analytic network.
+sim::SimulationRequest tied_request(const std::string& platform, const ScheduleOptions& options,
+                                    std::vector<std::vector<std::string>> hosts, sim::CollectiveModel model) {
+  sim::SimulationRequest request;
+  request.platform_file = platform;
+  request.program = generate_schedule("1f1b-sno", options);
+  StageCost stage;
+  stage.forward_s = stage.backward_s = kComputeS;
+  request.stages = {stage, stage};
+  request.hosts = std::move(hosts);
+  request.network = sim::NetworkModel::Analytic;
+  request.collective_model = model;
+  request.tied_embedding = sim::SimulationRequest::TiedEmbedding{0, 1, 1000};
+  return request;
+}
+
 TEST(Collectives, TiedEmbeddingsAreAllReducedBetweenFirstAndLastStageAfterTheirDataParallelSync) {
   // 1f1b-sno, 2 stages, M = 1, d = 2 on a star of 4 (each hop 2 x 0.25 s):
   // stage 0 on h0 (replica 0) and h1, stage 1 on h2 and h3; F = B = 1 s,
@@ -157,17 +175,8 @@ TEST(Collectives, TiedEmbeddingsAreAllReducedBetweenFirstAndLastStageAfterTheirD
   options.micro_batches = 1;
   options.data_parallel = 2;
   for (const auto model : {sim::CollectiveModel::Flows, sim::CollectiveModel::Rounds}) {
-    sim::SimulationRequest request;
-    request.platform_file = platform.path();
-    request.program = generate_schedule("1f1b-sno", options);
-    StageCost stage;
-    stage.forward_s = stage.backward_s = kComputeS;
-    request.stages = {stage, stage};
-    request.hosts = {{"h0", "h1"}, {"h2", "h3"}};
-    request.network = sim::NetworkModel::Analytic;
-    request.collective_model = model;
-    request.tied_embedding = sim::SimulationRequest::TiedEmbedding{0, 1, 1000};
-    const sim::SimulationResult result = sim::simulate(request);
+    const sim::SimulationResult result =
+        sim::simulate(tied_request(platform.path(), options, {{"h0", "h1"}, {"h2", "h3"}}, model));
     std::map<std::string, std::pair<double, double>> tied, stage_sync;
     for (const TimelineRecord& record : result.timeline.records) {
       if (record.action != "ALLREDUCE") continue;
@@ -207,17 +216,7 @@ TEST(Collectives, TiedEmbeddingsAreAllReducedAtD1AfterEachMiniBatchAndTheNextFor
   options.micro_batches = 1;
   options.mini_batches = 2;
   for (const auto model : {sim::CollectiveModel::Flows, sim::CollectiveModel::Rounds}) {
-    sim::SimulationRequest request;
-    request.platform_file = platform.path();
-    request.program = generate_schedule("1f1b-sno", options);
-    StageCost stage;
-    stage.forward_s = stage.backward_s = kComputeS;
-    request.stages = {stage, stage};
-    request.hosts = {{"h0"}, {"h1"}};
-    request.network = sim::NetworkModel::Analytic;
-    request.collective_model = model;
-    request.tied_embedding = sim::SimulationRequest::TiedEmbedding{0, 1, 1000};
-    const sim::SimulationResult result = sim::simulate(request);
+    const sim::SimulationResult result = sim::simulate(tied_request(platform.path(), options, {{"h0"}, {"h1"}}, model));
     std::map<std::pair<std::string, int>, std::pair<double, double>> tied, forward, step;
     for (const TimelineRecord& record : result.timeline.records) {
       const auto key = std::make_pair(record.host, record.mini_batch);
