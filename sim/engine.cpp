@@ -648,8 +648,9 @@ class Simulation {
                       forward ? "activations" : "gradients", state.action.stage + (forward ? 1 : -1),
                       printable(state.message_to->get_name())); });
     }
-    for (const auto& [leader, group] : group_of_host_) {
-      const std::vector<sg::Host*>& members = groups_[static_cast<std::size_t>(group)];
+    for (const auto& entry : group_of_host_) {
+      const auto& leader = entry.first;
+      const std::vector<sg::Host*>& members = groups_[static_cast<std::size_t>(entry.second)];
       for (std::size_t m = 0; m < members.size(); ++m)
         add(members[m], members[(m + 1) % members.size()], [&] {
           return fmt::format("the tensor-parallel ring of '{}' sends from '{}' to '{}'", printable(leader),
