@@ -83,8 +83,9 @@ void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
                      "fp32, fp16 or bf16: the number format of a --model, or of a --profile that states none (memory per "
                      "parameter: docs/semantics.md, Memory)");
   command.add_option("--tensor-parallel", request.tensor_parallel,
-                     "split each stage t ways over t consecutive hosts of one server (transformer layers with FLOPs, and "
-                     "the embedding, head and loss a profile marks with `vocabulary`; others replicated); default 1");
+                     "split each stage t ways over t consecutive hosts, which may span servers (transformer layers "
+                     "with FLOPs, and the embedding, head and loss a profile marks with `vocabulary`; others "
+                     "replicated); default 1");
   command.add_flag("--sequence-parallel", request.sequence_parallel,
                    "Megatron's sequence parallelism in the tensor-parallel groups: reduce-scatter + all-gather for "
                    "all-reduces, norms and stashed activations split t ways (off at --tensor-parallel 1)");
