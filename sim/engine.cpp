@@ -777,6 +777,31 @@ class Simulation {
     state.group_flow_bytes = bytes;
   }
 
+  // A collective's message of `bytes` from `from` to `to`, started now.
+  sg::CommPtr start_collective_message(sg::Host* from, sg::Host* to, double bytes) {
+    sg::CommPtr comm = sg::Comm::sendto_init(from, to);
+    comm->set_payload_size(static_cast<uint64_t>(std::llround(bytes)));
+    comm->start();
+    ++collective_communications_;
+    return comm;
+  }
+
+  // Unless the route's latency is known: a zero-byte message from `from` to
+  // `to` beside a collective's flow, whose time is the latency SimGrid gives
+  // a message on that route (its network model's factor included).
+  sg::CommPtr start_latency_probe(sg::Host* from, sg::Host* to) {
+    return route_latency_.count({from, to}) ? nullptr : start_collective_message(from, to, 0);
+  }
+
+  // The latency of the route from `from` to `to`, measured once: waits for
+  // `probe` (start_latency_probe's) when it is not known yet.
+  double route_latency(sg::Host* from, sg::Host* to, const sg::CommPtr& probe) {
+    const auto route = std::make_pair(from, to);
+    if (const auto known = route_latency_.find(route); known != route_latency_.end()) return known->second;
+    probe->wait();
+    return route_latency_.emplace(route, probe->get_finish_time() - probe->get_start_time()).first->second;
+  }
+
   // The tensor-parallel collectives of `actions` (one action, or an
   // overlapped pair on one host) as one ring over their group's members:
   // one flow per member to the next, then the remaining latencies; returns
@@ -795,34 +820,12 @@ class Simulation {
     const std::vector<sg::Host*>& members = groups_[static_cast<std::size_t>(group)];
     const std::size_t t = members.size();
     std::vector<sg::CommPtr> flows, probes;
-    std::vector<std::size_t> probed;
-    for (std::size_t m = 0; m < t; ++m) {
-      sg::CommPtr flow = sg::Comm::sendto_init(members[m], members[(m + 1) % t]);
-      flow->set_payload_size(static_cast<uint64_t>(std::llround(bytes)));
-      flow->start();
-      flows.push_back(flow);
-      ++collective_communications_;
-    }
-    for (std::size_t m = 0; m < t; ++m)
-      if (!route_latency_.count({members[m], members[(m + 1) % t]})) {
-        // The latency SimGrid gives a message on this route: a zero-byte message beside the flow.
-        sg::CommPtr probe = sg::Comm::sendto_init(members[m], members[(m + 1) % t]);
-        probe->set_payload_size(0);
-        probe->start();
-        probes.push_back(probe);
-        probed.push_back(m);
-        ++collective_communications_;
-      }
-    for (std::size_t i = 0; i < probes.size(); ++i) {
-      probes[i]->wait();
-      const std::size_t m = probed[i];
-      route_latency_.emplace(std::make_pair(members[m], members[(m + 1) % t]),
-                             probes[i]->get_finish_time() - probes[i]->get_start_time());
-    }
+    for (std::size_t m = 0; m < t; ++m) flows.push_back(start_collective_message(members[m], members[(m + 1) % t], bytes));
+    for (std::size_t m = 0; m < t; ++m) probes.push_back(start_latency_probe(members[m], members[(m + 1) % t]));
     double end = sg::Engine::get_clock();
     for (std::size_t m = 0; m < t; ++m) {
+      const double latency = route_latency(members[m], members[(m + 1) % t], probes[m]);
       flows[m]->wait();
-      const double latency = route_latency_.at({members[m], members[(m + 1) % t]});
       end = std::max(end, flows[m]->get_finish_time() + (steps - 1) * latency);
     }
     if (end > sg::Engine::get_clock()) sg::this_actor::sleep_until(end);
@@ -1064,13 +1067,7 @@ class Simulation {
     const int steps = static_cast<int>(kind == CollectiveKind::AllReduce ? 2 * (r - 1) : r - 1);
     const double chunk = bytes / static_cast<double>(r);
     const double start = sg::Engine::get_clock();
-    auto send = [&](double size) {
-      sg::CommPtr comm = sg::Comm::sendto_init(ring.hosts[p], ring.hosts[next]);
-      comm->set_payload_size(static_cast<uint64_t>(std::llround(size)));
-      comm->start();
-      ++collective_communications_;
-      return comm;
-    };
+    auto send = [&](double size) { return start_collective_message(ring.hosts[p], ring.hosts[next], size); };
     if (request_.collective_model == CollectiveModel::Rounds) {
       std::vector<int>& rounds = ring.rounds;
       for (int round = 0; round < steps; ++round) {
@@ -1088,18 +1085,10 @@ class Simulation {
         while (ring.joined < r) ring.signal->wait(lock);
       }
       if (steps > 0) {
-        const auto route = std::make_pair(ring.hosts[p], ring.hosts[next]);
-        auto latency = route_latency_.find(route);
-        sg::CommPtr flow = send(steps * chunk), probe;
-        if (latency == route_latency_.end()) {
-          // The latency SimGrid gives a message on this route (its network
-          // model's factor included): a zero-byte message beside the flow.
-          probe = send(0);
-          probe->wait();
-          latency = route_latency_.emplace(route, probe->get_finish_time() - probe->get_start_time()).first;
-        }
+        sg::CommPtr flow = send(steps * chunk);
+        const double latency = route_latency(ring.hosts[p], ring.hosts[next], start_latency_probe(ring.hosts[p], ring.hosts[next]));
         flow->wait();
-        if (steps > 1 && latency->second > 0) sg::this_actor::sleep_for((steps - 1) * latency->second);
+        if (steps > 1 && latency > 0) sg::this_actor::sleep_for((steps - 1) * latency);
       }
       ++ring.left;
       ring.signal->notify_all();
@@ -1412,6 +1401,27 @@ void check_platform_file(const std::string& file) {
   passed_text = std::move(text);
 }
 
+// The route SimGrid computes from `from` to `to`: found false when it finds
+// none (a hierarchy without the zone route); its links indexed into `links`
+// (each link once, by name, in first-seen order).
+HostRoute route_between(sg::Host* from, sg::Host* to, std::vector<LinkInfo>& links, std::map<std::string, int>& index) {
+  HostRoute route;
+  std::vector<sg::Link*> crossed;
+  try {
+    from->route_to(to, crossed, &route.latency_s);
+  } catch (const std::exception&) {
+    return route;
+  }
+  route.found = true;
+  for (const sg::Link* link : crossed) {
+    const auto [entry, added] = index.emplace(link->get_name(), static_cast<int>(links.size()));
+    if (added)
+      links.push_back({link->get_name(), link->get_bandwidth(), link->get_sharing_policy() != sg::Link::SharingPolicy::FATPIPE});
+    route.links.push_back(entry->second);
+  }
+  return route;
+}
+
 // Loads the platform into a fresh engine and summarises its hosts in the
 // order the file declares them, with the all-pairs route matrices when
 // `with_routes`. Checks again, on what SimGrid built, what
@@ -1491,25 +1501,13 @@ PlatformSummary load_platform(sg::Engine& engine, const std::string& file, Netwo
   for (std::size_t a = 0; a < count; ++a)
     for (std::size_t b = 0; b < count; ++b) {
       if (a == b) continue;
-      std::vector<sg::Link*> links;
-      double latency = 0;
-      try {
-        declared[a]->route_to(declared[b], links, &latency);
-      } catch (const std::exception&) {
-        continue;  // SimGrid finds no route (a hierarchy without the zone route): none
-      }
-      if (links.empty()) continue;
-      double narrowest = links.front()->get_bandwidth();
-      for (const sg::Link* link : links) narrowest = std::min(narrowest, link->get_bandwidth());
+      HostRoute route = route_between(declared[a], declared[b], summary.links, link_index);
+      if (!route.found || route.links.empty()) continue;  // no route, or none with a link: 0
+      double narrowest = summary.links[static_cast<std::size_t>(route.links.front())].bandwidth_Bps;
+      for (const int l : route.links) narrowest = std::min(narrowest, summary.links[static_cast<std::size_t>(l)].bandwidth_Bps);
       summary.route_bandwidth_Bps[a][b] = narrowest;
-      summary.route_latency_s[a][b] = latency;
-      for (const sg::Link* link : links) {
-        const auto [entry, added] = link_index.emplace(link->get_name(), static_cast<int>(summary.links.size()));
-        if (added)
-          summary.links.push_back({link->get_name(), link->get_bandwidth(),
-                                   link->get_sharing_policy() != sg::Link::SharingPolicy::FATPIPE});
-        summary.route_links[a][b].push_back(entry->second);
-      }
+      summary.route_latency_s[a][b] = route.latency_s;
+      summary.route_links[a][b] = std::move(route.links);
     }
   return summary;
 }
@@ -1575,6 +1573,21 @@ std::vector<std::vector<double>> matrix_from_bytes(const nlohmann::json::binary_
   return matrix;
 }
 
+// The links of a summary or a route table as the child hands them over.
+nlohmann::json links_to_json(const std::vector<LinkInfo>& links) {
+  nlohmann::json json = nlohmann::json::array();
+  for (const LinkInfo& link : links)
+    json.push_back({{"name", link.name}, {"bandwidth_Bps", link.bandwidth_Bps}, {"shared", link.shared}});
+  return json;
+}
+
+std::vector<LinkInfo> links_from_json(const nlohmann::json& json) {
+  std::vector<LinkInfo> links;
+  for (const auto& link : json)
+    links.push_back({link.at("name").get<std::string>(), link.at("bandwidth_Bps").get<double>(), link.at("shared").get<bool>()});
+  return links;
+}
+
 nlohmann::json summary_to_json(const PlatformSummary& summary) {
   nlohmann::json hosts = nlohmann::json::array();
   for (const HostInfo& host : summary.hosts) {
@@ -1593,9 +1606,7 @@ nlohmann::json summary_to_json(const PlatformSummary& summary) {
   if (!summary.route_bandwidth_Bps.empty()) {
     json["route_bandwidth_Bps"] = matrix_bytes(summary.route_bandwidth_Bps);
     json["route_latency_s"] = matrix_bytes(summary.route_latency_s);
-    nlohmann::json links = nlohmann::json::array();
-    for (const LinkInfo& link : summary.links) links.push_back({{"name", link.name}, {"bandwidth_Bps", link.bandwidth_Bps}, {"shared", link.shared}});
-    json["links"] = links;
+    json["links"] = links_to_json(summary.links);
     json["route_links"] = summary.route_links;
   }
   return json;
@@ -1627,8 +1638,7 @@ PlatformSummary summary_from_json(const nlohmann::json& json, const std::string&
     summary.route_bandwidth_Bps = matrix_from_bytes(json.at("route_bandwidth_Bps").get_binary(), summary.hosts.size());
     summary.route_latency_s = matrix_from_bytes(json.at("route_latency_s").get_binary(), summary.hosts.size());
     if (json.contains("links") && json.contains("route_links")) {
-      for (const auto& link : json.at("links"))
-        summary.links.push_back({link.at("name").get<std::string>(), link.at("bandwidth_Bps").get<double>(), link.at("shared").get<bool>()});
+      summary.links = links_from_json(json.at("links"));
       summary.route_links = json.at("route_links").get<std::vector<std::vector<std::vector<int>>>>();
     }
   }
@@ -1883,36 +1893,22 @@ RouteTable read_routes(const std::string& platform_file, const std::vector<std::
     const PlatformSummary summary = load_platform(engine, platform_file, NetworkModel::Analytic, false);
     std::vector<sg::Host*> hosts;
     for (const HostInfo& host : summary.hosts) hosts.push_back(sg::Host::by_name(host.name));
-    nlohmann::json links = nlohmann::json::array(), routes = nlohmann::json::array();
+    std::vector<LinkInfo> links;
     std::map<std::string, int> link_index;
+    nlohmann::json routes = nlohmann::json::array();
     for (const auto& [a, b] : pairs) {
       if (a >= hosts.size() || b >= hosts.size())
         throw InputError(fmt::format("{}: a route from host {} to host {} is needed, but the platform has {} hosts",
                                      printable(platform_file), a, b, hosts.size()));
-      std::vector<sg::Link*> route;
-      double latency = 0;
-      bool found = true;
-      try {
-        hosts[a]->route_to(hosts[b], route, &latency);
-      } catch (const std::exception&) {
-        found = false;  // a hierarchy without the zone route: none
-      }
-      if (route.empty() && !(latency > 0)) found = false;
-      nlohmann::json indices = nlohmann::json::array();
-      for (const sg::Link* link : route) {
-        const auto [entry, added] = link_index.emplace(link->get_name(), static_cast<int>(links.size()));
-        if (added)
-          links.push_back({{"name", link->get_name()}, {"bandwidth_Bps", link->get_bandwidth()},
-                           {"shared", link->get_sharing_policy() != sg::Link::SharingPolicy::FATPIPE}});
-        indices.push_back(entry->second);
-      }
-      routes.push_back({{"found", found}, {"latency_s", latency}, {"links", indices}});
+      const HostRoute route = route_between(hosts[a], hosts[b], links, link_index);
+      // A route of no link and no latency is none.
+      const bool found = route.found && (!route.links.empty() || route.latency_s > 0);
+      routes.push_back({{"found", found}, {"latency_s", route.latency_s}, {"links", route.links}});
     }
-    return nlohmann::json{{"links", links}, {"routes", routes}};
+    return nlohmann::json{{"links", links_to_json(links)}, {"routes", routes}};
   });
   RouteTable table;
-  for (const auto& link : result.json.at("links"))
-    table.links.push_back({link.at("name").get<std::string>(), link.at("bandwidth_Bps").get<double>(), link.at("shared").get<bool>()});
+  table.links = links_from_json(result.json.at("links"));
   for (const auto& route : result.json.at("routes"))
     table.routes.push_back({route.at("found").get<bool>(), route.at("latency_s").get<double>(), route.at("links").get<std::vector<int>>()});
   return table;
