@@ -95,6 +95,13 @@ ModelGraph partitioner_graph(const PlanRequest& request, const Plan& plan, int m
   return graph;
 }
 
+/// Bytes the optimizer step moves per weight byte on a GPU host whose
+/// device model times it (give_device_optimizer_steps).
+double device_step_bytes_per_weight_byte(const Plan& plan) {
+  const std::string dtype = plan.dtype.empty() ? "fp32" : plan.dtype;
+  return optimizer_step_bytes_per_parameter(dtype, plan.optimizer) / dtype_bytes(dtype, "--dtype");
+}
+
 // Tensor parallelism (--tensor-parallel t > 1): checks the groups of t
 // consecutive hosts of `platform` (routes included), makes plan.profile the
 // per-member profile and returns the platform the pipeline and data
@@ -656,7 +663,8 @@ Plan make_plan(const PlanRequest& request) {
   // partitioner weighs them.
   try {
     plan.device_model_notes = fill_analytic_times(
-        plan.profile, all_hosts, info.single_stage ? FpgaWeights::WholeModel : FpgaWeights::StagesFit);
+        plan.profile, all_hosts, info.single_stage ? FpgaWeights::WholeModel : FpgaWeights::StagesFit,
+        TensorParallelShare{plan.tensor_parallel, plan.sequence_parallel});
   } catch (const InputError& error) {
     throw InputError(fmt::format("{}: {}", request.model.name.empty() ? request.profile_file : "--model " + request.model.name,
                                  error.what()));
@@ -1150,6 +1158,7 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
     request.gradient_bytes_per_weight_byte =
         static_cast<double>(dtype_bytes(plan.gradient_dtype, "--gradient-dtype")) / dtype_bytes(plan.dtype, "--dtype");
   request.overlap_param_gather = plan.overlap_param_gather;
+  request.device_step_bytes_per_weight_byte = device_step_bytes_per_weight_byte(plan);
   // Where a device without all-reduces updates its weights (optimizer steps).
   request.update_interval = plan.program_text.empty() ? update_interval(plan.schedule, options) : 0;
   // Megatron recomputes inside the backward, once the gradient has come.
@@ -1593,6 +1602,23 @@ namespace {
 
 // How a layout's pipelines synchronise gradients (docs/semantics.md,
 // "Gradient synchronisation"), and the optimizer step's time.
+/// The optimizer step's line, where GPU hosts' device models time it; empty otherwise.
+std::string optimizer_step_text(const Plan& plan, const PlatformSummary& platform) {
+  std::vector<std::string> models;
+  for (const HostInfo& host : platform.hosts) {
+    const DeviceModel* device = host.device_model.empty() ? nullptr : find_device_model(host.device_model);
+    if (device != nullptr && device->kind == DeviceKind::Gpu &&
+        std::find(models.begin(), models.end(), host.device_model) == models.end())
+      models.push_back(host.device_model);
+  }
+  if (models.empty()) return "";
+  const std::string dtype = plan.dtype.empty() ? "fp32" : plan.dtype;
+  return fmt::format("  optimizer step    {} over {} weights: {:g} bytes moved per parameter, streamed at {:.0f}% of the {} "
+                     "HBM bandwidth (device model; a host's optimizer_step_rate overrides it)\n",
+                     plan.optimizer, dtype, optimizer_step_bytes_per_parameter(dtype, plan.optimizer),
+                     100 * kMaxMemoryEfficiency, fmt::join(models, ", "));
+}
+
 std::string gradient_sync_text(const Plan& plan, const PlatformSummary& platform) {
   std::string text = fmt::format("over d {}: ", plan.data_parallel);
   text += plan.overlap_grad_reduce
@@ -1668,6 +1694,7 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   for (const std::string& note : plan.megatron_notes) text += fmt::format("  megatron          {}\n", note);
   if (plan.parallel_layout) text += fmt::format("  layout            {}\n", layout_text(plan));
   if (plan.parallel_layout && plan.data_parallel > 1) text += fmt::format("  gradient sync     {}\n", gradient_sync_text(plan, result.platform));
+  text += optimizer_step_text(plan, result.platform);
   if (const auto tied = tied_embedding_of(plan, result.program)) {
     // At d = 1 the engine runs the all-reduce per mini-batch of a flushed
     // Program only (sim/engine.hpp, SimulationRequest::tied_embedding).

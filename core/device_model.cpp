@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/precision.hpp"
+#include "core/tensor_parallel.hpp"
 
 namespace pipegrid {
 
@@ -46,6 +48,20 @@ ClassEfficiency fitted_row(int c) {
   }
   return out;
 }
+
+// Tensor-core model constants (docs/devices.md, "Tensor-core model", gives
+// each one's source). The A100's GEMM and memory efficiencies and kernel
+// overhead are fitted (pipegrid_tensor_core_bench --print-constants: Zero
+// Bubble's Table 9 pass times and Korthikanti et al.'s Table 4 layer times;
+// the fit holds no kernel overhead); the other GPUs carry those fractions
+// over, unvalidated. The flash-attention efficiencies are the published
+// kernel rates of FlashAttention-2 (A100) and FlashAttention-3 (H100, H200).
+constexpr double kA100GemmEfficiency = 0.833777;
+constexpr double kMemoryEfficiency = 0.446807;
+constexpr double kKernelOverhead = 0;
+constexpr double kA100AttentionForward = 0.70, kA100AttentionBackward = 0.55;
+constexpr double kV100GemmEfficiency = kA100GemmEfficiency, kV100AttentionForward = 0.40, kV100AttentionBackward = 0.30;
+constexpr double kH100GemmEfficiency = kA100GemmEfficiency, kH100AttentionForward = 0.60, kH100AttentionBackward = 0.45;
 
 // Vendor figures (docs/devices.md, Catalogue, names each datasheet).
 constexpr double kV100Fp32 = 14 * kTera, kV100Fp16 = 112 * kTera, kV100Bandwidth = 900 * kGiga;
@@ -88,9 +104,24 @@ std::vector<DeviceModel> build_catalogue() {
       gpu("H100", "NVIDIA H100 SXM5 80 GB", 67 * kTera, 989.5 * kTera, 989.5 * kTera, 3350 * kGiga, 80 * kGiB),
       gpu("H200", "NVIDIA H200 SXM 141 GB", 67 * kTera, 989.5 * kTera, 989.5 * kTera, 4800 * kGiga, 141 * kGiga),
   };
+  // Tensor-core models (docs/devices.md, "Tensor-core model", gives each
+  // constant's source): {sms, GEMM, flash forward, flash backward, memory,
+  // kernel overhead}.
+  const TensorCoreModel tensor_cores[] = {
+      {80, kV100GemmEfficiency, kV100AttentionForward, kV100AttentionBackward, kMemoryEfficiency, kKernelOverhead},
+      {108, kA100GemmEfficiency, kA100AttentionForward, kA100AttentionBackward, kMemoryEfficiency, kKernelOverhead},
+      {132, kH100GemmEfficiency, kH100AttentionForward, kH100AttentionBackward, kMemoryEfficiency, kKernelOverhead},
+      {132, kH100GemmEfficiency, kH100AttentionForward, kH100AttentionBackward, kMemoryEfficiency, kKernelOverhead},
+  };
   std::vector<DeviceModel> out;
-  for (const DeviceModel& device : gpus) {
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    const DeviceModel& device = gpus[i];
     out.push_back(with_efficiency(device, v100));
+    out.back().tensor_cores = tensor_cores[i];
+    const TensorCoreModel& model = out.back().tensor_cores;
+    for (const double compute : {model.gemm_efficiency, model.attention_forward_efficiency, model.attention_backward_efficiency})
+      if (!(compute > 0 && compute <= kMaxComputeEfficiency) || !(model.memory_efficiency > 0 && model.memory_efficiency <= kMaxMemoryEfficiency))
+        throw std::logic_error(fmt::format("device model {}: a tensor-core efficiency outside (0, cap]", device.name));
     for (const ClassEfficiency& curves : out.back().efficiency)
       for (const PassEfficiency* pass : {&curves.forward, &curves.backward})
         if (!(pass->compute.e_max <= kMaxComputeEfficiency) || !(pass->memory.e_max <= kMaxMemoryEfficiency))
@@ -241,6 +272,27 @@ LayerTimes analytic_layer_times(const Layer& layer, const DeviceModel& device, s
   return times;
 }
 
+bool times_by_kernels(const Layer& layer, const DeviceModel& device) {
+  return layer.transformer_shape.has_value() && device.kind == DeviceKind::Gpu && device.tensor_cores.present();
+}
+
+ShapedTimes shaped_layer_times(const Layer& layer, const DeviceModel& device, std::string_view dtype,
+                               const TensorParallelShare& share) {
+  const double peak = device.peak_flops(dtype);
+  const double element = dtype_bytes(std::string(dtype.empty() ? "fp32" : dtype), "the profile's dtype");
+  const TensorCoreModel& model = device.tensor_cores;
+  const LayerKernels kernels = layer_kernels(layer, model, peak, element, share);
+  const double bandwidth = device.memory_bandwidth_Bps;
+  ShapedTimes out;
+  out.times.forward_s = kernels.forward.seconds(model, bandwidth);
+  out.times.backward_input_s = kernels.runs_input ? kernels.input.seconds(model, bandwidth) : 0.0;
+  out.times.backward_weight_s = kernels.weight.seconds(model, bandwidth);
+  out.times.backward_s = *out.times.backward_input_s + *out.times.backward_weight_s;
+  if (out.times.forward_s > 0)
+    out.attention_core_time_share = std::min(1.0, kernels.attention_core.seconds(model, bandwidth) / out.times.forward_s);
+  return out;
+}
+
 namespace {
 
 /// Which of `layers` (indices into profile.layers) an FPGA board keeps on
@@ -312,7 +364,8 @@ std::string on_chip_text(const OnChip& on_chip, const DeviceModel& device) {
 
 }  // namespace
 
-std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSummary& platform, FpgaWeights fpga_weights) {
+std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSummary& platform, FpgaWeights fpga_weights,
+                                             const TensorParallelShare& share) {
   std::vector<std::size_t> missing;
   for (std::size_t i = 0; i < profile.layers.size(); ++i)
     if (!profile.layers[i].times_given) missing.push_back(i);
@@ -352,14 +405,39 @@ std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSum
     OnChip on_chip;
     if (device.kind == DeviceKind::Fpga && fpga_weights == FpgaWeights::WholeModel)
       on_chip = keep_on_chip(profile, all_layers, device);
+    int by_kernels = 0;
     for (const std::size_t i : missing) {
       Layer& layer = profile.layers[i];
+      if (times_by_kernels(layer, device)) {
+        ++by_kernels;
+        const ShapedTimes shaped = shaped_layer_times(layer, device, profile.dtype, share);
+        const double divided = share.t > 1 && tensor_parallel_splits(layer, share.sequence_parallel) ? share.t : 1;
+        LayerTimes times = shaped.times;
+        times.forward_s *= divided;
+        times.backward_input_s = *times.backward_input_s * divided;
+        times.backward_weight_s = *times.backward_weight_s * divided;
+        times.backward_s = *times.backward_input_s + *times.backward_weight_s;
+        layer.device_times[name] = times;
+        if (name == platform.hosts.front().device_model && layer.op == "transformer")
+          layer.attention_core_time_share = shaped.attention_core_time_share;
+        continue;
+      }
       const auto kept = on_chip.of_layer.find(i);
       layer.device_times[name] = analytic_layer_times(layer, device, profile.dtype, profile.sequence_length,
                                                       kept == on_chip.of_layer.end() || kept->second);
     }
     std::string note = fmt::format("{} layer(s) of '{}' timed by the {} device model ({}, dtype {})", missing.size(),
                                    profile.name, name, device.description, printable_dtype(profile.dtype));
+    if (by_kernels > 0)
+      note += fmt::format("; {} kernel by kernel (tensor-core model: GEMMs by shape at {:.0f}% of the dense peak, "
+                          "flash attention {:.0f}% forward and {:.0f}% backward, element-wise at {:.0f}% of {:.4g} GB/s, "
+                          "{} per kernel{})",
+                          by_kernels, 100 * device.tensor_cores.gemm_efficiency,
+                          100 * device.tensor_cores.attention_forward_efficiency,
+                          100 * device.tensor_cores.attention_backward_efficiency,
+                          100 * device.tensor_cores.memory_efficiency, device.memory_bandwidth_Bps / 1e9,
+                          fmt::format("{:g} us", device.tensor_cores.kernel_overhead_s * 1e6),
+                          share.t > 1 ? fmt::format(", as one of {} tensor-parallel members", share.t) : "");
     if (device.kind == DeviceKind::Fpga)
       note += fpga_weights == FpgaWeights::StagesFit ? "; weights on chip while the partition is chosen"
                                                      : "; the whole model's " + on_chip_text(on_chip, device);
@@ -411,6 +489,19 @@ std::vector<std::string> place_fpga_weights(Profile& profile, const Partition& p
     }
   }
   return notes;
+}
+
+int give_device_optimizer_steps(PlatformSummary& platform, double step_bytes_per_weight_byte) {
+  if (!(step_bytes_per_weight_byte > 0)) return 0;
+  int given = 0;
+  for (HostInfo& host : platform.hosts) {
+    if (host.device_model.empty() || host.has_optimizer_step()) continue;
+    const DeviceModel* device = find_device_model(host.device_model);
+    if (device == nullptr || device->kind != DeviceKind::Gpu) continue;
+    host.optimizer_step_rate_Bps = device->memory_bandwidth_Bps * kMaxMemoryEfficiency / step_bytes_per_weight_byte;
+    ++given;
+  }
+  return given;
 }
 
 LinearFit fit_time_line(const std::vector<FitSample>& samples, double min_slope) {

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/gpu_kernels.hpp"
 #include "core/partition.hpp"
 #include "core/platform.hpp"
 #include "core/profile.hpp"
@@ -72,6 +73,9 @@ struct DeviceModel {
   ClassEfficiency efficiency[kOpClassCount] = {};
   /// Fixed time added to every pass that runs (forward, I, W) of a layer.
   double layer_overhead_s = 0;
+  /// The tensor-core kernel model (GPUs; core/gpu_kernels.hpp): layers with
+  /// a transformer_shape are timed kernel by kernel with it.
+  TensorCoreModel tensor_cores;
 
   // FPGAs (after FPDeep, as BaPipe describes it): compute = dsp_slices x
   // clock_hz x 2 (one 16-bit multiply-add per DSP per cycle) x
@@ -144,6 +148,20 @@ double fpga_pass_time(double flops, double weight_bytes, const DeviceModel& fpga
 LayerTimes analytic_layer_times(const Layer& layer, const DeviceModel& device, std::string_view dtype,
                                 int sequence_length, bool weights_on_chip = true);
 
+/** A layer with a transformer_shape on a GPU with a tensor-core model:
+ *  the times of one member (`share`) from layer_kernels under the device's
+ *  constants (core/gpu_kernels.hpp), and the attention core's share of the
+ *  forward's time. W runs when the layer has weight-gradient kernels (a
+ *  tied head computes its table's gradient too). */
+struct ShapedTimes {
+  LayerTimes times;
+  double attention_core_time_share = 0;
+};
+ShapedTimes shaped_layer_times(const Layer& layer, const DeviceModel& device, std::string_view dtype,
+                               const TensorParallelShare& share);
+/// True when `device` times `layer` kernel by kernel (shaped_layer_times).
+bool times_by_kernels(const Layer& layer, const DeviceModel& device);
+
 /** Fills in the times of every layer of `profile` whose times_given is
  *  false, from the device models of `platform`'s hosts (HostInfo::device_model):
  *  device_times[model] for each model named by a host, and the base times
@@ -163,8 +181,14 @@ LayerTimes analytic_layer_times(const Layer& layer, const DeviceModel& device, s
 /// (data parallelism: every board holds the model); StagesFit takes them on chip, as BaPipe's partition aims to
 /// (pipelines: place_fpga_weights then checks each board's own stages).
 enum class FpgaWeights { WholeModel, StagesFit };
+/// `share`: the tensor-parallel member a run times (its t and sequence
+/// parallelism). A layer timed by kernels (times_by_kernels) is timed as
+/// one member; where tensor parallelism divides the layer's times by t
+/// (tensor_parallel_splits), the times stored are t x the member's, so that
+/// tensor_parallel_profile's division leaves the member's own.
 std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSummary& platform,
-                                             FpgaWeights fpga_weights = FpgaWeights::WholeModel);
+                                             FpgaWeights fpga_weights = FpgaWeights::WholeModel,
+                                             const TensorParallelShare& share = {});
 
 /** FPGA weights per board, once the partition is known (fill_analytic_times
  *  decided before it, by its FpgaWeights rule): each FPGA
@@ -180,6 +204,16 @@ std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSum
  *  board that runs an analytic layer (on chip or from DDR, and why), for
  *  people. */
 std::vector<std::string> place_fpga_weights(Profile& profile, const Partition& partition, const PlatformSummary& platform);
+
+/** Gives each GPU host of `platform` with a device model and no declared
+ *  optimizer step (HostInfo::has_optimizer_step) the step its device model
+ *  implies: `step_bytes_per_weight_byte` bytes moved per byte of the
+ *  weights it updates (optimizer_step_bytes_per_parameter over the dtype's
+ *  bytes), streamed at kMaxMemoryEfficiency of the HBM bandwidth, i.e.
+ *  optimizer_step_rate = bandwidth x kMaxMemoryEfficiency /
+ *  step_bytes_per_weight_byte. Nothing when step_bytes_per_weight_byte <=
+ *  0. Returns how many hosts it gave a step. */
+int give_device_optimizer_steps(PlatformSummary& platform, double step_bytes_per_weight_byte);
 
 /// Least squares fit of t = a x + b n over samples (x, n, t) with
 /// a >= min_slope, a > 0 and b >= 0, solved with Eigen: the free fit first;

@@ -413,6 +413,8 @@ Profile split_layers(const Profile& profile, const std::vector<LayerSplit>& spli
       for (std::optional<double>* work : {&part->forward_flops, &part->backward_input_flops, &part->backward_weight_flops,
                                           &part->bytes_read, &part->bytes_written})
         if (*work) **work *= share;
+      // A part is not the whole shape: its analytic times come from its share of the work.
+      part->transformer_shape.reset();
     }
     result.layers.push_back(std::move(first));
     result.layers.push_back(std::move(second));

@@ -63,6 +63,15 @@ double step_gradient_copy_bytes_per_parameter(const std::string& dtype, const st
   return distributed_over > 0 ? 4.0 / distributed_over : 4.0;
 }
 
+double optimizer_step_bytes_per_parameter(const std::string& dtype, const std::string& optimizer) {
+  const double copies = optimizer_copies(optimizer);
+  const int element = dtype_bytes(dtype);
+  double bytes = 4 * (2 + copies) + 4 * (1 + copies) + 4;
+  if (element == 2) bytes += 4 + 2;
+  if (dtype == "fp16") bytes += 8;
+  return bytes;
+}
+
 double resident_weight_factor(const std::string& dtype, const std::string& optimizer,
                               const std::string& gradient_dtype, int distributed_over) {
   if (distributed_over > 0)

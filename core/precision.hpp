@@ -58,6 +58,17 @@ double distributed_bytes_per_parameter(const std::string& dtype, const std::stri
 double step_gradient_copy_bytes_per_parameter(const std::string& dtype, const std::string& gradient_dtype,
                                               int distributed_over = 0);
 
+/** Bytes of device memory one optimizer step moves per parameter, as
+ *  Megatron-LM (core_v0.14.0, megatron/core/optimizer/optimizer.py) steps
+ *  with main gradients in fp32: the update reads the fp32 (main) weight, its
+ *  gradient and the optimizer's `optimizer_copies` state values and writes
+ *  the weight and the states, 4 (2 + copies) + 4 (1 + copies); the gradient
+ *  norm (clip_grad) reads the gradients, 4; 16-bit weights: the main
+ *  weights copied into the model's, 4 + 2; fp16 only: the unscale and
+ *  inf check read and write the gradients, 8. Adam: fp32 32, bf16 38, fp16
+ *  46; sgd fp32 16. InputError for an unknown dtype or optimizer. */
+double optimizer_step_bytes_per_parameter(const std::string& dtype, const std::string& optimizer);
+
 /** The gradient dtype a run may keep (simulate --gradient-dtype): "" (the
  *  run's dtype), that dtype, or fp32. InputError naming --gradient-dtype
  *  and the run's dtype otherwise (16-bit gradients of fp32 weights). */

@@ -23,6 +23,20 @@ struct LayerTimes {
   std::optional<double> backward_weight_s = {};  ///< W of backward_s (see above)
 };
 
+/// The shape of a GPT-style model's layer, for the tensor-core kernel model
+/// (core/gpu_kernels.hpp): what the gpt generator built it from. One
+/// micro-batch of `batch` sequences of `sequence` tokens; kv_columns =
+/// query groups x head width (h for multi-head attention).
+struct TransformerShape {
+  double batch = 0, sequence = 0, hidden = 0, heads = 0, kv_columns = 0, ffn = 0, vocabulary = 0;
+  bool swiglu = false, linear_bias = true, rmsnorm = false, rotary = false, flash_attention = false;
+  /// Position table added to the word embedding (learned positions).
+  bool position_table = true;
+  /// The attention is causal (a GPT decoder's): a flash-attention kernel
+  /// skips the masked half of the scores; the unfused form computes them all.
+  bool causal = true;
+};
+
 struct Layer {
   std::string name;
   double forward_s = 0;        ///< forward time of one micro-batch
@@ -71,6 +85,16 @@ struct Layer {
   /// (fused attention keeps none of them: its log-sum-exp).
   std::optional<double> attention_core_flops_share = {};
   std::optional<double> attention_core_stash_share = {};
+  /// The attention core's share of the forward's *time*, where a device
+  /// model timed the layer kernel by kernel (fill_analytic_times; not read
+  /// from files): what selective recomputation adds to the backward. Absent:
+  /// attention_core_flops_share stands for it.
+  std::optional<double> attention_core_time_share = {};
+  /// The model shape the layer comes from (the gpt generator's embedding,
+  /// blocks, final norm, head and loss; docs/formats.md): with it a GPU's
+  /// tensor-core model times the layer kernel by kernel (core/gpu_kernels.hpp)
+  /// instead of by its summed FLOPs and bytes.
+  std::optional<TransformerShape> transformer_shape = {};
 
   /// How Megatron's tensor parallelism splits the layer (docs/formats.md,
   /// Tensor-parallel fields; core/tensor_parallel.hpp). Size-independent,

@@ -372,6 +372,68 @@ void read_tensor_parallel_fields(const nlohmann::json& entry, Layer& layer, cons
   }
 }
 
+/// A layer's transformer_shape (docs/formats.md): an object of the numbers
+/// batch, sequence, hidden, heads, kv_columns, ffn and vocabulary (> 0;
+/// vocabulary >= 0) and the flags swiglu, linear_bias, rmsnorm, rotary,
+/// flash_attention, position_table and causal (true or false, each
+/// optional with the TransformerShape defaults).
+void read_transformer_shape(const nlohmann::json& entry, Layer& layer, const std::string& origin, const std::string& path) {
+  const auto field = entry.find("transformer_shape");
+  if (field == entry.end()) return;
+  const std::string where = path + ".transformer_shape";
+  if (!field->is_object())
+    throw InputError(fmt::format("{}: {}: expected an object (the model shape the layer comes from), found {}", origin,
+                                 where, shown(*field)));
+  reject_unknown_fields(*field, fmt::format("{}: {}", origin, where),
+                        {"batch", "sequence", "hidden", "heads", "kv_columns", "ffn", "vocabulary", "swiglu",
+                         "linear_bias", "rmsnorm", "rotary", "flash_attention", "position_table", "causal"});
+  TransformerShape shape;
+  const std::pair<const char*, double TransformerShape::*> numbers[] = {
+      {"batch", &TransformerShape::batch},   {"sequence", &TransformerShape::sequence},
+      {"hidden", &TransformerShape::hidden}, {"heads", &TransformerShape::heads},
+      {"kv_columns", &TransformerShape::kv_columns}, {"ffn", &TransformerShape::ffn},
+      {"vocabulary", &TransformerShape::vocabulary}};
+  for (const auto& [name, member] : numbers) {
+    const auto value = field->find(name);
+    const bool may_be_zero = std::string(name) == "vocabulary";
+    if (value == field->end() || !value->is_number() || !std::isfinite(value->get<double>()) ||
+        !(may_be_zero ? value->get<double>() >= 0 : value->get<double>() > 0) || value->get<double>() > 1e12)
+      throw InputError(fmt::format("{}: {}.{}: expected a number {} (at most 1e12), found {}", origin, where, name,
+                                   may_be_zero ? ">= 0" : "> 0", value == field->end() ? "nothing" : shown(*value)));
+    shape.*member = value->get<double>();
+  }
+  const std::pair<const char*, bool TransformerShape::*> flags[] = {
+      {"swiglu", &TransformerShape::swiglu},   {"linear_bias", &TransformerShape::linear_bias},
+      {"rmsnorm", &TransformerShape::rmsnorm}, {"rotary", &TransformerShape::rotary},
+      {"flash_attention", &TransformerShape::flash_attention}, {"position_table", &TransformerShape::position_table},
+      {"causal", &TransformerShape::causal}};
+  for (const auto& [name, member] : flags) {
+    const auto value = field->find(name);
+    if (value == field->end()) continue;
+    if (!value->is_boolean())
+      throw InputError(fmt::format("{}: {}.{}: expected true or false, found {}", origin, where, name, shown(*value)));
+    shape.*member = value->get<bool>();
+  }
+  const char* const ops[] = {"embedding", "transformer", "norm", "linear", "loss"};
+  if (std::find(std::begin(ops), std::end(ops), layer.op) == std::end(ops))
+    throw InputError(fmt::format("{}: {}: a transformer_shape needs op embedding, transformer, norm, linear or loss, found "
+                                 "op '{}'",
+                                 origin, where, printable(layer.op)));
+  layer.transformer_shape = shape;
+}
+
+/// The transformer_shape's text, in read_transformer_shape's order.
+std::string transformer_shape_text(const TransformerShape& shape) {
+  auto flag = [](bool value) { return value ? "true" : "false"; };
+  return fmt::format(", \"transformer_shape\": {{\"batch\": {}, \"sequence\": {}, \"hidden\": {}, \"heads\": {}, "
+                     "\"kv_columns\": {}, \"ffn\": {}, \"vocabulary\": {}, \"swiglu\": {}, \"linear_bias\": {}, "
+                     "\"rmsnorm\": {}, \"rotary\": {}, \"flash_attention\": {}, \"position_table\": {}, \"causal\": {}}}",
+                     number_text(shape.batch), number_text(shape.sequence), number_text(shape.hidden),
+                     number_text(shape.heads), number_text(shape.kv_columns), number_text(shape.ffn),
+                     number_text(shape.vocabulary), flag(shape.swiglu), flag(shape.linear_bias), flag(shape.rmsnorm),
+                     flag(shape.rotary), flag(shape.flash_attention), flag(shape.position_table), flag(shape.causal));
+}
+
 }  // namespace
 
 Profile parse_profile_json(const std::string& text, const std::string& origin) {
@@ -467,7 +529,7 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
                           {"name", "forward_s", "backward_s", "backward_input_s", "backward_weight_s", "output_bytes",
                            "activation_bytes", "parameter_bytes", "op", "forward_flops", "backward_input_flops",
                            "backward_weight_flops", "bytes_read", "bytes_written", "attention_core_flops_share", "attention_core_stash_share", "devices", "vocabulary",
-                           "replicated_parameter_bytes", "replicated_activation_fraction"});
+                           "replicated_parameter_bytes", "replicated_activation_fraction", "transformer_shape"});
     Layer layer;
     const auto layer_name = entry.find("name");
     if (layer_name == entry.end() || !layer_name->is_string())
@@ -545,6 +607,11 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
       activation = values_per_size(entry, "activation_bytes", shape, origin, path + ".activation_bytes");
     layer.parameter_bytes = non_negative_number(entry, "parameter_bytes", origin, path + ".parameter_bytes");
     read_tensor_parallel_fields(entry, layer, origin, path);
+    read_transformer_shape(entry, layer, origin, path);
+    if (layer.transformer_shape && shape.sizes > 1)
+      throw InputError(fmt::format("{}: {}.transformer_shape: a profile measured at several micro-batch sizes gives "
+                                   "every layer's times; drop the shape",
+                                   origin, path));
     std::map<std::string, std::vector<LayerTimes>> devices;
     if (const auto field = entry.find("devices"); field != entry.end())
       devices = device_times_per_size(*field, shape, origin, path + ".devices", owner);
@@ -624,6 +691,7 @@ std::string profile_to_json(const Profile& profile) {
       analytic += fmt::format(", \"attention_core_flops_share\": {}, \"attention_core_stash_share\": {}",
                               number_text(*layer.attention_core_flops_share),
                               number_text(*layer.attention_core_stash_share));
+    if (layer.transformer_shape) analytic += transformer_shape_text(*layer.transformer_shape);
     if (multi) {
       forward = per_size([l](const MeasuredSize& m) { return m.layers[l].forward_s; });
       backward = per_size([l](const MeasuredSize& m) { return m.layers[l].backward_s; });

@@ -106,7 +106,7 @@ std::vector<StageRecompute> stage_recompute(const Profile& profile, const Partit
       if (!is_transformer(layer)) {
         stage.kept_bytes += layer.stashed_bytes();
       } else if (selective) {
-        share = layer.attention_core_flops_share.value_or(0);
+        share = layer.attention_core_time_share.value_or(layer.attention_core_flops_share.value_or(0));
         const double core = layer.stashed_bytes() * layer.attention_core_stash_share.value_or(0);
         stage.kept_bytes += layer.stashed_bytes() - core;
         stage.recompute_bytes = std::max(stage.recompute_bytes, core);

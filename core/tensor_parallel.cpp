@@ -316,6 +316,9 @@ TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, con
     if (whole.forward_flops && member.forward_flops && *member.forward_flops > 0)
       member.attention_core_flops_share =
           std::min(1.0, *whole.attention_core_flops_share * ((*whole.forward_flops / t) / *member.forward_flops));
+    if (whole.attention_core_time_share && member.forward_s > 0)
+      member.attention_core_time_share =
+          std::min(1.0, *whole.attention_core_time_share * ((whole.forward_s / t) / member.forward_s));
     if (member.stashed_bytes() > 0)
       member.attention_core_stash_share =
           std::min(1.0, *whole.attention_core_stash_share * ((whole.stashed_bytes() / t) / member.stashed_bytes()));

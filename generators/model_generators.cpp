@@ -466,6 +466,24 @@ struct GptShape {
     tied_embeddings = m.options.at("tied_embeddings") == 1;
     flash_attention = m.options.at("flash_attention") == 1;
   }
+  /// The layers' TransformerShape for `batch` sequences (core/gpu_kernels.hpp).
+  TransformerShape layer_shape(double batch) const {
+    TransformerShape shape;
+    shape.batch = batch;
+    shape.sequence = s;
+    shape.hidden = h;
+    shape.heads = heads;
+    shape.kv_columns = kv;
+    shape.ffn = f;
+    shape.vocabulary = vocabulary;
+    shape.swiglu = swiglu;
+    shape.linear_bias = linear_bias;
+    shape.rmsnorm = rmsnorm;
+    shape.rotary = rotary;
+    shape.flash_attention = flash_attention;
+    shape.position_table = !rotary;
+    return shape;
+  }
   /// Parameter vectors of a norm: LayerNorm's scale and shift, RMSNorm's scale.
   double norm_vectors() const { return rmsnorm ? 1 : 2; }
   /// Columns of the MLP's up projection: f, or 2 f for SwiGLU's gate and value.
@@ -596,6 +614,7 @@ void build_gpt(Builder& b, const ResolvedModel& m, Profile& profile) {
   b.layers.back().vocabulary = static_cast<long long>(vocabulary);
   b.loss(rows, vocabulary);
   b.layers.back().vocabulary = static_cast<long long>(vocabulary);
+  for (Layer& layer : b.layers) layer.transformer_shape = g.layer_shape(batch);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include <simgrid/s4u.hpp>
 #include <xbt/log.h>
 
+#include "core/device_model.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/platform_check.hpp"
@@ -1850,7 +1851,8 @@ SimulationResult simulate(const SimulationRequest& request) {
   check_platform_file(request.platform_file);
   check_one_device_per_host(request.hosts, "partition");
   const ChildResult result = run_in_child(request.platform_file, [&](sg::Engine& engine, std::string& bytes) {
-    const PlatformSummary platform = load_platform(engine, request.platform_file, request.network, false);
+    PlatformSummary platform = load_platform(engine, request.platform_file, request.network, false);
+    give_device_optimizer_steps(platform, request.device_step_bytes_per_weight_byte);
     // Never destroyed: the child exits right after (destroying every
     // action's communication would cost a tenth of the run).
     Simulation& simulation = *new Simulation(request, platform);

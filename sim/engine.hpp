@@ -101,6 +101,10 @@ CollectiveModel parse_collective_model(const std::string& text);
 
 struct SimulationRequest {
   std::string platform_file;
+  /// > 0: GPU hosts with a device model and no declared optimizer step
+  /// take the step their device model implies at this many bytes moved per
+  /// weight byte (give_device_optimizer_steps, core/device_model.hpp).
+  double device_step_bytes_per_weight_byte = 0;
   Program program;
   /// Per stage, profile units (speed factor 1). A forward (or recompute) of
   /// stage s on a host takes stages[s].forward_s / speed_factor (a recompute

@@ -1,0 +1,128 @@
+#pragma once
+// The tensor-core kernel model of a GPU (docs/devices.md, "Tensor-core
+// model"): a GPT-style layer (Layer::transformer_shape) timed kernel by
+// kernel as today's frameworks run it (Megatron-LM core_v0.14.0): its GEMMs
+// from their (M, N, K) shapes with tile and wave quantisation, its attention
+// as one flash kernel or as the unfused products and s x s element-wise
+// passes, its element-wise and normalisation kernels memory-bound, and a
+// fixed cost per kernel launched. One member of a tensor-parallel group of t
+// is timed (its share of the columns or rows of each GEMM, of the heads,
+// and of the element-wise work where sequence parallelism splits it). Pure
+// functions over plain data.
+
+#include <string>
+#include <vector>
+
+#include "core/profile.hpp"
+
+namespace pipegrid {
+
+/// A GPU's tensor-core model constants (DeviceModel::tensor_cores). Every
+/// efficiency is in (0, kMaxComputeEfficiency] (compute) or (0,
+/// kMaxMemoryEfficiency] (memory) of the datasheet's peak, so no modelled
+/// kernel runs above the hardware.
+struct TensorCoreModel {
+  int sms = 0;                             ///< streaming multiprocessors (the wave size of one CTA per SM)
+  double gemm_efficiency = 0;              ///< a GEMM's tiles at this fraction of the dtype's dense tensor peak
+  double attention_forward_efficiency = 0;   ///< a flash-attention forward kernel, of the dense peak
+  double attention_backward_efficiency = 0;  ///< its backward (counted at 2.5 x the forward's FLOPs)
+  double memory_efficiency = 0;            ///< element-wise kernels, of the HBM bandwidth
+  double kernel_overhead_s = 0;            ///< added once per kernel launched
+  bool present() const { return sms > 0; }
+};
+
+/// The member of a tensor-parallel group a layer is timed for: t members,
+/// sequence parallelism on or off (t = 1: the whole layer).
+struct TensorParallelShare {
+  int t = 1;
+  bool sequence_parallel = false;
+};
+
+/// One GEMM of (M x K) by (K x N), `batch` times (a batched GEMM).
+struct GemmShape {
+  double m = 0, n = 0, k = 0, batch = 1;
+};
+
+/** Seconds of one GEMM kernel at `peak_flops` (the dtype's dense tensor
+ *  peak): the fastest over the CTA tiles 256x128, 128x256, 128x128,
+ *  128x64, 64x128 and 64x64 of
+ *    waves x 2 mt nt K' / (peak / slots x gemm_efficiency x intensity_factor) + kernel_overhead,
+ *  where tiles = batch ceil(M / mt) ceil(N / nt), slots = sms x 32768 /
+ *  (mt nt) CTAs per wave (as many tiles as 108 or 132 tiles of 256 x 128,
+ *  one per SM), waves = ceil(tiles / slots), K' = K rounded up to 32, and
+ *  intensity_factor = min(1, mt nt / (mt + nt) / 64) (a tile below 128 x
+ *  128 reuses its operands less). 0 when any dimension is <= 0. */
+double gemm_time_s(const GemmShape& gemm, const TensorCoreModel& model, double peak_flops);
+/// gemm_time_s at gemm_efficiency 1 and without the kernel overhead (the
+/// tile choice does not depend on the efficiency).
+double gemm_unit_time_s(const GemmShape& gemm, int sms, double peak_flops);
+
+/// The kernels of one pass, summed (for the fit and the error bench).
+struct KernelSums {
+  double gemm_s = 0;                ///< GEMM seconds at gemm_efficiency 1 (quantisation included)
+  double attention_forward_s = 0;   ///< flash-attention forward seconds at efficiency 1
+  double attention_backward_s = 0;  ///< flash-attention backward seconds at efficiency 1
+  double memory_bytes = 0;  ///< bytes the element-wise kernels move
+  double kernels = 0;       ///< kernels launched
+  /// The pass's seconds under `model`'s constants (peak and bandwidth given).
+  double seconds(const TensorCoreModel& model, double bandwidth_Bps) const;
+};
+
+/// A layer's three passes as kernel sums, with the forward's attention core
+/// (Q K^T, softmax, dropout, attention x V: what selective recomputation
+/// redoes) also on its own.
+struct LayerKernels {
+  KernelSums forward, input, weight, attention_core;
+  bool runs_input = true;  ///< the layer has an input gradient (an embedding has none)
+};
+
+/** The kernels one member (`share`) runs for `layer`, which has a
+ *  transformer_shape and an op among embedding, transformer, norm, linear
+ *  (the head) and loss; element size `element_bytes`. GEMM and attention
+ *  terms are seconds at efficiency 1 on a device of `peak_flops` and
+ *  model.sms; InputError for another op. The kernels (docs/devices.md):
+ *  - transformer: norm; Q, K, V GEMM (N tokens x (h + 2 kv) / t x h);
+ *    rotary; attention (flash: one kernel, 4 B s^2 h / t FLOPs, halved when
+ *    causal; unfused: Q K^T and attention x V as batched GEMMs, the
+ *    scale-mask-softmax and the dropout over the s x s scores); output
+ *    projection (N x h x h / t); bias-dropout-add; norm; MLP up (N x u / t x
+ *    h) with its fused bias-GeLU or SwiGLU; down (N x h x f / t);
+ *    bias-dropout-add. I: each GEMM's input gradient (M x K x N), the
+ *    attention's backward (flash: 2.5 x its forward FLOPs), each
+ *    element-wise kernel's backward. W: each GEMM's weight gradient (K x N
+ *    x M), the bias gradients. Norms and dropout-adds run on N / t tokens
+ *    under sequence parallelism, on all N otherwise.
+ *  - embedding: word lookup, position add and dropout; W the table's gradient.
+ *  - norm: a norm forward and backward.
+ *  - linear (head): N x V / t x h, its input and weight gradients.
+ *  - loss: cross-entropy over N x V / t logits (Megatron's vocab-parallel
+ *    form: max, exp and sum, log; backward softmax minus one-hot). */
+LayerKernels layer_kernels(const Layer& layer, const TensorCoreModel& model, double peak_flops, double element_bytes,
+                           const TensorParallelShare& share);
+
+}  // namespace pipegrid
+
+namespace pipegrid {
+
+/// One measured pass for fit_tensor_cores: its kernels (at efficiency 1)
+/// and the seconds measured.
+struct TensorCoreSample {
+  KernelSums kernels;
+  double measured_s = 0;
+};
+
+/** Fits a tensor-core model's GEMM efficiency, memory efficiency and kernel
+ *  overhead to `samples` (the flash-attention efficiencies and sms are
+ *  taken from `given`, as is the bandwidth): least squares, with Eigen, on
+ *  relative errors (each sample's equation divided by its measured time)
+ *  of
+ *    measured - attention terms = gemm_s x a + memory_bytes / bandwidth x b + kernels x c,
+ *  a = 1 / gemm_efficiency, b = 1 / memory_efficiency, c = the overhead,
+ *  with a >= 1 / kMaxComputeEfficiency, b >= 1 / kMaxMemoryEfficiency and
+ *  c >= 0: a coefficient past its bound is held there and the others
+ *  refitted. Throws InputError with fewer than 3 samples or a non-positive
+ *  measured time. */
+TensorCoreModel fit_tensor_cores(const std::vector<TensorCoreSample>& samples, const TensorCoreModel& given,
+                                 double bandwidth_Bps);
+
+}  // namespace pipegrid
