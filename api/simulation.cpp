@@ -96,10 +96,13 @@ ModelGraph partitioner_graph(const PlanRequest& request, const Plan& plan, int m
 }
 
 /// Bytes the optimizer step moves per weight byte on a GPU host whose
-/// device model times it (give_device_optimizer_steps).
+/// device model times it (give_device_optimizer_steps): Megatron-LM's
+/// mixed-precision step, for fp16 and bf16 runs; 0 for fp32 runs (the
+/// papers' PipeDream and BaPipe runs, which time no step), where only a
+/// host's declared optimizer_step_rate or optimizer_step_overhead steps.
 double device_step_bytes_per_weight_byte(const Plan& plan) {
-  const std::string dtype = plan.dtype.empty() ? "fp32" : plan.dtype;
-  return optimizer_step_bytes_per_parameter(dtype, plan.optimizer) / dtype_bytes(dtype, "--dtype");
+  if (plan.dtype != "fp16" && plan.dtype != "bf16") return 0;
+  return optimizer_step_bytes_per_parameter(plan.dtype, plan.optimizer) / dtype_bytes(plan.dtype, "--dtype");
 }
 
 // Tensor parallelism (--tensor-parallel t > 1): checks the groups of t
@@ -1611,8 +1614,8 @@ std::string optimizer_step_text(const Plan& plan, const PlatformSummary& platfor
         std::find(models.begin(), models.end(), host.device_model) == models.end())
       models.push_back(host.device_model);
   }
-  if (models.empty()) return "";
-  const std::string dtype = plan.dtype.empty() ? "fp32" : plan.dtype;
+  if (models.empty() || device_step_bytes_per_weight_byte(plan) <= 0) return "";
+  const std::string& dtype = plan.dtype;
   return fmt::format("  optimizer step    {} over {} weights: {:g} bytes moved per parameter, streamed at {:.0f}% of the {} "
                      "HBM bandwidth (device model; a host's optimizer_step_rate overrides it)\n",
                      plan.optimizer, dtype, optimizer_step_bytes_per_parameter(dtype, plan.optimizer),

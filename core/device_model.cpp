@@ -431,12 +431,14 @@ std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSum
     if (by_kernels > 0)
       note += fmt::format("; {} kernel by kernel (tensor-core model: GEMMs by shape at {:.0f}% of the dense peak, "
                           "flash attention {:.0f}% forward and {:.0f}% backward, element-wise at {:.0f}% of {:.4g} GB/s, "
-                          "{} per kernel{})",
+                          "{}{})",
                           by_kernels, 100 * device.tensor_cores.gemm_efficiency,
                           100 * device.tensor_cores.attention_forward_efficiency,
                           100 * device.tensor_cores.attention_backward_efficiency,
                           100 * device.tensor_cores.memory_efficiency, device.memory_bandwidth_Bps / 1e9,
-                          fmt::format("{:g} us", device.tensor_cores.kernel_overhead_s * 1e6),
+                          device.tensor_cores.kernel_overhead_s > 0
+                              ? fmt::format("{:g} us per kernel", device.tensor_cores.kernel_overhead_s * 1e6)
+                              : std::string("no fixed cost per kernel"),
                           share.t > 1 ? fmt::format(", as one of {} tensor-parallel members", share.t) : "");
     if (device.kind == DeviceKind::Fpga)
       note += fpga_weights == FpgaWeights::StagesFit ? "; weights on chip while the partition is chosen"
