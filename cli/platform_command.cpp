@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "generators/cluster_platform.hpp"
 #include "core/io.hpp"
@@ -50,6 +51,12 @@ CLI::App* add_platform_command(CLI::App& app) {
                              "switch); leaves join through a spine"},
       {"--oversubscription", "a leaf's downlink to uplink bandwidth, >= 1 (default 1: non-blocking; 2 for 2:1); needs "
                              "two or more leaves"},
+      {"--intra-nccl-efficiency", "the share of the intra bandwidth NCCL achieves, in (0, 1], or none (default from "
+                                  "--device: A100 0.77, H100 0.822, ...; docs/platforms.md, NCCL defaults)"},
+      {"--inter-nccl-efficiency", "the share of the inter bandwidth NCCL achieves, in (0, 1], or none (default 0.92 for a GPU)"},
+      {"--intra-nccl-latency", "NCCL's start latency per operation inside a server (10us), or none (default 10us with "
+                               "NVLink devices)"},
+      {"--inter-nccl-latency", "NCCL's start latency per operation between servers, or none (default 25us for a GPU)"},
   };
   for (const auto& [flag, help] : flags) cluster->add_option(flag, options.values[flag], help);
   cluster->add_option("--output", options.output, "the platform file to write")->required();
@@ -70,12 +77,24 @@ int run_platform_command() {
   if (spec.servers_per_leaf > 0 && spec.servers_per_leaf < spec.servers)
     fabric += fmt::format(", {} leaves of {} servers on a spine (oversubscription {:g})", spec.servers / spec.servers_per_leaf,
                           spec.servers_per_leaf, spec.oversubscription);
+  // NCCL's values where the cluster has links of that level.
+  std::vector<std::string> nccl;
+  const auto level = [&](const char* where, const LinkNccl& values) {
+    std::vector<std::string> parts;
+    if (values.efficiency != 1) parts.push_back(fmt::format("{:.4g}% of line rate", values.efficiency * 100));
+    if (values.latency_s != 0) parts.push_back(fmt::format("{} per operation", human_seconds(values.latency_s)));
+    nccl.push_back(fmt::format("{} {}", where, fmt::join(parts, " + ")));
+  };
+  if (spec.gpus_per_server > 1 && !spec.intra_nccl.is_default()) level("inside a server", spec.intra_nccl);
+  if (spec.servers > 1 && !spec.inter_nccl.is_default()) level("between servers", spec.inter_nccl);
+  const std::string nccl_note = nccl.empty() ? "" : fmt::format("; NCCL {}", fmt::join(nccl, ", "));
   std::cout << fmt::format("{}: {} hosts, {} server{} x {} GPU{} (s0-gpu0 ... s{}-gpu{}){}, device {}, memory {} each, {} "
-                           "held in reserve{}\n",
+                           "held in reserve{}",
                            options.output, spec.servers * spec.gpus_per_server, spec.servers, spec.servers == 1 ? "" : "s",
                            spec.gpus_per_server, spec.gpus_per_server == 1 ? "" : "s", spec.servers - 1,
                            spec.gpus_per_server - 1, fabric, spec.device, spec.memory, reserve_text,
-                           options.cluster->count("--memory-reserve") ? "" : " (the default; --memory-reserve)");
+                           options.cluster->count("--memory-reserve") ? "" : " (the default; --memory-reserve)") +
+                   nccl_note + "\n";
   return 0;
 }
 

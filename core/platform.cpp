@@ -1,5 +1,6 @@
 #include "core/platform.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <charconv>
@@ -9,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/device_model.hpp"
+#include "core/io.hpp"
 #include "core/platform_check.hpp"
 
 namespace pipegrid {
@@ -241,6 +243,50 @@ HostInfo host_info_from_properties(const std::string& file, const std::string& h
   }
   info.optimizer_step_overhead_s = duration("optimizer_step_overhead");
   return info;
+}
+
+LinkNccl link_nccl_from_properties(const std::string& file, const std::string& link,
+                                   const std::map<std::string, std::string>& properties) {
+  LinkNccl nccl;
+  const auto field = [&](const char* property) {
+    return fmt::format("{}: link '{}': property '{}'", file, printable(link), property);
+  };
+  if (auto it = properties.find(kNcclEfficiencyProperty); it != properties.end()) {
+    std::size_t length = 0;
+    const std::optional<double> number = scan_number(it->second, &length);
+    if (!number || length != it->second.size() || !(*number > 0 && *number <= 1))
+      throw InputError(fmt::format("{}: expected a number in (0, 1] (the share of the line rate NCCL achieves: 1 is line "
+                                   "rate), found '{}'",
+                                   field(kNcclEfficiencyProperty), printable(it->second)));
+    nccl.efficiency = *number;
+  }
+  if (auto it = properties.find(kNcclLatencyProperty); it != properties.end()) {
+    nccl.latency_s = parse_duration(it->second, field(kNcclLatencyProperty));
+    if (nccl.latency_s > kMaxHostDurationSeconds)
+      throw InputError(fmt::format("{}: expected at most {:g} s, found '{}'", field(kNcclLatencyProperty),
+                                   kMaxHostDurationSeconds, printable(it->second)));
+  }
+  return nccl;
+}
+
+LinkNccl route_nccl(const std::vector<LinkInfo>& all, const std::vector<int>& links) {
+  LinkNccl nccl;
+  for (const int l : links) {
+    const LinkInfo& link = all.at(static_cast<std::size_t>(l));
+    nccl.efficiency = std::min(nccl.efficiency, link.nccl_efficiency);
+    nccl.latency_s = std::max(nccl.latency_s, link.nccl_latency_s);
+  }
+  return nccl;
+}
+
+std::string nccl_text(const LinkNccl& nccl) {
+  std::vector<std::string> parts;
+  if (nccl.efficiency != 1) parts.push_back(fmt::format("NCCL at {:.4g}% of line rate", nccl.efficiency * 100));
+  if (nccl.latency_s != 0)
+    parts.push_back(fmt::format("{}{} per operation", parts.empty() ? "NCCL " : "+ ", human_seconds(nccl.latency_s)));
+  std::string text;
+  for (const std::string& part : parts) text += (text.empty() ? "" : " ") + part;
+  return text;
 }
 
 }  // namespace pipegrid

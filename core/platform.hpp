@@ -83,7 +83,44 @@ struct LinkInfo {
   /// false for a FATPIPE link (every flow gets the whole bandwidth); true
   /// when concurrent flows share it.
   bool shared = true;
+  /// The link's `nccl_efficiency` and `nccl_latency` (LinkNccl); 1 and 0
+  /// when absent.
+  double nccl_efficiency = 1;
+  double nccl_latency_s = 0;
 };
+
+/// Link property names of NCCL's achieved bandwidth and start latency
+/// (docs/semantics.md, NCCL efficiency and latency).
+inline constexpr const char* kNcclEfficiencyProperty = "nccl_efficiency";
+inline constexpr const char* kNcclLatencyProperty = "nccl_latency";
+
+/** What NCCL achieves over one link (docs/semantics.md, NCCL efficiency and
+ *  latency): a collective's or stage transfer's flow over a route sends
+ *  bytes / efficiency (the smallest over the route's links), and each
+ *  collective or transfer first waits latency_s (the largest over its
+ *  routes' links). Defaults 1 and 0: line rate, no start latency. */
+struct LinkNccl {
+  double efficiency = 1;
+  double latency_s = 0;
+  bool is_default() const { return efficiency == 1 && latency_s == 0; }
+  friend bool operator==(const LinkNccl&, const LinkNccl&) = default;
+};
+
+/** Reads a link's `nccl_efficiency` (a plain number in (0, 1]) and
+ *  `nccl_latency` (a duration parse_duration reads, at most
+ *  kMaxHostDurationSeconds) from its XML properties; absent ones keep the
+ *  defaults, other properties are ignored. InputError naming the file, the
+ *  link and the property when a value is malformed or out of range. */
+LinkNccl link_nccl_from_properties(const std::string& file, const std::string& link,
+                                   const std::map<std::string, std::string>& properties);
+
+/** The NCCL values over `links` (indices into `all`): the smallest
+ *  efficiency and the largest latency; the defaults for no link. */
+LinkNccl route_nccl(const std::vector<LinkInfo>& all, const std::vector<int>& links);
+
+/** For people: "NCCL at 77% of line rate + 10 us per operation" (either
+ *  part alone when the other is the default); empty for the defaults. */
+std::string nccl_text(const LinkNccl& nccl);
 
 /// A route between two hosts as SimGrid computes it (sim::read_routes).
 struct HostRoute {

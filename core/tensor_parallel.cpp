@@ -36,12 +36,12 @@ std::string name_list(const Profile& profile, const std::vector<int>& layers, st
 
 double ring_all_reduce_s(double bytes, int t, const TensorParallelLink& link) {
   if (t <= 1) return 0;
-  return 2.0 * (t - 1) * (link.latency_s + bytes / (t * link.bandwidth_Bps));
+  return link.nccl_latency_s + 2.0 * (t - 1) * (link.latency_s + bytes / (t * link.nccl_efficiency * link.bandwidth_Bps));
 }
 
 double reduce_scatter_s(double bytes, int t, const TensorParallelLink& link) {
   if (t <= 1) return 0;
-  return (t - 1) * (link.latency_s + bytes / (t * link.bandwidth_Bps));
+  return link.nccl_latency_s + (t - 1) * (link.latency_s + bytes / (t * link.nccl_efficiency * link.bandwidth_Bps));
 }
 
 double all_gather_s(double bytes, int t, const TensorParallelLink& link) { return reduce_scatter_s(bytes, t, link); }
@@ -159,16 +159,28 @@ std::string tensor_parallel_note(const Profile& profile, const TensorParallelPro
     else
       collectives.push_back(fmt::format("{} 3 all-reduces of one fp32 value per token in the forward", layer.name));
   }
-  if (!collectives.empty() && mode == TensorParallelCollectives::Compute)
+  const LinkNccl nccl{link.nccl_efficiency, link.nccl_latency_s};
+  if (!collectives.empty() && mode == TensorParallelCollectives::Compute && nccl.is_default())
     parts.push_back(fmt::format("{}; each a ring over {} hosts, charged as compute time (an all-reduce 2 x {} x ({} + "
                                 "bytes / ({} x {:.4g} GB/s)), a reduce-scatter or an all-gather half that)",
                                 fmt::join(collectives, "; "), t, t - 1, human_seconds(link.latency_s), t,
                                 link.bandwidth_Bps / 1e9));
+  if (!collectives.empty() && mode == TensorParallelCollectives::Compute && !nccl.is_default())
+    parts.push_back(fmt::format("{}; each a ring over {} hosts, charged as compute time (an all-reduce {} + 2 x {} x ({} "
+                                "+ bytes / ({} x {:.4g} x {:.4g} GB/s)), a reduce-scatter or an all-gather {} + half the "
+                                "ring steps; {})",
+                                fmt::join(collectives, "; "), t, human_seconds(link.nccl_latency_s), t - 1,
+                                human_seconds(link.latency_s), t, link.nccl_efficiency, link.bandwidth_Bps / 1e9,
+                                human_seconds(link.nccl_latency_s), nccl_text(nccl)));
   if (!collectives.empty() && mode == TensorParallelCollectives::Flows)
     parts.push_back(fmt::format("{}; run as network flows (--tp-collectives flows): after each F, B or I of a group's "
                                 "first host, the collectives of its layers as one ring over the group's {} hosts, one "
                                 "flow per host to the next on the platform's routes, then the remaining latencies",
                                 fmt::join(collectives, "; "), t));
+  if (!collectives.empty() && mode == TensorParallelCollectives::Flows && !nccl.is_default())
+    parts.push_back(fmt::format("{}: each collective's flows carry bytes / {:.4g} after its start latency (the ring's "
+                                "largest)",
+                                nccl_text(nccl), nccl.efficiency));
   if (comm_overlap && !result.split.empty())
     parts.push_back("--tp-comm-overlap: a transformer layer's all-gathers and reduce-scatters pipelined with its GEMMs "
                     "(all but its attention core), each pass charged only what they exceed the GEMMs by (an upper "
@@ -427,6 +439,9 @@ TensorParallelLink tensor_parallel_link(const PlatformSummary& platform, const s
         }
         slowest_rate = std::min(slowest_rate, rate);
         latency = std::max(latency, route.latency_s);
+        const LinkNccl nccl = route_nccl(routes.links, route.links);
+        link.nccl_efficiency = std::min(link.nccl_efficiency, nccl.efficiency);
+        link.nccl_latency_s = std::max(link.nccl_latency_s, nccl.latency_s);
       }
       if (platform.hosts[static_cast<std::size_t>(group[step.from])].server !=
           platform.hosts[static_cast<std::size_t>(group[step.to])].server) {

@@ -20,23 +20,30 @@ constexpr int kMaxTensorParallel = 64;
 
 /** The link a group's ring all-reduce runs over: the slowest step of the
  *  ring (the largest latency and the narrowest bandwidth of the routes from
- *  each member to the next, the last back to the first). */
+ *  each member to the next, the last back to the first), and what NCCL
+ *  achieves over it (docs/semantics.md, NCCL efficiency and latency): the
+ *  smallest `nccl_efficiency` and the largest `nccl_latency` of the links
+ *  its routes cross. */
 struct TensorParallelLink {
   double latency_s = 0;
   double bandwidth_Bps = 0;
+  double nccl_efficiency = 1;  ///< in (0, 1]: each step's bytes go at nccl_efficiency x bandwidth
+  double nccl_latency_s = 0;   ///< paid once per collective, before its ring steps
   /// 0 when no group spans servers; else the fewest channels a ring step
   /// between two servers runs over (tensor_parallel_link).
   int crossing_channels = 0;
 };
 
 /** Seconds of one ring all-reduce of `bytes` over `t` hosts:
- *  2 (t - 1) x (latency + bytes / (t x bandwidth)); 0 when t == 1. */
+ *  nccl_latency + 2 (t - 1) x (latency + bytes / (t x nccl_efficiency x
+ *  bandwidth)); 0 when t == 1. */
 double ring_all_reduce_s(double bytes, int t, const TensorParallelLink& link);
 
 /** Seconds of one ring reduce-scatter of a tensor of `bytes` over `t` hosts
- *  (each ends with its 1 / t, reduced): (t - 1) x (latency + bytes / (t x
- *  bandwidth)); 0 when t == 1. A reduce-scatter and an all-gather together
- *  cost one ring_all_reduce_s of the same bytes. */
+ *  (each ends with its 1 / t, reduced): nccl_latency + (t - 1) x (latency +
+ *  bytes / (t x nccl_efficiency x bandwidth)); 0 when t == 1. A
+ *  reduce-scatter and an all-gather together cost one ring_all_reduce_s of
+ *  the same bytes, plus one more nccl_latency. */
 double reduce_scatter_s(double bytes, int t, const TensorParallelLink& link);
 
 /** Seconds of one ring all-gather of a tensor of `bytes` (whole, once

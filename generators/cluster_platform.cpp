@@ -127,12 +127,78 @@ double oversubscription_option(const std::string& text, const std::string& what)
   return *number;
 }
 
+// A cluster option's NCCL efficiency: a number in (0, 1], or none (1).
+double nccl_efficiency_option(const std::string& text, const std::string& what) {
+  const std::string value = trimmed(text);
+  if (value == "none") return 1;
+  std::size_t length = 0;
+  const std::optional<double> number = scan_number(value, &length);
+  if (!number || length != value.size() || !(*number > 0 && *number <= 1))
+    throw InputError(fmt::format("{}: expected a number in (0, 1] (the share of the line rate NCCL achieves) or none, "
+                                 "found '{}'",
+                                 what, printable(text)));
+  return *number;
+}
+
+// A cluster option's NCCL latency: a duration of at most 1e9 s, or none (0).
+double nccl_latency_option(const std::string& text, const std::string& what) {
+  const std::string value = trimmed(text);
+  if (value == "none") return 0;
+  const double seconds = parse_duration(value, what);
+  if (seconds > 1e9) throw InputError(fmt::format("{}: expected at most 1e9 s, found '{}'", what, printable(text)));
+  return seconds;
+}
+
+// ` <prop .../>`s of the NCCL values that are not the defaults.
+std::string nccl_properties(const LinkNccl& nccl) {
+  std::string text;
+  if (nccl.efficiency != 1) text += fmt::format("<prop id=\"{}\" value=\"{}\"/>", kNcclEfficiencyProperty, nccl.efficiency);
+  if (nccl.latency_s != 0)
+    text += fmt::format("<prop id=\"{}\" value=\"{}\"/>", kNcclLatencyProperty, quantity_text(nccl.latency_s, time_units()));
+  return text;
+}
+
+// A <link> element (`attributes` after its id) with the NCCL properties.
+std::string link_element(const std::string& indent, const std::string& attributes, const LinkNccl& nccl) {
+  const std::string properties = nccl_properties(nccl);
+  return properties.empty() ? fmt::format("{}<link {}/>\n", indent, attributes)
+                            : fmt::format("{}<link {}>{}</link>\n", indent, attributes, properties);
+}
+
+// For the file's comment: "77% of line rate, 10us per operation".
+std::string nccl_comment(const LinkNccl& nccl) {
+  if (nccl.is_default()) return "line rate, no start latency";
+  return fmt::format("{:g}% of line rate, {} per operation", nccl.efficiency * 100,
+                     nccl.latency_s == 0 ? std::string("no start latency") : quantity_text(nccl.latency_s, time_units()));
+}
+
 }  // namespace
+
+ClusterNccl cluster_nccl_defaults(const std::string& device, IntraLink intra_link) {
+  // docs/platforms.md, NCCL defaults: the sources, and what is unverified.
+  constexpr double kNvlink3Efficiency = 0.77;   // A100: ~230 of 300 GB/s (NVIDIA/nccl-tests issue 149)
+  constexpr double kNvlink4Efficiency = 0.822;  // H100/H200: 370 of 450 GB/s (NVIDIA/nccl-tests issue 212)
+  constexpr double kIntraLatency = 10 * 1e-6;     // ~10.1 us at 32 B on 2 GPUs (NVIDIA/nccl issue 583; approximate)
+  constexpr double kNetworkEfficiency = 0.92;   // NCCL Simple over IB/RoCE: ~90-95% of the NIC (unverified)
+  constexpr double kNetworkLatency = 25 * 1e-6;   // 2-node operation (docs/platforms.md: from NVIDIA/nccl issue 1244)
+  ClusterNccl nccl;
+  const DeviceModel* model = find_device_model(device);
+  if (model == nullptr || model->kind != DeviceKind::Gpu) return nccl;
+  const auto named = [&](const char* prefix) { return device.rfind(prefix, 0) == 0; };
+  if (intra_link == IntraLink::PerGpu) {
+    if (named("V100") || named("A100")) nccl.intra = {kNvlink3Efficiency, kIntraLatency};
+    if (named("H100") || named("H200")) nccl.intra = {kNvlink4Efficiency, kIntraLatency};
+  }
+  nccl.inter = {kNetworkEfficiency, kNetworkLatency};
+  return nccl;
+}
 
 const std::vector<std::string>& cluster_option_names() {
   static const std::vector<std::string> names = {"servers", "gpus_per_server", "device",     "memory",
                                                  "memory_reserve", "intra", "inter", "intra_link",
-                                                 "speed",   "nic",             "servers_per_leaf", "oversubscription"};
+                                                 "speed",   "nic",             "servers_per_leaf", "oversubscription",
+                                                 "intra_nccl_efficiency", "inter_nccl_efficiency",
+                                                 "intra_nccl_latency", "inter_nccl_latency"};
   return names;
 }
 
@@ -248,6 +314,17 @@ ClusterSpec cluster_spec_from_options(const std::map<std::string, std::string>& 
                                    given.count("servers_per_leaf") ? fmt::format("{} servers per leaf", spec.servers_per_leaf)
                                                                    : std::string("no servers per leaf")));
   }
+  const ClusterNccl nccl = cluster_nccl_defaults(spec.device, spec.intra_link);
+  spec.intra_nccl = nccl.intra;
+  spec.inter_nccl = nccl.inter;
+  if (given.count("intra_nccl_efficiency"))
+    spec.intra_nccl.efficiency = nccl_efficiency_option(value("intra_nccl_efficiency"), what("intra_nccl_efficiency"));
+  if (given.count("inter_nccl_efficiency"))
+    spec.inter_nccl.efficiency = nccl_efficiency_option(value("inter_nccl_efficiency"), what("inter_nccl_efficiency"));
+  if (given.count("intra_nccl_latency"))
+    spec.intra_nccl.latency_s = nccl_latency_option(value("intra_nccl_latency"), what("intra_nccl_latency"));
+  if (given.count("inter_nccl_latency"))
+    spec.inter_nccl.latency_s = nccl_latency_option(value("inter_nccl_latency"), what("inter_nccl_latency"));
   return spec;
 }
 
@@ -300,6 +377,12 @@ std::string cluster_platform_xml(const ClusterSpec& spec) {
                        nic_per_gpu ? "sK-gpuG-nic" : "sK-nic", inter_bandwidth, half_inter_latency, uplink_bandwidth,
                        inter_latency, inter_bandwidth, servers_per_leaf, servers_per_leaf,
                        quantity_text(server_nic_Bps, bandwidth_units()), spec.oversubscription);
+  if ((G > 1 && !spec.intra_nccl.is_default()) || (S > 1 && !spec.inter_nccl.is_default())) {
+    std::string levels;
+    if (G > 1) levels += fmt::format("inside a server {}", nccl_comment(spec.intra_nccl));
+    if (S > 1) levels += fmt::format("{}between servers {}", levels.empty() ? "" : ";\n  ", nccl_comment(spec.inter_nccl));
+    xml += fmt::format("  NCCL (link properties nccl_efficiency, nccl_latency): {}.\n", levels);
+  }
   xml += fmt::format("  Host speed {}: not used for profile-timed work. Hosts in pipeline order: s0-gpu0, ..., s{}-gpu{}.\n", speed,
                      S - 1, G - 1);
   xml += "-->\n";
@@ -315,16 +398,22 @@ std::string cluster_platform_xml(const ClusterSpec& spec) {
     if (G > 1) {
       if (per_gpu)
         for (int g = 0; g < G; ++g)
-          xml += fmt::format("{}<link id=\"{}-link\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SPLITDUPLEX\"/>\n",
-                             indent, host(s, g), intra_bandwidth, half_intra_latency);
+          xml += link_element(indent,
+                              fmt::format("id=\"{}-link\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SPLITDUPLEX\"",
+                                          host(s, g), intra_bandwidth, half_intra_latency),
+                              spec.intra_nccl);
       else
-        xml += fmt::format("{}<link id=\"s{}-bus\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SHARED\"/>\n", indent,
-                           s, intra_bandwidth, intra_latency);
+        xml += link_element(indent,
+                            fmt::format("id=\"s{}-bus\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SHARED\"", s,
+                                        intra_bandwidth, intra_latency),
+                            spec.intra_nccl);
     }
     if (S > 1)
       for (int g = 0; g < (nic_per_gpu ? G : 1); ++g)
-        xml += fmt::format("{}<link id=\"{}\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SPLITDUPLEX\"/>\n", indent,
-                           nic(s, g), inter_bandwidth, half_inter_latency);
+        xml += link_element(indent,
+                            fmt::format("id=\"{}\" bandwidth=\"{}\" latency=\"{}\" sharing_policy=\"SPLITDUPLEX\"", nic(s, g),
+                                        inter_bandwidth, half_inter_latency),
+                            spec.inter_nccl);
   };
   // A server's zone, indented by `indent`.
   const auto server_zone = [&](int s, const std::string& indent) {

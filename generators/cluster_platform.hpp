@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/platform.hpp"
+
 namespace pipegrid {
 
 /// How the GPUs of one server are wired to each other.
@@ -56,7 +58,25 @@ struct ClusterSpec {
   /// bandwidth / oversubscription (>= 1); only with two or more leaves.
   double oversubscription = 1;
   double speed_flops = 1e12;  ///< SimGrid host speed; not used for profile-timed work (docs/platforms.md)
+  /// What NCCL achieves inside a server and between servers: written as the
+  /// links' nccl_efficiency and nccl_latency properties (the intra links,
+  /// the NICs), each only when not the default 1 or 0 (docs/semantics.md,
+  /// NCCL efficiency and latency). A spec built by hand has none;
+  /// cluster_spec_from_options gives cluster_nccl_defaults unless told.
+  LinkNccl intra_nccl, inter_nccl;
 };
+
+/** The NCCL values cluster_spec_from_options gives a cluster of `device`
+ *  (docs/platforms.md, NCCL defaults): inside a server with per-gpu links
+ *  (NVLink through NVSwitch), V100 and A100 0.77 (A100's ~230 GB/s
+ *  all_reduce busbw of 300 GB/s; V100 carried over), H100 and H200 0.822
+ *  (370 of 450 GB/s, NVIDIA/nccl-tests issue 212), each 10 us; a shared
+ *  intra link (a PCIe tree) none; between servers, for every GPU of the
+ *  catalogue, 0.92 and 25 us; none for other devices. */
+struct ClusterNccl {
+  LinkNccl intra, inter;
+};
+ClusterNccl cluster_nccl_defaults(const std::string& device, IntraLink intra_link);
 
 /// Bounds on a generated cluster: at most kMaxClusterHosts hosts (the most a
 /// platform may declare, kMaxPlatformHosts in sim/platform_xml.hpp); at most
@@ -98,7 +118,11 @@ const std::vector<std::string>& cluster_option_names();
  *    without it, or equal to servers, one switch (at most
  *    kMaxClusterSwitchPorts servers on it, and leaves on the spine);
  *  - oversubscription: a number from 1 to kMaxClusterOversubscription
- *    (default 1), only with two or more leaves.
+ *    (default 1), only with two or more leaves;
+ *  - intra_nccl_efficiency, inter_nccl_efficiency: a number in (0, 1], or
+ *    none (1); intra_nccl_latency, inter_nccl_latency: a duration
+ *    ("10us", plain numbers: seconds) of at most 1e9 s, or none (0);
+ *    defaults cluster_nccl_defaults(device, intra_link).
  *  servers, gpus_per_server, device, memory, intra and inter are required.
  *  Throws InputError starting with `where` and naming the key as given: a
  *  malformed or out-of-range value (what was expected, what was found), a
@@ -109,6 +133,10 @@ ClusterSpec cluster_spec_from_options(const std::map<std::string, std::string>& 
 /** The platform XML (SimGrid 4.1), the same text for the same spec. Routes
  *  are found by SimGrid when needed (DijkstraCache zones over switches), not
  *  declared per pair of servers: the file grows linearly with the servers.
+ *  - links inside a server carry spec.intra_nccl, NICs spec.inter_nccl, as
+ *    properties nccl_efficiency and nccl_latency (each only when not 1 or
+ *    0); switches, uplinks and the spine none (a route's values are the
+ *    smallest efficiency and largest latency over its links);
  *  - hosts `sK-gpuG` in that order (pipeline order), each in the zone
  *    `serverK` (routing Full), with properties kind=gpu, device, memory and
  *    memory_reserve;

@@ -216,6 +216,7 @@ struct ActionState {
   /// steps and the bytes each member sends to the next.
   std::int32_t group = -1;
   int group_steps = 0;
+  int group_collectives = 0;  ///< how many collectives: each pays the ring's NCCL latency once
   double group_flow_bytes = 0;
   /// The optimizer step the device runs right after this action (a weight
   /// update of a device without all-reduces), in work units; absent: none.
@@ -272,6 +273,8 @@ struct AllReduceState {
   /// Per participant: the optimizer step it runs once its gradients are
   /// reduced, in work units; absent when its host declares no step.
   std::vector<std::optional<double>> step_work;
+  /// The ring's NCCL values (Simulation::ring_nccl), once known.
+  std::optional<LinkNccl> nccl;
   sg::ConditionVariablePtr signal = sg::ConditionVariable::create();
 };
 
@@ -301,9 +304,41 @@ std::string packed_action_name(std::uint8_t action) {
   }
 }
 
+// A link's NCCL values (its nccl_efficiency and nccl_latency properties;
+// link_nccl_from_properties): InputError naming `file`, the link and the
+// property when one is malformed.
+// A SPLITDUPLEX link's directions (`id_UP`, `id_DOWN`, the links routes
+// cross) carry no properties in SimGrid 3.32: its declared link `id` holds
+// them.
+LinkNccl link_nccl(const sg::Link& link, const std::string& file) {
+  const auto gives_nccl = [](const std::unordered_map<std::string, std::string>* all) {
+    return all != nullptr && (all->count(kNcclEfficiencyProperty) > 0 || all->count(kNcclLatencyProperty) > 0);
+  };
+  const sg::Link* holder = &link;
+  if (!gives_nccl(link.get_properties())) {
+    const std::string& name = link.get_name();
+    std::string declared;
+    for (const std::string_view suffix : {std::string_view("_UP"), std::string_view("_DOWN")})
+      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+        declared = name.substr(0, name.size() - suffix.size());
+    if (declared.empty()) return {};
+    try {
+      holder = sg::Engine::get_instance()->split_duplex_link_by_name(declared);
+    } catch (const std::exception&) {
+      return {};  // a link named so, not a direction of one
+    }
+    if (holder == nullptr || !gives_nccl(holder->get_properties())) return {};
+  }
+  const auto* all = holder->get_properties();
+  const std::map<std::string, std::string> properties(all->begin(), all->end());
+  return link_nccl_from_properties(printable(file), holder->get_name(), properties);
+}
+
 class Simulation {
  public:
   Simulation(const SimulationRequest& request, const PlatformSummary& platform) : request_(request) {
+    for (const sg::Link* link : sg::Engine::get_instance()->get_all_links())
+      nccl_links_ = nccl_links_ || !link_nccl(*link, request.platform_file).is_default();
     const Program& program = request.program;
     const std::vector<LayerCost> no_layers;
     std::size_t total_actions = 0;
@@ -739,6 +774,7 @@ class Simulation {
                                      "host (its leader)",
                                      printable(host_name), printable(members->second.front())));
       std::vector<sg::Host*>& hosts = groups_.emplace_back();
+      group_nccl_.emplace_back();
       for (const std::string& name : members->second) {
         sg::Host* member = sg::Host::by_name_or_null(name);
         if (member == nullptr)
@@ -751,7 +787,7 @@ class Simulation {
       }
     }
     const int t = static_cast<int>(groups_[static_cast<std::size_t>(group->second)].size());
-    int steps = 0;
+    int steps = 0, collectives = 0;
     double bytes = 0;
     const bool partial_recompute = state.action.kind == ActionKind::Recompute && cost.recompute_s.has_value();
     for (const LayerCost& layer : layers) {
@@ -769,13 +805,52 @@ class Simulation {
       for (const RingCollective& c : *pass) {
         const int k = c.count * ring_steps(c.kind, t);
         steps += k;
+        if (k > 0) collectives += c.count;
         bytes += k * (c.bytes / t);
       }
     }
     if (steps == 0) return;
     state.group = group->second;
     state.group_steps = steps;
+    state.group_collectives = collectives;
     state.group_flow_bytes = bytes;
+  }
+
+  // NCCL's efficiency and start latency (docs/semantics.md, NCCL efficiency
+  // and latency) over the route from `from` to `to`: the smallest
+  // nccl_efficiency and the largest nccl_latency of its links, read once per
+  // route; the defaults (no SimGrid call) when no link of the platform
+  // gives either.
+  LinkNccl route_nccl(sg::Host* from, sg::Host* to) {
+    if (!nccl_links_) return {};
+    const auto route = std::make_pair(from, to);
+    if (const auto known = route_nccl_.find(route); known != route_nccl_.end()) return known->second;
+    std::vector<sg::Link*> links;
+    double latency = 0;
+    from->route_to(to, links, &latency);
+    LinkNccl nccl;
+    for (const sg::Link* link : links) {
+      const LinkNccl own = link_nccl(*link, request_.platform_file);
+      nccl.efficiency = std::min(nccl.efficiency, own.efficiency);
+      nccl.latency_s = std::max(nccl.latency_s, own.latency_s);
+    }
+    return route_nccl_.emplace(route, nccl).first->second;
+  }
+
+  // The NCCL values of a ring over `hosts` (each to the next, the last to
+  // the first): the smallest efficiency and the largest latency of its
+  // routes; computed once into `known`.
+  LinkNccl ring_nccl(const std::vector<sg::Host*>& hosts, std::optional<LinkNccl>& known) {
+    if (!nccl_links_) return {};
+    if (known) return *known;
+    LinkNccl nccl;
+    for (std::size_t p = 0; p < hosts.size() && hosts.size() > 1; ++p) {
+      const LinkNccl route = route_nccl(hosts[p], hosts[(p + 1) % hosts.size()]);
+      nccl.efficiency = std::min(nccl.efficiency, route.efficiency);
+      nccl.latency_s = std::max(nccl.latency_s, route.latency_s);
+    }
+    known = nccl;
+    return nccl;
   }
 
   // A collective's message of `bytes` from `from` to `to`, started now.
@@ -809,17 +884,22 @@ class Simulation {
   // when the last member is done.
   void run_group_collectives(std::initializer_list<const ActionState*> actions) {
     std::int32_t group = -1;
-    int steps = 0;
+    int steps = 0, collectives = 0;
     double bytes = 0;
     for (const ActionState* state : actions) {
       if (state->group < 0) continue;
       group = state->group;
       steps += state->group_steps;
+      collectives += state->group_collectives;
       bytes += state->group_flow_bytes;
     }
     if (group < 0 || steps == 0) return;
     const std::vector<sg::Host*>& members = groups_[static_cast<std::size_t>(group)];
     const std::size_t t = members.size();
+    // NCCL: each collective's start latency, then the flows' bytes / efficiency.
+    const LinkNccl nccl = ring_nccl(members, group_nccl_[static_cast<std::size_t>(group)]);
+    if (nccl.latency_s > 0) sg::this_actor::sleep_for(collectives * nccl.latency_s);
+    bytes /= nccl.efficiency;
     std::vector<sg::CommPtr> flows, probes;
     for (std::size_t m = 0; m < t; ++m) flows.push_back(start_collective_message(members[m], members[(m + 1) % t], bytes));
     for (std::size_t m = 0; m < t; ++m) probes.push_back(start_latency_probe(members[m], members[(m + 1) % t]));
@@ -896,7 +976,7 @@ class Simulation {
     for (const auto& [sync, p] : device_tied_[device]) {
       TiedSync& tied = tied_[sync];
       for (const std::size_t i : tied.ready[p]) wait_until_ended(actions_[i]);
-      RingProgress ring{tied.hosts, tied.rounds, tied.joined, tied.left, tied.signal};
+      RingProgress ring{tied.hosts, tied.rounds, tied.joined, tied.left, tied.signal, tied.nccl};
       run_ring(ring, p, CollectiveKind::AllReduce, request_.tied_embedding->bytes * request_.gradient_bytes_per_weight_byte,
                tied.stages[p], kTiedEmbeddingLabel, tied.mini_batch);
       if (tied.step_after[p]) {
@@ -1020,7 +1100,7 @@ class Simulation {
       }
       if (all_reduce.tied[p]) {
         TiedSync& tied = tied_[all_reduce.tied[p]->first];
-        RingProgress ring{tied.hosts, tied.rounds, tied.joined, tied.left, tied.signal};
+        RingProgress ring{tied.hosts, tied.rounds, tied.joined, tied.left, tied.signal, tied.nccl};
         run_ring(ring, all_reduce.tied[p]->second, CollectiveKind::AllReduce,
                  request_.tied_embedding->bytes * request_.gradient_bytes_per_weight_byte,
                  all_reduce.spec->stage, kTiedEmbeddingLabel, all_reduce.spec->round);
@@ -1046,7 +1126,7 @@ class Simulation {
   void run_collective(AllReduceState& all_reduce, std::size_t p, std::size_t collective, CollectiveKind kind,
                       const AllReduceState::Job& job) {
     RingProgress ring{all_reduce.hosts, all_reduce.rounds[collective], all_reduce.joined[collective],
-                      all_reduce.left[collective], all_reduce.signal};
+                      all_reduce.left[collective], all_reduce.signal, all_reduce.nccl};
     const double bytes = kind == CollectiveKind::AllGather ? job.bytes : job.bytes * request_.gradient_bytes_per_weight_byte;
     run_ring(ring, p, kind, bytes, all_reduce.spec->stage, job.label, all_reduce.spec->round);
   }
@@ -1058,6 +1138,7 @@ class Simulation {
     std::size_t& joined;                  ///< participants that have joined (Flows)
     std::size_t& left;                    ///< participants done (Flows)
     sg::ConditionVariablePtr signal;
+    std::optional<LinkNccl>& nccl;        ///< the ring's NCCL values, once known (ring_nccl)
   };
 
   // Participant p's part in one ring collective of `bytes`; its record
@@ -1068,11 +1149,15 @@ class Simulation {
     const int steps = static_cast<int>(kind == CollectiveKind::AllReduce ? 2 * (r - 1) : r - 1);
     const double chunk = bytes / static_cast<double>(r);
     const double start = sg::Engine::get_clock();
+    // NCCL: the ring's start latency once, then each step's bytes / efficiency.
+    const LinkNccl nccl = ring_nccl(ring.hosts, ring.nccl);
+    const double wire_chunk = chunk / nccl.efficiency;
     auto send = [&](double size) { return start_collective_message(ring.hosts[p], ring.hosts[next], size); };
     if (request_.collective_model == CollectiveModel::Rounds) {
       std::vector<int>& rounds = ring.rounds;
+      if (steps > 0 && nccl.latency_s > 0) sg::this_actor::sleep_for(nccl.latency_s);
       for (int round = 0; round < steps; ++round) {
-        send(chunk)->wait();
+        send(wire_chunk)->wait();
         rounds[p] = round + 1;
         ring.signal->notify_all();
         std::unique_lock lock(*mutex_);
@@ -1086,7 +1171,8 @@ class Simulation {
         while (ring.joined < r) ring.signal->wait(lock);
       }
       if (steps > 0) {
-        sg::CommPtr flow = send(steps * chunk);
+        if (nccl.latency_s > 0) sg::this_actor::sleep_for(nccl.latency_s);
+        sg::CommPtr flow = send(steps * wire_chunk);
         const double latency = route_latency(ring.hosts[p], ring.hosts[next], start_latency_probe(ring.hosts[p], ring.hosts[next]));
         flow->wait();
         if (steps > 1 && latency > 0) sg::this_actor::sleep_for((steps - 1) * latency);
@@ -1115,8 +1201,26 @@ class Simulation {
     // init + start rather than sendto_async: in SimGrid 3.32 a zero-byte
     // sendto_async only starts when somebody waits for it.
     state.message = sg::Comm::sendto_init(state.host, state.message_to);
-    state.message->set_payload_size(static_cast<uint64_t>(state.message_bytes));
+    // NCCL: bytes / efficiency on the wire (its start latency: arrival_time).
+    state.message->set_payload_size(static_cast<uint64_t>(state.message_bytes / route_nccl(state.host, state.message_to).efficiency));
     state.message->start();
+  }
+
+  // When the message of `producer` (started, and done) has arrived: its last
+  // byte, plus its route's NCCL start latency (a transfer pays it once;
+  // docs/semantics.md, NCCL efficiency and latency).
+  double arrival_time(const ActionState& producer) {
+    return producer.message->get_finish_time() + route_nccl(producer.host, producer.message_to).latency_s;
+  }
+
+  // Waits until the message of `producer` has arrived (arrival_time).
+  void wait_for_message(ActionState& producer) {
+    if (request_.transfer_rule == TransferRule::Fifo) {
+      wait_until_arrived(producer);
+      return;
+    }
+    producer.message->wait();
+    if (const double at = arrival_time(producer); at > sg::Engine::get_clock()) sg::this_actor::sleep_until(at);
   }
 
   // Fifo: queues the message of action `index` on its channel, ordered by
@@ -1152,6 +1256,7 @@ class Simulation {
       channel.queue.pop_front();
       start_message(state);
       state.message->wait();
+      if (const double at = arrival_time(state); at > sg::Engine::get_clock()) sg::this_actor::sleep_until(at);
       if (state.async) wait_until_ended(state);
       state.arrived = true;
       if (state.ended_signal) state.ended_signal->notify_all();
@@ -1189,20 +1294,14 @@ class Simulation {
       ActionState& producer = actions_[need.index];
       wait_until_ended(producer);
       if (need.what == ActionState::Need::What::Arrival) {
-        if (request_.transfer_rule == TransferRule::Fifo)
-          wait_until_arrived(producer);
-        else
-          producer.message->wait();
+        wait_for_message(producer);
         if (--producer.message_readers == 0) producer.message = nullptr;
         continue;
       }
       if (need.what == ActionState::Need::What::Message) {
-        if (request_.transfer_rule == TransferRule::Fifo)
-          wait_until_arrived(producer);
-        else
-          producer.message->wait();
+        wait_for_message(producer);
         const bool forward = producer.action.kind == ActionKind::Forward;
-        record(producer.message->get_start_time(), std::max(producer.end, producer.message->get_finish_time()),
+        record(producer.message->get_start_time(), std::max(producer.end, arrival_time(producer)),
                producer.message_bytes, producer.host, 0, producer.action.stage, forward ? kSendForward : kSendBackward,
                producer.action.micro_batch, producer.action.mini_batch, state.host);
         if (--producer.message_readers == 0) producer.message = nullptr;
@@ -1314,6 +1413,7 @@ class Simulation {
     std::array<std::optional<std::size_t>, 2> step_after;
     std::array<double, 2> step_work{};
     std::array<bool, 2> done{};
+    std::optional<LinkNccl> nccl;  ///< the ring's NCCL values, once known
   };
   std::deque<TiedSync> tied_;
   /// Per device: (tied all-reduce, participant) of place_lone_tied_syncs, in mini-batch order.
@@ -1321,7 +1421,13 @@ class Simulation {
   /// SimulationRequest::tensor_parallel_members of the leaders that run
   /// collectives: the groups' hosts in ring order, and each leader's group.
   std::vector<std::vector<sg::Host*>> groups_;
+  std::vector<std::optional<LinkNccl>> group_nccl_;  ///< per group: its ring's NCCL values, once known
   std::map<std::string, std::int32_t> group_of_host_;
+  /// Whether some link of the platform gives nccl_efficiency or
+  /// nccl_latency (else route_nccl and ring_nccl give the defaults at once),
+  /// and each route's NCCL values, once read.
+  bool nccl_links_ = false;
+  std::map<std::pair<sg::Host*, sg::Host*>, LinkNccl> route_nccl_;
   /// Collective flows: the latency SimGrid gives a message from one host to
   /// another (measured once per route).
   std::map<std::pair<sg::Host*, sg::Host*>, double> route_latency_;
@@ -1416,8 +1522,11 @@ HostRoute route_between(sg::Host* from, sg::Host* to, std::vector<LinkInfo>& lin
   route.found = true;
   for (const sg::Link* link : crossed) {
     const auto [entry, added] = index.emplace(link->get_name(), static_cast<int>(links.size()));
-    if (added)
-      links.push_back({link->get_name(), link->get_bandwidth(), link->get_sharing_policy() != sg::Link::SharingPolicy::FATPIPE});
+    if (added) {
+      const LinkNccl nccl = link_nccl(*link, "");  // checked by load_platform
+      links.push_back({link->get_name(), link->get_bandwidth(), link->get_sharing_policy() != sg::Link::SharingPolicy::FATPIPE,
+                       nccl.efficiency, nccl.latency_s});
+    }
     route.links.push_back(entry->second);
   }
   return route;
@@ -1484,6 +1593,7 @@ PlatformSummary load_platform(sg::Engine& engine, const std::string& file, Netwo
     if (!(latency >= 0 && latency <= kMaxLatencySeconds))
       throw InputError(fmt::format("{}: link '{}': latency {} s: expected a non-negative latency of at most {:g} s", name,
                                    printable(link->get_name()), latency, kMaxLatencySeconds));
+    link_nccl(*link, file);
   }
   double slowest = declared.front()->get_speed();
   for (sg::Host* host : declared) slowest = std::min(slowest, host->get_speed());
@@ -1578,14 +1688,19 @@ std::vector<std::vector<double>> matrix_from_bytes(const nlohmann::json::binary_
 nlohmann::json links_to_json(const std::vector<LinkInfo>& links) {
   nlohmann::json json = nlohmann::json::array();
   for (const LinkInfo& link : links)
-    json.push_back({{"name", link.name}, {"bandwidth_Bps", link.bandwidth_Bps}, {"shared", link.shared}});
+    json.push_back({{"name", link.name},
+                    {"bandwidth_Bps", link.bandwidth_Bps},
+                    {"shared", link.shared},
+                    {"nccl_efficiency", link.nccl_efficiency},
+                    {"nccl_latency_s", link.nccl_latency_s}});
   return json;
 }
 
 std::vector<LinkInfo> links_from_json(const nlohmann::json& json) {
   std::vector<LinkInfo> links;
   for (const auto& link : json)
-    links.push_back({link.at("name").get<std::string>(), link.at("bandwidth_Bps").get<double>(), link.at("shared").get<bool>()});
+    links.push_back({link.at("name").get<std::string>(), link.at("bandwidth_Bps").get<double>(), link.at("shared").get<bool>(),
+                     link.at("nccl_efficiency").get<double>(), link.at("nccl_latency_s").get<double>()});
   return links;
 }
 

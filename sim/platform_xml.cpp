@@ -414,6 +414,18 @@ class Checker {
     const std::string context = where(name, id);
     positive_list(context, "bandwidth", attribute(node, "bandwidth"), name == "link" ? ";," : "", bandwidth());
     latency(context, "latency", attribute(node, "latency"));
+    // NCCL's efficiency and latency (link_nccl_from_properties).
+    std::map<std::string, std::string> found;
+    for_each_element(node, [&](const std::string& element, const Node& child) {
+      if (element != "prop") return;
+      const std::optional<std::string> property = attribute(child, "id");
+      const std::optional<std::string> value = attribute(child, "value");
+      if (!property || !value)
+        throw InputError(fmt::format("{}: link '{}': a <prop> needs an id and a value", file_, printable(*id)));
+      if (!found.emplace(*property, *value).second)
+        throw InputError(fmt::format("{}: link '{}': property '{}' is given twice", file_, printable(*id), printable(*property)));
+    });
+    link_nccl_from_properties(file_, *id, found);
   }
 
   void visit_route(const std::string& name, const Node& node, Zone* zone) {

@@ -29,6 +29,8 @@ const char* const kTwoByTwoXml = R"XML(<?xml version='1.0'?>
   crosses a's link up and b's link down: 2us + bytes / 150GBps alone on its route.
   Between servers: the sender's NIC sK-nic up (3.125GBps, 2.5us), the non-blocking switch, the receiver's
   NIC down: 5us + bytes / 3.125GBps alone on its route; a server's sends share its NIC, so do its receives.
+  NCCL (link properties nccl_efficiency, nccl_latency): inside a server 77% of line rate, 10us per operation;
+  between servers 92% of line rate, 25us per operation.
   Host speed 1Tf: not used for profile-timed work. Hosts in pipeline order: s0-gpu0, ..., s1-gpu1.
 -->
 <platform version="4.1">
@@ -36,12 +38,12 @@ const char* const kTwoByTwoXml = R"XML(<?xml version='1.0'?>
     <zone id="switch" routing="Full">
       <router id="switch-router"/>
     </zone>
-    <link id="s0-gpu0-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
-    <link id="s0-gpu1-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
-    <link id="s0-nic" bandwidth="3.125GBps" latency="2.5us" sharing_policy="SPLITDUPLEX"/>
-    <link id="s1-gpu0-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
-    <link id="s1-gpu1-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"/>
-    <link id="s1-nic" bandwidth="3.125GBps" latency="2.5us" sharing_policy="SPLITDUPLEX"/>
+    <link id="s0-gpu0-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"><prop id="nccl_efficiency" value="0.77"/><prop id="nccl_latency" value="10us"/></link>
+    <link id="s0-gpu1-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"><prop id="nccl_efficiency" value="0.77"/><prop id="nccl_latency" value="10us"/></link>
+    <link id="s0-nic" bandwidth="3.125GBps" latency="2.5us" sharing_policy="SPLITDUPLEX"><prop id="nccl_efficiency" value="0.92"/><prop id="nccl_latency" value="25us"/></link>
+    <link id="s1-gpu0-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"><prop id="nccl_efficiency" value="0.77"/><prop id="nccl_latency" value="10us"/></link>
+    <link id="s1-gpu1-link" bandwidth="150GBps" latency="1us" sharing_policy="SPLITDUPLEX"><prop id="nccl_efficiency" value="0.77"/><prop id="nccl_latency" value="10us"/></link>
+    <link id="s1-nic" bandwidth="3.125GBps" latency="2.5us" sharing_policy="SPLITDUPLEX"><prop id="nccl_efficiency" value="0.92"/><prop id="nccl_latency" value="25us"/></link>
     <link id="switch" bandwidth="3.125GBps" latency="0s" sharing_policy="FATPIPE"/>
     <zone id="server0" routing="Full">
       <host id="s0-gpu0" speed="1Tf">
@@ -267,7 +269,8 @@ TEST(ClusterPlatform, NicPerGpu) {
   options["servers"] = "4";
   options["servers_per_leaf"] = "2";
   const std::string xml = cluster_platform_xml(cluster_spec_from_options(options, "t"));
-  EXPECT_CONTAINS(xml, R"(<link id="s1-gpu1-nic" bandwidth="3.125GBps" latency="2.5us" sharing_policy="SPLITDUPLEX"/>)");
+  EXPECT_CONTAINS(xml, R"(<link id="s1-gpu1-nic" bandwidth="3.125GBps" latency="2.5us" sharing_policy="SPLITDUPLEX">)"
+                       R"(<prop id="nccl_efficiency" value="0.92"/><prop id="nccl_latency" value="25us"/></link>)");
   EXPECT_CONTAINS(xml, R"(<route src="s1-gpu1" dst="s1-router" symmetrical="NO"><link_ctn id="s1-gpu1-nic" direction="UP"/></route>)");
   EXPECT_CONTAINS(xml, R"(<route src="s1-router" dst="s1-gpu0" symmetrical="NO"><link_ctn id="s1-gpu0-nic" direction="DOWN"/></route>)");
   EXPECT_EQ(xml.find(R"(<link id="s1-nic")"), std::string::npos);
@@ -371,7 +374,8 @@ TEST(ClusterPlatform, UnknownMissingAndDoubledKeys) {
   options["colour"] = "blue";
   EXPECT_EQ(input_error_of([&] { cluster_spec_from_options(options, "t"); }),
             "t: unknown key 'colour' (expected one of servers, gpus_per_server, device, memory, memory_reserve, intra, "
-            "inter, intra_link, speed, nic, servers_per_leaf, oversubscription)");
+            "inter, intra_link, speed, nic, servers_per_leaf, oversubscription, intra_nccl_efficiency, "
+            "inter_nccl_efficiency, intra_nccl_latency, inter_nccl_latency)");
   options = two_by_two();
   options["intra-lnk"] = "shared";
   EXPECT_EQ(input_error_of([&] { cluster_spec_from_options(options, "t"); }),

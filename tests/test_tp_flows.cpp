@@ -10,6 +10,7 @@
 #include <cmath>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -37,9 +38,12 @@ std::string describe(const Layout& layout) {
 
 // A GPT of 4 blocks (fp16) on one server of 4 H100s (tp-h100-1x4.xml: each
 // GPU its own full-duplex link), 1F1B with 4 micro-batches, t x p x d = 4.
-api::PlanRequest gpt_request(const Layout& layout, const std::string& tp_collectives) {
+// `platform`: tp-h100-1x4.xml, or tp-h100-1x4-nccl.xml (the same with
+// nccl_efficiency 0.8 and nccl_latency 10us on every link).
+api::PlanRequest gpt_request(const Layout& layout, const std::string& tp_collectives,
+                             const std::string& platform = "tp-h100-1x4.xml") {
   api::PlanRequest request;
-  request.platform_file = kSource + "/tests/data/common/tp-h100-1x4.xml";
+  request.platform_file = kSource + "/tests/data/common/" + platform;
   request.model = {"gpt", {{"layers", 4}, {"hidden", 512}, {"heads", 8}, {"sequence", 1024}, {"vocabulary", 1000}}, 2, "fp16"};
   request.schedule = "1f1b-sno";
   request.micro_batches = 4;
@@ -64,11 +68,16 @@ bool is_compute(const std::string& action) {
 TEST(TensorParallelFlows, OnAnUncontendedGroupEachActionTakesWhatComputeChargesIt) {
   // p 1: nothing but the group's own ring crosses its links during an
   // action (the data-parallel all-reduce, at d 2, follows the backwards).
-  for (const Layout& layout : {Layout{4, 1, false, ""}, Layout{4, 1, true, ""}, Layout{2, 1, false, ""}, Layout{2, 1, true, ""},
-                               Layout{2, 1, false, "full"}}) {
-    const std::string what = describe(layout);
-    Plan compute_plan = api::make_plan(gpt_request(layout, "compute"));
-    Plan flows_plan = api::make_plan(gpt_request(layout, "flows"));
+  // NCCL's efficiency and start latency (docs/semantics.md) alike in both.
+  std::vector<std::pair<std::string, Layout>> cases;
+  for (const std::string platform : {"tp-h100-1x4.xml", "tp-h100-1x4-nccl.xml"})
+    for (const Layout& layout : {Layout{4, 1, false, ""}, Layout{4, 1, true, ""}, Layout{2, 1, false, ""},
+                                 Layout{2, 1, true, ""}, Layout{2, 1, false, "full"}})
+      cases.emplace_back(platform, layout);
+  for (const auto& [platform, layout] : cases) {
+    const std::string what = describe(layout) + " on " + platform;
+    Plan compute_plan = api::make_plan(gpt_request(layout, "compute", platform));
+    Plan flows_plan = api::make_plan(gpt_request(layout, "flows", platform));
     // Not vacuous: the flows plan's layers lack the collectives' seconds.
     ASSERT_EQ(compute_plan.profile.layers.size(), flows_plan.profile.layers.size()) << what;
     ASSERT_EQ(flows_plan.tensor_parallel_collectives.size(), flows_plan.profile.layers.size()) << what;
@@ -96,6 +105,18 @@ TEST(TensorParallelFlows, OnAnUncontendedGroupEachActionTakesWhatComputeChargesI
       EXPECT_NEAR(a[i]->end_s, b[i]->end_s, 1e-9) << what << " " << a[i]->action << a[i]->micro_batch;
     }
     EXPECT_NEAR(compute.metrics.minibatch_time_s, flows.metrics.minibatch_time_s, 1e-9) << what;
+  }
+}
+
+TEST(TensorParallelFlows, NcclPropertiesSlowTheCollectivesAndTheNoteSaysSo) {
+  const Layout layout{4, 1, false, ""};
+  for (const char* mode : {"compute", "flows"}) {
+    Plan plain = api::make_plan(gpt_request(layout, mode));
+    Plan nccl = api::make_plan(gpt_request(layout, mode, "tp-h100-1x4-nccl.xml"));
+    EXPECT_GT(api::run_plan(nccl).metrics.minibatch_time_s, api::run_plan(plain).metrics.minibatch_time_s) << mode;
+    EXPECT_EQ(plain.tensor_parallel_note.find("NCCL"), std::string::npos) << mode;
+    EXPECT_NE(nccl.tensor_parallel_note.find("NCCL at 80% of line rate + 10 us per operation"), std::string::npos)
+        << mode << ": " << nccl.tensor_parallel_note;
   }
 }
 
