@@ -166,4 +166,36 @@ std::string star_platform_xml(int num_hosts, double latency_s, double bandwidth_
 }
 
 
+sim::SimulationResult simulate_dp_ring(const std::string& platform_path, int r, double weight_bytes, double compute_s,
+                                       sim::CollectiveModel model, bool distributed,
+                                       double gradient_bytes_per_weight_byte) {
+  ScheduleOptions options;
+  options.num_stages = 1;
+  options.micro_batches = r;
+  options.replicas = {r};
+  sim::SimulationRequest request;
+  request.platform_file = platform_path;
+  request.program = generate_schedule("dp", options);
+  StageCost stage;
+  stage.forward_s = compute_s;
+  stage.backward_s = compute_s;
+  stage.weight_bytes = weight_bytes;
+  request.stages = {stage};
+  request.hosts.resize(1);
+  for (int h = 0; h < r; ++h) request.hosts[0].push_back(fmt::format("h{}", h));
+  request.network = sim::NetworkModel::Analytic;
+  request.collective_model = model;
+  request.distributed_optimizer = distributed;
+  request.gradient_bytes_per_weight_byte = gradient_bytes_per_weight_byte;
+  return sim::simulate(request);
+}
+
+std::map<std::string, std::pair<double, double>> action_spans(const sim::SimulationResult& result,
+                                                             const std::string& action) {
+  std::map<std::string, std::pair<double, double>> out;
+  for (const TimelineRecord& record : result.timeline.records)
+    if (record.action == action) out[record.host] = {record.start_s, record.end_s};
+  return out;
+}
+
 }  // namespace pipegrid::testutil

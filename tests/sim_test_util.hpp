@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/metrics.hpp"
@@ -92,5 +93,17 @@ SimOutcome run_case(const SimCase& sim_case, const std::string& platform_file);
 /** Same, on a chain platform from `cache` whose kind is the schedule's
  *  intended kind (GPUs for gpipe and 1f1b-sno/so, FPGAs for 1f1b-as and fbp-as). */
 SimOutcome run_case(const SimCase& sim_case, PlatformCache& cache);
+
+/// One mini-batch of the dp schedule over r replicas of one stage (one
+/// micro-batch each, forward and backward `compute_s` each), gradients of
+/// `weight_bytes`, on the platform file `platform_path` whose hosts are h0
+/// ... h(r-1); analytic network.
+sim::SimulationResult simulate_dp_ring(const std::string& platform_path, int r, double weight_bytes, double compute_s,
+                                       sim::CollectiveModel model, bool distributed = false,
+                                       double gradient_bytes_per_weight_byte = 1);
+
+/// Per host: (start, end) of its record of `action` in `result`'s timeline.
+std::map<std::string, std::pair<double, double>> action_spans(const sim::SimulationResult& result,
+                                                             const std::string& action);
 
 }  // namespace pipegrid::testutil

@@ -36,34 +36,10 @@ sim::SimulationResult run_ring(int r, double bytes, sim::CollectiveModel model, 
   static std::map<int, std::unique_ptr<TempFile>> platforms;
   auto& platform = platforms[r];
   if (!platform) platform = std::make_unique<TempFile>(fmt::format("pipegrid-ring{}", r), ".xml", testutil::star_platform_xml(r, kLatency, kBandwidth));
-  ScheduleOptions options;
-  options.num_stages = 1;
-  options.micro_batches = r;
-  options.replicas = {r};
-  sim::SimulationRequest request;
-  request.platform_file = platform->path();
-  request.program = generate_schedule("dp", options);
-  StageCost stage;
-  stage.forward_s = kComputeS;
-  stage.backward_s = kComputeS;
-  stage.weight_bytes = bytes;
-  request.stages = {stage};
-  request.hosts.resize(1);
-  for (int h = 0; h < r; ++h) request.hosts[0].push_back(fmt::format("h{}", h));
-  request.network = sim::NetworkModel::Analytic;
-  request.collective_model = model;
-  request.distributed_optimizer = distributed;
-  request.gradient_bytes_per_weight_byte = gradient_bytes_per_weight_byte;
-  return sim::simulate(request);
+  return testutil::simulate_dp_ring(platform->path(), r, bytes, kComputeS, model, distributed, gradient_bytes_per_weight_byte);
 }
 
-// Per host: (start, end) of its record of `action`.
-std::map<std::string, std::pair<double, double>> spans(const sim::SimulationResult& result, const std::string& action) {
-  std::map<std::string, std::pair<double, double>> out;
-  for (const TimelineRecord& record : result.timeline.records)
-    if (record.action == action) out[record.host] = {record.start_s, record.end_s};
-  return out;
-}
+using testutil::action_spans;
 
 // k steps of bytes / r each over a route of two links: k (2 L + bytes / (r B)).
 double ring_seconds(int r, int steps, double bytes) { return steps * (2 * kLatency + bytes / r / kBandwidth); }
@@ -71,8 +47,8 @@ double ring_seconds(int r, int steps, double bytes) { return steps * (2 * kLaten
 TEST(Collectives, FlowsEqualRoundsAndTheClosedFormOnUncontendedHomogeneousRings) {
   for (const int r : {2, 3, 8}) {
     const double bytes = 840.0 * r;  // chunks of whole bytes
-    const auto flows = spans(run_ring(r, bytes, sim::CollectiveModel::Flows), "ALLREDUCE");
-    const auto rounds = spans(run_ring(r, bytes, sim::CollectiveModel::Rounds), "ALLREDUCE");
+    const auto flows = action_spans(run_ring(r, bytes, sim::CollectiveModel::Flows), "ALLREDUCE");
+    const auto rounds = action_spans(run_ring(r, bytes, sim::CollectiveModel::Rounds), "ALLREDUCE");
     ASSERT_EQ(flows.size(), static_cast<std::size_t>(r));
     ASSERT_EQ(rounds.size(), static_cast<std::size_t>(r));
     const double expected_end = 2 * kComputeS + ring_seconds(r, 2 * (r - 1), bytes);
@@ -90,8 +66,8 @@ TEST(Collectives, ReduceScatterAndAllGatherEachTakeRMinusOneSteps) {
   const double bytes = 4000;
   for (const auto model : {sim::CollectiveModel::Flows, sim::CollectiveModel::Rounds}) {
     const sim::SimulationResult result = run_ring(r, bytes, model, true);
-    const auto scatter = spans(result, "REDUCE_SCATTER"), gather = spans(result, "ALLGATHER");
-    EXPECT_TRUE(spans(result, "ALLREDUCE").empty());
+    const auto scatter = action_spans(result, "REDUCE_SCATTER"), gather = action_spans(result, "ALLGATHER");
+    EXPECT_TRUE(action_spans(result, "ALLREDUCE").empty());
     ASSERT_EQ(scatter.size(), 4u);
     ASSERT_EQ(gather.size(), 4u);
     // 3 steps of 1000 bytes over 2 x 0.25 s of latency: 3 x 1.5 s each; no optimizer step between them.
@@ -115,7 +91,7 @@ TEST(Collectives, Fp32GradientsDoubleTheReductionsButNotTheParameterGather) {
   const int r = 4;
   const double bytes = 4000;
   const sim::SimulationResult zero1 = run_ring(r, bytes, sim::CollectiveModel::Flows, true, 2.0);
-  const auto scatter = spans(zero1, "REDUCE_SCATTER"), gather = spans(zero1, "ALLGATHER");
+  const auto scatter = action_spans(zero1, "REDUCE_SCATTER"), gather = action_spans(zero1, "ALLGATHER");
   ASSERT_EQ(scatter.size(), 4u);
   for (const auto& [host, span] : scatter) {
     // 3 steps of 2000 bytes: 3 x (0.5 + 2) s; then 3 steps of 1000 bytes: 3 x 1.5 s.
@@ -130,7 +106,7 @@ TEST(Collectives, Fp32GradientsDoubleTheReductionsButNotTheParameterGather) {
       EXPECT_DOUBLE_EQ(record.bytes, 3000);
     }
   }
-  const auto all_reduce = spans(run_ring(r, bytes, sim::CollectiveModel::Flows, false, 2.0), "ALLREDUCE");
+  const auto all_reduce = action_spans(run_ring(r, bytes, sim::CollectiveModel::Flows, false, 2.0), "ALLREDUCE");
   for (const auto& [host, span] : all_reduce) EXPECT_NEAR(span.second, 2 + ring_seconds(r, 2 * (r - 1), 2 * bytes), 1e-9) << host;
 }
 
@@ -140,7 +116,7 @@ TEST(Collectives, FlowsStartOneFlowPerParticipantAndMeasureEachRoutesLatencyOnce
   EXPECT_EQ(run_ring(8, 8000, sim::CollectiveModel::Flows).collective_communications, 16u);
   const sim::SimulationResult large = run_ring(512, 512000, sim::CollectiveModel::Flows);
   EXPECT_EQ(large.collective_communications, 1024u);
-  const auto ends = spans(large, "ALLREDUCE");
+  const auto ends = action_spans(large, "ALLREDUCE");
   ASSERT_EQ(ends.size(), 512u);
   for (const auto& [host, span] : ends) ASSERT_NEAR(span.second, 2 + ring_seconds(512, 1022, 512000), 1e-6) << host;
 }

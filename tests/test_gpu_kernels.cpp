@@ -66,6 +66,17 @@ Profile gpt(long long hidden, long long heads, long long batch, bool flash, cons
                                  batch, dtype});
 }
 
+/// A platform of one host, gpu0, of device model A100.
+PlatformSummary one_a100() {
+  PlatformSummary platform;
+  platform.file = "p.xml";
+  HostInfo host;
+  host.name = "gpu0";
+  host.device_model = "A100";
+  platform.hosts.push_back(host);
+  return platform;
+}
+
 TEST(TransformerKernels, EveryGptLayerCarriesItsShape) {
   const Profile profile = gpt(1024, 16, 2, true);
   for (const Layer& layer : profile.layers) {
@@ -133,9 +144,10 @@ TEST(TransformerKernels, NoPassOfAnyGpuRunsAboveItsPeak) {
             const double peak = device.peak_flops(dtype);
             // The layer's FLOPs of one member: at most 1 / t of the whole (the embedding runs whole).
             const double split = layer.op == "embedding" ? 1 : t;
-            if (*layer.forward_flops > 0)
+            if (*layer.forward_flops > 0) {
               EXPECT_LE(*layer.forward_flops / split / shaped.times.forward_s, peak * kMaxComputeEfficiency * (1 + 1e-9))
                   << device.name << " " << layer.name;
+            }
             const double bytes = *layer.bytes_read + *layer.bytes_written;
             EXPECT_GT(shaped.times.forward_s, 0) << device.name << " " << layer.name << " " << bytes;
             EXPECT_GE(shaped.attention_core_time_share, 0);
@@ -184,12 +196,7 @@ TEST(TensorCoreFit, RecoversKnownConstantsExactly) {
 TEST(TensorCoreModel, FillAnalyticTimesStoresTTimesTheMembersTimesOfSplitLayers) {
   Profile whole = gpt(2048, 16, 1, true);
   Profile split = whole;
-  PlatformSummary platform;
-  platform.file = "p.xml";
-  HostInfo host;
-  host.name = "gpu0";
-  host.device_model = "A100";
-  platform.hosts.push_back(host);
+  const PlatformSummary platform = one_a100();
   fill_analytic_times(whole, platform);
   const std::vector<std::string> notes = fill_analytic_times(split, platform, FpgaWeights::WholeModel, {4, false});
   ASSERT_FALSE(notes.empty());
@@ -213,12 +220,7 @@ TEST(TensorCoreModel, FillAnalyticTimesStoresTTimesTheMembersTimesOfSplitLayers)
 
 TEST(TensorCoreModel, SelectiveRecomputeAddsTheAttentionCoresTimeNotItsFlops) {
   Profile profile = gpt(2048, 16, 1, false);
-  PlatformSummary platform;
-  platform.file = "p.xml";
-  HostInfo host;
-  host.name = "gpu0";
-  host.device_model = "A100";
-  platform.hosts.push_back(host);
+  const PlatformSummary platform = one_a100();
   fill_analytic_times(profile, platform);
   const Partition partition = uniform_partition(profile, {"gpu0"}, 1);
   const std::vector<StageRecompute> stages = stage_recompute(profile, partition, {"selective", "", 0});

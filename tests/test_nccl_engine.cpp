@@ -52,33 +52,10 @@ std::string nccl_properties(double efficiency, double latency_s) {
 sim::SimulationResult run_ring(const std::string& platform_xml, int r, double bytes, sim::CollectiveModel model,
                                bool distributed = false) {
   const TempFile platform("pipegrid-nccl-ring", ".xml", platform_xml);
-  ScheduleOptions options;
-  options.num_stages = 1;
-  options.micro_batches = r;
-  options.replicas = {r};
-  sim::SimulationRequest request;
-  request.platform_file = platform.path();
-  request.program = generate_schedule("dp", options);
-  StageCost stage;
-  stage.forward_s = kComputeS;
-  stage.backward_s = kComputeS;
-  stage.weight_bytes = bytes;
-  request.stages = {stage};
-  request.hosts.resize(1);
-  for (int h = 0; h < r; ++h) request.hosts[0].push_back(fmt::format("h{}", h));
-  request.network = sim::NetworkModel::Analytic;
-  request.collective_model = model;
-  request.distributed_optimizer = distributed;
-  return sim::simulate(request);
+  return testutil::simulate_dp_ring(platform.path(), r, bytes, kComputeS, model, distributed);
 }
 
-// Per host: (start, end) of its record of `action`.
-std::map<std::string, std::pair<double, double>> spans(const sim::SimulationResult& result, const std::string& action) {
-  std::map<std::string, std::pair<double, double>> out;
-  for (const TimelineRecord& record : result.timeline.records)
-    if (record.action == action) out[record.host] = {record.start_s, record.end_s};
-  return out;
-}
+using testutil::action_spans;
 
 TEST(NcclEngine, ADataParallelRingTakesTheClosedFormUnderFlowsAndRounds) {
   for (const int r : {2, 4}) {
@@ -89,7 +66,7 @@ TEST(NcclEngine, ADataParallelRingTakesTheClosedFormUnderFlowsAndRounds) {
     const double half = kNcclLatency + (r - 1) * (2 * kLinkLatency + bytes / r / (kEfficiency * kBandwidth));
     for (const auto model : {sim::CollectiveModel::Flows, sim::CollectiveModel::Rounds}) {
       const sim::SimulationResult result = run_ring(xml, r, bytes, model);
-      const auto ring = spans(result, "ALLREDUCE");
+      const auto ring = action_spans(result, "ALLREDUCE");
       ASSERT_EQ(ring.size(), static_cast<std::size_t>(r));
       for (const auto& [host, span] : ring) {
         EXPECT_NEAR(span.first, 2 * kComputeS, 1e-9) << r << " " << host;
@@ -102,9 +79,9 @@ TEST(NcclEngine, ADataParallelRingTakesTheClosedFormUnderFlowsAndRounds) {
         }
       // The distributed optimizer: a reduce-scatter and an all-gather, each paying the latency.
       const sim::SimulationResult sharded = run_ring(xml, r, bytes, model, true);
-      for (const auto& [host, span] : spans(sharded, "REDUCE_SCATTER"))
+      for (const auto& [host, span] : action_spans(sharded, "REDUCE_SCATTER"))
         EXPECT_NEAR(span.second - span.first, half, 1e-9) << r << " " << host;
-      for (const auto& [host, span] : spans(sharded, "ALLGATHER"))
+      for (const auto& [host, span] : action_spans(sharded, "ALLGATHER"))
         EXPECT_NEAR(span.second - span.first, half, 1e-9) << r << " " << host;
     }
   }
@@ -121,7 +98,7 @@ TEST(NcclEngine, ARingTakesTheSmallestEfficiencyAndTheLargestLatencyOfItsLinks) 
   const double bytes = 3000;
   const double expected = 2e-3 + 4 * (2 * kLinkLatency + 1000 / (0.5 * kBandwidth));
   for (const auto model : {sim::CollectiveModel::Flows, sim::CollectiveModel::Rounds})
-    for (const auto& [host, span] : spans(run_ring(xml, 3, bytes, model), "ALLREDUCE"))
+    for (const auto& [host, span] : action_spans(run_ring(xml, 3, bytes, model), "ALLREDUCE"))
       EXPECT_NEAR(span.second, 2 * kComputeS + expected, 1e-9) << sim::to_string(model) << " " << host;
 }
 
@@ -130,7 +107,7 @@ TEST(NcclEngine, WithoutThePropertiesOrWithTheDefaultsNothingChanges) {
   const double plain = 2 * kComputeS + 2 * 3 * (2 * kLinkLatency + bytes / 4 / kBandwidth);
   for (const std::string& xml : {testutil::star_platform_xml(4, kLinkLatency, kBandwidth), star_with(4, nccl_properties(1, 0))})
     for (const auto model : {sim::CollectiveModel::Flows, sim::CollectiveModel::Rounds})
-      for (const auto& [host, span] : spans(run_ring(xml, 4, bytes, model), "ALLREDUCE"))
+      for (const auto& [host, span] : action_spans(run_ring(xml, 4, bytes, model), "ALLREDUCE"))
         EXPECT_NEAR(span.second, plain, 1e-9) << host;
 }
 
@@ -152,8 +129,8 @@ std::map<std::string, std::pair<double, double>> transfers(const std::string& pl
   request.network = sim::NetworkModel::Analytic;
   request.transfer_rule = rule;
   const sim::SimulationResult result = sim::simulate(request);
-  std::map<std::string, std::pair<double, double>> out = spans(result, "SEND_F");
-  for (const auto& [host, span] : spans(result, "F")) out["F@" + host] = span;
+  std::map<std::string, std::pair<double, double>> out = action_spans(result, "SEND_F");
+  for (const auto& [host, span] : action_spans(result, "F")) out["F@" + host] = span;
   return out;
 }
 
