@@ -1306,8 +1306,9 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
     if (!launch.distributed_optimizer) a.fail(flag, flag + " only supported with distributed optimizer");
     if (!launch.overlap_param_gather) a.fail(flag, "Must use " + flag + " with --overlap-param-gather");
     if (launch.virtual_stages == 1) a.fail(flag, flag + " only supported with interleaved pipeline parallelism");
-    notes.push_back(flag + ": the first model chunk's parameter all-gather starts with the optimizer step; while "
-                    "the step takes 0 s (no host declares one) that is --overlap-param-gather's timeline");
+    notes.push_back(flag + ": Megatron starts the first model chunk's parameter all-gather with the optimizer step; "
+                    "pipegrid starts it after the step, as --overlap-param-gather does (the iteration can come out "
+                    "longer by at most the step's time on the 1/d shard)");
   }
   if (const auto bucket = a.integer("--ddp-bucket-size", 1, 1LL << 50)) {
     if (a.has("--ddp-num-buckets")) a.fail("--ddp-num-buckets", "Cannot specify both --ddp-num-buckets and --ddp-bucket-size");
