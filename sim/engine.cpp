@@ -1141,6 +1141,33 @@ class Simulation {
     std::optional<LinkNccl>& nccl;        ///< the ring's NCCL values, once known (ring_nccl)
   };
 
+  // The rails ring step p -> p + 1 runs over when it crosses from one
+  // server (a host's englobing netzone) into another: NCCL runs a ring
+  // collective as several channels, each crossing between servers on the
+  // NIC of its own GPU, the same rail on both sides (NCCL_CROSS_NIC's
+  // default: "NCCL tries to communicate between same NICs between nodes",
+  // NCCL environment variables documentation), so the step's bytes spread
+  // over the c = min(a, b) GPU pairs of the a ring members that end the
+  // sending server's run and the b that start the receiving one's: pairs
+  // (the i-th last of the one, the i-th first of the other) ... in ring
+  // order. Empty when the step stays inside a server.
+  std::vector<std::pair<sg::Host*, sg::Host*>> crossing_rails(const std::vector<sg::Host*>& hosts, std::size_t p) const {
+    const std::size_t r = hosts.size();
+    const std::size_t next = (p + 1) % r;
+    const sg::NetZone* from = hosts[p]->get_englobing_zone();
+    const sg::NetZone* to = hosts[next]->get_englobing_zone();
+    if (from == to) return {};
+    std::vector<sg::Host*> senders, receivers;  // senders from p backwards, receivers from next forwards
+    for (std::size_t k = 0; k < r && hosts[(p + r - k) % r]->get_englobing_zone() == from; ++k)
+      senders.push_back(hosts[(p + r - k) % r]);
+    for (std::size_t k = 0; k < r && hosts[(next + k) % r]->get_englobing_zone() == to; ++k)
+      receivers.push_back(hosts[(next + k) % r]);
+    const std::size_t c = std::min(senders.size(), receivers.size());
+    std::vector<std::pair<sg::Host*, sg::Host*>> rails;
+    for (std::size_t i = 0; i < c; ++i) rails.emplace_back(senders[c - 1 - i], receivers[i]);
+    return rails;
+  }
+
   // Participant p's part in one ring collective of `bytes`; its record
   // names `stage`, `label` (micro-batch) and `round` (mini-batch).
   void run_ring(RingProgress& ring, std::size_t p, CollectiveKind kind, double bytes, int stage, int label, int round_id) {
@@ -1172,9 +1199,19 @@ class Simulation {
       }
       if (steps > 0) {
         if (nccl.latency_s > 0) sg::this_actor::sleep_for(nccl.latency_s);
-        sg::CommPtr flow = send(steps * wire_chunk);
+        // A step into another server runs over as many rails as both servers
+        // have ring members (crossing_rails); inside a server, one flow.
+        const std::vector<std::pair<sg::Host*, sg::Host*>> rails = crossing_rails(ring.hosts, p);
+        std::vector<sg::CommPtr> flows;
+        if (rails.size() <= 1) {
+          flows.push_back(send(steps * wire_chunk));
+        } else {
+          for (const std::pair<sg::Host*, sg::Host*>& rail : rails)
+            flows.push_back(
+                start_collective_message(rail.first, rail.second, steps * wire_chunk / static_cast<double>(rails.size())));
+        }
         const double latency = route_latency(ring.hosts[p], ring.hosts[next], start_latency_probe(ring.hosts[p], ring.hosts[next]));
-        flow->wait();
+        for (const sg::CommPtr& flow : flows) flow->wait();
         if (steps > 1 && latency > 0) sg::this_actor::sleep_for((steps - 1) * latency);
       }
       ++ring.left;

@@ -168,7 +168,7 @@ std::string star_platform_xml(int num_hosts, double latency_s, double bandwidth_
 
 sim::SimulationResult simulate_dp_ring(const std::string& platform_path, int r, double weight_bytes, double compute_s,
                                        sim::CollectiveModel model, bool distributed,
-                                       double gradient_bytes_per_weight_byte) {
+                                       double gradient_bytes_per_weight_byte, const std::vector<std::string>& hosts) {
   ScheduleOptions options;
   options.num_stages = 1;
   options.micro_batches = r;
@@ -182,7 +182,7 @@ sim::SimulationResult simulate_dp_ring(const std::string& platform_path, int r, 
   stage.weight_bytes = weight_bytes;
   request.stages = {stage};
   request.hosts.resize(1);
-  for (int h = 0; h < r; ++h) request.hosts[0].push_back(fmt::format("h{}", h));
+  for (int h = 0; h < r; ++h) request.hosts[0].push_back(hosts.empty() ? fmt::format("h{}", h) : hosts.at(static_cast<std::size_t>(h)));
   request.network = sim::NetworkModel::Analytic;
   request.collective_model = model;
   request.distributed_optimizer = distributed;

@@ -96,11 +96,12 @@ SimOutcome run_case(const SimCase& sim_case, PlatformCache& cache);
 
 /// One mini-batch of the dp schedule over r replicas of one stage (one
 /// micro-batch each, forward and backward `compute_s` each), gradients of
-/// `weight_bytes`, on the platform file `platform_path` whose hosts are h0
-/// ... h(r-1); analytic network.
+/// `weight_bytes`, on the platform file `platform_path`, over the hosts
+/// `hosts` in ring order (empty: h0 ... h(r-1)); analytic network.
 sim::SimulationResult simulate_dp_ring(const std::string& platform_path, int r, double weight_bytes, double compute_s,
                                        sim::CollectiveModel model, bool distributed = false,
-                                       double gradient_bytes_per_weight_byte = 1);
+                                       double gradient_bytes_per_weight_byte = 1,
+                                       const std::vector<std::string>& hosts = {});
 
 /// Per host: (start, end) of its record of `action` in `result`'s timeline.
 std::map<std::string, std::pair<double, double>> action_spans(const sim::SimulationResult& result,

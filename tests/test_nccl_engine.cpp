@@ -16,6 +16,7 @@
 
 #include "core/error.hpp"
 #include "core/program.hpp"
+#include "generators/cluster_platform.hpp"
 #include "expect_input_error.hpp"
 #include "schedules/schedules.hpp"
 #include "sim/engine.hpp"
@@ -162,6 +163,32 @@ TEST(NcclEngine, BadPropertiesAreRefusedNamingTheFileTheLinkAndTheProperty) {
     const std::string message = input_error_of([&] { sim::read_platform(platform.path(), sim::PlatformRoutes::None); });
     EXPECT_CONTAINS(message, fmt::format("{}: link 'l0': property '{}': {}", platform.path(), property, expected));
     EXPECT_CONTAINS(message, fmt::format("found '{}'", value));
+  }
+}
+
+// A data-parallel ring over two servers of 4 GPUs, a NIC per GPU: each
+// step between the servers runs over 4 rails (NCCL's channels, one NIC
+// each), so a NIC carries a quarter of the step's bytes; with NVLink 1000x
+// faster than a NIC and negligible latencies the all-reduce takes
+// 2 (r - 1) / r x S / 4 / NIC bandwidth (r = 8), not 4 times that.
+TEST(NcclEngine, AStepBetweenServersRunsOverOneRailPerGpuPair) {
+  const std::map<std::string, std::string> options = {
+      {"servers", "2"},          {"gpus_per_server", "4"},       {"device", "A100"},
+      {"memory", "80GB"},        {"intra", "1000GBps,1ns"},      {"inter", "1GBps,1ns"},
+      {"nic", "per-gpu"},        {"intra_nccl_efficiency", "none"}, {"inter_nccl_efficiency", "none"},
+      {"intra_nccl_latency", "none"}, {"inter_nccl_latency", "none"}};
+  const TempFile platform("pipegrid-rails", ".xml", cluster_platform_xml(cluster_spec_from_options(options, "t")));
+  std::vector<std::string> hosts;
+  for (int s = 0; s < 2; ++s)
+    for (int g = 0; g < 4; ++g) hosts.push_back(fmt::format("s{}-gpu{}", s, g));
+  const double bytes = 8e9, r = 8;
+  const double expected = 2 * (r - 1) / r * bytes / 4 / 1e9;
+  for (const sim::CollectiveModel model : {sim::CollectiveModel::Flows}) {
+    const sim::SimulationResult result =
+        testutil::simulate_dp_ring(platform.path(), 8, bytes, kComputeS, model, false, 1, hosts);
+    const auto ring = action_spans(result, "ALLREDUCE");
+    ASSERT_EQ(ring.size(), 8u);
+    for (const auto& [host, span] : ring) EXPECT_NEAR(span.second - span.first, expected, 1e-3 * expected) << host;
   }
 }
 
