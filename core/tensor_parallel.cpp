@@ -190,8 +190,8 @@ std::string tensor_parallel_note(const Profile& profile, const TensorParallelPro
                                 "(NCCL's rings, each crossing on its own GPU's route), their total the bandwidth above",
                                 link.crossing_channels, link.crossing_channels == 1 ? "" : "s"));
   if (link.crossing_channels > 0 && mode == TensorParallelCollectives::Flows)
-    parts.push_back("groups span servers: a ring step between two servers is one flow from a member to the next over "
-                    "its route (NCCL's several channels across the boundary are not modelled)");
+    parts.push_back("groups span servers: a ring step between two servers (netzones) runs as one flow per rail, the "
+                    "GPU pairs of the two servers' members, NCCL's channels on the same NIC on both sides");
   parts.push_back(fmt::format("transfers between stages carry output_bytes / {} (each member sends its share in parallel; "
                               "the group's first host stands for it)",
                               t));

@@ -900,14 +900,27 @@ class Simulation {
     const LinkNccl nccl = ring_nccl(members, group_nccl_[static_cast<std::size_t>(group)]);
     if (nccl.latency_s > 0) sg::this_actor::sleep_for(collectives * nccl.latency_s);
     bytes /= nccl.efficiency;
-    std::vector<sg::CommPtr> flows, probes;
-    for (std::size_t m = 0; m < t; ++m) flows.push_back(start_collective_message(members[m], members[(m + 1) % t], bytes));
+    // Per member, its step's flows: one inside a server, one per rail into
+    // another (crossing_rails).
+    std::vector<std::vector<sg::CommPtr>> flows(t);
+    std::vector<sg::CommPtr> probes;
+    for (std::size_t m = 0; m < t; ++m) {
+      const std::vector<std::pair<sg::Host*, sg::Host*>> rails = crossing_rails(members, m);
+      if (rails.size() <= 1) {
+        flows[m].push_back(start_collective_message(members[m], members[(m + 1) % t], bytes));
+      } else {
+        for (const std::pair<sg::Host*, sg::Host*>& rail : rails)
+          flows[m].push_back(start_collective_message(rail.first, rail.second, bytes / static_cast<double>(rails.size())));
+      }
+    }
     for (std::size_t m = 0; m < t; ++m) probes.push_back(start_latency_probe(members[m], members[(m + 1) % t]));
     double end = sg::Engine::get_clock();
     for (std::size_t m = 0; m < t; ++m) {
       const double latency = route_latency(members[m], members[(m + 1) % t], probes[m]);
-      flows[m]->wait();
-      end = std::max(end, flows[m]->get_finish_time() + (steps - 1) * latency);
+      for (const sg::CommPtr& flow : flows[m]) {
+        flow->wait();
+        end = std::max(end, flow->get_finish_time() + (steps - 1) * latency);
+      }
     }
     if (end > sg::Engine::get_clock()) sg::this_actor::sleep_until(end);
   }

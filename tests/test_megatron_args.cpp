@@ -417,7 +417,7 @@ TEST(MegatronArgs, TpCommOverlapAndParamGatherWithTheStepAreReadWithTheReleasesC
            "--micro-batch-size 2 --vocab-size 1000 --pipeline-model-parallel-size 2 "
            "--num-layers-per-virtual-pipeline-stage 4 " +
            gathered + step);
-  EXPECT_TRUE(has_note(interleaved, "that is --overlap-param-gather's timeline"));
+  EXPECT_TRUE(has_note(interleaved, "pipegrid starts it after the step, as --overlap-param-gather does"));
   // At tensor parallel 1 the release turns sequence parallelism off; above,
   // it is read.
   const MegatronLaunch off = read(minimal("--sequence-parallel"));
