@@ -141,6 +141,21 @@ int main(int argc, char** argv) {
                   100 * k.memory_bytes / (a100.memory_bandwidth_Bps * model.memory_efficiency) / predicted);
     }
     std::printf("mean |error| %.1f%%\n", 100 * total / static_cast<double>(set.size()));
+    // Per operation class: W passes are weight-gradient GEMMs only; F and B
+    // (input gradient, or a whole backward) add attention and element-wise work.
+    for (const char pass : {'F', 'B', 'W'}) {
+      double sum = 0;
+      int count = 0;
+      for (std::size_t i = 0; i < set.size(); ++i) {
+        if (set[i].pass != pass) continue;
+        sum += std::fabs(samples[i].kernels.seconds(model, a100.memory_bandwidth_Bps) - set[i].measured_s) / set[i].measured_s;
+        ++count;
+      }
+      if (count > 0)
+        std::printf("  A100 %s passes: mean |error| %.1f%% over %d\n",
+                    pass == 'F' ? "forward" : pass == 'W' ? "weight-gradient (GEMMs only)" : "input-gradient / backward",
+                    100 * sum / count, count);
+    }
   }
   return 0;
 }
