@@ -360,6 +360,8 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
   launched.distributed_optimizer = launch.distributed_optimizer;
   launched.overlap_grad_reduce = launch.overlap_grad_reduce;
   launched.overlap_param_gather = launch.overlap_param_gather;
+  // --no-overlap-p2p-communication, or simulate's --blocking-transfers on its own.
+  launched.blocking_transfers = request.blocking_transfers || launch.blocking_transfers;
   launched.ddp_bucket_size = launch.ddp_bucket_size;
   launched.megatron_args.clear();
   launched.megatron_args_file.clear();
@@ -653,6 +655,7 @@ Plan make_plan(const PlanRequest& request) {
   plan.network = request.network;
   sim::parse_transfer_rule(request.transfer_rule);
   plan.transfer_rule = request.transfer_rule;
+  plan.blocking_transfers = request.blocking_transfers;
   sim::parse_collective_model(request.collective_model);
   plan.collective_model = request.collective_model;
   if (!request.memory.empty()) plan.memory_bytes = parse_bytes(request.memory, "--memory");
@@ -1151,6 +1154,7 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   request.fb_overlap = plan.fb_overlap;
   request.network = sim::parse_network_model(plan.network);
   request.transfer_rule = sim::parse_transfer_rule(plan.transfer_rule);
+  request.blocking_transfers = plan.blocking_transfers;
   request.collective_model = sim::parse_collective_model(plan.collective_model);
   // Megatron-Core DDP buckets hold parameters; the layers' weight bytes are in the dtype.
   if (plan.overlap_grad_reduce) request.bucket_bytes = static_cast<double>(plan.ddp_bucket_parameters()) * dtype_bytes(plan.dtype, "--dtype");
@@ -1505,6 +1509,7 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   document["network"] = plan.network;
   // Present only when not the default: share runs print what they printed before.
   if (plan.transfer_rule != "share") document["transfer_rule"] = plan.transfer_rule;
+  if (plan.blocking_transfers) document["blocking_transfers"] = true;
   document["stages"] = plan.partition.num_stages();
   document["micro_batches"] = plan.micro_batches;
   document["mini_batches"] = plan.mini_batches;
@@ -1663,6 +1668,8 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
     text += fmt::format("  scaling           {} (--micro-batch-scaling {})\n", plan.micro_batch_scaling_note, plan.micro_batch_scaling);
   if (!plan.partitioner.empty())
     text += fmt::format("  partitioner       {}\n", plan.partitioner);
+  if (plan.blocking_transfers)
+    text += "  transfers         blocking: each send holds its device until it has arrived (Megatron's non-overlapped p2p)\n";
   for (const std::string& note : plan.program_notes) text += fmt::format("  program           {}\n", note);
   for (const std::string& note : plan.device_model_notes) text += fmt::format("  device model      {}\n", note);
   if (!plan.dtype.empty()) {

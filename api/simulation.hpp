@@ -64,6 +64,9 @@ struct PlanRequest {
   /// How concurrent activations and gradients share the network: share
   /// (default) or fifo (sim::TransferRule; Plan::transfer_rule).
   std::string transfer_rule = "share";
+  /// Each stage transfer holds its sender until it has arrived (simulate
+  /// --blocking-transfers; Plan::blocking_transfers).
+  bool blocking_transfers = false;
   bool recompute = false;
   /// Megatron-LM's layer-wise recomputation (--recompute-granularity full or
   /// selective, --recompute-method uniform or block, --recompute-num-layers;

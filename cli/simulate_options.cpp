@@ -52,6 +52,9 @@ void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
   command.add_option("--transfer-rule", request.transfer_rule,
                      "share (default: concurrent activations and gradients share the links) or fifo (one at a time per "
                      "(source, destination) host pair, in the order they became ready)");
+  command.add_flag("--blocking-transfers", request.blocking_transfers,
+                   "each stage transfer (activation, gradient) holds its sending device until it has arrived, as "
+                   "Megatron-LM's p2p without overlap (--no-overlap-p2p-communication); default: sends overlap compute");
   command.add_flag("--recompute", request.recompute,
                    "GPipe's activation recomputation (flushed schedules): each stage's whole forward again before its "
                    "backward, only its input kept");

@@ -52,6 +52,7 @@ std::string plan_to_json(const Plan& plan) {
   if (plan.virtual_stages != 1) document["virtual_stages"] = plan.virtual_stages;
   if (plan.fb_overlap != 1.0) document["fb_overlap"] = plan.fb_overlap;
   if (plan.transfer_rule != "share") document["transfer_rule"] = plan.transfer_rule;
+  if (plan.blocking_transfers) document["blocking_transfers"] = true;
   if (!plan.program_text.empty()) document["program"] = plan.program_text;
   if (!plan.dtype.empty()) document["dtype"] = plan.dtype;
   if (!plan.gradient_dtype.empty()) document["gradient_dtype"] = plan.gradient_dtype;
@@ -105,7 +106,7 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
                              {"pipegrid_plan", "schedule", "micro_batches", "mini_batches", "recompute", "network",
                               "optimizer", "vertical_sync", "update_interval", "prediction_cost_s_per_byte", "wait_free",
                               "pipeline_depth", "partitioner", "micro_batch_scaling", "micro_batch_scaling_note",
-                              "virtual_stages", "fb_overlap", "transfer_rule", "program", "dtype", "gradient_dtype", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "sequence_parallel", "tp_comm_overlap", "tp_collectives", "tensor_parallel_collectives", "tensor_parallel_note", "data_parallel", "collective_model", "overlap_grad_reduce", "ddp_bucket_size", "distributed_optimizer", "overlap_param_gather", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
+                              "virtual_stages", "fb_overlap", "transfer_rule", "blocking_transfers", "program", "dtype", "gradient_dtype", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "sequence_parallel", "tp_comm_overlap", "tp_collectives", "tensor_parallel_collectives", "tensor_parallel_note", "data_parallel", "collective_model", "overlap_grad_reduce", "ddp_bucket_size", "distributed_optimizer", "overlap_param_gather", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
   auto field = [&](const char* name, auto check, const std::string& expected) -> const nlohmann::json& {
     if (!document.contains(name) || !check(document[name]))
       throw InputError(fmt::format("{}: {}: expected {}, found {}", origin, name, expected,
@@ -172,6 +173,8 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
     if (plan.transfer_rule != "share" && plan.transfer_rule != "fifo")
       throw InputError(fmt::format("{}: transfer_rule: expected share or fifo, found {}", origin, shown_json(document["transfer_rule"])));
   }
+  if (document.contains("blocking_transfers"))
+    plan.blocking_transfers = field("blocking_transfers", is_boolean, "true or false").get<bool>();
   if (document.contains("program")) {
     plan.program_text = field("program", is_string, "a Program in pipegrid's text form").get<std::string>();
     parse_program_text(plan.program_text, origin + ": program");

@@ -40,6 +40,9 @@ struct Plan {
   /// share | fifo: how concurrent activations and gradients share the
   /// network (docs/semantics.md, Transfer rules; sim::TransferRule).
   std::string transfer_rule = "share";
+  /// Each stage transfer holds its sender until it has arrived (Megatron-LM's
+  /// non-overlapped p2p; sim::SimulationRequest::blocking_transfers).
+  bool blocking_transfers = false;
   std::string optimizer = "sgd";     ///< sgd | momentum | adam: 0, 1, 2 weight copies of state
   /// Why `optimizer` is what it is when the user did not say (default_optimizer
   /// of the dtype); informative, not written to plan files. "" otherwise.

@@ -1344,8 +1344,12 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
   if (const auto percent = a.number("--rotary-percent", 0, 1); percent && *percent < 1)
     notes.push_back(fmt::format("{}: pipegrid rotates every channel of Q and K (element-wise bytes only)",
                                 a.get("--rotary-percent")->as_given));
-  if (a.has("--no-overlap-p2p-communication"))
-    notes.push_back("--no-overlap-p2p-communication: pipegrid's simulation decides how sends overlap computation");
+  // Megatron's non-interleaved 1F1B sends blocking with or without this flag
+  // (a known gap: only the flag turns blocking transfers on; MegatronLaunch::blocking_transfers).
+  launch.blocking_transfers = a.has("--no-overlap-p2p-communication");
+  if (launch.blocking_transfers)
+    notes.push_back("--no-overlap-p2p-communication: blocking stage transfers (each send holds its device until it has "
+                    "arrived; simulate --blocking-transfers)");
 
   // What the release accepts that pipegrid leaves aside: ignored (listed as
   // given) and noted (one note per reason, naming the arguments).

@@ -72,6 +72,14 @@ struct MegatronLaunch {
   bool distributed_optimizer = false, overlap_grad_reduce = false, overlap_param_gather = false;
   /// --tp-comm-overlap (needs sequence parallelism, as the release asserts).
   bool tp_comm_overlap = false;
+  /// --no-overlap-p2p-communication: stage transfers are blocking calls on
+  /// the compute stream (simulate's --blocking-transfers). Without the flag
+  /// false, although Megatron's non-interleaved 1F1B always sends blocking
+  /// (megatron/core/pipeline_parallel/schedules.py,
+  /// forward_backward_pipelining_without_interleaving: p2p_communication's
+  /// send/recv wait before returning): a known gap, kept so that launches
+  /// without the flag simulate as before.
+  bool blocking_transfers = false;
   std::optional<long long> ddp_bucket_size;
   /// "1f1b-sno" (Megatron's 1F1B, PipeDream-flush), or "interleaved-1f1b"
   /// when virtual_stages > 1.

@@ -190,9 +190,11 @@ struct ActionState {
   /// `message_readers`), so that finished communications do not pile up.
   sg::CommPtr message;
   std::size_t message_readers = 0;
-  /// TransferRule::Fifo: the message's channel (Simulation::channels_), when
-  /// it became ready, and whether it has arrived (and, from an asynchronous
-  /// producer, the producer has ended).
+  /// TransferRule::Fifo: the message's channel (Simulation::channels_) and
+  /// when it became ready. `arrived`: whether the message has arrived (and,
+  /// from an asynchronous producer, the producer has ended), set by the
+  /// channel under Fifo and by the sender under blocking transfers (Share);
+  /// unused otherwise.
   std::size_t channel = 0;
   double ready_at = 0;
   bool arrived = false;
@@ -1263,9 +1265,11 @@ class Simulation {
     return producer.message->get_finish_time() + route_nccl(producer.host, producer.message_to).latency_s;
   }
 
-  // Waits until the message of `producer` has arrived (arrival_time).
+  // Waits until the message of `producer` has arrived (arrival_time). Under
+  // blocking transfers (Share) only the sender waits on the communication
+  // (hold_until_arrived); readers wait for its `arrived` flag.
   void wait_for_message(ActionState& producer) {
-    if (request_.transfer_rule == TransferRule::Fifo) {
+    if (request_.transfer_rule == TransferRule::Fifo || request_.blocking_transfers) {
       wait_until_arrived(producer);
       return;
     }
@@ -1311,6 +1315,21 @@ class Simulation {
       state.arrived = true;
       if (state.ended_signal) state.ended_signal->notify_all();
     }
+  }
+
+  // Blocking transfers: the sender of `state`'s message (sent, ended) waits
+  // until it has arrived. Under Share the sender is the one actor that waits
+  // on the communication and signals its arrival; under Fifo the channel does.
+  void hold_until_arrived(ActionState& state) {
+    if (!request_.blocking_transfers || state.message_to == nullptr) return;
+    if (request_.transfer_rule == TransferRule::Fifo) {
+      wait_until_arrived(state);
+      return;
+    }
+    state.message->wait();
+    if (const double at = arrival_time(state); at > sg::Engine::get_clock()) sg::this_actor::sleep_until(at);
+    state.arrived = true;
+    if (state.ended_signal) state.ended_signal->notify_all();
   }
 
   void wait_until_arrived(ActionState& state) {
@@ -1360,14 +1379,25 @@ class Simulation {
   }
 
   // After `state` has ended: its compute record from `record_start` to
-  // `record_end`, the signal to those waiting, and the optimizer step that
-  // follows it, if any.
+  // `record_end`, the signal to those waiting, the wait for its message
+  // under blocking transfers, and the optimizer step that follows it, if any.
   void finish(ActionState& state, double record_start, double record_end) {
+    end_compute(state, record_start, record_end);
+    hold_until_arrived(state);
+    run_step_after(state);
+  }
+
+  // `state` has ended: its compute record and the signal to those waiting.
+  void end_compute(ActionState& state, double record_start, double record_end) {
     record(record_start, record_end, 0, state.host, static_cast<int>(state.stream), state.action.stage,
            static_cast<std::uint8_t>(action_letter(state.action.kind)), state.action.micro_batch, state.action.mini_batch,
            nullptr);
     state.ended = true;
     if (state.ended_signal) state.ended_signal->notify_all();
+  }
+
+  // The optimizer step that follows `state` (ended), if any.
+  void run_step_after(ActionState& state) {
     if (state.step_work) {
       run_step(*state.step_work, state, state.stream);
       state.step_ended = true;
@@ -1398,8 +1428,12 @@ class Simulation {
     }
     const double total = first.work + second.work;
     const double split = total > 0 ? start + (end - start) * (first.work / total) : start;
-    finish(first, start, split);
-    finish(second, split, end);
+    end_compute(first, start, split);
+    end_compute(second, split, end);
+    hold_until_arrived(first);
+    hold_until_arrived(second);
+    run_step_after(first);
+    run_step_after(second);
   }
 
   void run_stream(std::size_t first, std::size_t count) {

@@ -130,6 +130,17 @@ struct SimulationRequest {
   std::vector<std::vector<LayerCost>> stage_layers;
   NetworkModel network = NetworkModel::Analytic;
   TransferRule transfer_rule = TransferRule::Share;
+  /// Blocking stage transfers (Megatron-LM's p2p without overlap,
+  /// --no-overlap-p2p-communication: its send/recv are blocking NCCL calls on
+  /// the compute stream). When true, after an action whose result goes to
+  /// another host (an F's activation, a B's gradient), the stream that ran it
+  /// starts nothing else (not even the optimizer step that follows it) until
+  /// that message has arrived at the receiver: its last byte plus the route's
+  /// NCCL start latency, the time the receiver uses. The action's compute
+  /// record keeps its own end; the wait is idle time on the sender. An
+  /// overlapped F&B pair waits after the pair for both of its messages.
+  /// false: sends overlap the sender's next actions.
+  bool blocking_transfers = false;
   /// When the weights of a device without all-reduces are updated, for the
   /// optimizer step of hosts that declare one (HostInfo::has_optimizer_step):
   /// 0: after the device's last backward of each mini-batch and stage (flushed

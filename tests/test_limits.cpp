@@ -258,6 +258,20 @@ TEST(PlanLimits, TransferRuleRoundTripsAndIsChecked) {
                   "plan.json: transfer_rule: expected share or fifo, found 1");
 }
 
+TEST(PlanLimits, BlockingTransfersRoundTripsAndIsChecked) {
+  Plan plan = parse_plan_json(plan_text(""), "plan.json");
+  EXPECT_FALSE(plan.blocking_transfers);
+  // The default is not written: plans saved before the option read the same.
+  EXPECT_EQ(plan_to_json(plan).find("blocking_transfers"), std::string::npos);
+  plan.blocking_transfers = true;
+  const Plan back = parse_plan_json(plan_to_json(plan), "again.json");
+  EXPECT_TRUE(back.blocking_transfers);
+  EXPECT_EQ(plan_to_json(back), plan_to_json(plan));
+  EXPECT_FALSE(parse_plan_json(plan_text(R"("blocking_transfers": false,)"), "plan.json").blocking_transfers);
+  EXPECT_CONTAINS(input_error_of([] { parse_plan_json(plan_text(R"("blocking_transfers": "yes",)"), "plan.json"); }),
+                  "plan.json: blocking_transfers: expected true or false, found \"yes\"");
+}
+
 // --------------------------------------------------------------- programs
 
 TEST(ProgramLimits, HeaderCountsAreBounded) {

@@ -397,6 +397,16 @@ TEST(MegatronArgs, TheEmbeddingAndTheLossCountedInThePipelineSplit) {
                   "cannot be combined with --decoder-first-pipeline-num-layers");
 }
 
+TEST(MegatronArgs, NoOverlapP2pCommunicationMakesStageTransfersBlocking) {
+  const MegatronLaunch blocking = read(minimal("--pipeline-model-parallel-size 2 --no-overlap-p2p-communication"));
+  EXPECT_TRUE(blocking.blocking_transfers);
+  EXPECT_TRUE(has_note(blocking, "--no-overlap-p2p-communication: blocking stage transfers"));
+  // Without the flag sends overlap (although Megatron's non-interleaved 1F1B blocks: a known gap).
+  const MegatronLaunch overlapped = read(minimal("--pipeline-model-parallel-size 2"));
+  EXPECT_FALSE(overlapped.blocking_transfers);
+  EXPECT_FALSE(has_note(overlapped, "--no-overlap-p2p-communication"));
+}
+
 TEST(MegatronArgs, TpCommOverlapAndParamGatherWithTheStepAreReadWithTheReleasesChecks) {
   // megatron/training/arguments.py's asserts, in its words.
   EXPECT_CONTAINS(error_of(minimal("--tp-comm-overlap")),

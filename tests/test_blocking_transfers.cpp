@@ -1,0 +1,99 @@
+// Blocking stage transfers (sim::SimulationRequest::blocking_transfers,
+// Megatron-LM's --no-overlap-p2p-communication): a sender starts nothing
+// until its message has arrived. Closed forms under the analytic network
+// model (a transfer alone on a route of latency L and bandwidth W takes
+// L + bytes / W), exact to 1e-9.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "core/program.hpp"
+#include "core/timeline.hpp"
+#include "sim/engine.hpp"
+#include "sim_test_util.hpp"
+
+namespace pipegrid {
+namespace {
+
+using sim::TransferRule;
+using testutil::TempFile;
+
+bool near(double actual, double expected) { return std::abs(actual - expected) <= 1e-9 * std::abs(expected) + 1e-12; }
+
+// Star platform of two hosts (sim_test_util): a route crosses two links.
+constexpr double kLinkLatency = 0.125, kBandwidth = 16, kBytes = 8;
+constexpr double kArrival = 2 * kLinkLatency + kBytes / kBandwidth;  // one activation alone: 0.75 s
+constexpr double kForward = 1, kBackward = 2;
+
+// GPipe over 2 stages, 2 micro-batches.
+constexpr const char* kGpipe =
+    "# pipegrid program: 2 stages, 2 micro-batches, 1 mini-batches\n"
+    "device 0 stage 0 replica 0 stream 0: 0F0 0F1 0B0 0B1\n"
+    "device 1 stage 1 replica 0 stream 0: 1F0 1F1 1B0 1B1\n";
+
+using Records = std::map<std::tuple<std::string, std::string, int>, TimelineRecord>;  // (host, action, micro-batch)
+
+Records run(bool blocking, TransferRule rule) {
+  const TempFile platform("pipegrid-blocking", ".xml", testutil::star_platform_xml(2, kLinkLatency, kBandwidth));
+  sim::SimulationRequest request;
+  request.platform_file = platform.path();
+  request.program = parse_program_text(kGpipe, "test program");
+  validate_program(request.program);
+  request.stages = testutil::balanced_stages(2, kForward, kBackward);
+  request.stages[1].input_bytes = kBytes;  // stage 0's activation; gradients carry 0 bytes
+  request.hosts = {{"h0"}, {"h1"}};
+  request.network = sim::NetworkModel::Analytic;
+  request.transfer_rule = rule;
+  request.blocking_transfers = blocking;
+  Records records;
+  for (const TimelineRecord& r : sim::simulate(request).timeline.records) records[{r.host, r.action, r.micro_batch}] = r;
+  return records;
+}
+
+TEST(BlockingTransfers, DefaultIsOverlapped) { EXPECT_FALSE(sim::SimulationRequest{}.blocking_transfers); }
+
+TEST(BlockingTransfers, SenderWaitsForItsActivationToArrive) {
+  for (const TransferRule rule : {TransferRule::Share, TransferRule::Fifo}) {
+    SCOPED_TRACE(sim::to_string(rule));
+    const Records records = run(true, rule);
+    const TimelineRecord& f0 = records.at({"h0", "F", 0});
+    const TimelineRecord& f1 = records.at({"h0", "F", 1});
+    const TimelineRecord& send0 = records.at({"h0", "SEND_F", 0});
+    // The compute record keeps its own end; the send runs L + B / W after it.
+    EXPECT_TRUE(near(f0.start_s, 0)) << f0.start_s;
+    EXPECT_TRUE(near(f0.end_s, kForward)) << f0.end_s;
+    EXPECT_TRUE(near(send0.start_s, kForward)) << send0.start_s;
+    EXPECT_TRUE(near(send0.end_s, kForward + kArrival)) << send0.end_s;
+    // The next forward starts at the arrival: compute + latency + bytes / bandwidth.
+    EXPECT_TRUE(near(f1.start_s, kForward + kArrival)) << f1.start_s;
+    EXPECT_TRUE(near(f1.end_s, 2 * kForward + kArrival)) << f1.end_s;
+    // 0B0 waits for 0F1's send too (2 F + 2 arrivals), then for 1B0's gradient.
+    EXPECT_TRUE(near(records.at({"h1", "F", 1}).start_s, 2 * (kForward + kArrival)));
+  }
+}
+
+TEST(BlockingTransfers, WithoutItTheNextForwardFollowsTheCompute) {
+  for (const TransferRule rule : {TransferRule::Share, TransferRule::Fifo}) {
+    SCOPED_TRACE(sim::to_string(rule));
+    const Records records = run(false, rule);
+    EXPECT_TRUE(near(records.at({"h0", "F", 1}).start_s, kForward));
+    EXPECT_TRUE(near(records.at({"h0", "SEND_F", 0}).end_s, kForward + kArrival));
+    EXPECT_TRUE(near(records.at({"h1", "F", 1}).start_s, std::max(2 * kForward + kArrival, kForward + kArrival + kForward)));
+  }
+}
+
+TEST(BlockingTransfers, ReceiverTimesAreTheSameAsOverlapped) {
+  // The first micro-batch: the receiver sees the same arrival either way.
+  for (const TransferRule rule : {TransferRule::Share, TransferRule::Fifo}) {
+    SCOPED_TRACE(sim::to_string(rule));
+    EXPECT_TRUE(near(run(true, rule).at({"h1", "F", 0}).start_s, kForward + kArrival));
+    EXPECT_TRUE(near(run(false, rule).at({"h1", "F", 0}).start_s, kForward + kArrival));
+  }
+}
+
+}  // namespace
+}  // namespace pipegrid
