@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -92,6 +93,49 @@ TEST(BlockingTransfers, ReceiverTimesAreTheSameAsOverlapped) {
     SCOPED_TRACE(sim::to_string(rule));
     EXPECT_TRUE(near(run(true, rule).at({"h1", "F", 0}).start_s, kForward + kArrival));
     EXPECT_TRUE(near(run(false, rule).at({"h1", "F", 0}).start_s, kForward + kArrival));
+  }
+}
+
+// Stage 1 on h1 runs 1F2 and 1B0 as an overlapped pair: its activation goes
+// to h2, its gradient to h0, both over h1's link at once.
+constexpr const char* kPair =
+    "# pipegrid program: 3 stages, 3 micro-batches, 1 mini-batches\n"
+    "device 0 stage 0 replica 0 stream 0: 0F0 0F1 0F2 0B0 0B1 0B2\n"
+    "device 1 stage 1 replica 0 stream 0: 1F0 1F1 (1F2;1B0) 1B1 1B2\n"
+    "device 2 stage 2 replica 0 stream 0: 2F0 2B0 2F1 2B1 2F2 2B2\n";
+
+Records run_pair_program(bool blocking, TransferRule rule) {
+  const TempFile platform("pipegrid-blocking", ".xml", testutil::star_platform_xml(3, kLinkLatency, kBandwidth));
+  sim::SimulationRequest request;
+  request.platform_file = platform.path();
+  request.program = parse_program_text(kPair, "test program");
+  validate_program(request.program);
+  request.stages = testutil::balanced_stages(3, kForward, kBackward);
+  for (int s = 0; s < 3; ++s) request.stages[static_cast<std::size_t>(s)].output_bytes = 64 * kBytes;
+  for (int s = 1; s < 3; ++s) request.stages[static_cast<std::size_t>(s)].input_bytes = 64 * kBytes;
+  request.hosts = {{"h0"}, {"h1"}, {"h2"}};
+  request.network = sim::NetworkModel::Analytic;
+  request.transfer_rule = rule;
+  request.blocking_transfers = blocking;
+  Records records;
+  for (const TimelineRecord& r : sim::simulate(request).timeline.records) records[{r.host, r.action, r.micro_batch}] = r;
+  return records;
+}
+
+TEST(BlockingTransfers, AnOverlappedPairWaitsForBothOfItsMessages) {
+  for (const TransferRule rule : {TransferRule::Share, TransferRule::Fifo}) {
+    for (const bool blocking : {true, false}) {
+      SCOPED_TRACE(std::string(sim::to_string(rule)) + (blocking ? " blocking" : " overlapped"));
+      const Records records = run_pair_program(blocking, rule);
+      const double pair_end = records.at({"h1", "B", 0}).end_s;
+      const double activation = records.at({"h1", "SEND_F", 2}).end_s;
+      const double gradient = records.at({"h1", "SEND_B", 0}).end_s;
+      const double next = records.at({"h1", "B", 1}).start_s;
+      const double next_input = records.at({"h2", "SEND_B", 1}).end_s;  // 1B1's own input
+      // Both messages arrive after 1B1's own input: the hold, not the input, decides.
+      ASSERT_GT(std::max(activation, gradient), next_input);
+      EXPECT_TRUE(near(next, blocking ? std::max(activation, gradient) : std::max(pair_end, next_input))) << next;
+    }
   }
 }
 
