@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/program.hpp"
 #include "core/timeline.hpp"
@@ -38,21 +39,28 @@ constexpr const char* kGpipe =
 
 using Records = std::map<std::tuple<std::string, std::string, int>, TimelineRecord>;  // (host, action, micro-batch)
 
-Records run(bool blocking, TransferRule rule) {
-  const TempFile platform("pipegrid-blocking", ".xml", testutil::star_platform_xml(2, kLinkLatency, kBandwidth));
+// `program` on a star of as many hosts (h0 ...) as `stages`, analytic network.
+Records simulate_program(const char* program, const std::vector<StageCost>& stages, bool blocking, TransferRule rule) {
+  const TempFile platform("pipegrid-blocking", ".xml",
+                          testutil::star_platform_xml(static_cast<int>(stages.size()), kLinkLatency, kBandwidth));
   sim::SimulationRequest request;
   request.platform_file = platform.path();
-  request.program = parse_program_text(kGpipe, "test program");
+  request.program = parse_program_text(program, "test program");
   validate_program(request.program);
-  request.stages = testutil::balanced_stages(2, kForward, kBackward);
-  request.stages[1].input_bytes = kBytes;  // stage 0's activation; gradients carry 0 bytes
-  request.hosts = {{"h0"}, {"h1"}};
+  request.stages = stages;
+  for (std::size_t h = 0; h < stages.size(); ++h) request.hosts.push_back({"h" + std::to_string(h)});
   request.network = sim::NetworkModel::Analytic;
   request.transfer_rule = rule;
   request.blocking_transfers = blocking;
   Records records;
   for (const TimelineRecord& r : sim::simulate(request).timeline.records) records[{r.host, r.action, r.micro_batch}] = r;
   return records;
+}
+
+Records run(bool blocking, TransferRule rule) {
+  std::vector<StageCost> stages = testutil::balanced_stages(2, kForward, kBackward);
+  stages[1].input_bytes = kBytes;  // stage 0's activation; gradients carry 0 bytes
+  return simulate_program(kGpipe, stages, blocking, rule);
 }
 
 TEST(BlockingTransfers, DefaultIsOverlapped) { EXPECT_FALSE(sim::SimulationRequest{}.blocking_transfers); }
@@ -105,21 +113,10 @@ constexpr const char* kPair =
     "device 2 stage 2 replica 0 stream 0: 2F0 2B0 2F1 2B1 2F2 2B2\n";
 
 Records run_pair_program(bool blocking, TransferRule rule) {
-  const TempFile platform("pipegrid-blocking", ".xml", testutil::star_platform_xml(3, kLinkLatency, kBandwidth));
-  sim::SimulationRequest request;
-  request.platform_file = platform.path();
-  request.program = parse_program_text(kPair, "test program");
-  validate_program(request.program);
-  request.stages = testutil::balanced_stages(3, kForward, kBackward);
-  for (int s = 0; s < 3; ++s) request.stages[static_cast<std::size_t>(s)].output_bytes = 64 * kBytes;
-  for (int s = 1; s < 3; ++s) request.stages[static_cast<std::size_t>(s)].input_bytes = 64 * kBytes;
-  request.hosts = {{"h0"}, {"h1"}, {"h2"}};
-  request.network = sim::NetworkModel::Analytic;
-  request.transfer_rule = rule;
-  request.blocking_transfers = blocking;
-  Records records;
-  for (const TimelineRecord& r : sim::simulate(request).timeline.records) records[{r.host, r.action, r.micro_batch}] = r;
-  return records;
+  std::vector<StageCost> stages = testutil::balanced_stages(3, kForward, kBackward);
+  for (int s = 0; s < 3; ++s) stages[static_cast<std::size_t>(s)].output_bytes = 64 * kBytes;
+  for (int s = 1; s < 3; ++s) stages[static_cast<std::size_t>(s)].input_bytes = 64 * kBytes;
+  return simulate_program(kPair, stages, blocking, rule);
 }
 
 TEST(BlockingTransfers, AnOverlappedPairWaitsForBothOfItsMessages) {
