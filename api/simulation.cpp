@@ -1608,17 +1608,12 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
 
 namespace {
 
-// How a layout's pipelines synchronise gradients (docs/semantics.md,
-// "Gradient synchronisation"), and the optimizer step's time.
 /// The optimizer step's line, where GPU hosts' device models time it; empty otherwise.
 std::string optimizer_step_text(const Plan& plan, const PlatformSummary& platform) {
   std::vector<std::string> models;
-  for (const HostInfo& host : platform.hosts) {
-    const DeviceModel* device = host.device_model.empty() ? nullptr : find_device_model(host.device_model);
-    if (device != nullptr && device->kind == DeviceKind::Gpu &&
-        std::find(models.begin(), models.end(), host.device_model) == models.end())
+  for (const HostInfo& host : platform.hosts)
+    if (gpu_device_model(host) != nullptr && std::find(models.begin(), models.end(), host.device_model) == models.end())
       models.push_back(host.device_model);
-  }
   if (models.empty() || device_step_bytes_per_weight_byte(plan) <= 0) return "";
   const std::string& dtype = plan.dtype;
   return fmt::format("  optimizer step    {} over {} weights: {:g} bytes moved per parameter, streamed at {:.0f}% of the {} "
@@ -1627,6 +1622,8 @@ std::string optimizer_step_text(const Plan& plan, const PlatformSummary& platfor
                      100 * kMaxMemoryEfficiency, fmt::join(models, ", "));
 }
 
+// How a layout's pipelines synchronise gradients (docs/semantics.md,
+// "Gradient synchronisation"), and the optimizer step's time.
 std::string gradient_sync_text(const Plan& plan, const PlatformSummary& platform) {
   std::string text = fmt::format("over d {}: ", plan.data_parallel);
   text += plan.overlap_grad_reduce

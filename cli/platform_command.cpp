@@ -80,10 +80,7 @@ int run_platform_command() {
   // NCCL's values where the cluster has links of that level.
   std::vector<std::string> nccl;
   const auto level = [&](const char* where, const LinkNccl& values) {
-    std::vector<std::string> parts;
-    if (values.efficiency != 1) parts.push_back(fmt::format("{:.4g}% of line rate", values.efficiency * 100));
-    if (values.latency_s != 0) parts.push_back(fmt::format("{} per operation", human_seconds(values.latency_s)));
-    nccl.push_back(fmt::format("{} {}", where, fmt::join(parts, " + ")));
+    nccl.push_back(fmt::format("{} {}", where, nccl_values_text(values)));
   };
   if (spec.gpus_per_server > 1 && !spec.intra_nccl.is_default()) level("inside a server", spec.intra_nccl);
   if (spec.servers > 1 && !spec.inter_nccl.is_default()) level("between servers", spec.inter_nccl);

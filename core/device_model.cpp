@@ -493,13 +493,17 @@ std::vector<std::string> place_fpga_weights(Profile& profile, const Partition& p
   return notes;
 }
 
+const DeviceModel* gpu_device_model(const HostInfo& host) {
+  const DeviceModel* device = host.device_model.empty() ? nullptr : find_device_model(host.device_model);
+  return device != nullptr && device->kind == DeviceKind::Gpu ? device : nullptr;
+}
+
 int give_device_optimizer_steps(PlatformSummary& platform, double step_bytes_per_weight_byte) {
   if (!(step_bytes_per_weight_byte > 0)) return 0;
   int given = 0;
   for (HostInfo& host : platform.hosts) {
-    if (host.device_model.empty() || host.has_optimizer_step()) continue;
-    const DeviceModel* device = find_device_model(host.device_model);
-    if (device == nullptr || device->kind != DeviceKind::Gpu) continue;
+    const DeviceModel* device = gpu_device_model(host);
+    if (device == nullptr || host.has_optimizer_step()) continue;
     host.optimizer_step_rate_Bps = device->memory_bandwidth_Bps * kMaxMemoryEfficiency / step_bytes_per_weight_byte;
     ++given;
   }

@@ -214,6 +214,9 @@ std::vector<std::string> place_fpga_weights(Profile& profile, const Partition& p
  *  step_bytes_per_weight_byte. Nothing when step_bytes_per_weight_byte <=
  *  0. Returns how many hosts it gave a step. */
 int give_device_optimizer_steps(PlatformSummary& platform, double step_bytes_per_weight_byte);
+/// The GPU entry of the catalogue `host` names as its device model; null
+/// when it names none, or an FPGA.
+const DeviceModel* gpu_device_model(const HostInfo& host);
 
 /// Least squares fit of t = a x + b n over samples (x, n, t) with
 /// a >= min_slope, a > 0 and b >= 0, solved with Eigen: the free fit first;

@@ -55,11 +55,6 @@ double gemm_unit_time_s(const GemmShape& gemm, int sms, double peak_flops) {
   return best;
 }
 
-double gemm_time_s(const GemmShape& gemm, const TensorCoreModel& model, double peak_flops) {
-  const double unit = gemm_unit_time_s(gemm, model.sms, peak_flops);
-  return unit > 0 ? unit / model.gemm_efficiency + model.kernel_overhead_s : 0;
-}
-
 double KernelSums::seconds(const TensorCoreModel& model, double bandwidth_Bps) const {
   double s = 0;
   if (gemm_s > 0) s += gemm_s / model.gemm_efficiency;
@@ -157,12 +152,13 @@ LayerKernels layer_kernels(const Layer& layer, const TensorCoreModel& model, dou
   } else if (layer.op == "norm") {
     norm(rows);
   } else if (layer.op == "linear") {
-    weight_gemm(tokens, g.vocabulary / t, h);
+    // Split over the vocabulary only where tensor parallelism splits it (its `vocabulary`).
+    weight_gemm(tokens, g.vocabulary / (layer.vocabulary ? t : 1), h);
   } else if (layer.op == "loss") {
     // Megatron-Core's vocab_parallel_cross_entropy over the member's logits:
     // max, subtract, exp, sum, normalise (5 reads and 3 writes of them);
     // backward: the softmax minus the one-hot, times the loss's gradient.
-    const double logits = tokens * g.vocabulary / t * e;
+    const double logits = tokens * g.vocabulary / (layer.vocabulary ? t : 1) * e;
     memory_kernel(out.forward, 8 * logits, 5);
     memory_kernel(out.input, 2 * logits, 2);
   } else {

@@ -44,17 +44,16 @@ struct GemmShape {
 };
 
 /** Seconds of one GEMM kernel at `peak_flops` (the dtype's dense tensor
- *  peak): the fastest over the CTA tiles 256x128, 128x256, 128x128,
+ *  peak) on `sms` SMs, at GEMM efficiency 1 and without the kernel overhead
+ *  (KernelSums::seconds applies both; the tile choice does not depend on
+ *  them): the fastest over the CTA tiles 256x128, 128x256, 128x128,
  *  128x64, 64x128 and 64x64 of
- *    waves x 2 mt nt K' / (peak / slots x gemm_efficiency x intensity_factor) + kernel_overhead,
+ *    waves x 2 mt nt K' / (peak / slots x intensity_factor),
  *  where tiles = batch ceil(M / mt) ceil(N / nt), slots = sms x 32768 /
  *  (mt nt) CTAs per wave (as many tiles as 108 or 132 tiles of 256 x 128,
  *  one per SM), waves = ceil(tiles / slots), K' = K rounded up to 32, and
  *  intensity_factor = min(1, mt nt / (mt + nt) / 64) (a tile below 128 x
  *  128 reuses its operands less). 0 when any dimension is <= 0. */
-double gemm_time_s(const GemmShape& gemm, const TensorCoreModel& model, double peak_flops);
-/// gemm_time_s at gemm_efficiency 1 and without the kernel overhead (the
-/// tile choice does not depend on the efficiency).
 double gemm_unit_time_s(const GemmShape& gemm, int sms, double peak_flops);
 
 /// The kernels of one pass, summed (for the fit and the error bench).
@@ -94,9 +93,12 @@ struct LayerKernels {
  *    under sequence parallelism, on all N otherwise.
  *  - embedding: word lookup, position add and dropout; W the table's gradient.
  *  - norm: a norm forward and backward.
- *  - linear (head): N x V / t x h, its input and weight gradients.
+ *  - linear (head): N x V / t x h, its input and weight gradients (V
+ *    whole when the layer gives no `vocabulary`: tensor parallelism then
+ *    replicates it).
  *  - loss: cross-entropy over N x V / t logits (Megatron's vocab-parallel
- *    form: max, exp and sum, log; backward softmax minus one-hot). */
+ *    form, V / t when the layer gives `vocabulary`: max, exp and sum, log;
+ *    backward softmax minus one-hot). */
 LayerKernels layer_kernels(const Layer& layer, const TensorCoreModel& model, double peak_flops, double element_bytes,
                            const TensorParallelShare& share);
 

@@ -273,20 +273,22 @@ LinkNccl route_nccl(const std::vector<LinkInfo>& all, const std::vector<int>& li
   LinkNccl nccl;
   for (const int l : links) {
     const LinkInfo& link = all.at(static_cast<std::size_t>(l));
-    nccl.efficiency = std::min(nccl.efficiency, link.nccl_efficiency);
-    nccl.latency_s = std::max(nccl.latency_s, link.nccl_latency_s);
+    nccl = nccl.and_then({link.nccl_efficiency, link.nccl_latency_s});
   }
   return nccl;
 }
 
-std::string nccl_text(const LinkNccl& nccl) {
-  std::vector<std::string> parts;
-  if (nccl.efficiency != 1) parts.push_back(fmt::format("NCCL at {:.4g}% of line rate", nccl.efficiency * 100));
-  if (nccl.latency_s != 0)
-    parts.push_back(fmt::format("{}{} per operation", parts.empty() ? "NCCL " : "+ ", human_seconds(nccl.latency_s)));
+std::string nccl_values_text(const LinkNccl& nccl) {
   std::string text;
-  for (const std::string& part : parts) text += (text.empty() ? "" : " ") + part;
+  if (nccl.efficiency != 1) text = fmt::format("{:.4g}% of line rate", nccl.efficiency * 100);
+  if (nccl.latency_s != 0)
+    text += fmt::format("{}{} per operation", text.empty() ? "" : " + ", human_seconds(nccl.latency_s));
   return text;
+}
+
+std::string nccl_text(const LinkNccl& nccl) {
+  if (nccl.is_default()) return "";
+  return fmt::format("NCCL {}{}", nccl.efficiency != 1 ? "at " : "", nccl_values_text(nccl));
 }
 
 }  // namespace pipegrid

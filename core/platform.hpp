@@ -103,6 +103,12 @@ struct LinkNccl {
   double efficiency = 1;
   double latency_s = 0;
   bool is_default() const { return efficiency == 1 && latency_s == 0; }
+  /// Over a path through this and `other`: the smaller efficiency and the
+  /// larger latency.
+  LinkNccl and_then(const LinkNccl& other) const {
+    return {efficiency < other.efficiency ? efficiency : other.efficiency,
+            latency_s > other.latency_s ? latency_s : other.latency_s};
+  }
   friend bool operator==(const LinkNccl&, const LinkNccl&) = default;
 };
 
@@ -118,8 +124,11 @@ LinkNccl link_nccl_from_properties(const std::string& file, const std::string& l
  *  efficiency and the largest latency; the defaults for no link. */
 LinkNccl route_nccl(const std::vector<LinkInfo>& all, const std::vector<int>& links);
 
-/** For people: "NCCL at 77% of line rate + 10 us per operation" (either
- *  part alone when the other is the default); empty for the defaults. */
+/** For people: "77% of line rate + 10 us per operation" (either part
+ *  alone when the other is the default); empty for the defaults. */
+std::string nccl_values_text(const LinkNccl& nccl);
+/** nccl_values_text after "NCCL at " ("NCCL " when only the latency is
+ *  not the default); empty for the defaults. */
 std::string nccl_text(const LinkNccl& nccl);
 
 /// A route between two hosts as SimGrid computes it (sim::read_routes).

@@ -439,9 +439,9 @@ TensorParallelLink tensor_parallel_link(const PlatformSummary& platform, const s
         }
         slowest_rate = std::min(slowest_rate, rate);
         latency = std::max(latency, route.latency_s);
-        const LinkNccl nccl = route_nccl(routes.links, route.links);
-        link.nccl_efficiency = std::min(link.nccl_efficiency, nccl.efficiency);
-        link.nccl_latency_s = std::max(link.nccl_latency_s, nccl.latency_s);
+        const LinkNccl nccl = LinkNccl{link.nccl_efficiency, link.nccl_latency_s}.and_then(route_nccl(routes.links, route.links));
+        link.nccl_efficiency = nccl.efficiency;
+        link.nccl_latency_s = nccl.latency_s;
       }
       if (platform.hosts[static_cast<std::size_t>(group[step.from])].server !=
           platform.hosts[static_cast<std::size_t>(group[step.to])].server) {

@@ -831,11 +831,7 @@ class Simulation {
     double latency = 0;
     from->route_to(to, links, &latency);
     LinkNccl nccl;
-    for (const sg::Link* link : links) {
-      const LinkNccl own = link_nccl(*link, request_.platform_file);
-      nccl.efficiency = std::min(nccl.efficiency, own.efficiency);
-      nccl.latency_s = std::max(nccl.latency_s, own.latency_s);
-    }
+    for (const sg::Link* link : links) nccl = nccl.and_then(link_nccl(*link, request_.platform_file));
     return route_nccl_.emplace(route, nccl).first->second;
   }
 
@@ -846,11 +842,8 @@ class Simulation {
     if (!nccl_links_) return {};
     if (known) return *known;
     LinkNccl nccl;
-    for (std::size_t p = 0; p < hosts.size() && hosts.size() > 1; ++p) {
-      const LinkNccl route = route_nccl(hosts[p], hosts[(p + 1) % hosts.size()]);
-      nccl.efficiency = std::min(nccl.efficiency, route.efficiency);
-      nccl.latency_s = std::max(nccl.latency_s, route.latency_s);
-    }
+    for (std::size_t p = 0; p < hosts.size() && hosts.size() > 1; ++p)
+      nccl = nccl.and_then(route_nccl(hosts[p], hosts[(p + 1) % hosts.size()]));
     known = nccl;
     return nccl;
   }
@@ -906,15 +899,7 @@ class Simulation {
     // another (crossing_rails).
     std::vector<std::vector<sg::CommPtr>> flows(t);
     std::vector<sg::CommPtr> probes;
-    for (std::size_t m = 0; m < t; ++m) {
-      const std::vector<std::pair<sg::Host*, sg::Host*>> rails = crossing_rails(members, m);
-      if (rails.size() <= 1) {
-        flows[m].push_back(start_collective_message(members[m], members[(m + 1) % t], bytes));
-      } else {
-        for (const std::pair<sg::Host*, sg::Host*>& rail : rails)
-          flows[m].push_back(start_collective_message(rail.first, rail.second, bytes / static_cast<double>(rails.size())));
-      }
-    }
+    for (std::size_t m = 0; m < t; ++m) flows[m] = start_ring_step(members, m, bytes);
     for (std::size_t m = 0; m < t; ++m) probes.push_back(start_latency_probe(members[m], members[(m + 1) % t]));
     double end = sg::Engine::get_clock();
     for (std::size_t m = 0; m < t; ++m) {
@@ -1183,6 +1168,18 @@ class Simulation {
     return rails;
   }
 
+  // The flows of ring step p -> p + 1 carrying `bytes`, started now: one
+  // inside a server, bytes / c over each of the c rails into another
+  // (crossing_rails).
+  std::vector<sg::CommPtr> start_ring_step(const std::vector<sg::Host*>& hosts, std::size_t p, double bytes) {
+    const std::vector<std::pair<sg::Host*, sg::Host*>> rails = crossing_rails(hosts, p);
+    if (rails.empty()) return {start_collective_message(hosts[p], hosts[(p + 1) % hosts.size()], bytes)};
+    std::vector<sg::CommPtr> flows;
+    for (const std::pair<sg::Host*, sg::Host*>& rail : rails)
+      flows.push_back(start_collective_message(rail.first, rail.second, bytes / static_cast<double>(rails.size())));
+    return flows;
+  }
+
   // Participant p's part in one ring collective of `bytes`; its record
   // names `stage`, `label` (micro-batch) and `round` (mini-batch).
   void run_ring(RingProgress& ring, std::size_t p, CollectiveKind kind, double bytes, int stage, int label, int round_id) {
@@ -1194,12 +1191,11 @@ class Simulation {
     // NCCL: the ring's start latency once, then each step's bytes / efficiency.
     const LinkNccl nccl = ring_nccl(ring.hosts, ring.nccl);
     const double wire_chunk = chunk / nccl.efficiency;
-    auto send = [&](double size) { return start_collective_message(ring.hosts[p], ring.hosts[next], size); };
     if (request_.collective_model == CollectiveModel::Rounds) {
       std::vector<int>& rounds = ring.rounds;
       if (steps > 0 && nccl.latency_s > 0) sg::this_actor::sleep_for(nccl.latency_s);
       for (int round = 0; round < steps; ++round) {
-        send(wire_chunk)->wait();
+        start_collective_message(ring.hosts[p], ring.hosts[next], wire_chunk)->wait();
         rounds[p] = round + 1;
         ring.signal->notify_all();
         std::unique_lock lock(*mutex_);
@@ -1216,15 +1212,7 @@ class Simulation {
         if (nccl.latency_s > 0) sg::this_actor::sleep_for(nccl.latency_s);
         // A step into another server runs over as many rails as both servers
         // have ring members (crossing_rails); inside a server, one flow.
-        const std::vector<std::pair<sg::Host*, sg::Host*>> rails = crossing_rails(ring.hosts, p);
-        std::vector<sg::CommPtr> flows;
-        if (rails.size() <= 1) {
-          flows.push_back(send(steps * wire_chunk));
-        } else {
-          for (const std::pair<sg::Host*, sg::Host*>& rail : rails)
-            flows.push_back(
-                start_collective_message(rail.first, rail.second, steps * wire_chunk / static_cast<double>(rails.size())));
-        }
+        const std::vector<sg::CommPtr> flows = start_ring_step(ring.hosts, p, steps * wire_chunk);
         const double latency = route_latency(ring.hosts[p], ring.hosts[next], start_latency_probe(ring.hosts[p], ring.hosts[next]));
         for (const sg::CommPtr& flow : flows) flow->wait();
         if (steps > 1 && latency > 0) sg::this_actor::sleep_for((steps - 1) * latency);

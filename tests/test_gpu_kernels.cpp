@@ -32,7 +32,10 @@ TEST(GemmModel, OneFullWaveOfLargeTilesRunsAtThePeak) {
   const double flops = 2 * gemm.m * gemm.n * gemm.k;
   EXPECT_NEAR(gemm_unit_time_s(gemm, 108, kPeak), flops / kPeak, 1e-9 * flops / kPeak);
   TensorCoreModel model{108, 0.8, 0.7, 0.55, 0.5, 3e-6};
-  EXPECT_NEAR(gemm_time_s(gemm, model, kPeak), flops / kPeak / 0.8 + 3e-6, 1e-9 * flops / kPeak);
+  KernelSums one_gemm;
+  one_gemm.gemm_s = gemm_unit_time_s(gemm, model.sms, kPeak);
+  one_gemm.kernels = 1;
+  EXPECT_NEAR(one_gemm.seconds(model, 1e12), flops / kPeak / 0.8 + 3e-6, 1e-9 * flops / kPeak);
 }
 
 TEST(GemmModel, AWaveOneTileOverPaysForTheWholeWave) {
@@ -56,7 +59,7 @@ TEST(GemmModel, NeverAboveThePeakAndZeroWithoutWork) {
           EXPECT_GE(t, 3 * 2 * m * n * k / kPeak * (1 - 1e-12)) << m << " " << n << " " << k << " " << sms;
         }
   EXPECT_EQ(gemm_unit_time_s({0, 10, 10, 1}, 108, kPeak), 0);
-  EXPECT_EQ(gemm_time_s({10, 10, -1, 1}, {108, 0.8, 0.7, 0.5, 0.5, 1e-6}, kPeak), 0);
+  EXPECT_EQ(gemm_unit_time_s({10, 10, -1, 1}, 108, kPeak), 0);
 }
 
 Profile gpt(long long hidden, long long heads, long long batch, bool flash, const std::string& dtype = "bf16") {
@@ -115,6 +118,20 @@ TEST(TransformerKernels, GemmWorkMatchesTheGeneratorsFlopsAndSplitsOverTensorPar
   EXPECT_NEAR(member.forward.attention_forward_s, whole.forward.attention_forward_s / 4, 1e-15);
   EXPECT_LT(sequence.forward.memory_bytes, member.forward.memory_bytes);
   EXPECT_LT(member.forward.memory_bytes, whole.forward.memory_bytes);
+}
+
+TEST(TransformerKernels, AHeadWithoutVocabularyIsNotSplit) {
+  // Tensor parallelism splits a head or loss over the vocabulary only when
+  // the layer gives `vocabulary`; without it the member runs it whole.
+  const Profile profile = gpt(1024, 16, 1, true);
+  Layer head = profile.layers[profile.layers.size() - 2];
+  ASSERT_EQ(head.op, "linear");
+  TensorCoreModel model{108, 1, 1, 1, 1, 0};
+  const double split = layer_kernels(head, model, kPeak, 2, {4, false}).forward.gemm_s;
+  head.vocabulary.reset();
+  EXPECT_NEAR(layer_kernels(head, model, kPeak, 2, {4, false}).forward.gemm_s,
+              layer_kernels(head, model, kPeak, 2, {1, false}).forward.gemm_s, 1e-15);
+  EXPECT_GT(layer_kernels(head, model, kPeak, 2, {4, false}).forward.gemm_s, 3 * split);
 }
 
 TEST(TransformerKernels, UnfusedAttentionMovesTheScores) {
