@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/platform.hpp"
 #include "core/platform_check.hpp"
+#include "core/suggest.hpp"
 
 namespace pipegrid {
 
@@ -515,6 +516,58 @@ std::string cluster_platform_xml(const ClusterSpec& spec) {
   xml += "  </zone>\n";
   xml += "</platform>\n";
   return xml;
+}
+
+}  // namespace pipegrid
+
+namespace pipegrid {
+
+namespace {
+
+// Sources: NVIDIA's DGX A100 and DGX H100 user guides and datasheets
+// (NVLink through NVSwitch, one ConnectX NIC per GPU: 8 x 200 Gb/s HDR on
+// the A100 server, 8 x 400 Gb/s NDR on the H100 and H200 servers) and the
+// H200's datasheet (141 GB of HBM3e). NVLink per direction: A100 (NVLink 3)
+// 300 GB/s, H100 and H200 (NVLink 4) 450 GB/s. Latencies as the published
+// Selene runs are mapped (docs/platforms.md): 2 us inside, 5 us between.
+const std::vector<CatalogueServer>& catalogue() {
+  static const std::vector<CatalogueServer> servers = {
+      {"dgx-a100-80gb", 8, "A100", "80GB", "300GBps,2us", "25GBps,5us", "per-gpu",
+       "DGX A100 80 GB: 8 A100 SXM4 80 GB, NVLink 3 (300 GB/s per direction), 8 x 200 Gb/s HDR"},
+      {"dgx-a100-40gb", 8, "A100", "40GB", "300GBps,2us", "25GBps,5us", "per-gpu",
+       "DGX A100 40 GB: 8 A100 SXM4 40 GB, NVLink 3 (300 GB/s per direction), 8 x 200 Gb/s HDR"},
+      {"dgx-h100", 8, "H100", "80GB", "450GBps,2us", "50GBps,5us", "per-gpu",
+       "DGX H100: 8 H100 SXM5 80 GB, NVLink 4 (450 GB/s per direction), 8 x 400 Gb/s NDR"},
+      {"hgx-h200", 8, "H200", "141GB", "450GBps,2us", "50GBps,5us", "per-gpu",
+       "HGX H200: 8 H200 SXM 141 GB, NVLink 4 (450 GB/s per direction), 8 x 400 Gb/s NDR"},
+  };
+  return servers;
+}
+
+}  // namespace
+
+std::vector<std::string> catalogue_server_names() {
+  std::vector<std::string> names;
+  for (const CatalogueServer& server : catalogue()) names.push_back(server.name);
+  return names;
+}
+
+const CatalogueServer& catalogue_server(const std::string& name) {
+  for (const CatalogueServer& server : catalogue())
+    if (server.name == name) return server;
+  throw InputError(fmt::format("--server: expected one of {}, found '{}'{}", fmt::join(catalogue_server_names(), ", "),
+                               printable(name), did_you_mean(name, catalogue_server_names())));
+}
+
+ClusterSpec catalogue_cluster_spec(const CatalogueServer& server, int servers) {
+  return cluster_spec_from_options({{"servers", std::to_string(servers)},
+                                    {"gpus_per_server", std::to_string(server.gpus_per_server)},
+                                    {"device", server.device},
+                                    {"memory", server.memory},
+                                    {"intra", server.intra},
+                                    {"inter", server.inter},
+                                    {"nic", server.nic}},
+                                   "--server " + server.name);
 }
 
 }  // namespace pipegrid

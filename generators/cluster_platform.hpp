@@ -171,3 +171,26 @@ ClusterSpec cluster_spec_from_options(const std::map<std::string, std::string>& 
 std::string cluster_platform_xml(const ClusterSpec& spec);
 
 }  // namespace pipegrid
+
+namespace pipegrid {
+
+/// A server of the catalogue `pipegrid plan --server` lays clusters out of:
+/// its GPUs and links as `platform cluster` options (docs/platforms.md,
+/// Server catalogue, gives each value's source).
+struct CatalogueServer {
+  std::string name;
+  int gpus_per_server = 8;
+  std::string device, memory, intra, inter, nic;
+  std::string description;
+};
+
+/** The catalogue's names, in its order. */
+std::vector<std::string> catalogue_server_names();
+/** The entry `name`; InputError naming --server and listing the names
+ *  (with the nearest) otherwise. */
+const CatalogueServer& catalogue_server(const std::string& name);
+/** `servers` of `server` on one switch, with cluster_spec_from_options's
+ *  defaults (memory reserve, NCCL values). */
+ClusterSpec catalogue_cluster_spec(const CatalogueServer& server, int servers);
+
+}  // namespace pipegrid
