@@ -34,7 +34,8 @@ Layout written (the device tool returns at most 8 files from $OUT, so runs are p
     $OUT/log.txt                  what ran, each attempt, failures with the workers' log tails
     $OUT/summary.json             every run's meta.json, and the NCCL probe's result
     $OUT/traces-<n>.tar.gz        <run>/rank<r>.json (Chrome trace), <run>/meta.json,
-                                  <run>/worker-rank<r>.log, for each captured run
+                                  <run>/worker-rank<r>.log, for each captured run;
+                                  <run>-failed/ and nccl-probe/ hold the logs of what failed
 
 A run is one schedule at one world size: <run> is the schedule's name for 2 ranks (GPipe, 1F1B,
 Interleaved1F1B, ZBVZeroBubble, InterleavedZeroBubble, DualPipeV, LoopedBFS) and
@@ -386,27 +387,18 @@ def parent_main(args):
     alive = list(args.approach_list)
     summary = {"runs": {}, "failed_runs": {}, "nccl_probe": None, "approaches": list(alive)}
 
-    if "nccl-hostid" in alive:
-        probe_dir = os.path.join(work_dir, "_nccl_probe")
-        log(f"NCCL probe (2 ranks on one GPU, distinct NCCL_HOSTID, socket transport over lo), "
-            f"limit {args.probe_timeout_s:.0f} s")
-        ok, reason = launch(log, {"mode": "probe"}, 2, "nccl-hostid", probe_dir, args.probe_timeout_s)
-        result = {"ok": ok, "reason": reason}
-        if ok:
-            try:
-                result.update(read_json(os.path.join(probe_dir, "status.rank0.json")))
-            except (OSError, ValueError) as e:
-                result["status_error"] = str(e)
-        summary["nccl_probe"] = result
-        log(f"NCCL probe: {'works' if ok else 'failed: ' + reason}")
-        if not ok:
-            alive.remove("nccl-hostid")
-
     def on_sigterm(signum, frame):
         raise SystemExit(f"stopped by signal {signum}")
 
     signal.signal(signal.SIGTERM, on_sigterm)
     captured = []
+    try:
+        probe_nccl(args, log, alive, summary, work_dir, captured)
+    except SystemExit as e:
+        log(f"{e} during the NCCL probe")
+        summary["stopped"] = str(e)
+        alive.clear()
+
     try:
         capture_runs(args, log, start, alive, summary, work_dir, captured)
     except SystemExit as e:
@@ -423,6 +415,27 @@ def parent_main(args):
     log(f"done in {time.monotonic() - start:.0f} s: captured {len(ok_runs)} run(s): {', '.join(ok_runs) or 'none'}; "
         f"failed: {', '.join(sorted(summary['failed_runs'])) or 'none'}")
     return 0 if ok_runs else 1
+
+
+def probe_nccl(args, log, alive, summary, work_dir, captured):
+    """Decides whether nccl-hostid stays in alive; a failed probe's worker logs join captured."""
+    if "nccl-hostid" not in alive:
+        return
+    probe_dir = os.path.join(work_dir, "nccl-probe")
+    log(f"NCCL probe (2 ranks on one GPU, distinct NCCL_HOSTID, socket transport over lo), "
+        f"limit {args.probe_timeout_s:.0f} s")
+    ok, reason = launch(log, {"mode": "probe"}, 2, "nccl-hostid", probe_dir, args.probe_timeout_s)
+    result = {"ok": ok, "reason": reason}
+    if ok:
+        try:
+            result.update(read_json(os.path.join(probe_dir, "status.rank0.json")))
+        except (OSError, ValueError) as e:
+            result["status_error"] = str(e)
+    summary["nccl_probe"] = result
+    log(f"NCCL probe: {'works' if ok else 'failed: ' + reason}")
+    if not ok:
+        alive.remove("nccl-hostid")
+        captured.append("nccl-probe")
 
 
 def capture_runs(args, log, start, alive, summary, work_dir, captured):
