@@ -585,7 +585,6 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
       std::size_t next_route = 0;
       if (result.gpus_per_server > 1) rates.intra_Bps = narrowest(table.routes[next_route++]);
       if (next_server) rates.inter_Bps = narrowest(table.routes[next_route]);
-      if (std::getenv("PIPEGRID_PLAN_DEBUG")) std::cerr << "rates " << rates.intra_Bps << " " << rates.inter_Bps << " routes " << table.routes.size() << "\n";
     }
   }
 
@@ -614,7 +613,8 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
       continue;
     }
     for (const int p : divisors(gpus / t, layers)) {
-      if (!allowed(request.pipeline_parallel, p)) continue;
+      // Megatron-LM splits the layers evenly over the pipeline ranks.
+      if (layers % p != 0 || !allowed(request.pipeline_parallel, p)) continue;
       const int d = gpus / (t * p);
       if (!allowed(request.data_parallel, d)) continue;
       if (*global % d != 0) continue;
@@ -624,7 +624,7 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
         for (const std::string& schedule : request.schedules) {
           std::vector<int> chunks;
           if (schedule == "1f1b-sno") chunks = {1};
-          else
+          else if (p > 1)  // Megatron-LM interleaves pipelines of two ranks or more
             for (int v = 2; v <= layers / p; ++v)
               if (layers % (p * v) == 0 && allowed(request.virtual_stages, v)) chunks.push_back(v);
           for (const int v : chunks) {
