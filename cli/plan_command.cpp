@@ -244,7 +244,8 @@ int run_plan_command() {
   if (!output_json.empty()) files.add(output_json, json);
   files.commit();
   std::cout << (print_json ? json : table_text(result));
-  if (!print_json)
+  // Wall-clock figures only on a terminal: outputs stay the same bytes.
+  if (!print_json && isatty(STDERR_FILENO) == 1)
     std::cerr << fmt::format("plan: searched in {:.1f} s ({:.0f} layouts per second)\n", result.elapsed_s,
                              result.elapsed_s > 0 ? static_cast<double>(result.enumerated) / result.elapsed_s : 0.0);
   return result.has_winner() ? 0 : 1;

@@ -9,10 +9,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <set>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <openssl/evp.h>
 #include <toml++/toml.h>
 
@@ -81,7 +83,7 @@ namespace fs = std::filesystem;
 const std::vector<std::string> kTopLevelKeys = {"schema", "name",   "title", "include", "labels", "requires", "command",
                                                 "defaults", "axis", "derive", "where", "table",  "expect",   "report"};
 const std::vector<std::string> kBaseKeys = {"schema", "include", "labels", "defaults", "derive"};
-const std::vector<std::string> kAxisKeys = {"name", "values", "range", "geom", "glob", "when"};
+const std::vector<std::string> kAxisKeys = {"name", "values", "range", "geom", "glob", "from_plan", "top", "when"};
 const std::vector<std::string> kCommands = {"simulate", "partition", "model"};
 
 int line_of(const toml::node& node) { return static_cast<int>(node.source().begin.line); }
@@ -437,14 +439,16 @@ void read_axes(const Reader& reader, const toml::table& root, const std::string&
     for (const auto& [key, node] : in_file_order(*table)) {
       if (std::find(kAxisKeys.begin(), kAxisKeys.end(), key) == kAxisKeys.end())
         unknown_key(place_of(file, *node), key, kAxisKeys);
-      if (key == "values" || key == "range" || key == "geom" || key == "glob") ++generators;
+      if (key == "values" || key == "range" || key == "geom" || key == "glob" || key == "from_plan") ++generators;
     }
     const toml::node* name = table->get("name");
     if (!name || !name->as_string()) fail(axis_place, "axis: 'name' is missing (expected a string)");
     axis.name = name->as_string()->get();
     axis.place = place_of(file, *name);
     if (generators != 1)
-      fail(axis_place, fmt::format("axis '{}': expected exactly one of values, range, geom or glob, found {}", axis.name, generators));
+      fail(axis_place, fmt::format("axis '{}': expected exactly one of values, range, geom, glob or from_plan, found {}", axis.name, generators));
+    if (table->get("top") && !table->get("from_plan"))
+      fail(place_of(file, *table->get("top")), fmt::format("axis '{}': top: only with from_plan", axis.name));
     if (const toml::node* when = table->get("when")) {
       if (!when->as_string()) fail(place_of(file, *when), fmt::format("axis '{}': when: expected an expression (a string), found {}", axis.name, type_name(*when)));
       Expression::parse(when->as_string()->get(), place_of(file, *when).text());
@@ -457,7 +461,47 @@ void read_axes(const Reader& reader, const toml::table& root, const std::string&
       set_by[key] = axis.name;
       axis.keys.push_back(key);
     };
-    if (const toml::node* values = table->get("values")) {
+    if (const toml::node* plan = table->get("from_plan")) {
+      // A `pipegrid plan --output-json` result: its first `top` fitting
+      // layouts (all of them by default), each a bundle of megatron_args
+      // and, under the axis's name (a label), the layout's name.
+      const SourcePlace place = place_of(file, *plan);
+      if (!plan->as_string()) fail(place, fmt::format("axis '{}': from_plan: expected a file name (a string), found {}", axis.name, type_name(*plan)));
+      long long top = std::numeric_limits<long long>::max();
+      if (const toml::node* top_node = table->get("top")) {
+        if (!top_node->as_integer() || top_node->as_integer()->get() < 1)
+          fail(place_of(file, *top_node), fmt::format("axis '{}': top: expected an integer >= 1", axis.name));
+        top = top_node->as_integer()->get();
+      }
+      const std::string path = (fs::path(base_dir) / plan->as_string()->get()).lexically_normal().string();
+      nlohmann::json result;
+      try {
+        result = nlohmann::json::parse(read_text_file(path));
+      } catch (const nlohmann::json::exception& error) {
+        fail(place, fmt::format("axis '{}': from_plan '{}': not JSON ({})", axis.name, path, error.what()));
+      }
+      if (!result.is_object() || !result.contains("ranking") || !result.at("ranking").is_array())
+        fail(place, fmt::format("axis '{}': from_plan '{}': expected the JSON of `pipegrid plan --output-json` (a \"ranking\" array)", axis.name, path));
+      reader.check_key(axis.place, axis.name);
+      reader.check_key(place, "megatron_args");
+      add_key(axis.name, place);
+      add_key("megatron_args", place);
+      for (const nlohmann::json& layout : result.at("ranking")) {
+        if (static_cast<long long>(axis.values.size()) >= top) break;
+        if (!layout.is_object() || !layout.value("fits", false)) continue;
+        if (!layout.contains("layout") || !layout.at("layout").is_string() || !layout.contains("megatron_args") ||
+            !layout.at("megatron_args").is_string())
+          fail(place, fmt::format("axis '{}': from_plan '{}': a ranking entry without a \"layout\" and \"megatron_args\" string", axis.name, path));
+        AxisValue value;
+        Setting name_setting, arguments_setting;
+        name_setting.value = Scalar::of_text(layout.at("layout").get<std::string>() + " " + layout.value("schedule", std::string()));
+        arguments_setting.value = Scalar::of_text(layout.at("megatron_args").get<std::string>());
+        value.settings.emplace_back(axis.name, name_setting);
+        value.settings.emplace_back("megatron_args", arguments_setting);
+        axis.values.push_back(std::move(value));
+      }
+      if (axis.values.empty()) fail(place, fmt::format("axis '{}': from_plan '{}': no layout that fits", axis.name, path));
+    } else if (const toml::node* values = table->get("values")) {
       const auto* list = values->as_array();
       if (!list || list->empty()) fail(place_of(file, *values), fmt::format("axis '{}': values: expected a non-empty array", axis.name));
       for (const toml::node& item : *list) {
