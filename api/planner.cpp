@@ -104,6 +104,7 @@ std::string layout_arguments(const PlannedLayout& layout, int layers, long long 
 struct StageTimes {
   double forward_s = 0, backward_s = 0, recompute_s = 0;
   double weight_bytes = 0;
+  double input_bytes = 0, output_bytes = 0;  ///< what its F receives, what its B receives
   double kept_bytes = 0;  ///< held from the start of its F to the end of its backward
 };
 
@@ -131,6 +132,10 @@ struct Candidate {
   PlannedLayout layout;
   double bound_time_s = 0, bound_memory_bytes = 0;
   const StageModel* stages = nullptr;
+  const Plan* shape = nullptr;
+  const Program* program = nullptr;  ///< one pipeline's, for the dependency bound
+  bool refined = false;              ///< bound_time_s includes the dependency bound
+  HostInfo gpu;  ///< with the optimizer step its device model implies
 };
 
 // What the bounds take from a schedule's one-pipeline Program, per device
@@ -145,12 +150,12 @@ struct RankSchedule {
   std::map<int, std::array<int, 3>> before_first_done;  ///< stage -> {F, R, B}
 };
 
-std::vector<RankSchedule> rank_schedules(const std::string& schedule, int stages, int virtual_stages, int micro_batches) {
-  ScheduleOptions options;
-  options.num_stages = stages;
-  options.virtual_stages = virtual_stages;
-  options.micro_batches = micro_batches;
-  const Program program = generate_schedule(schedule, options);
+struct ScheduleFacts {
+  Program program;  ///< one pipeline's
+  std::vector<RankSchedule> ranks;
+};
+
+std::vector<RankSchedule> rank_schedules(const Program& program) {
   std::vector<RankSchedule> ranks(program.devices.size());
   for (std::size_t d = 0; d < program.devices.size(); ++d) {
     RankSchedule& rank = ranks[d];
@@ -180,24 +185,38 @@ std::vector<RankSchedule> rank_schedules(const std::string& schedule, int stages
   return ranks;
 }
 
-// A ring collective's least time on the platform (docs/planner.md): each
-// participant's flow carries k S / r bytes to the next (k = 2 (r - 1) for an
-// all-reduce, r - 1 for a reduce-scatter or an all-gather); a step into
-// another server spreads over at most `members_per_server` rails, each at
-// most the route's narrowest link; NCCL's efficiency and the latencies
-// only add to it.
+// What the bounds know of a route: its narrowest link, its links' latency,
+// and NCCL's values on it (the smallest efficiency, the largest start
+// latency of its links), as the engine applies them.
+struct RouteFacts {
+  double bandwidth_Bps = 0, latency_s = 0, nccl_efficiency = 1, nccl_latency_s = 0;
+  /// Least seconds of one flow of `bytes` over it: SimGrid takes at least
+  /// the latency plus bytes at the narrowest link's bandwidth.
+  double flow_s(double bytes) const { return bandwidth_Bps > 0 ? latency_s + bytes / bandwidth_Bps : 0; }
+};
 struct RingRates {
-  double intra_Bps = 0, inter_Bps = 0;
+  RouteFacts intra, inter;  ///< inside a server; into another server
 };
 
+// A ring collective's least time on the platform (docs/planner.md): NCCL's
+// start latency once, then each participant's flow carries k S / r bytes
+// divided by the ring's efficiency (the least over its hops) to the next
+// (k = 2 (r - 1) for an all-reduce, r - 1 for a reduce-scatter or an
+// all-gather); a step into another server spreads over at most
+// `members_per_server` rails. Contention only adds to it.
 double ring_least_s(double bytes, int participants, int steps, int members_per_server, bool crosses_servers,
                     const RingRates& rates) {
   if (participants <= 1 || bytes <= 0) return 0;
-  const double flow = steps * bytes / participants;
+  const bool inside = members_per_server > 1;
+  double efficiency = 1, latency = 0;
+  if (inside) efficiency = std::min(efficiency, rates.intra.nccl_efficiency), latency = std::max(latency, rates.intra.nccl_latency_s);
+  if (crosses_servers)
+    efficiency = std::min(efficiency, rates.inter.nccl_efficiency), latency = std::max(latency, rates.inter.nccl_latency_s);
+  const double flow = steps * bytes / participants / efficiency;
   double least = 0;
-  if (members_per_server > 1 && rates.intra_Bps > 0) least = flow / rates.intra_Bps;
-  if (crosses_servers && rates.inter_Bps > 0) least = std::max(least, flow / (members_per_server * rates.inter_Bps));
-  return least;
+  if (inside) least = rates.intra.flow_s(flow);
+  if (crosses_servers) least = std::max(least, rates.inter.flow_s(flow / members_per_server));
+  return latency + least;
 }
 
 // The lower bounds of one candidate (docs/planner.md, "Bounds"): its time
@@ -297,6 +316,128 @@ Bounds candidate_bounds(const PlannedLayout& layout, const StageModel& model, co
   return bounds;
 }
 
+// The contention-free schedule (docs/planner.md, "The dependency bound"):
+// every device runs its Program's actions in order, each no earlier than
+// its inputs (a forward's activation, a backward's and a recompute's
+// gradient) have crossed from another device at the route's narrowest link
+// bandwidth, for exactly its own time; the optimizer steps follow each
+// stage's last backward (d = 1), or each device's communication stream runs
+// its stages' reductions, steps and all-gathers at their least times in the
+// order their last backwards end (which no other order beats). SimGrid's
+// runs share links, devices and bandwidth, add latencies and NCCL's
+// efficiency: each only delays, so this end is a lower bound.
+double dependency_bound(const Candidate& candidate, const Program& program, int gpus_per_server, const RingRates& rates,
+                        bool overlap_grad_reduce) {
+  const PlannedLayout& layout = candidate.layout;
+  const StageModel& model = *candidate.stages;
+  const HostInfo& gpu = candidate.gpu;
+  const int stages = program.num_stages, m = program.micro_batches;
+  const int p = layout.pipeline_parallel, t = layout.tensor_parallel, d = layout.data_parallel;
+  const std::vector<int> device_of = stage_to_device(stages, layout.virtual_stages, StageMap::Loop);
+  // Pipeline rank r's first host: t (d r) in Megatron-Core's order.
+  const auto server_of = [&](int rank) { return static_cast<long long>(t) * d * rank / gpus_per_server; };
+  const auto transfer_s = [&](int from_stage, int to_stage, double bytes) {
+    const int a = device_of[static_cast<std::size_t>(from_stage)], b = device_of[static_cast<std::size_t>(to_stage)];
+    if (a == b || bytes <= 0) return 0.0;
+    // The engine sends bytes / efficiency; the receiver has it one NCCL
+    // start latency after the flow's end.
+    const RouteFacts& route = server_of(a) == server_of(b) ? rates.intra : rates.inter;
+    return route.bandwidth_Bps > 0 ? route.flow_s(bytes / route.nccl_efficiency) + route.nccl_latency_s : 0.0;
+  };
+  const double overhead = gpu.action_overhead_s;
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto at = [&](int stage, int micro) { return static_cast<std::size_t>(stage) * m + static_cast<std::size_t>(micro); };
+  std::vector<double> forward_end(static_cast<std::size_t>(stages) * m, inf), backward_end(forward_end);
+  std::vector<double> last_backward_start(static_cast<std::size_t>(stages), 0), last_backward_end(last_backward_start);
+  std::vector<int> backwards_left(static_cast<std::size_t>(stages), m);
+  std::vector<std::size_t> next(program.devices.size(), 0);
+  std::vector<double> free(program.devices.size(), 0);
+  std::size_t left = 0;
+  for (const DeviceProgram& device : program.devices) {
+    if (device.streams.size() != 1) return 0;  // not a one-stream schedule: no dependency bound
+    left += device.streams.front().actions.size();
+  }
+  while (left > 0) {
+    bool progressed = false;
+    for (std::size_t dv = 0; dv < program.devices.size(); ++dv) {
+      const std::vector<Action>& actions = program.devices[dv].streams.front().actions;
+      while (next[dv] < actions.size()) {
+        const Action& a = actions[next[dv]];
+        const StageTimes& stage = model.stages[static_cast<std::size_t>(a.stage)];
+        double ready = free[dv], duration = 0;
+        if (a.kind == ActionKind::Forward) {
+          if (a.stage > 0) {
+            const double input = forward_end[at(a.stage - 1, a.micro_batch)];
+            if (input == inf) break;
+            ready = std::max(ready, input + transfer_s(a.stage - 1, a.stage, stage.input_bytes));
+          }
+          duration = stage.forward_s + overhead;
+        } else if (a.kind == ActionKind::Recompute || a.kind == ActionKind::Backward) {
+          if (a.stage + 1 < stages) {
+            const double gradient = backward_end[at(a.stage + 1, a.micro_batch)];
+            if (gradient == inf) break;
+            ready = std::max(ready, gradient + transfer_s(a.stage + 1, a.stage, stage.output_bytes));
+          }
+          duration = a.kind == ActionKind::Recompute ? stage.recompute_s : stage.backward_s + overhead;
+        } else {
+          return 0;  // split backwards: not bounded here
+        }
+        const double end = ready + duration;
+        free[dv] = end;
+        if (a.kind == ActionKind::Forward) forward_end[at(a.stage, a.micro_batch)] = end;
+        if (a.kind == ActionKind::Backward) {
+          backward_end[at(a.stage, a.micro_batch)] = end;
+          if (--backwards_left[static_cast<std::size_t>(a.stage)] == 0) {
+            last_backward_start[static_cast<std::size_t>(a.stage)] = ready;
+            last_backward_end[static_cast<std::size_t>(a.stage)] = end;
+            // Without data parallelism the step runs here, on the compute stream.
+            if (d == 1 && gpu.has_optimizer_step()) free[dv] += gpu.optimizer_step_s(stage.weight_bytes);
+          }
+        }
+        ++next[dv];
+        --left;
+        progressed = true;
+      }
+    }
+    if (!progressed) return 0;  // a dependency the rule above does not see: no bound
+  }
+  double end = 0;
+  for (const double f : free) end = std::max(end, f);
+  if (d > 1) {
+    const int members = std::max(1, std::min(d, gpus_per_server / t));
+    const bool crosses = static_cast<long long>(d) * t > gpus_per_server;
+    const Plan& shape = *candidate.shape;
+    const double gradient_factor =
+        shape.gradient_dtype.empty()
+            ? 1.0
+            : static_cast<double>(dtype_bytes(shape.gradient_dtype, "--gradient-dtype")) / dtype_bytes(shape.dtype, "--dtype");
+    for (int rank = 0; rank < p; ++rank) {
+      std::vector<std::pair<double, int>> order;
+      for (int s = rank; s < stages; s += p) order.emplace_back(last_backward_end[static_cast<std::size_t>(s)], s);
+      std::sort(order.begin(), order.end());
+      double stream = 0;
+      for (const auto& [ready, s] : order) {
+        const StageTimes& stage = model.stages[static_cast<std::size_t>(s)];
+        const double gradients = stage.weight_bytes * gradient_factor;
+        const double reduce = layout.distributed_optimizer ? ring_least_s(gradients, d, d - 1, members, crosses, rates)
+                                                           : ring_least_s(gradients, d, 2 * (d - 1), members, crosses, rates);
+        const double gather =
+            layout.distributed_optimizer ? ring_least_s(stage.weight_bytes, d, d - 1, members, crosses, rates) : 0;
+        const double step =
+            gpu.has_optimizer_step() ? gpu.optimizer_step_s(stage.weight_bytes / (layout.distributed_optimizer ? d : 1)) : 0;
+        // With --overlap-grad-reduce the reduction may start with the last
+        // backward; it cannot end before that backward has.
+        stream = overlap_grad_reduce
+                     ? std::max(std::max(stream, last_backward_start[static_cast<std::size_t>(s)]) + reduce, ready)
+                     : std::max(stream, ready) + reduce;
+        stream += step + gather;
+      }
+      end = std::max(end, stream);
+    }
+  }
+  return end;
+}
+
 StageModel stage_model(const Plan& shape, const MegatronLaunch& base, int p, int v, const HostInfo& gpu) {
   const int stages = p * v;
   std::vector<std::string> stage_hosts(static_cast<std::size_t>(stages));
@@ -325,6 +466,8 @@ StageModel stage_model(const Plan& shape, const MegatronLaunch& base, int p, int
                              on_gpu.forward_s;
     }
     times.weight_bytes = cost.weight_bytes;
+    times.input_bytes = cost.input_bytes;
+    times.output_bytes = cost.output_bytes;
     times.kept_bytes = recompute.empty() ? cost.stash_bytes : recompute[static_cast<std::size_t>(s)].kept_bytes;
   }
   return model;
@@ -574,17 +717,20 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
     if (next_server) pairs.emplace_back(0, static_cast<std::size_t>(result.gpus_per_server));
     if (!pairs.empty()) {
       const RouteTable table = sim::read_routes(request.platform_file, pairs);
-      const auto narrowest = [&](const HostRoute& route) {
-        double least = 0;
+      const auto facts = [&](const HostRoute& route) {
+        RouteFacts f;
+        f.latency_s = route.latency_s;
         for (const int link : route.links) {
           const LinkInfo& info = table.links[static_cast<std::size_t>(link)];
-          if (least == 0 || info.bandwidth_Bps < least) least = info.bandwidth_Bps;
+          if (f.bandwidth_Bps == 0 || info.bandwidth_Bps < f.bandwidth_Bps) f.bandwidth_Bps = info.bandwidth_Bps;
+          f.nccl_efficiency = std::min(f.nccl_efficiency, info.nccl_efficiency);
+          f.nccl_latency_s = std::max(f.nccl_latency_s, info.nccl_latency_s);
         }
-        return least;
+        return f;
       };
       std::size_t next_route = 0;
-      if (result.gpus_per_server > 1) rates.intra_Bps = narrowest(table.routes[next_route++]);
-      if (next_server) rates.inter_Bps = narrowest(table.routes[next_route]);
+      if (result.gpus_per_server > 1) rates.intra = facts(table.routes[next_route++]);
+      if (next_server) rates.inter = facts(table.routes[next_route]);
     }
   }
 
@@ -601,7 +747,7 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
   };
   std::map<ProfileKey, ProfileEntry> profiles;
   std::map<std::tuple<ProfileKey, int, int>, StageModel> stage_models;
-  std::map<std::tuple<std::string, int, int, int>, std::vector<RankSchedule>> held_of;
+  std::map<std::tuple<std::string, int, int, int>, ScheduleFacts> held_of;
   std::map<std::string, std::string> launch_check;  // d-independent arguments -> refusal ("" when accepted)
 
   const std::vector<int> tensor_sizes =
@@ -635,7 +781,9 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
                   if (distopt && d == 1) continue;  // nothing to shard: the same layout
                   PlannedLayout layout{t, p, d, v, mbs, m, schedule, recompute, sp, distopt};
                   ++result.enumerated;
-                  candidates.push_back({layout, 0, 0, nullptr});
+                  Candidate candidate;
+                  candidate.layout = layout;
+                  candidates.push_back(std::move(candidate));
                 }
               }
           }
@@ -714,48 +862,76 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
                   .first;
     auto held = held_of.find({layout.schedule, layout.pipeline_parallel, layout.virtual_stages, layout.micro_batches});
     if (held == held_of.end())
+    {
+      ScheduleOptions options;
+      options.num_stages = layout.pipeline_parallel * layout.virtual_stages;
+      options.virtual_stages = layout.virtual_stages;
+      options.micro_batches = layout.micro_batches;
+      ScheduleFacts facts;
+      facts.program = generate_schedule(layout.schedule, options);
+      facts.ranks = rank_schedules(facts.program);
       held = held_of
                  .emplace(std::tuple{layout.schedule, layout.pipeline_parallel, layout.virtual_stages, layout.micro_batches},
-                          rank_schedules(layout.schedule, layout.pipeline_parallel * layout.virtual_stages,
-                                         layout.virtual_stages, layout.micro_batches))
+                          std::move(facts))
                  .first;
-    PlatformSummary stepped;
-    const Bounds bounds = [&] {
-      HostInfo gpu = first;
-      if (!gpu.has_optimizer_step() && (shape.dtype == "fp16" || shape.dtype == "bf16")) {
-        PlatformSummary one;
-        one.hosts = {gpu};
-        give_device_optimizer_steps(one, optimizer_step_bytes_per_parameter(shape.dtype, shape.optimizer) /
-                                             dtype_bytes(shape.dtype, "--dtype"));
-        gpu = one.hosts.front();
-      }
-      return candidate_bounds(layout, model->second, shape, held->second, gpu, result.gpus_per_server, rates,
-                              request.overlap_grad_reduce);
-    }();
+    }
+    // The GPU with the optimizer step its device model gives the run (as
+    // run_plan does for fp16 and bf16).
+    candidate.gpu = first;
+    if (!candidate.gpu.has_optimizer_step() && (shape.dtype == "fp16" || shape.dtype == "bf16")) {
+      PlatformSummary one;
+      one.hosts = {candidate.gpu};
+      give_device_optimizer_steps(one, optimizer_step_bytes_per_parameter(shape.dtype, shape.optimizer) /
+                                           dtype_bytes(shape.dtype, "--dtype"));
+      candidate.gpu = one.hosts.front();
+    }
+    const Bounds bounds = candidate_bounds(layout, model->second, shape, held->second.ranks, candidate.gpu,
+                                           result.gpus_per_server, rates, request.overlap_grad_reduce);
     candidate.bound_time_s = bounds.time_s;
     candidate.bound_memory_bytes = bounds.memory_bytes;
     candidate.stages = &model->second;
+    candidate.shape = &shape;
+    candidate.program = &held->second.program;
     if (bounds.memory_bytes > result.usable_memory_bytes) {
       ++result.memory_bounded;
       continue;
     }
     kept.push_back(candidate);
   }
-  // Best first: least bound, ties by label (deterministic).
-  std::sort(kept.begin(), kept.end(), [](const Candidate& a, const Candidate& b) {
-    return std::tuple(a.bound_time_s, a.layout.label()) < std::tuple(b.bound_time_s, b.layout.label());
-  });
-
-  // Simulate in bound order until no bound left can beat the best fitting time.
+  // Best first: least bound, ties by label (deterministic). A candidate's
+  // bound is first the closed form; when it comes up it is refined by the
+  // dependency bound (an O(actions) pass) and goes back in the queue,
+  // unless --exhaustive (every layout simulated anyway).
+  // (--exhaustive refines every bound at once: every layout is simulated
+  // and checked against it.)
+  if (request.exhaustive)
+    for (Candidate& candidate : kept) {
+      candidate.refined = true;
+      candidate.bound_time_s = std::max(candidate.bound_time_s, dependency_bound(candidate, *candidate.program, result.gpus_per_server,
+                                                                                 rates, request.overlap_grad_reduce));
+    }
+  std::set<std::tuple<double, std::string, std::size_t>> queue;
+  for (std::size_t i = 0; i < kept.size(); ++i) queue.emplace(kept[i].bound_time_s, kept[i].layout.label() + " " + kept[i].layout.schedule, i);
   std::vector<SimulatedLayout> simulated(kept.size());
   std::vector<bool> done(kept.size(), false);
   ChildPool pool(result.jobs);
-  std::size_t next = 0, started_count = 0, finished = 0;
+  std::size_t started_count = 0, finished = 0;
   double best = std::numeric_limits<double>::infinity();
   if (progress) progress(0, 0, 0);
-  const auto beaten = [&](std::size_t index) { return !request.exhaustive && kept[index].bound_time_s >= best; };
   while (true) {
-    while (next < kept.size() && pool.has_room() && !beaten(next)) {
+    while (!queue.empty() && pool.has_room() && (request.exhaustive || std::get<0>(*queue.begin()) < best)) {
+      const std::size_t next = std::get<2>(*queue.begin());
+      Candidate& candidate = kept[next];
+      if (!candidate.refined) {
+        queue.erase(queue.begin());
+        candidate.refined = true;
+        candidate.bound_time_s = std::max(candidate.bound_time_s,
+                                          dependency_bound(candidate, *candidate.program, result.gpus_per_server, rates,
+                                                           request.overlap_grad_reduce));
+        queue.emplace(candidate.bound_time_s, candidate.layout.label() + " " + candidate.layout.schedule, next);
+        continue;
+      }
+      queue.erase(queue.begin());
       SimulatedLayout& entry = simulated[next];
       entry.layout = kept[next].layout;
       entry.megatron_args =
@@ -765,7 +941,6 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
       entry.order = static_cast<int>(++started_count);
       const std::string arguments = entry.megatron_args;
       pool.start(next, [&request, arguments] { return simulate_layout(request, arguments); });
-      ++next;
     }
     if (pool.idle()) break;
     for (const auto& [index, output] : pool.wait_some()) {
@@ -805,7 +980,7 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
   }
   result.simulated = finished;
   result.time_bounded = kept.size() - finished;
-  if (next < kept.size()) result.best_unsimulated_bound_s = kept[next].bound_time_s;
+  if (!queue.empty()) result.best_unsimulated_bound_s = std::get<0>(*queue.begin());
 
   // Rank: fitting by time, then not fitting, then refused; ties by label.
   double ratio_sum = 0;

@@ -1,5 +1,5 @@
 // api::plan, the search `pipegrid plan` prints (issue 30). Its bounds are
-// proofs: on a small GPT over one DGX A100 server, simulating every layout
+// proofs: on a small GPT over two DGX A100 servers, simulating every layout
 // the memory bound keeps (exhaustive) finds the same winner as the
 // best-first search that stops at the time bound; no simulated layout runs
 // below its time or memory bound (plan() would throw); a layout discarded by
@@ -34,13 +34,13 @@ class PlannerTest : public ::testing::Test {
     platform_ = (folder_.path() / "dgx8.xml").string();
     pipegrid::write_file_atomically(
         platform_, pipegrid::cluster_platform_xml(
-                       pipegrid::catalogue_cluster_spec(pipegrid::catalogue_server("dgx-a100-80gb"), 1)));
+                       pipegrid::catalogue_cluster_spec(pipegrid::catalogue_server("dgx-a100-80gb"), 2)));
   }
   PlannerRequest request(const std::string& memory) const {
     PlannerRequest r;
     r.platform_file = platform_;
     r.megatron_args = kModel;
-    r.global_batch_size = 16;
+    r.global_batch_size = 32;
     r.memory = memory;
     r.jobs = 2;
     return r;
@@ -86,6 +86,9 @@ TEST_F(PlannerTest, BestFirstFindsTheExhaustiveWinnerAndEveryBoundHolds) {
   }
   EXPECT_EQ(tensor, (std::set<int>{1, 2, 4, 8}));
   EXPECT_EQ(pipeline, (std::set<int>{1, 2, 4}));
+  std::set<int> data;
+  for (const auto& s : exhaustive.ranking) data.insert(s.layout.data_parallel);
+  EXPECT_TRUE(data.count(16) && data.count(2)) << "rings across the two servers and inside one";
   EXPECT_EQ(schedules, (std::set<std::string>{"1f1b-sno", "interleaved-1f1b"}));
 }
 
