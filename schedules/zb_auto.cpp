@@ -15,10 +15,11 @@
 //     extra F's run, then I0 from the last stage to the first.
 //  2. For each later micro-batch i: every stage with forwards left wants
 //     its next F, unless (variant "defer") it is 2+ forwards ahead of the
-//     next stage and the next stage's coming F, I and a transfer would not
-//     end after this stage's F and the W's its memory needs, and a gap that
-//     small fits in the largest bubble so far beyond its own; a stage runs
-//     an F only if the next stage does too. Before its F (its I), a stage
+//     next stage and, with t the time the next stage could end its coming
+//     F and I plus a transfer, either this stage is free only at t or
+//     later, or its F (after the W's its memory needs first) would end
+//     after t and the wait until t fits in the largest bubble so far minus
+//     its own; a stage runs an F only if the next stage does too. Before its F (its I), a stage
 //     runs the W's its memory needs, then W's that end before the F's input
 //     (the I's gradient) arrives, then one more W into the remaining gap
 //     when the gap is larger than the largest bubble minus its own, or
