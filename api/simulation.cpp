@@ -161,7 +161,54 @@ const ScheduleInfo& plan_schedule_info(const Plan& plan) {
   return plan.program_text.empty() ? schedule_info(plan.schedule) : program_info;
 }
 
-ScheduleOptions plan_schedule_options(const Plan& plan, int mini_batches) {
+namespace {
+
+// zb-auto's inputs (plan_schedule_options, api/simulation.hpp).
+ZbStageTimes plan_stage_times(const Plan& plan, const PlatformSummary* platform, const std::string& platform_file) {
+  ZbStageTimes times;
+  const int stages = plan.partition.num_stages();
+  const std::vector<StageCost> costs = stage_costs(plan.profile, plan.partition);
+  times.forward_s.assign(static_cast<std::size_t>(stages), 0.0);
+  times.backward_input_s.assign(static_cast<std::size_t>(stages), 0.0);
+  times.backward_weight_s.assign(static_cast<std::size_t>(stages), 0.0);
+  const HostInfo unit_host;  // speed factor 1, no device type
+  for (std::size_t l = 0; l < plan.profile.layers.size(); ++l) {
+    const std::size_t s = static_cast<std::size_t>(plan.partition.stage_of_layer[l]);
+    const HostInfo& host = platform ? platform->host(plan.partition.hosts[s].front()) : unit_host;
+    const Layer& layer = plan.profile.layers[l];
+    times.forward_s[s] += layer_times_on(layer, host).forward_s;
+    const BackwardSplit split = backward_split_on(layer, host);
+    times.backward_input_s[s] += split.input_s;
+    times.backward_weight_s[s] += split.weight_s;
+  }
+  for (const StageCost& cost : costs)
+    times.weight_memory_fraction.push_back(
+        cost.stash_bytes > 0 ? std::clamp(cost.weight_gradient_stash_bytes / cost.stash_bytes, 0.0, 1.0) : 1.0);
+  if (platform && !platform_file.empty() && stages > 1) {
+    std::vector<std::pair<std::size_t, std::size_t>> pairs;
+    for (int s = 0; s + 1 < stages; ++s)
+      pairs.emplace_back(static_cast<std::size_t>(platform->host_index(plan.partition.hosts[static_cast<std::size_t>(s)].front())),
+                         static_cast<std::size_t>(platform->host_index(plan.partition.hosts[static_cast<std::size_t>(s) + 1].front())));
+    const RouteTable routes = sim::read_routes(platform_file, pairs);
+    for (std::size_t s = 0; s < routes.routes.size(); ++s) {
+      const HostRoute& route = routes.routes[s];
+      double narrowest = 0;
+      for (const int link : route.links) {
+        const double bandwidth = routes.links[static_cast<std::size_t>(link)].bandwidth_Bps;
+        narrowest = narrowest == 0 ? bandwidth : std::min(narrowest, bandwidth);
+      }
+      const double bytes = costs[s].output_bytes;
+      const double transfer = route.latency_s + (narrowest > 0 ? bytes / narrowest : 0.0);
+      times.transfer_s = std::max(times.transfer_s, transfer);
+    }
+  }
+  return times;
+}
+
+}  // namespace
+
+ScheduleOptions plan_schedule_options(const Plan& plan, int mini_batches, const PlatformSummary* platform,
+                                      const std::string& platform_file) {
   ScheduleOptions options;
   options.num_stages = plan.partition.num_stages();
   options.micro_batches = plan.micro_batches;
@@ -176,6 +223,9 @@ ScheduleOptions plan_schedule_options(const Plan& plan, int mini_batches) {
   options.overlap_grad_reduce = plan.overlap_grad_reduce;
   if (plan.virtual_stages == 1 && plan.data_parallel == 1)
     for (const auto& replicas : plan.partition.hosts) options.replicas.push_back(static_cast<int>(replicas.size()));
+  options.activation_limit = plan.activation_limit;
+  if (plan.program_text.empty() && takes_option(schedule_info(plan.schedule), ScheduleOption::StageTimes))
+    options.stage_times = plan_stage_times(plan, platform, platform_file);
   return options;
 }
 
@@ -567,6 +617,16 @@ Plan make_plan(const PlanRequest& request) {
     throw InputError(fmt::format("--fb-overlap: expected a fraction in (0, 1] of an overlapped pair's F + B time, found {}",
                                  request.fb_overlap));
   plan.fb_overlap = request.fb_overlap;
+  if (request.activation_limit) {
+    if (!request.program_file.empty() || !takes_option(schedule_info(plan.schedule), ScheduleOption::ActivationLimit))
+      throw InputError(fmt::format("--activation-limit: applies to {}, not {}", schedules_taking(ScheduleOption::ActivationLimit),
+                                   request.program_file.empty() ? plan.schedule : "--program"));
+    if (!(*request.activation_limit > 0) || *request.activation_limit > limits::kMaxStages)
+      throw InputError(fmt::format("--activation-limit: expected a number > 0 (p micro-batches' activations per stage: "
+                                   "1 is ZB-1p, 2 ZB-2p; at least 1/p), at most {}, found {}",
+                                   limits::kMaxStages, *request.activation_limit));
+    plan.activation_limit = *request.activation_limit;
+  }
   if (request.micro_batches < 1)
     throw InputError(fmt::format("--micro-batches: expected an integer >= 1, found {}", request.micro_batches));
   if (request.mini_batches && *request.mini_batches < 1)
@@ -1086,7 +1146,7 @@ void check_program_uses_options(const Plan& plan, const Program& program) {
 // hosts `platform` summarises (checked once by run_plan, whatever the count).
 RunResult run_plan_once(const Plan& plan, const std::string& platform_path, const PlatformSummary& platform) {
   RunResult result;
-  const ScheduleOptions options = plan_schedule_options(plan, plan.mini_batches);
+  const ScheduleOptions options = plan_schedule_options(plan, plan.mini_batches, &platform, platform_path);
   const ScheduleInfo& info = plan_schedule_info(plan);
   result.program = plan.program_text.empty() ? generate_schedule(plan.schedule, options)
                                              : parse_program_text(plan.program_text, "plan program");
@@ -1521,6 +1581,7 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   if (!plan.partitioner.empty()) document["partitioner"] = plan.partitioner;
   if (plan.virtual_stages != 1) document["virtual_stages"] = plan.virtual_stages;
   if (plan.fb_overlap != 1.0) document["fb_overlap"] = plan.fb_overlap;
+  if (plan.activation_limit != 0) document["activation_limit"] = plan.activation_limit;
   if (!plan.program_notes.empty()) document["program_notes"] = plan.program_notes;
   if (!plan.device_model_notes.empty()) document["device_model_notes"] = plan.device_model_notes;
   document["recompute"] = plan.recompute;

@@ -88,6 +88,9 @@ struct PlanRequest {
   std::optional<int> virtual_stages;
   /// An overlapped F&B pair takes fb_overlap x (F + B), in (0, 1].
   double fb_overlap = 1.0;
+  /// --activation-limit K (zb-auto): activation memory per stage in p
+  /// micro-batches' activations; absent: the schedule's default (1).
+  std::optional<double> activation_limit;
   /// Run this Program instead of a named schedule (simulate --program): its
   /// stages, micro-batches, mini-batches and stage -> device map come from
   /// the file, device d on the platform's d-th host.
@@ -146,8 +149,18 @@ struct PlanRequest {
 const ScheduleInfo& plan_schedule_info(const Plan& plan);
 
 /** The options a plan's schedule is generated with, for `mini_batches`
- *  mini-batches (replicas per stage from the partition's hosts). */
-ScheduleOptions plan_schedule_options(const Plan& plan, int mini_batches);
+ *  mini-batches (replicas per stage from the partition's hosts). For a
+ *  schedule taking ScheduleOption::StageTimes (zb-auto), the stage times
+ *  too (docs/schedules.md, zb-auto): per stage, its layers' F, I and W
+ *  times on the host of its first replica (layer_times_on,
+ *  backward_split_on) and M_W / M_B = weight_gradient_stash_bytes /
+ *  stash_bytes (stage_costs); the transfer time, the largest over the
+ *  stage boundaries of the route's latency + the activation's bytes / the
+ *  route's narrowest bandwidth (sim::read_routes on `platform_file`). With
+ *  no `platform` (and file), the profile's times at speed factor 1 and a
+ *  transfer time of 0. */
+ScheduleOptions plan_schedule_options(const Plan& plan, int mini_batches, const PlatformSummary* platform = nullptr,
+                                      const std::string& platform_file = "");
 
 
 /** A sweep reads each input once in its parent process, and its runs (forked

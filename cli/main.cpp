@@ -228,6 +228,9 @@ int main_with_exceptions(int argc, char** argv) {
   schedule->add_option("--pipeline-depth", schedule_options.pipeline_depth, "pipedream family: admitted per input replica");
   schedule->add_option("--virtual-stages", schedule_options.virtual_stages,
                        "stages per device of interleaved and V schedules (default: the schedule's)");
+  schedule->add_option("--activation-limit", schedule_options.activation_limit,
+                       "zb-auto: activation memory per stage in p micro-batches' activations (default 1: ZB-1p; 2: "
+                       "ZB-2p); printed with T_F = T_B = T_W = 1 and no transfer time (simulate plans with the run's times)");
   int schedule_devices = 0;
   schedule->add_option("--devices", schedule_devices, "devices (p); the stages are then p x --virtual-stages");
   std::string schedule_format = "text";
@@ -332,6 +335,9 @@ int main_with_exceptions(int argc, char** argv) {
     }
     if (schedule_name.empty()) throw InputError("schedule: --schedule is required (or --list, or --check FILE)");
     if (!schedule->count("--virtual-stages")) schedule_options.virtual_stages = default_virtual_stages(schedule_name);
+    if (schedule->count("--activation-limit") && !(schedule_options.activation_limit > 0))
+      throw InputError(fmt::format("--activation-limit: expected a number > 0 (p micro-batches' activations per stage), found {}",
+                                   schedule_options.activation_limit));
     if (schedule->count("--devices")) {
       if (schedule_devices < 1) throw InputError(fmt::format("--devices: expected an integer >= 1, found {}", schedule_devices));
       const int stages = schedule_devices * schedule_options.virtual_stages;

@@ -17,6 +17,9 @@ void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
                      "zb-v and dualpipev always 2)");
   command.add_option("--fb-overlap", request.fb_overlap,
                      "an overlapped F&B pair (dualpipev) takes this fraction of F + B, in (0, 1] (default 1)");
+  command.add_option("--activation-limit", request.activation_limit,
+                     "zb-auto: activation memory per stage in p micro-batches' activations (1: ZB-1p, default; 2: "
+                     "ZB-2p; fractions allowed, at least 1/p)");
   command.add_option("--program", request.program_file,
                      "run this Program file instead of --schedule (stages, micro-batches and placement from the file)");
   command.add_option("--program-format", request.program_format, "text (pipegrid's, default) or torch-csv (PyTorch pipelining)");

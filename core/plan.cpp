@@ -51,6 +51,7 @@ std::string plan_to_json(const Plan& plan) {
   if (!plan.micro_batch_scaling_note.empty()) document["micro_batch_scaling_note"] = plan.micro_batch_scaling_note;
   if (plan.virtual_stages != 1) document["virtual_stages"] = plan.virtual_stages;
   if (plan.fb_overlap != 1.0) document["fb_overlap"] = plan.fb_overlap;
+  if (plan.activation_limit != 0) document["activation_limit"] = plan.activation_limit;
   if (plan.transfer_rule != "share") document["transfer_rule"] = plan.transfer_rule;
   if (plan.blocking_transfers) document["blocking_transfers"] = true;
   if (!plan.program_text.empty()) document["program"] = plan.program_text;
@@ -106,7 +107,7 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
                              {"pipegrid_plan", "schedule", "micro_batches", "mini_batches", "recompute", "network",
                               "optimizer", "vertical_sync", "update_interval", "prediction_cost_s_per_byte", "wait_free",
                               "pipeline_depth", "partitioner", "micro_batch_scaling", "micro_batch_scaling_note",
-                              "virtual_stages", "fb_overlap", "transfer_rule", "blocking_transfers", "program", "dtype", "gradient_dtype", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "sequence_parallel", "tp_comm_overlap", "tp_collectives", "tensor_parallel_collectives", "tensor_parallel_note", "data_parallel", "collective_model", "overlap_grad_reduce", "ddp_bucket_size", "distributed_optimizer", "overlap_param_gather", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
+                              "virtual_stages", "fb_overlap", "activation_limit", "transfer_rule", "blocking_transfers", "program", "dtype", "gradient_dtype", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "sequence_parallel", "tp_comm_overlap", "tp_collectives", "tensor_parallel_collectives", "tensor_parallel_note", "data_parallel", "collective_model", "overlap_grad_reduce", "ddp_bucket_size", "distributed_optimizer", "overlap_param_gather", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
   auto field = [&](const char* name, auto check, const std::string& expected) -> const nlohmann::json& {
     if (!document.contains(name) || !check(document[name]))
       throw InputError(fmt::format("{}: {}: expected {}, found {}", origin, name, expected,
@@ -168,6 +169,12 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
     plan.fb_overlap = field("fb_overlap", [](const nlohmann::json& j) { return json_number_in(j, 0, 1).has_value() && j.get<double>() > 0; },
                             "a number in (0, 1]")
                           .get<double>();
+  if (document.contains("activation_limit"))
+    plan.activation_limit =
+        field("activation_limit",
+              [](const nlohmann::json& j) { return json_number_in(j, 0, limits::kMaxStages).has_value() && j.get<double>() > 0; },
+              fmt::format("a number in (0, {}] (p micro-batches' activations per stage)", limits::kMaxStages))
+            .get<double>();
   if (document.contains("transfer_rule")) {
     plan.transfer_rule = field("transfer_rule", is_string, "share or fifo").get<std::string>();
     if (plan.transfer_rule != "share" && plan.transfer_rule != "fifo")

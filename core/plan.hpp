@@ -67,6 +67,10 @@ struct Plan {
   int virtual_stages = 1;
   /// An overlapped F&B pair (dualpipev) takes fb_overlap x (F + B), in (0, 1].
   double fb_overlap = 1.0;
+  /// zb-auto's activation memory per stage in p micro-batches' activations
+  /// (simulate --activation-limit; ScheduleOptions::activation_limit); 0:
+  /// not given. Written to plan files only when given.
+  double activation_limit = 0;
   /// A hand-written or imported Program (simulate --program) in pipegrid's
   /// text form; empty: generated from `schedule`. `schedule` then names its
   /// origin ("program FILE").

@@ -13,17 +13,21 @@
 namespace pipegrid {
 namespace {
 
-using Orders = std::vector<Stream> (*)(int p, int v, int m);
+using Orders = std::vector<Stream> (*)(int p, int v, int m, const ScheduleOptions& options);
 
 const std::map<std::string, Orders>& beyond_generators() {
   static const std::map<std::string, Orders> generators = {
-      {"interleaved-1f1b", interleaved_1f1b_orders},
-      {"looped-bfs", looped_bfs_orders},
-      {"zb-h1", [](int p, int, int m) { return zb_h1_orders(p, m); }},
-      {"zb-h2", [](int p, int, int m) { return zb_h2_orders(p, m); }},
-      {"zb1p", zb1p_orders},
-      {"zb-v", [](int p, int, int m) { return zb_v_orders(p, m); }},
-      {"dualpipev", [](int p, int, int m) { return dualpipev_orders(p, m); }},
+      {"interleaved-1f1b", [](int p, int v, int m, const ScheduleOptions&) { return interleaved_1f1b_orders(p, v, m); }},
+      {"looped-bfs", [](int p, int v, int m, const ScheduleOptions&) { return looped_bfs_orders(p, v, m); }},
+      {"zb-h1", [](int p, int, int m, const ScheduleOptions&) { return zb_h1_orders(p, m); }},
+      {"zb-h2", [](int p, int, int m, const ScheduleOptions&) { return zb_h2_orders(p, m); }},
+      {"zb1p", [](int p, int v, int m, const ScheduleOptions&) { return zb1p_orders(p, v, m); }},
+      {"zb-auto",
+       [](int p, int, int m, const ScheduleOptions& options) {
+         return zb_auto_orders(p, m, options.activation_limit == 0 ? 1.0 : options.activation_limit, options.stage_times);
+       }},
+      {"zb-v", [](int p, int, int m, const ScheduleOptions&) { return zb_v_orders(p, m); }},
+      {"dualpipev", [](int p, int, int m, const ScheduleOptions&) { return dualpipev_orders(p, m); }},
   };
   return generators;
 }
@@ -47,7 +51,7 @@ Program generate_beyond_schedule(const std::string& name, const ScheduleOptions&
   if (std::any_of(options.replicas.begin(), options.replicas.end(), [](int r) { return r != 1; }))
     throw InputError(fmt::format("--replicas: {} runs one replica per stage", name));
   const int p = S / v;
-  const std::vector<Stream> orders = beyond_generators().at(name)(p, v, m);
+  const std::vector<Stream> orders = beyond_generators().at(name)(p, v, m, options);
 
   Program program;
   program.num_stages = S;

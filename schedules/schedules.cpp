@@ -29,6 +29,7 @@ const std::vector<ScheduleInfo>& schedule_catalog() {
       {"zb-h1", "Zero Bubble H1: 1F1B with the backward split into I and W, W's fill the bubbles, p in flight", DeviceKind::Gpu, false, true, false, 1, StageMap::Loop},
       {"zb-h2", "Zero Bubble H2: extra warm-up forwards, 2p-1 in flight, zero bubble after the start-up", DeviceKind::Gpu, false, true, false, 1, StageMap::Loop},
       {"zb1p", "PyTorch InterleavedZeroBubble (ZB1P): interleaved 1F1B with split backwards, --virtual-stages chunks", DeviceKind::Gpu, false, true, false, 0, StageMap::Loop},
+      {"zb-auto", "Zero Bubble's automatic schedule (ZB-1p/ZB-2p of Qi et al., not PyTorch's zb1p): built from the stage times, --activation-limit K (default 1)", DeviceKind::Gpu, false, true, false, 1, StageMap::Loop, {ScheduleOption::ActivationLimit, ScheduleOption::StageTimes}},
       {"zb-v", "Zero Bubble V (PyTorch ZBVZeroBubble): 2 stages per device in a V, split backwards", DeviceKind::Gpu, false, true, false, 2, StageMap::V},
       {"dualpipev", "DualPipeV (DeepSeek, PyTorch DualPipeV): 2 stages per device in a V, overlapped F&B pairs", DeviceKind::Gpu, false, true, false, 2, StageMap::V},
   };
@@ -184,6 +185,8 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
     throw InputError(fmt::format("--wait-free: applies to {}, not {}", schedules_taking(ScheduleOption::WaitFree), name));
   if (options.update_interval > 0 && !takes_option(info, ScheduleOption::UpdateInterval))
     throw InputError(fmt::format("--update-interval: applies to {}, not {}", schedules_taking(ScheduleOption::UpdateInterval), name));
+  if (options.activation_limit != 0 && !takes_option(info, ScheduleOption::ActivationLimit))
+    throw InputError(fmt::format("--activation-limit: applies to {}, not {}", schedules_taking(ScheduleOption::ActivationLimit), name));
   if (options.pipeline_depth < 0 || (options.pipeline_depth > 0 && info.flushed))
     throw InputError(fmt::format("--pipeline-depth: expected mini-batches >= 1 admitted per input replica of a pipedream-family "
                                  "schedule, found {} for {}", options.pipeline_depth, name));

@@ -7,6 +7,7 @@
 
 #include "core/platform.hpp"
 #include "core/program.hpp"
+#include "schedules/zb_auto.hpp"
 
 namespace pipegrid {
 
@@ -49,6 +50,16 @@ struct ScheduleOptions {
   /// With data_parallel > 1: Megatron-Core DDP's --overlap-grad-reduce
   /// (replicate_pipelines).
   bool overlap_grad_reduce = false;
+  /// zb-auto (ScheduleOption::ActivationLimit): the activation memory each
+  /// stage may hold, in units of p micro-batches' activations (the paper's
+  /// M_limit = K p M_B; 1 is ZB-1p, 2 ZB-2p, fractions allowed, at least
+  /// min_activation_limit(p)). 0: not given (zb-auto then runs K = 1).
+  double activation_limit = 0;
+  /// The per-stage pass times and transfer time the schedules that plan
+  /// with them (ScheduleOption::StageTimes: zb-auto) are built from; empty
+  /// vectors: every time 1, transfers 0 (resolved_stage_times). Ignored by
+  /// the others.
+  ZbStageTimes stage_times;
 };
 
 /// Options only some schedules take; each catalogue entry lists its own,
@@ -58,6 +69,10 @@ enum class ScheduleOption {
   UpdateInterval,  ///< --update-interval: mini-batches per weight update
   PredictionCost,  ///< --prediction-cost: weight prediction time per parameter byte
   WaitFree,        ///< --wait-free: per-layer all-reduces during the backward
+  ActivationLimit, ///< --activation-limit: activation memory per stage, in p micro-batches (zb-auto)
+  /// Built from the run's per-stage pass times (ScheduleOptions::stage_times;
+  /// api's plan_schedule_options fills them for the schedules taking this).
+  StageTimes,
 };
 
 /// How a schedule keeps weight versions between updates.

@@ -283,7 +283,7 @@ TEST(explore, WithoutFiltersEveryLayoutOfTheHostsIsTried) {
     }
   }
   EXPECT_EQ(schedules, (std::set<std::string>{"gpipe", "1f1b-sno", "1f1b-so", "interleaved-1f1b", "looped-bfs", "zb-h1",
-                                              "zb-h2", "zb1p", "zb-v", "dualpipev"}));
+                                              "zb-h2", "zb1p", "zb-auto", "zb-v", "dualpipev"}));
   EXPECT_EQ(partitioners, (std::set<std::string>{"uniform", "pipedream-straight", "bapipe", "megatron"}));
 }
 

@@ -36,18 +36,18 @@ std::vector<std::string> names(const std::vector<ExploredSchedule>& schedules, b
 
 TEST(ExplorerSchedules, GpusGetBaPipesSynchronousSchedulesAndTheStaleOnesApart) {
   const auto schedules = exploration_schedules(hosts_of({Execution::Sync, Execution::Sync}), {});
-  EXPECT_EQ(names(schedules, false), (std::vector<std::string>{"gpipe", "1f1b-sno", "1f1b-so", "dp", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2", "zb1p", "zb-v", "dualpipev"}));
+  EXPECT_EQ(names(schedules, false), (std::vector<std::string>{"gpipe", "1f1b-sno", "1f1b-so", "dp", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2", "zb1p", "zb-auto", "zb-v", "dualpipev"}));
   EXPECT_EQ(names(schedules, true), (std::vector<std::string>{"pipedream", "pipedream-2bw", "pipeoptim"}));
 }
 
 TEST(ExplorerSchedules, FpgasGetTheAsynchronousOnes) {
   const auto schedules = exploration_schedules(hosts_of({Execution::Async, Execution::Async, Execution::Async}), {});
-  EXPECT_EQ(names(schedules, false), (std::vector<std::string>{"gpipe", "1f1b-as", "fbp-as", "dp", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2", "zb1p", "zb-v", "dualpipev"}));
+  EXPECT_EQ(names(schedules, false), (std::vector<std::string>{"gpipe", "1f1b-as", "fbp-as", "dp", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2", "zb1p", "zb-auto", "zb-v", "dualpipev"}));
 }
 
 TEST(ExplorerSchedules, AMixedPlatformHasNoFbpAs) {
   const auto schedules = exploration_schedules(hosts_of({Execution::Async, Execution::Sync}), {});
-  EXPECT_EQ(names(schedules, false), (std::vector<std::string>{"gpipe", "1f1b-sno", "1f1b-so", "1f1b-as", "dp", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2", "zb1p", "zb-v", "dualpipev"}));
+  EXPECT_EQ(names(schedules, false), (std::vector<std::string>{"gpipe", "1f1b-sno", "1f1b-so", "1f1b-as", "dp", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2", "zb1p", "zb-auto", "zb-v", "dualpipev"}));
 }
 
 TEST(ExplorerSchedules, RequestedNamesAreKeptInCatalogOrderAndCheckedAgainstTheHosts) {
