@@ -30,6 +30,7 @@
 #ifdef PIPEGRID_WITH_SIMGRID
 #include "cli/explore_command.hpp"
 #include "cli/partition_command.hpp"
+#include "cli/plan_command.hpp"
 #include "api/simulation.hpp"
 #include "cli/simulate_options.hpp"
 #include "cli/sweep_command.hpp"
@@ -256,6 +257,7 @@ int main_with_exceptions(int argc, char** argv) {
 #ifdef PIPEGRID_WITH_SIMGRID
   CLI::App* partition = add_partition_command(app);
   CLI::App* explore = add_explore_command(app);
+  CLI::App* plan = add_plan_command(app);
   CLI::App* sweep = add_sweep_command(app);
 #ifdef PIPEGRID_WITH_TORCH
   CLI::App* validate_plan = add_validate_command(app);
@@ -364,6 +366,7 @@ int main_with_exceptions(int argc, char** argv) {
 #ifdef PIPEGRID_WITH_SIMGRID
   if (*partition) return run_partition_command();
   if (*explore) return run_explore_command();
+  if (*plan) return run_plan_command();
   // A sweep's runs are command lines run as this function runs them.
   if (*sweep) return run_sweep_command(main_with_exceptions);
 #ifdef PIPEGRID_WITH_TORCH
