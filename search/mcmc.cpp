@@ -96,7 +96,7 @@ class Proposer {
       stage.first_layer = s == 0 ? 0 : cuts[static_cast<std::size_t>(s) - 1];
       stage.last_layer = s + 1 < stages ? cuts[static_cast<std::size_t>(s)] - 1 : layers - 1;
       const int left = hosts - host - (stages - s - 1);
-      stage.data = s + 1 < stages ? 1 + draw.below(std::min(left, model_.micro_batches())) : std::min(left, model_.micro_batches());
+      stage.data = 1 + draw.below(std::min(left, model_.micro_batches()));
       for (int r = 0; r < stage.data; ++r) stage.groups.push_back(host++);
       strategy.stages.push_back(stage);
     }

@@ -47,7 +47,7 @@ std::string strategy_text(const Strategy& strategy, const PlatformSummary& platf
     // Consecutive leaders as ranges: "gpu0..gpu15" when the groups are 0..15.
     for (std::size_t r = 0; r < stage.groups.size();) {
       std::size_t end = r;
-      while (end + 1 < stage.groups.size() && stage.groups[end + 1] == stage.groups[end] + 1) ++end;
+      while (stage.tensor == 1 && end + 1 < stage.groups.size() && stage.groups[end + 1] == stage.groups[end] + 1) ++end;
       const auto name = [&](std::size_t i) -> const std::string& {
         return platform.hosts[static_cast<std::size_t>(stage.groups[i] * stage.tensor)].name;
       };
