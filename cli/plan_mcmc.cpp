@@ -24,7 +24,7 @@ void add_mcmc_plan_options(CLI::App& plan, McmcPlanOptions& options) {
   plan.add_option("--seed", options.seed, "the search's random seed (default 1)");
   plan.add_option("--budget-steps", options.budget_steps, "strategies to time (deterministic with --seed)");
   plan.add_option("--budget-seconds", options.budget_seconds, "wall-clock budget of the search (not deterministic)");
-  plan.add_option("--beta", request.beta, "Metropolis: accept a proposal worse by x (relative to data parallelism) with probability exp(-beta x) (default 50)");
+  plan.add_option("--beta", request.beta, "Metropolis: accept a proposal worse by x (relative to data parallelism) with probability exp(-beta x) (default 10)");
   plan.add_option("--restart-steps", request.restart_steps, "steps without a new best before restarting from the best (default max(50, budget/10))");
   plan.add_option("--max-stages", request.max_stages, "most pipeline stages (default: min(layers, hosts))");
   plan.add_option("--max-tensor-parallel", request.max_tensor_parallel, "largest tensor-parallel degree (default: a server's hosts)");

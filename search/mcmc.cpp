@@ -299,7 +299,9 @@ SearchResult mcmc_search(const CostModel& model, const SearchRequest& request) {
   Strategy best_strategy;
   double best_cost = kInfinity;
   // Initial candidates as FlexFlow's: data parallelism and a random strategy.
-  std::vector<Strategy> initial = {dp, proposer.random_strategy(draw)};
+  Strategy random = proposer.random_strategy(draw);
+  for (int attempt = 0; attempt < 100 && !fits(model, random); ++attempt) random = proposer.random_strategy(draw);
+  std::vector<Strategy> initial = {dp, random};
   const long long total_steps = request.budget_steps.value_or(std::numeric_limits<long long>::max());
   const int restart_steps =
       request.restart_steps > 0 ? request.restart_steps

@@ -38,7 +38,7 @@ struct SearchRequest {
   std::optional<double> budget_seconds;
   /// Metropolis: a proposal costing c' from c is accepted with probability
   /// min(1, exp(-beta (c' - c) / c0)), c0 the data-parallel strategy's cost.
-  double beta = 50;
+  double beta = 10;
   /// Steps without a new best after which the chain restarts from the best.
   int restart_steps = 0;  ///< 0: max(50, budget_steps / 10)
   int top = 3;
