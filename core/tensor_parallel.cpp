@@ -216,7 +216,11 @@ std::string tensor_parallel_note(const Profile& profile, const TensorParallelPro
 
 bool is_plain_linear(const Layer& layer) {
   if (layer.vocabulary) return false;
-  return layer.op == "linear" || (layer.op.empty() && layer.name.rfind("Linear(", 0) == 0);
+  if (layer.op == "linear") return true;
+  // PipeDream's graph.txt layers are named "nodeN: Linear(...)".
+  const std::size_t colon = layer.name.find(": ");
+  const std::size_t module = layer.name.rfind("Linear(", 0) == 0 ? 0 : colon == std::string::npos ? std::string::npos : colon + 2;
+  return layer.op.empty() && module != std::string::npos && layer.name.compare(module, 7, "Linear(") == 0;
 }
 
 bool tensor_parallel_splits(const Layer& layer, bool sequence_parallel, bool split_linear) {

@@ -99,8 +99,9 @@ double collectives_s(const std::vector<RingCollective>& collectives, int t, cons
 bool tensor_parallel_splits(const Layer& layer, bool sequence_parallel = false, bool split_linear = false);
 
 /** A fully connected layer that is no vocabulary-parallel head: op "linear"
- *  without `vocabulary`, or a layer of unknown op whose name starts with
- *  "Linear(" (PyTorch's module text, as PipeDream's graph.txt names it). */
+ *  without `vocabulary`, or a layer of unknown op whose name is PyTorch's
+ *  module text "Linear(...)", alone or after "nodeN: " (PipeDream's graph.txt
+ *  layers). */
 bool is_plain_linear(const Layer& layer);
 
 /** A profile as each member of a group of t runs it, and what happened. */

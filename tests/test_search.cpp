@@ -221,6 +221,11 @@ TEST(TensorParallelLinear, PlainLinearLayersSplitOnlyOnRequest) {
   EXPECT_DOUBLE_EQ(member.parameter_bytes, whole.parameter_bytes / 2);
   EXPECT_TRUE(is_plain_linear(whole));
   EXPECT_FALSE(is_plain_linear(profile.layers[5]));
+  Layer pipedream;
+  pipedream.name = "node18: Linear(in_features=9216, out_features=4096, bias=True)";
+  EXPECT_TRUE(is_plain_linear(pipedream));
+  pipedream.name = "node2: Conv2d(3, 64)";
+  EXPECT_FALSE(is_plain_linear(pipedream));
   EXPECT_NE(split.note.find("1 linear layer split column-parallel"), std::string::npos);
 }
 
