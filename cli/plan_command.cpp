@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "api/planner.hpp"
+#include "cli/plan_mcmc.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/platform_check.hpp"
@@ -30,6 +31,29 @@ int gpus = 0;
 std::string save_platform, pareto_svg, output_json;
 bool print_json = false;
 std::string sequence_parallel = "both", distributed_optimizer = "both", overlap = "on";
+std::string search_kind = "enumerate";
+// --search mcmc's options (cli/plan_mcmc.hpp); --platform, --memory,
+// --global-batch-size, --top and --json are registered there once and
+// shared with the enumeration.
+McmcPlanOptions mcmc_options;
+CLI::App* plan_app = nullptr;
+
+// Options only one search reads: given to the other, they are refused.
+const std::vector<std::string> kEnumerateOnly = {
+    "--server", "--gpus", "--save-platform", "--megatron-args", "--megatron-args-file", "--tensor-parallel",
+    "--pipeline-parallel", "--data-parallel", "--virtual-stages", "--micro-batch-sizes", "--max-micro-batch-size",
+    "--schedules", "--recompute", "--sequence-parallel", "--distributed-optimizer", "--overlap-grad-reduce",
+    "--exhaustive", "--jobs", "--pareto-svg", "--output-json"};
+const std::vector<std::string> kMcmcOnly = {
+    "--profile", "--batch-size", "--micro-batch-size", "--micro-batch-scaling", "--micro-batches", "--optimizer", "--seed",
+    "--budget-steps", "--budget-seconds", "--beta", "--restart-steps", "--max-stages", "--max-tensor-parallel",
+    "--check-delta", "--no-simgrid", "--save-plan"};
+
+void refuse_other_search_options(const std::vector<std::string>& names, const std::string& search, const std::string& other) {
+  for (const std::string& name : names)
+    if (plan_app->count(name) > 0)
+      throw InputError(fmt::format("{}: an option of plan --search {}, not of --search {}", name, other, search));
+}
 
 /// "[#####-----] 7/12 simulated, best 14.52 s" on stderr when it is a terminal.
 class ProgressBar {
@@ -167,7 +191,9 @@ CLI::App* add_plan_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
       "plan", "which layout to run: every Megatron-LM layout (t x p x d, v, micro-batch, recomputation, sequence "
               "parallelism, distributed optimizer) bounded, the best simulated");
-  command->add_option("--platform", request.platform_file, "SimGrid platform XML of identical GPUs");
+  command->add_option("--search", search_kind,
+                      "enumerate (default: Megatron-LM layouts, bounded, the best simulated) or mcmc (FlexFlow's "
+                      "search over per-stage strategies, docs/search.md)");
   command->add_option("--server", server,
                       "instead of --platform: a catalogue server (" + fmt::format("{}", fmt::join(catalogue_server_names(), ", ")) +
                           "), with --gpus");
@@ -176,8 +202,6 @@ CLI::App* add_plan_command(CLI::App& app) {
   command->add_option("--megatron-args", request.megatron_args,
                       "the model and its training as Megatron-LM arguments, without the layout");
   command->add_option("--megatron-args-file", megatron_args_file, "a file holding those arguments");
-  command->add_option("--global-batch-size", request.global_batch_size, "samples per iteration");
-  command->add_option("--memory", request.memory, "replace every GPU's memory (80GB, 40GiB)");
   command->add_option("--tensor-parallel", request.tensor_parallel,
                       "only these tensor sizes (default: the divisors of a server's GPUs)")
       ->delimiter(',');
@@ -196,15 +220,28 @@ CLI::App* add_plan_command(CLI::App& app) {
                       "on (default) or off: --overlap-grad-reduce (and --overlap-param-gather) in layouts of d > 1");
   command->add_flag("--exhaustive", request.exhaustive,
                     "simulate every layout the memory bound keeps (slow: for studying the bound)");
-  command->add_option("--top", request.top, "layouts in the table (default 10)");
   command->add_option("--jobs", request.jobs, "simulations at once (default: the number of cores)");
   command->add_option("--pareto-svg", pareto_svg, "write the Pareto chart (throughput against peak memory) here");
   command->add_option("--output-json", output_json, "write the result as JSON here (sweep's from_plan reads it)");
-  command->add_flag("--json", print_json, "print the result as JSON instead of the table");
+  add_mcmc_plan_options(*command, mcmc_options);
+  plan_app = command;
   return command;
 }
 
 int run_plan_command() {
+  if (search_kind == "mcmc") {
+    refuse_other_search_options(kEnumerateOnly, "mcmc", "enumerate");
+    return run_mcmc_plan(mcmc_options);
+  }
+  if (search_kind != "enumerate")
+    throw InputError(fmt::format("--search: expected enumerate or mcmc, found '{}'", printable(search_kind)));
+  refuse_other_search_options(kMcmcOnly, "enumerate", "mcmc");
+  // The options both searches read (registered with --search mcmc's).
+  request.platform_file = mcmc_options.request.platform_file;
+  request.memory = mcmc_options.request.memory;
+  if (plan_app->count("--global-batch-size") > 0) request.global_batch_size = mcmc_options.global_batch_size;
+  if (plan_app->count("--top") > 0) request.top = mcmc_options.request.top;
+  print_json = mcmc_options.json;
   TemporaryPlatform temporary;
   if (!megatron_args_file.empty()) {
     if (!request.megatron_args.empty())

@@ -84,9 +84,17 @@ double collectives_s(const std::vector<RingCollective>& collectives, int t, cons
 namespace {
 
 /// How the transform treats a layer (tensor_parallel_profile's cases).
-enum class Treatment { Replicated, Transformer, VocabularyEmbedding, VocabularyHead, VocabularyLoss, SequenceNorm };
+enum class Treatment {
+  Replicated,
+  Transformer,
+  VocabularyEmbedding,
+  VocabularyHead,
+  VocabularyLoss,
+  SequenceNorm,
+  ColumnLinear
+};
 
-Treatment treatment_of(const Layer& layer, bool sequence_parallel) {
+Treatment treatment_of(const Layer& layer, bool sequence_parallel, bool split_linear) {
   if (layer.op == "transformer" && layer.has_flops()) return Treatment::Transformer;
   if (layer.vocabulary) {
     if (layer.op == "embedding") return Treatment::VocabularyEmbedding;
@@ -94,6 +102,7 @@ Treatment treatment_of(const Layer& layer, bool sequence_parallel) {
     if (layer.op == "loss") return Treatment::VocabularyLoss;
   }
   if (sequence_parallel && layer.op == "norm") return Treatment::SequenceNorm;
+  if (split_linear && is_plain_linear(layer)) return Treatment::ColumnLinear;
   return Treatment::Replicated;
 }
 
@@ -129,6 +138,10 @@ std::string tensor_parallel_note(const Profile& profile, const TensorParallelPro
     }
     parts.push_back(text);
   }
+  if (!result.linear.empty())
+    parts.push_back(fmt::format("{} split column-parallel (output features / t, the output all-gathered in the "
+                                "forward, the input's gradient all-reduced in the backward): {}",
+                                plural(result.linear.size(), "linear layer"), name_list(profile, result.linear)));
   if (!result.sequence.empty())
     parts.push_back(fmt::format("{} split over the sequence: {}", plural(result.sequence.size(), "norm"),
                                 name_list(profile, result.sequence)));
@@ -201,15 +214,25 @@ std::string tensor_parallel_note(const Profile& profile, const TensorParallelPro
 
 }  // namespace
 
-bool tensor_parallel_splits(const Layer& layer, bool sequence_parallel) {
-  const Treatment treatment = treatment_of(layer, sequence_parallel);
+bool is_plain_linear(const Layer& layer) {
+  if (layer.vocabulary) return false;
+  if (layer.op == "linear") return true;
+  // PipeDream's graph.txt layers are named "nodeN: Linear(...)".
+  const std::size_t colon = layer.name.find(": ");
+  const std::size_t module = layer.name.rfind("Linear(", 0) == 0 ? 0 : colon == std::string::npos ? std::string::npos : colon + 2;
+  return layer.op.empty() && module != std::string::npos && layer.name.compare(module, 7, "Linear(") == 0;
+}
+
+bool tensor_parallel_splits(const Layer& layer, bool sequence_parallel, bool split_linear) {
+  const Treatment treatment = treatment_of(layer, sequence_parallel, split_linear);
   return treatment != Treatment::Replicated && treatment != Treatment::VocabularyEmbedding;
 }
 
 double overlapped_collectives_s(double collectives_s, double gemm_s) { return std::max(0.0, collectives_s - gemm_s); }
 
 TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, const TensorParallelLink& link,
-                                              bool sequence_parallel, bool comm_overlap, TensorParallelCollectives mode) {
+                                              bool sequence_parallel, bool comm_overlap, TensorParallelCollectives mode,
+                                              bool split_linear) {
   check_t(t);
   if (comm_overlap && !sequence_parallel)
     throw InputError("--tp-comm-overlap: needs --sequence-parallel (Megatron-LM asserts it: the overlap pipelines the "
@@ -232,7 +255,7 @@ TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, con
     const Layer& original = profile.layers[l];
     Layer& layer = result.profile.layers[l];
     layer.output_bytes = original.output_bytes / n;
-    const Treatment treatment = treatment_of(original, sequence_parallel);
+    const Treatment treatment = treatment_of(original, sequence_parallel, split_linear);
     const int index = static_cast<int>(l);
     if (treatment == Treatment::Replicated) {
       layer.activation_bytes = original.stashed_bytes();
@@ -276,6 +299,14 @@ TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, con
       }
       case Treatment::SequenceNorm:
         result.sequence.push_back(index);
+        break;
+      case Treatment::ColumnLinear:
+        // Column-parallel with the output gathered (Megatron-Core's
+        // ColumnParallelLinear, gather_output=True): each member computes
+        // 1 / t of the output features; the forward all-gathers the output,
+        // the backward all-reduces the input's gradient.
+        result.linear.push_back(index);
+        collectives = {{{Kind::AllGather, 1, output}}, {{Kind::AllReduce, 1, input}}};
         break;
       case Treatment::Replicated:
         break;

@@ -96,7 +96,13 @@ double collectives_s(const std::vector<RingCollective>& collectives, int t, cons
  *  "linear") or loss (op "loss") with Layer::vocabulary; with sequence
  *  parallelism also op "norm". A vocabulary-parallel embedding is not: its
  *  word table is split, but each member looks up every token. */
-bool tensor_parallel_splits(const Layer& layer, bool sequence_parallel = false);
+bool tensor_parallel_splits(const Layer& layer, bool sequence_parallel = false, bool split_linear = false);
+
+/** A fully connected layer that is no vocabulary-parallel head: op "linear"
+ *  without `vocabulary`, or a layer of unknown op whose name is PyTorch's
+ *  module text "Linear(...)", alone or after "nodeN: " (PipeDream's graph.txt
+ *  layers). */
+bool is_plain_linear(const Layer& layer);
 
 /** A profile as each member of a group of t runs it, and what happened. */
 struct TensorParallelProfile {
@@ -104,6 +110,7 @@ struct TensorParallelProfile {
   std::vector<int> split;       ///< indices of the split transformer layers
   std::vector<int> vocabulary;  ///< indices of the layers split over the vocabulary
   std::vector<int> sequence;    ///< indices of the norms sequence parallelism splits
+  std::vector<int> linear;      ///< indices of the plain linear layers split column-parallel (split_linear)
   std::vector<int> replicated;  ///< indices of the replicated layers
   /// Per layer of `profile`: its collectives (empty for a replicated layer
   /// or t == 1), whichever the mode; under Compute their seconds are in the
@@ -170,10 +177,21 @@ struct TensorParallelProfile {
  *  are only listed in TensorParallelProfile::collectives, for the engine
  *  to run; comm_overlap is then refused (InputError naming
  *  --tp-comm-overlap: the overlap is modelled as a bound on compute time
- *  only). */
+ *  only).
+ *  With `split_linear` (the strategy search, search/; off for simulate's
+ *  --tensor-parallel, whose results stay as they were), every plain linear
+ *  layer (is_plain_linear) is split too, column-parallel with its output
+ *  gathered (Megatron-Core core_v0.14.0 ColumnParallelLinear with
+ *  gather_output=True, as FlexFlow splits AlexNet's fully connected layers
+ *  over their output channels): work, FLOPs and parameter bytes divided by
+ *  t as for the kinds above, stash A x (f + (1 - f) / t); per forward 1
+ *  all_gather_s of its output_bytes (whole), per backward's I 1
+ *  ring_all_reduce_s of X (the input's gradient, each member holding a
+ *  partial sum). */
 TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, const TensorParallelLink& link,
                                               bool sequence_parallel = false, bool comm_overlap = false,
-                                              TensorParallelCollectives mode = TensorParallelCollectives::Compute);
+                                              TensorParallelCollectives mode = TensorParallelCollectives::Compute,
+                                              bool split_linear = false);
 
 /** Megatron-LM's --tp-comm-overlap (Transformer Engine's userbuffers): a
  *  transformer layer's sequence-parallel all-gathers and reduce-scatters
