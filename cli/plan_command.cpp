@@ -14,7 +14,9 @@
 #include <fmt/format.h>
 
 #include "api/planner.hpp"
+#include "cli/model_command.hpp"
 #include "cli/plan_mcmc.hpp"
+#include "layout/megatron_args.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/platform_check.hpp"
@@ -32,6 +34,7 @@ std::string save_platform, pareto_svg, output_json;
 bool print_json = false;
 std::string sequence_parallel = "both", distributed_optimizer = "both", overlap = "on";
 std::string search_kind = "enumerate";
+ModelSpec model_spec;  ///< --model gpt and its options: the model as the generator builds it
 // --search mcmc's options (cli/plan_mcmc.hpp); --platform, --memory,
 // --global-batch-size, --top and --json are registered there once and
 // shared with the enumeration.
@@ -40,7 +43,7 @@ CLI::App* plan_app = nullptr;
 
 // Options only one search reads: given to the other, they are refused.
 const std::vector<std::string> kEnumerateOnly = {
-    "--server", "--gpus", "--save-platform", "--megatron-args", "--megatron-args-file", "--tensor-parallel",
+    "--server", "--gpus", "--save-platform", "--megatron-args", "--megatron-args-file", "--model", "--tensor-parallel",
     "--pipeline-parallel", "--data-parallel", "--virtual-stages", "--micro-batch-sizes", "--max-micro-batch-size",
     "--schedules", "--recompute", "--sequence-parallel", "--distributed-optimizer", "--overlap-grad-reduce",
     "--exhaustive", "--jobs", "--pareto-svg", "--output-json"};
@@ -202,6 +205,10 @@ CLI::App* add_plan_command(CLI::App& app) {
   command->add_option("--megatron-args", request.megatron_args,
                       "the model and its training as Megatron-LM arguments, without the layout");
   command->add_option("--megatron-args-file", megatron_args_file, "a file holding those arguments");
+  command->add_option("--model", model_spec.name,
+                      "instead of --megatron-args: the gpt generator's model (its options --layers, --hidden, ... and "
+                      "--dtype, as simulate --model takes them), laid out as Megatron-LM's arguments");
+  add_model_options(*command, model_spec, false);
   command->add_option("--tensor-parallel", request.tensor_parallel,
                       "only these tensor sizes (default: the divisors of a server's GPUs)")
       ->delimiter(',');
@@ -249,6 +256,14 @@ int run_plan_command() {
                                    printable(megatron_args_file)));
     request.megatron_args = read_text_file(megatron_args_file);
     request.origin = megatron_args_file;
+  }
+  if (!model_spec.name.empty()) {
+    if (!request.megatron_args.empty())
+      throw InputError(fmt::format("--model {} and {}: both give the model; give one", printable(model_spec.name), request.origin));
+    request.megatron_args = megatron_arguments_of_gpt(model_spec);
+    request.origin = "--model " + model_spec.name;
+  } else if (!model_spec.options.empty() || !model_spec.dtype.empty()) {
+    throw InputError("plan: a model option (--layers, --hidden, --dtype, ...) without --model");
   }
   if (!server.empty() || gpus != 0) {
     if (!request.platform_file.empty())

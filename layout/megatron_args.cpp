@@ -1393,3 +1393,34 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
 }
 
 }  // namespace pipegrid
+
+namespace pipegrid {
+
+std::string megatron_arguments_of_gpt(const ModelSpec& spec) {
+  if (spec.name != "gpt")
+    throw InputError(fmt::format("--model {}: plan lays out Megatron-LM's GPT models; give --model gpt or --megatron-args",
+                                 printable(spec.name)));
+  const ResolvedModel model = resolve_model_spec(spec);
+  const auto option = [&](const char* name) { return model.options.at(name); };
+  std::string text = fmt::format("--num-layers {} --hidden-size {} --num-attention-heads {}", option("layers"),
+                                 option("hidden"), option("heads"));
+  if (spec.options.count("ffn")) text += fmt::format(" --ffn-hidden-size {}", option("ffn"));
+  const long long sequence = option("sequence");
+  const bool rotary = option("rotary") == 1;
+  const long long positions = !rotary && model.options.count("positions") ? option("positions") : sequence;
+  text += fmt::format(" --seq-length {} --max-position-embeddings {} --vocab-size {}", sequence, positions,
+                      option("vocabulary"));
+  if (model.options.count("query_groups") && option("query_groups") != option("heads"))
+    text += fmt::format(" --group-query-attention --num-query-groups {}", option("query_groups"));
+  if (option("swiglu") == 1) text += " --swiglu";
+  if (option("linear_bias") == 0) text += " --disable-bias-linear";
+  if (option("rmsnorm") == 1) text += " --normalization RMSNorm";
+  if (rotary) text += " --position-embedding-type rope";
+  if (option("tied_embeddings") == 0) text += " --untie-embeddings-and-output-weights";
+  text += option("flash_attention") == 1 ? " --attention-backend flash" : " --attention-backend unfused";
+  if (model.dtype == "fp16") text += " --fp16";
+  if (model.dtype == "bf16") text += " --bf16";
+  return text;
+}
+
+}  // namespace pipegrid

@@ -140,3 +140,22 @@ struct MegatronArgument {
 const std::vector<MegatronArgument>& megatron_arguments();
 
 }  // namespace pipegrid
+
+namespace pipegrid {
+
+/** The Megatron-LM arguments (release kMegatronRelease) of the `gpt`
+ *  generator's model `spec` (generators/model_generators.hpp), without the
+ *  layout: --num-layers, --hidden-size, --num-attention-heads,
+ *  --ffn-hidden-size (when given), --seq-length, --max-position-embeddings
+ *  (positions, else sequence), --vocab-size, --group-query-attention
+ *  --num-query-groups (query_groups), --swiglu, --disable-bias-linear
+ *  (linear_bias 0), --normalization RMSNorm, --position-embedding-type rope,
+ *  --untie-embeddings-and-output-weights (tied_embeddings 0: Megatron ties
+ *  them by default), --attention-backend flash or unfused
+ *  (flash_attention), and --fp16 or --bf16. Megatron pads the vocabulary to
+ *  a multiple of 128 x t, which the generator does not: the launch's head is
+ *  that much wider. InputError (naming --model) for another model, or what
+ *  resolve_model_spec refuses. */
+std::string megatron_arguments_of_gpt(const ModelSpec& spec);
+
+}  // namespace pipegrid
