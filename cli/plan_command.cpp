@@ -163,6 +163,7 @@ std::string pareto_text(const api::PlannerResult& result) {
                              fmt::format("{}: {:.4g} s", s.layout.label(), s.iteration_time_s)});
   }
   for (auto& [name, series] : by_schedule) chart.series.push_back(std::move(series));
+  chart.y.from_zero = false;  // the layouts differ by a few percent: a range from 0 hides it
   if (std::isfinite(result.usable_memory_bytes)) chart.capacity_bytes = result.usable_memory_bytes;
   return charts::pareto_chart_svg(chart);
 }
