@@ -115,11 +115,16 @@ PlatformSummary tensor_parallel_view(Plan& plan, PlatformSummary platform, const
   const std::vector<std::vector<int>> groups = tensor_parallel_groups(platform, plan.tensor_parallel);
   // The rings' routes: from the route matrices when a partitioner had them
   // read, else only the pairs the rings use (linear in the hosts).
+  // With the input cache (sweeps, plan), the link of a (file, t) is read once.
+  static std::map<std::pair<std::string, int>, TensorParallelLink> cached_links;
+  const auto cached = input_cache_enabled ? cached_links.find({platform_file, plan.tensor_parallel}) : cached_links.end();
   const TensorParallelLink link =
-      platform.route_bandwidth_Bps.size() == platform.hosts.size()
+      cached != cached_links.end() ? cached->second
+      : platform.route_bandwidth_Bps.size() == platform.hosts.size()
           ? tensor_parallel_link(platform, groups)
           : tensor_parallel_link(platform, groups,
                                  sim::read_routes(platform_file, tensor_parallel_route_pairs(platform, groups)));
+  if (input_cache_enabled) cached_links.emplace(std::pair{platform_file, plan.tensor_parallel}, link);
   const TensorParallelCollectives mode = parse_tensor_parallel_collectives(plan.tp_collectives);
   TensorParallelProfile split =
       tensor_parallel_profile(plan.profile, plan.tensor_parallel, link, plan.sequence_parallel, plan.tp_comm_overlap, mode);
