@@ -1,7 +1,5 @@
 #include "api/explore.hpp"
 
-#include <poll.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,12 +19,12 @@
 #include <nlohmann/json.hpp>
 
 #include "api/simulation.hpp"
+#include "core/child_pool.hpp"
 #include "core/device_model.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/model_graph.hpp"
 #include "core/tensor_parallel.hpp"
-#include "core/termination.hpp"
 #include "partitioners/partitioners.hpp"
 #include "schedules/beyond.hpp"
 #include "schedules/schedules.hpp"
@@ -619,92 +617,34 @@ CandidateOutcome outcome_from_json(const nlohmann::json& document) {
 std::vector<CandidateOutcome> run_candidates(const Exploration& exploration, int jobs, const ExploreProgress& progress) {
   const std::size_t total = exploration.candidates.size();
   std::vector<CandidateOutcome> outcomes(total);
-  struct Worker {
-    pid_t pid;
-    int fd;
-    std::size_t index;
-    std::string output;
-  };
-  std::vector<Worker> running;
+  ChildPool pool(jobs, "explore");
   std::size_t next = 0, done = 0;
   if (progress) progress(0, total);
-  std::cout.flush();
-  std::cerr.flush();
-  std::fflush(nullptr);
   while (done < total) {
-    while (next < total && static_cast<int>(running.size()) < jobs) {
-      int fds[2];
-      if (pipe(fds) != 0) throw std::runtime_error("explore: pipe failed");
-      // A worker dies with explore; terminated, it stops its own simulation
-      // first (core/termination.hpp).
-      const pid_t pid = fork_child(ChildStop::Terminate);
-      if (pid == 0) {
-        close(fds[0]);
-        std::string text;
+    while (next < total && pool.has_room()) {
+      pool.start(next, [&exploration, next] {
         try {
-          text = outcome_to_json(run_candidate(exploration, exploration.candidates[next])).dump();
+          return outcome_to_json(run_candidate(exploration, exploration.candidates[next])).dump();
         } catch (const std::exception& error) {
           CandidateOutcome failed = outcome_of(exploration.candidates[next]);
           failed.partitioner = "-";
           failed.error = fmt::format("internal error: {}", error.what());
-          text = outcome_to_json(failed).dump();
+          return outcome_to_json(failed).dump();
         }
-        std::size_t written = 0;
-        while (written < text.size()) {
-          const ssize_t n = write(fds[1], text.data() + written, text.size() - written);
-          if (n < 0 && errno == EINTR) continue;
-          if (n <= 0) _exit(1);
-          written += static_cast<std::size_t>(n);
-        }
-        _exit(0);
-      }
-      close(fds[1]);
-      running.push_back({pid, fds[0], next, ""});
+      });
       ++next;
     }
-    std::vector<pollfd> polled;
-    for (const Worker& worker : running) polled.push_back({worker.fd, POLLIN, 0});
-    if (poll(polled.data(), polled.size(), -1) < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error("explore: poll failed");
-    }
-    for (std::size_t w = 0; w < running.size();) {
-      Worker& worker = running[w];
-      if (polled[w].revents == 0) {
-        ++w;
-        continue;
-      }
-      char buffer[65536];
-      const ssize_t n = read(worker.fd, buffer, sizeof buffer);
-      if (n < 0 && errno == EINTR) {
-        ++w;
-        continue;
-      }
-      if (n > 0) {
-        worker.output.append(buffer, static_cast<std::size_t>(n));
-        ++w;
-        continue;
-      }
-      // End of its output: collect the worker.
-      close(worker.fd);
-      int status = 0;
-      while (waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
-      }
-      forget_child(worker.pid);
-      const Candidate& candidate = exploration.candidates[worker.index];
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && !worker.output.empty()) {
-        outcomes[worker.index] = outcome_from_json(nlohmann::json::parse(worker.output));
+    for (const ChildPool::Finished& child : pool.wait_some()) {
+      if (child.succeeded()) {
+        outcomes[child.index] = outcome_from_json(nlohmann::json::parse(child.output));
       } else {
-        CandidateOutcome& failed = outcomes[worker.index];
-        failed = outcome_of(candidate);
+        CandidateOutcome& failed = outcomes[child.index];
+        failed = outcome_of(exploration.candidates[child.index]);
         failed.partitioner = "-";
-        failed.error = WIFSIGNALED(status) ? fmt::format("the simulation died of signal {}", WTERMSIG(status))
-                                           : "the simulation's process failed";
+        failed.error = child.failure_text();
       }
       ++done;
       if (progress) progress(done, total);
-      running.erase(running.begin() + static_cast<std::ptrdiff_t>(w));
-      polled.erase(polled.begin() + static_cast<std::ptrdiff_t>(w));
     }
   }
   // A candidate that hit an internal error (a broken invariant of its

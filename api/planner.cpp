@@ -1,7 +1,5 @@
 #include "api/planner.hpp"
 
-#include <poll.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,13 +19,13 @@
 #include <nlohmann/json.hpp>
 
 #include "api/simulation.hpp"
+#include "core/child_pool.hpp"
 #include "core/device_model.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/platform_check.hpp"
 #include "core/precision.hpp"
 #include "core/recompute.hpp"
-#include "core/termination.hpp"
 #include "core/program.hpp"
 #include "generators/model_generators.hpp"
 #include "layout/megatron_args.hpp"
@@ -545,94 +543,6 @@ std::string simulate_layout(const PlannerRequest& request, const std::string& ar
   return out.dump();
 }
 
-// Simulations in forked children, at most `jobs` at once; results by index.
-class ChildPool {
- public:
-  explicit ChildPool(int jobs) : jobs_(jobs) {}
-  bool has_room() const { return static_cast<int>(running_.size()) < jobs_; }
-  bool idle() const { return running_.empty(); }
-
-  void start(std::size_t index, const std::function<std::string()>& work) {
-    int fds[2];
-    if (pipe(fds) != 0) throw std::runtime_error("plan: pipe failed");
-    std::cout.flush();
-    std::cerr.flush();
-    std::fflush(nullptr);
-    const pid_t pid = fork_child(ChildStop::Terminate);
-    if (pid < 0) throw std::runtime_error("plan: fork failed");
-    if (pid == 0) {
-      close(fds[0]);
-      std::string text;
-      try {
-        text = work();
-      } catch (const std::exception& error) {
-        text = nlohmann::json{{"internal_error", error.what()}}.dump();
-      }
-      std::size_t written = 0;
-      while (written < text.size()) {
-        const ssize_t n = write(fds[1], text.data() + written, text.size() - written);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) _exit(1);
-        written += static_cast<std::size_t>(n);
-      }
-      _exit(0);
-    }
-    close(fds[1]);
-    running_.push_back({pid, fds[0], index, ""});
-  }
-
-  // Waits until at least one child has finished; returns (index, output)
-  // of each finished one (output empty when the child died).
-  std::vector<std::pair<std::size_t, std::string>> wait_some() {
-    std::vector<std::pair<std::size_t, std::string>> finished;
-    while (finished.empty()) {
-      std::vector<pollfd> polled;
-      for (const Worker& worker : running_) polled.push_back({worker.fd, POLLIN, 0});
-      if (poll(polled.data(), polled.size(), -1) < 0) {
-        if (errno == EINTR) continue;
-        throw std::runtime_error("plan: poll failed");
-      }
-      for (std::size_t w = 0, kept = 0; w < polled.size(); ++w) {
-        Worker& worker = running_[kept];
-        if (polled[w].revents == 0) {
-          ++kept;
-          continue;
-        }
-        char buffer[65536];
-        const ssize_t n = read(worker.fd, buffer, sizeof buffer);
-        if (n < 0 && errno == EINTR) {
-          ++kept;
-          continue;
-        }
-        if (n > 0) {
-          worker.output.append(buffer, static_cast<std::size_t>(n));
-          ++kept;
-          continue;
-        }
-        close(worker.fd);
-        int status = 0;
-        while (waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
-        }
-        forget_child(worker.pid);
-        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        finished.emplace_back(worker.index, ok ? worker.output : std::string());
-        running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(kept));
-      }
-    }
-    return finished;
-  }
-
- private:
-  struct Worker {
-    pid_t pid;
-    int fd;
-    std::size_t index;
-    std::string output;
-  };
-  int jobs_;
-  std::vector<Worker> running_;
-};
-
 void check_choices(const std::vector<std::string>& given, const std::vector<std::string>& known, const std::string& flag) {
   if (given.empty()) throw InputError(fmt::format("{}: expected at least one of {}", flag, fmt::join(known, ", ")));
   for (const std::string& value : given)
@@ -914,7 +824,7 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
   for (std::size_t i = 0; i < kept.size(); ++i) queue.emplace(kept[i].bound_time_s, kept[i].layout.label() + " " + kept[i].layout.schedule, i);
   std::vector<SimulatedLayout> simulated(kept.size());
   std::vector<bool> done(kept.size(), false);
-  ChildPool pool(result.jobs);
+  ChildPool pool(result.jobs, "plan");
   std::size_t started_count = 0, finished = 0;
   double best = std::numeric_limits<double>::infinity();
   if (progress) progress(0, 0, 0);
@@ -940,16 +850,23 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
       entry.bound_memory_bytes = kept[next].bound_memory_bytes;
       entry.order = static_cast<int>(++started_count);
       const std::string arguments = entry.megatron_args;
-      pool.start(next, [&request, arguments] { return simulate_layout(request, arguments); });
+      pool.start(next, [&request, arguments] {
+        try {
+          return simulate_layout(request, arguments);
+        } catch (const std::exception& error) {
+          return nlohmann::json{{"internal_error", error.what()}}.dump();
+        }
+      });
     }
     if (pool.idle()) break;
-    for (const auto& [index, output] : pool.wait_some()) {
+    for (const ChildPool::Finished& child : pool.wait_some()) {
+      const std::size_t index = child.index;
       SimulatedLayout& entry = simulated[index];
       done[index] = true;
       ++finished;
-      if (output.empty())
-        throw std::runtime_error(fmt::format("plan: the simulation of {} died", entry.layout.label()));
-      const nlohmann::json j = nlohmann::json::parse(output);
+      if (!child.succeeded())
+        throw std::runtime_error(fmt::format("plan: {}: {}", entry.layout.label(), child.failure_text()));
+      const nlohmann::json j = nlohmann::json::parse(child.output);
       if (j.contains("internal_error"))
         throw std::runtime_error(fmt::format("plan: {}: {}", entry.layout.label(), j.at("internal_error").get<std::string>()));
       if (j.contains("error")) {

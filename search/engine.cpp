@@ -239,31 +239,25 @@ void TaskGraphEngine::assign_stage(int s, bool track) {
 // Transfers over the channel from replica m mod d_a of one stage to replica
 // m mod d_b of the other: the channel's previous message is micro-batch m -
 // lcm(d_a, d_b).
-void TaskGraphEngine::assign_activations(int s, bool track) {
+void TaskGraphEngine::assign_transfers(Kind kind, int s, int neighbour, bool track) {
   const StageConfig& from = strategy_.stages[static_cast<std::size_t>(s)];
-  const StageConfig& to = strategy_.stages[static_cast<std::size_t>(s) + 1];
-  const double bytes = model_->stage_sums(from.first_layer, from.last_layer, from.tensor).output_bytes;
+  const StageConfig& to = strategy_.stages[static_cast<std::size_t>(neighbour)];
+  // What crosses the boundary: the output of its lower stage (the activation
+  // forward, its gradient backward).
+  const StageConfig& lower = neighbour < s ? to : from;
+  const double bytes = model_->stage_sums(lower.first_layer, lower.last_layer, lower.tensor).output_bytes;
   const int period = std::lcm(from.data, to.data);
   for (int m = 0; m < micro_batches_; ++m) {
-    const int task = id(Kind::Activation, s, m);
+    const int task = id(kind, s, m);
     next_[static_cast<std::size_t>(task)] = -1;
     const double seconds = model_->transfer_s(from.host(m % from.data), to.host(m % to.data), bytes);
-    set(task, seconds, m >= period ? id(Kind::Activation, s, m - period) : -1, track);
+    set(task, seconds, m >= period ? id(kind, s, m - period) : -1, track);
   }
 }
 
-void TaskGraphEngine::assign_gradients(int s, bool track) {
-  const StageConfig& from = strategy_.stages[static_cast<std::size_t>(s)];
-  const StageConfig& to = strategy_.stages[static_cast<std::size_t>(s) - 1];
-  const double bytes = model_->stage_sums(to.first_layer, to.last_layer, to.tensor).output_bytes;
-  const int period = std::lcm(from.data, to.data);
-  for (int m = 0; m < micro_batches_; ++m) {
-    const int task = id(Kind::Gradient, s, m);
-    next_[static_cast<std::size_t>(task)] = -1;
-    const double seconds = model_->transfer_s(from.host(m % from.data), to.host(m % to.data), bytes);
-    set(task, seconds, m >= period ? id(Kind::Gradient, s, m - period) : -1, track);
-  }
-}
+void TaskGraphEngine::assign_activations(int s, bool track) { assign_transfers(Kind::Activation, s, s + 1, track); }
+
+void TaskGraphEngine::assign_gradients(int s, bool track) { assign_transfers(Kind::Gradient, s, s - 1, track); }
 
 double TaskGraphEngine::ready(int task) const {
   const int block = stages_ * micro_batches_;

@@ -133,6 +133,8 @@ class TaskGraphEngine {
   int id(Kind kind, int stage, int micro_batch) const;
   void allocate(int stages);
   void assign_stage(int s, bool track);
+  /// The activation (Kind::Activation, to stage neighbour = s + 1) or gradient (to s - 1) transfers of stage s.
+  void assign_transfers(Kind kind, int s, int neighbour, bool track);
   void assign_activations(int s, bool track);
   void assign_gradients(int s, bool track);
   void set(int task, double duration, int previous, bool track);
