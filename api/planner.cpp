@@ -804,6 +804,10 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
     candidate.program = &held->second.program;
     if (bounds.memory_bytes > result.usable_memory_bytes) {
       ++result.memory_bounded;
+      if (!result.least_discarded_memory_bytes || bounds.memory_bytes < *result.least_discarded_memory_bytes) {
+        result.least_discarded_memory_bytes = bounds.memory_bytes;
+        result.least_discarded_memory_layout = layout.label() + " " + layout.schedule;
+      }
       continue;
     }
     kept.push_back(candidate);
@@ -962,6 +966,9 @@ std::string planner_result_to_json(const PlannerResult& result) {
   for (const auto& [reason, count] : result.refusals) j["refusals"].push_back({{"reason", reason}, {"count", count}});
   j["best_unsimulated_bound_s"] =
       result.best_unsimulated_bound_s ? nlohmann::json(*result.best_unsimulated_bound_s) : nlohmann::json();
+  j["least_discarded_memory_bytes"] =
+      result.least_discarded_memory_bytes ? nlohmann::json(*result.least_discarded_memory_bytes) : nlohmann::json();
+  j["least_discarded_memory_layout"] = result.least_discarded_memory_layout;
   j["mean_bound_ratio"] = result.mean_bound_ratio;
   j["max_bound_ratio"] = result.max_bound_ratio;
   j["ranking"] = nlohmann::json::array();

@@ -114,6 +114,11 @@ struct PlannerResult {
   /// The least time bound among the layouts never simulated (absent: none
   /// left): the proof that the winner is the fastest of the search space.
   std::optional<double> best_unsimulated_bound_s;
+  /// The least memory bound among the layouts it discarded, and that
+  /// layout's name: what the smallest of them needs at the least (absent
+  /// when the bound discarded none).
+  std::optional<double> least_discarded_memory_bytes;
+  std::string least_discarded_memory_layout;
   /// Per simulated layout: simulated / bound (how tight the bound is).
   double mean_bound_ratio = 0, max_bound_ratio = 0;
   double elapsed_s = 0;  ///< wall-clock seconds of the search (informative, never in goldens)

@@ -110,8 +110,9 @@ std::string table_text(const api::PlannerResult& result) {
                        *result.best_unsimulated_bound_s);
   out += "\n";
   const std::size_t shown = std::min<std::size_t>(result.ranking.size(), static_cast<std::size_t>(request.top));
-  out += fmt::format("{:>4}  {:<36} {:>16} {:>11} {:>10} {:>9} {:>7} {:>6} {:>10} {:>9}\n", "rank", "layout", "schedule",
-                     "iteration", "samples/s", "TFLOP/s", "MFU", "bubble", "peak", "bound");
+  if (shown > 0)
+    out += fmt::format("{:>4}  {:<36} {:>16} {:>11} {:>10} {:>9} {:>7} {:>6} {:>10} {:>9}\n", "rank", "layout", "schedule",
+                       "iteration", "samples/s", "TFLOP/s", "MFU", "bubble", "peak", "bound");
   for (std::size_t i = 0; i < shown; ++i) {
     const api::SimulatedLayout& s = result.ranking[i];
     const std::string rank = s.fits ? fmt::format("{}", i + 1) : "-";
@@ -127,7 +128,7 @@ std::string table_text(const api::PlannerResult& result) {
   }
   if (result.ranking.size() > shown)
     out += fmt::format("      ... {} more simulated (--top, --json)\n", result.ranking.size() - shown);
-  out += "\n";
+  if (shown > 0) out += "\n";
   if (!result.pareto.empty()) {
     out += "Pareto front (throughput against peak memory, layouts simulated):";
     for (const std::size_t i : result.pareto)
@@ -144,7 +145,12 @@ std::string table_text(const api::PlannerResult& result) {
     out += "\n";
     out += fmt::format("--megatron-args \"{}\"\n", winner.megatron_args);
   } else {
-    out += "no layout fits in memory\n";
+    out += "no layout fits in memory";
+    if (result.least_discarded_memory_bytes)
+      out += fmt::format(": the least any discarded layout needs is at least {} ({}), against {} usable per GPU",
+                         human_bytes(*result.least_discarded_memory_bytes), result.least_discarded_memory_layout,
+                         human_bytes(result.usable_memory_bytes));
+    out += "\n";
   }
   for (const std::string& note : result.notes) out += "note: " + note + "\n";
   return out;
