@@ -262,7 +262,14 @@ Bounds candidate_bounds(const PlannedLayout& layout, const StageModel& model, co
           gpu.has_optimizer_step()
               ? gpu.optimizer_step_s(stage.weight_bytes / (layout.distributed_optimizer ? layout.data_parallel : 1))
               : 0;
-      steps += step;
+      // Without data parallelism, the first and the last stage (of a
+      // pipeline of several) may share a tied word table: their steps then
+      // run after its all-reduce, beside the compute stream (sim/engine.cpp,
+      // lone tied syncs). Those steps count only where the stage ends the
+      // rank's work (chunk 0).
+      const int stage_index = r + chunk * p;
+      const bool beside = layout.data_parallel == 1 && stages > 1 && stage_index == stages - 1 && chunk > 0;
+      if (!beside) steps += step;
       if (chunk == 0) first_chunk_step = step;
     }
     const double tail = layout.data_parallel == 1 ? steps - first_chunk_step + std::max(drain[r], first_chunk_step)
@@ -350,6 +357,7 @@ double dependency_bound(const Candidate& candidate, const Program& program, int 
   std::vector<int> backwards_left(static_cast<std::size_t>(stages), m);
   std::vector<std::size_t> next(program.devices.size(), 0);
   std::vector<double> free(program.devices.size(), 0);
+  double tied_step_end = 0;
   std::size_t left = 0;
   for (const DeviceProgram& device : program.devices) {
     if (device.streams.size() != 1) return 0;  // not a one-stream schedule: no dependency bound
@@ -388,8 +396,14 @@ double dependency_bound(const Candidate& candidate, const Program& program, int 
           if (--backwards_left[static_cast<std::size_t>(a.stage)] == 0) {
             last_backward_start[static_cast<std::size_t>(a.stage)] = ready;
             last_backward_end[static_cast<std::size_t>(a.stage)] = end;
-            // Without data parallelism the step runs here, on the compute stream.
-            if (d == 1 && gpu.has_optimizer_step()) free[dv] += gpu.optimizer_step_s(stage.weight_bytes);
+            // Without data parallelism the step runs here, on the compute
+            // stream; the first and the last stage's (a tied word table's
+            // all-reduce may come first) run beside it, after this end.
+            if (d == 1 && gpu.has_optimizer_step()) {
+              const double step = gpu.optimizer_step_s(stage.weight_bytes);
+              if (stages > 1 && (a.stage == 0 || a.stage == stages - 1)) tied_step_end = std::max(tied_step_end, end + step);
+              else free[dv] += step;
+            }
           }
         }
         ++next[dv];
@@ -399,7 +413,7 @@ double dependency_bound(const Candidate& candidate, const Program& program, int 
     }
     if (!progressed) return 0;  // a dependency the rule above does not see: no bound
   }
-  double end = 0;
+  double end = tied_step_end;
   for (const double f : free) end = std::max(end, f);
   if (d > 1) {
     const int members = std::max(1, std::min(d, gpus_per_server / t));
