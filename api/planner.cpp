@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -136,16 +135,12 @@ struct Candidate {
   HostInfo gpu;  ///< with the optimizer step its device model implies
 };
 
-// What the bounds take from a schedule's one-pipeline Program, per device
-// (pipeline rank): the stages of the forwards before its first backward
-// (at the start of that backward every one of them holds its stash, none
-// freed yet), and, for its stage whose last backward comes first in its
-// program order, how many F, R and B of each of its stages run up to and
-// including that backward (the device's stream runs them one at a time).
+// What the memory bound takes from a schedule's one-pipeline Program, per
+// device (pipeline rank): the stages of the forwards before its first
+// backward. At the start of that backward every one of them holds its
+// stash, and none has been freed.
 struct RankSchedule {
   std::vector<int> held;
-  int first_done_stage = -1;
-  std::map<int, std::array<int, 3>> before_first_done;  ///< stage -> {F, R, B}
 };
 
 struct ScheduleFacts {
@@ -155,31 +150,12 @@ struct ScheduleFacts {
 
 std::vector<RankSchedule> rank_schedules(const Program& program) {
   std::vector<RankSchedule> ranks(program.devices.size());
-  for (std::size_t d = 0; d < program.devices.size(); ++d) {
-    RankSchedule& rank = ranks[d];
-    for (const Stream& stream : program.devices[d].streams) {
-      bool backward_seen = false;
-      std::map<int, int> backwards_left;
-      for (const Action& action : stream.actions)
-        if (action.kind == ActionKind::Backward) ++backwards_left[action.stage];
-      std::map<int, std::array<int, 3>> counts;
+  for (std::size_t d = 0; d < program.devices.size(); ++d)
+    for (const Stream& stream : program.devices[d].streams)
       for (const Action& action : stream.actions) {
-        if (action.kind == ActionKind::Backward) backward_seen = true;
-        if (!backward_seen && action.kind == ActionKind::Forward) rank.held.push_back(action.stage);
-        if (rank.first_done_stage >= 0) continue;
-        std::array<int, 3>& count = counts[action.stage];
-        if (action.kind == ActionKind::Forward) ++count[0];
-        if (action.kind == ActionKind::Recompute) ++count[1];
-        if (action.kind == ActionKind::Backward) {
-          ++count[2];
-          if (--backwards_left[action.stage] == 0) {
-            rank.first_done_stage = action.stage;
-            rank.before_first_done = counts;
-          }
-        }
+        if (action.kind != ActionKind::Forward) break;
+        ranks[d].held.push_back(action.stage);
       }
-    }
-  }
   return ranks;
 }
 
@@ -223,9 +199,11 @@ struct Bounds {
   double time_s = 0, memory_bytes = 0;
 };
 
+// The closed forms (docs/planner.md, "Bounds"); the communication of data
+// parallelism is left to the dependency bound, which refines this one
+// before a layout is simulated.
 Bounds candidate_bounds(const PlannedLayout& layout, const StageModel& model, const Plan& shape,
-                        const std::vector<RankSchedule>& schedule, const HostInfo& gpu, int gpus_per_server,
-                        const RingRates& rates, bool overlap_grad_reduce) {
+                        const std::vector<RankSchedule>& schedule, const HostInfo& gpu) {
   const int p = layout.pipeline_parallel, v = layout.virtual_stages, m = layout.micro_batches;
   const int stages = p * v;
   Bounds bounds;
@@ -275,45 +253,6 @@ Bounds candidate_bounds(const PlannedLayout& layout, const StageModel& model, co
     const double tail = layout.data_parallel == 1 ? steps - first_chunk_step + std::max(drain[r], first_chunk_step)
                                                   : std::max(drain[r], steps);
     bounds.time_s = std::max(bounds.time_s, fill[r] + work + tail);
-    // Data parallelism: the device's communication stream runs, one after
-    // the other, each stage's gradient reduction (its buckets once their
-    // layers' last backward has passed them), its optimizer step and, with
-    // the distributed optimizer, the all-gather of its weights. None of a
-    // stage's can start before its last backward has begun; so after the
-    // last backward of the stage that finishes first (f) come every other
-    // stage's whole synchronisation and f's step and all-gather (and f's
-    // whole reduction without --overlap-grad-reduce).
-    if (layout.data_parallel > 1) {
-      const RankSchedule& rank = schedule[static_cast<std::size_t>(r)];
-      const int d = layout.data_parallel;
-      const int members = std::max(1, std::min(d, gpus_per_server / layout.tensor_parallel));
-      const bool crosses = static_cast<long long>(d) * layout.tensor_parallel > gpus_per_server;
-      const double gradient_factor =
-          shape.gradient_dtype.empty() ? 1.0
-                                       : static_cast<double>(dtype_bytes(shape.gradient_dtype, "--gradient-dtype")) /
-                                             dtype_bytes(shape.dtype, "--dtype");
-      double ready = fill[r];
-      for (const auto& [stage, count] : rank.before_first_done) {
-        const StageTimes& times = model.stages[static_cast<std::size_t>(stage)];
-        ready += count[0] * (times.forward_s + overhead) + count[1] * times.recompute_s +
-                 count[2] * (times.backward_s + overhead);
-      }
-      double synchronisation = 0;
-      for (int chunk = 0; chunk < v; ++chunk) {
-        const int stage_index = r + chunk * p;
-        const StageTimes& stage = model.stages[static_cast<std::size_t>(stage_index)];
-        const double gradients = stage.weight_bytes * gradient_factor;
-        const double reduce = layout.distributed_optimizer
-                                  ? ring_least_s(gradients, d, d - 1, members, crosses, rates)
-                                  : ring_least_s(gradients, d, 2 * (d - 1), members, crosses, rates);
-        const double gather =
-            layout.distributed_optimizer ? ring_least_s(stage.weight_bytes, d, d - 1, members, crosses, rates) : 0;
-        const double step = gpu.has_optimizer_step() ? gpu.optimizer_step_s(stage.weight_bytes / (layout.distributed_optimizer ? d : 1)) : 0;
-        const bool first_done = stage_index == rank.first_done_stage;
-        synchronisation += (first_done && overlap_grad_reduce ? 0 : reduce) + step + gather;
-      }
-      bounds.time_s = std::max(bounds.time_s, ready + synchronisation);
-    }
     double activations = 0;
     for (const int stage : schedule[static_cast<std::size_t>(r)].held) activations += model.stages[static_cast<std::size_t>(stage)].kept_bytes;
     bounds.memory_bytes = std::max(bounds.memory_bytes, resident * weights + std::max(activations, step_extra * weights));
@@ -338,7 +277,7 @@ double dependency_bound(const Candidate& candidate, const Program& program, int 
   const HostInfo& gpu = candidate.gpu;
   const int stages = program.num_stages, m = program.micro_batches;
   const int p = layout.pipeline_parallel, t = layout.tensor_parallel, d = layout.data_parallel;
-  const std::vector<int> device_of = stage_to_device(stages, layout.virtual_stages, StageMap::Loop);
+  const std::vector<int> device_of = stage_to_device(stages, layout.virtual_stages, stage_map_of(layout.schedule));
   // Pipeline rank r's first host: t (d r) in Megatron-Core's order.
   const auto server_of = [&](int rank) { return static_cast<long long>(t) * d * rank / gpus_per_server; };
   const auto transfer_s = [&](int from_stage, int to_stage, double bytes) {
@@ -453,7 +392,7 @@ double dependency_bound(const Candidate& candidate, const Program& program, int 
 StageModel stage_model(const Plan& shape, const MegatronLaunch& base, int p, int v, const HostInfo& gpu) {
   const int stages = p * v;
   std::vector<std::string> stage_hosts(static_cast<std::size_t>(stages));
-  const std::vector<int> device = stage_to_device(stages, v, StageMap::Loop);
+  const std::vector<int> device = stage_to_device(stages, v, stage_map_of(megatron_schedule(v)));
   for (int s = 0; s < stages; ++s) stage_hosts[static_cast<std::size_t>(s)] = fmt::format("rank{}", device[static_cast<std::size_t>(s)]);
   const Partition partition =
       megatron_partition(shape.profile, stage_hosts, stages, v, device, std::nullopt, std::nullopt,
@@ -575,7 +514,8 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
   if (request.top < 1) throw InputError(fmt::format("--top: expected an integer >= 1, found {}", request.top));
   if (request.max_micro_batch_size < 1)
     throw InputError(fmt::format("--max-micro-batch-size: expected an integer >= 1, found {}", request.max_micro_batch_size));
-  check_choices(request.schedules, {"1f1b-sno", "interleaved-1f1b"}, "--schedules");
+  const std::vector<std::string> schedules = request.schedules.empty() ? megatron_schedules() : request.schedules;
+  check_choices(schedules, megatron_schedules(), "--schedules");
   check_choices(request.recompute, {"none", "selective", "full"}, "--recompute");
   if (request.sequence_parallel.empty()) throw InputError("--sequence-parallel: expected on, off or both");
   if (request.distributed_optimizer.empty()) throw InputError("--distributed-optimizer: expected on, off or both");
@@ -601,7 +541,7 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
 
   // The platform: identical GPUs in identical servers.
   enable_input_cache();
-  PlatformSummary platform = sim::read_platform(request.platform_file, sim::PlatformRoutes::None);
+  const PlatformSummary platform = platform_summary(request.platform_file);
   if (platform.hosts.empty()) throw InputError(fmt::format("{}: no hosts", request.platform_file));
   const HostInfo& first = platform.hosts.front();
   std::map<std::string, int> per_server;
@@ -691,26 +631,27 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
       for (const int mbs : divisors(*global / d, request.max_micro_batch_size)) {
         if (!allowed(request.micro_batch_sizes, mbs)) continue;
         const int m = static_cast<int>(*global / d / mbs);
-        for (const std::string& schedule : request.schedules) {
-          std::vector<int> chunks;
-          if (schedule == "1f1b-sno") chunks = {1};
-          else if (p > 1)  // Megatron-LM interleaves pipelines of two ranks or more
-            for (int v = 2; v <= layers / p; ++v)
-              if (layers % (p * v) == 0 && allowed(request.virtual_stages, v)) chunks.push_back(v);
-          for (const int v : chunks) {
-            for (const std::string& recompute : request.recompute)
-              for (const bool sp : request.sequence_parallel) {
-                if (sp && t == 1) continue;  // Megatron turns it off at t = 1: the same layout
-                for (const bool distopt : request.distributed_optimizer) {
-                  if (distopt && d == 1) continue;  // nothing to shard: the same layout
-                  PlannedLayout layout{t, p, d, v, mbs, m, schedule, recompute, sp, distopt};
-                  ++result.enumerated;
-                  Candidate candidate;
-                  candidate.layout = layout;
-                  candidates.push_back(std::move(candidate));
-                }
+        // Model chunks per rank: 1, or (Megatron-LM interleaves pipelines of
+        // two ranks or more) any v dividing the rank's layers; each v runs
+        // the schedule the launch gives it.
+        std::vector<int> chunks = {1};
+        if (p > 1)
+          for (int v = 2; v <= layers / p; ++v)
+            if (layers % (p * v) == 0 && allowed(request.virtual_stages, v)) chunks.push_back(v);
+        for (const int v : chunks) {
+          const std::string schedule = megatron_schedule(v);
+          if (std::find(schedules.begin(), schedules.end(), schedule) == schedules.end()) continue;
+          for (const std::string& recompute : request.recompute)
+            for (const bool sp : request.sequence_parallel) {
+              if (sp && t == 1) continue;  // Megatron turns it off at t = 1: the same layout
+              for (const bool distopt : request.distributed_optimizer) {
+                if (distopt && d == 1) continue;  // nothing to shard: the same layout
+                Candidate candidate;
+                candidate.layout = PlannedLayout{t, p, d, v, mbs, m, schedule, recompute, sp, distopt};
+                ++result.enumerated;
+                candidates.push_back(std::move(candidate));
               }
-          }
+            }
         }
       }
     }
@@ -759,7 +700,7 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
     if (entry == profiles.end()) {
       ProfileEntry made;
       PlannedLayout shape_layout{layout.tensor_parallel, 1, gpus / layout.tensor_parallel, 1, layout.micro_batch_size,
-                                 1, "1f1b-sno", layout.recompute, layout.sequence_parallel, false};
+                                 1, megatron_schedule(1), layout.recompute, layout.sequence_parallel, false};
       PlanRequest shape_request;
       shape_request.platform_file = request.platform_file;
       shape_request.megatron_args =
@@ -809,8 +750,7 @@ PlannerResult plan(const PlannerRequest& request, const PlannerProgress& progres
                                            dtype_bytes(shape.dtype, "--dtype"));
       candidate.gpu = one.hosts.front();
     }
-    const Bounds bounds = candidate_bounds(layout, model->second, shape, held->second.ranks, candidate.gpu,
-                                           result.gpus_per_server, rates, request.overlap_grad_reduce);
+    const Bounds bounds = candidate_bounds(layout, model->second, shape, held->second.ranks, candidate.gpu);
     candidate.bound_time_s = bounds.time_s;
     candidate.bound_memory_bytes = bounds.memory_bytes;
     candidate.stages = &model->second;

@@ -56,8 +56,9 @@ struct PlannerRequest {
   /// default stay within one server, as Megatron-LM keeps them.
   std::vector<int> tensor_parallel, pipeline_parallel, data_parallel, virtual_stages, micro_batch_sizes;
   int max_micro_batch_size = 16;  ///< micro-batch sizes tried: the divisors of global / d up to this
-  /// Among 1f1b-sno and interleaved-1f1b (Megatron-LM's two schedules).
-  std::vector<std::string> schedules = {"1f1b-sno", "interleaved-1f1b"};
+  /// Among Megatron-LM's schedules (megatron_schedules(), layout/: 1F1B,
+  /// and interleaved at v > 1); empty: both.
+  std::vector<std::string> schedules;
   /// Among none, selective and full.
   std::vector<std::string> recompute = {"none", "selective", "full"};
   std::vector<bool> sequence_parallel = {false, true};

@@ -138,6 +138,8 @@ PlatformSummary tensor_parallel_view(Plan& plan, PlatformSummary platform, const
 
 void enable_input_cache() { input_cache_enabled = true; }
 
+PlatformSummary platform_summary(const std::string& path) { return platform_from(path); }
+
 void enable_progress_on_terminal() { sim::set_progress(isatty(STDERR_FILENO) == 1); }
 
 namespace {

@@ -176,6 +176,10 @@ void enable_progress_on_terminal();
 void preload_profile(const std::string& path);
 void preload_platform(const std::string& path, bool with_routes);
 
+/** The platform's summary (hosts and their properties, no routes) as
+ *  make_plan reads it: through the input cache when it is on. */
+PlatformSummary platform_summary(const std::string& path);
+
 /** SHA-256 (hex) of a file's content, read once per process. */
 std::string input_file_sha256(const std::string& path);
 

@@ -1200,7 +1200,7 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
   launch.pipeline_parallel = pipeline_parallel;
   if (first) launch.decoder_first_pipeline_num_layers = static_cast<int>(*first);
   if (last) launch.decoder_last_pipeline_num_layers = static_cast<int>(*last);
-  launch.schedule = launch.virtual_stages > 1 ? "interleaved-1f1b" : "1f1b-sno";
+  launch.schedule = megatron_schedule(launch.virtual_stages);
   // validate_args turns sequence parallelism off at tensor parallel 1.
   launch.sequence_parallel = a.has("--sequence-parallel") && tensor_parallel > 1;
   if (a.has("--sequence-parallel") && tensor_parallel == 1)
@@ -1395,6 +1395,13 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
 }  // namespace pipegrid
 
 namespace pipegrid {
+
+std::string megatron_schedule(int virtual_stages) { return virtual_stages > 1 ? "interleaved-1f1b" : "1f1b-sno"; }
+
+const std::vector<std::string>& megatron_schedules() {
+  static const std::vector<std::string> names = {megatron_schedule(1), megatron_schedule(2)};
+  return names;
+}
 
 std::string megatron_arguments_of_gpt(const ModelSpec& spec) {
   if (spec.name != "gpt")

@@ -143,6 +143,14 @@ const std::vector<MegatronArgument>& megatron_arguments();
 
 namespace pipegrid {
 
+/** pipegrid's schedule of a launch with `virtual_stages` model chunks per
+ *  pipeline rank: Megatron-LM's 1F1B (PipeDream-flush, "1f1b-sno") at 1,
+ *  its interleaved schedule ("interleaved-1f1b") above (MegatronLaunch::
+ *  schedule). */
+std::string megatron_schedule(int virtual_stages);
+/** Both, 1F1B first: every schedule a launch can run. */
+const std::vector<std::string>& megatron_schedules();
+
 /** The Megatron-LM arguments (release kMegatronRelease) of the `gpt`
  *  generator's model `spec` (generators/model_generators.hpp), without the
  *  layout: --num-layers, --hidden-size, --num-attention-heads,
