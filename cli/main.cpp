@@ -1,5 +1,5 @@
 // pipegrid: predict, draw and check pipeline-parallel DNN training.
-// Subcommands: simulate, model, schedule, partition, explore, plan, compare, platform, demo, execute, calibrate, validate (the last three in LibTorch builds).
+// Subcommands: simulate, model, schedule, partition, explore, plan, compare, platform, trace, demo, execute, calibrate, validate (the last three in LibTorch builds).
 // Flag spellings are stable: users script against them.
 // Built twice where LibTorch is found (cli/CMakeLists.txt): pipegrid-torch with
 // every command (PIPEGRID_WITH_TORCH), and pipegrid without LibTorch, whose
@@ -21,6 +21,7 @@
 #include "cli/model_command.hpp"
 #include "cli/platform_command.hpp"
 #include "cli/torch_forward.hpp"
+#include "cli/trace_command.hpp"
 #include "cli/usage.hpp"
 #ifdef PIPEGRID_WITH_TORCH
 #include "cli/calibrate_command.hpp"
@@ -242,6 +243,7 @@ int main_with_exceptions(int argc, char** argv) {
   CLI::App* compare = add_compare_command(app);
   CLI::App* platform = add_platform_command(app);
   CLI::App* model = add_model_command(app);
+  CLI::App* trace = add_trace_command(app);
 #ifdef PIPEGRID_WITH_TORCH
   CLI::App* execute = add_execute_command(app);
   CLI::App* calibrate = add_calibrate_command(app);
@@ -361,6 +363,7 @@ int main_with_exceptions(int argc, char** argv) {
   if (*compare) return run_compare_command();
   if (*platform) return run_platform_command();
   if (*model) return run_model_command();
+  if (*trace) return run_trace_command();
 #ifdef PIPEGRID_WITH_TORCH
   if (*launched_rank) {
     validate::run_launched_rank(rank_folder, rank_index);
