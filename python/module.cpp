@@ -26,6 +26,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -92,13 +93,17 @@ void in_calling_process(const std::function<void()>& work) {
   throw py::error_already_set();
 }
 
-/** Runs `work` with the GIL released, in the calling process only, and turns
- *  pipegrid's exceptions into pipegrid.Error's classes (GIL held again). */
+/** Runs `work` with the GIL released, in the calling process only, one call
+ *  at a time (the facade keeps process-wide state: other Python threads run
+ *  meanwhile, other pipegrid calls wait), and turns pipegrid's exceptions
+ *  into pipegrid.Error's classes (GIL held again). */
 void call_released(const std::function<void()>& work) {
+  static std::mutex one_call_at_a_time;
   std::string message;
   PyObject* type = nullptr;
   try {
     py::gil_scoped_release release;
+    const std::lock_guard<std::mutex> lock(one_call_at_a_time);
     in_calling_process(work);
     return;
   } catch (const InfeasibleError& error) {
