@@ -189,14 +189,11 @@ void append_keywords(const std::string& function, const std::vector<Keyword>& ke
       if (!found->several)
         raise(input_error_type, fmt::format("{}: keyword {} takes one value, found {}", function, name,
                                             py::repr(value).cast<std::string>()));
-      for (const py::handle& item : value) {
-        args.push_back(flag);
-        args.push_back(word_of(function, name, item));
-      }
+      for (const py::handle& item : value) args.push_back(flag + "=" + word_of(function, name, item));
       continue;
     }
-    args.push_back(flag);
-    args.push_back(word_of(function, name, value));
+    // --flag=VALUE: a value that starts with '-' (megatron_args) stays a value.
+    args.push_back(flag + "=" + word_of(function, name, value));
   }
 }
 
@@ -360,10 +357,15 @@ CommandOutcome run_command_in_child(const std::string& name, const std::vector<s
   if (child == 0) {
     ::dup2(out_fd, STDOUT_FILENO);
     nlohmann::json report;
+    // A grandchild (a run the command forks) that came back here leaves at
+    // once: the report is this child's alone.
+    const pid_t reporter = getpid();
     try {
-      std::unique_ptr<Command> command = make_command(name);
-      parse(command->app, args);
-      report["status"] = command->run();
+      in_calling_process([&] {
+        std::unique_ptr<Command> command = make_command(name);
+        parse(command->app, args);
+        report["status"] = command->run();
+      });
     } catch (const InfeasibleError& error) {
       report = {{"kind", "infeasible"}, {"message", error.what()}};
     } catch (const InputError& error) {
@@ -377,6 +379,7 @@ CommandOutcome run_command_in_child(const std::string& name, const std::vector<s
     } catch (...) {
       report = {{"kind", "internal"}, {"message", "internal error: an unknown exception"}};
     }
+    if (getpid() != reporter) _exit(kEscapedChildStatus);
     std::cout.flush();
     std::fflush(nullptr);
     const std::string text = report.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

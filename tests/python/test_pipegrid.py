@@ -37,7 +37,7 @@ def flags_of(options):
         if value is True:
             words.append(flag)
         elif value is not False and value is not None:
-            words += [flag, str(value)]
+            words.append(f"{flag}={value}")
     return words
 
 
@@ -51,6 +51,12 @@ SIMULATE_CASES = {
                              schedule="1f1b-sno", micro_batches=8, partition="megatron"),
     "bapipe-partitioner": dict(platform=CHAIN2, profile=TINY, network="analytic", schedule="1f1b-sno",
                                micro_batches=2, partitioner="bapipe", memory="2KiB"),
+    "megatron-args-tensor-parallel": dict(platform=os.path.join(COMMON, "tp-h100-1x4.xml"), network="analytic",
+                                          megatron_args="--num-layers 4 --hidden-size 256 --num-attention-heads 4 "
+                                          "--seq-length 128 --max-position-embeddings 128 --vocab-size 1000 "
+                                          "--micro-batch-size 1 --global-batch-size 4 --bf16 "
+                                          "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+                                          "--sequence-parallel"),
     "data-parallel-layout": dict(platform=os.path.join(COMMON, "ddp-ring4.xml"), profile=os.path.join(COMMON, "ddp4.json"),
                                  schedule="gpipe", micro_batches=2, pipeline_parallel=2, data_parallel=2),
 }
