@@ -4,7 +4,8 @@
 # Usage: scripts/build.sh [--demo] [extra cmake -D options]
 #   --demo  installs only what the `pipegrid` executable needs and builds only
 #           it (no LibTorch, tests or benchmarks): the README's first command.
-#   without --demo: everything (pipegrid-torch, tests, benchmarks).
+#   without --demo: everything (pipegrid-torch, tests, benchmarks, the
+#           Python module in build/python: docs/python.md).
 # Both forms pass the same options (only their values differ) and compile
 # with the same flags, so either reconfigures a build/ the other one left,
 # and the full build reuses every object the demo build compiled. Compile
@@ -27,7 +28,8 @@ if ! $demo; then
              libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev libopenblas0-openmp
              libgloo-dev  # the headers of LibTorch's ProcessGroupGloo (--launcher processes|env)
              openmpi-bin  # a launcher only: the sweep tests run `mpirun -n 2 pipegrid sweep run ... --shard auto`
-             clang libclang-rt-dev)  # clang: the sanitizer build of .ci/run
+             clang libclang-rt-dev  # clang: the sanitizer build of .ci/run
+             pybind11-dev python3-dev)  # the Python module (python/, docs/python.md)
 fi
 missing=()
 for package in "${packages[@]}"; do
@@ -49,7 +51,8 @@ if $demo; then everything=OFF; else everything=ON; fi
 options=(-G Ninja
          -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG"
          -DPIPEGRID_WITH_SIMGRID=ON -DPIPEGRID_SANITIZE=OFF -DPIPEGRID_BUILD_FUZZERS=OFF
-         -DPIPEGRID_WITH_TORCH=$everything -DPIPEGRID_BUILD_TESTS=$everything -DPIPEGRID_BUILD_BENCH=$everything)
+         -DPIPEGRID_WITH_TORCH=$everything -DPIPEGRID_BUILD_TESTS=$everything -DPIPEGRID_BUILD_BENCH=$everything
+         -DPIPEGRID_BUILD_PYTHON=$everything)
 
 if [ -f build/CMakeCache.txt ] && ! grep -qx 'CMAKE_GENERATOR:INTERNAL=Ninja' build/CMakeCache.txt; then
   echo "scripts/build.sh: build/ was configured with another generator than Ninja: removing it" >&2
