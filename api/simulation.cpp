@@ -29,6 +29,7 @@
 #include "core/tensor_parallel.hpp"
 #include "layout/megatron_args.hpp"
 #include "partitioners/partitioners.hpp"
+#include "render/timeline_svg.hpp"
 #include "schedules/schedules.hpp"
 #include "sweep/experiment.hpp"
 #include "sim/engine.hpp"
@@ -1718,6 +1719,25 @@ std::string gradient_sync_text(const Plan& plan, const PlatformSummary& platform
 }
 
 }  // namespace
+
+std::string timeline_svg_of_run(const Plan& plan, const RunResult& result) {
+  SvgOptions options;
+  const std::string platform_name = plan.platform_file.substr(plan.platform_file.find_last_of('/') + 1);
+  std::string shape = fmt::format("M={}, {} stages", plan.micro_batches, plan.partition.num_stages());
+  if (!plan_schedule_info(plan).flushed) shape = fmt::format("{} mini-batches, {} stages", plan.mini_batches, plan.partition.num_stages());
+  std::string replicas;
+  for (const auto& hosts : plan.partition.hosts) replicas += (replicas.empty() ? "" : "-") + std::to_string(hosts.size());
+  if (std::any_of(plan.partition.hosts.begin(), plan.partition.hosts.end(), [](const auto& h) { return h.size() > 1; }))
+    shape += ", replicas " + replicas;
+  options.title = fmt::format("{}: {} on {} ({})", plan.schedule, plan.profile.name, platform_name, shape);
+  for (const DeviceMetrics& device : result.metrics.devices)
+    if (device.memory_capacity_bytes) {
+      options.memory_capacity_bytes[device.host] = *device.memory_capacity_bytes;
+      options.memory_reserve_bytes[device.host] = device.memory_reserve_bytes;
+    }
+  options.tensor_parallel = plan.tensor_parallel;
+  return timeline_to_svg(result.timeline, options);
+}
 
 std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   const Metrics& m = result.metrics;

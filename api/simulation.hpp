@@ -232,6 +232,11 @@ std::string layout_text(const Plan& plan);
 std::string layout_to_json(const Plan& plan, const PlatformSummary& platform);
 
 std::string metrics_to_json(const Plan& plan, const RunResult& result);
+/** The run's timeline as the SVG Gantt chart `simulate --svg` draws: titled
+ *  with the schedule, model, platform file and the run's shape, each
+ *  device's memory capacity and reserve marked, tensor-parallel groups as
+ *  the plan has them. */
+std::string timeline_svg_of_run(const Plan& plan, const RunResult& result);
 std::string metrics_to_table(const Plan& plan, const RunResult& result);
 
 }  // namespace pipegrid::api

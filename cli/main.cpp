@@ -76,24 +76,7 @@ void add_output_options(CLI::App& command, OutputFiles& outputs) {
 void write_outputs(const Plan& plan, const api::RunResult& result, const OutputFiles& outputs, OutputFileSet& files) {
   if (!outputs.csv.empty()) files.add(outputs.csv, timeline_to_csv(result.timeline));
   if (!outputs.trace.empty()) files.add(outputs.trace, timeline_to_chrome_trace(result.timeline));
-  if (!outputs.svg.empty()) {
-    SvgOptions options;
-    const std::string platform_name = plan.platform_file.substr(plan.platform_file.find_last_of('/') + 1);
-    std::string shape = fmt::format("M={}, {} stages", plan.micro_batches, plan.partition.num_stages());
-    if (!api::plan_schedule_info(plan).flushed) shape = fmt::format("{} mini-batches, {} stages", plan.mini_batches, plan.partition.num_stages());
-    std::string replicas;
-    for (const auto& hosts : plan.partition.hosts) replicas += (replicas.empty() ? "" : "-") + std::to_string(hosts.size());
-    if (std::any_of(plan.partition.hosts.begin(), plan.partition.hosts.end(), [](const auto& h) { return h.size() > 1; }))
-      shape += ", replicas " + replicas;
-    options.title = fmt::format("{}: {} on {} ({})", plan.schedule, plan.profile.name, platform_name, shape);
-    for (const DeviceMetrics& device : result.metrics.devices)
-      if (device.memory_capacity_bytes) {
-        options.memory_capacity_bytes[device.host] = *device.memory_capacity_bytes;
-        options.memory_reserve_bytes[device.host] = device.memory_reserve_bytes;
-      }
-    options.tensor_parallel = plan.tensor_parallel;
-    files.add(outputs.svg, timeline_to_svg(result.timeline, options));
-  }
+  if (!outputs.svg.empty()) files.add(outputs.svg, api::timeline_svg_of_run(plan, result));
   if (!outputs.save_plan.empty()) files.add(outputs.save_plan, plan_to_json(plan));
   if (!outputs.layout_json.empty()) files.add(outputs.layout_json, api::layout_to_json(plan, result.platform));
 }

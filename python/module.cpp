@@ -221,25 +221,7 @@ struct SimulationRun {
   std::string plan_json() const { return plan_to_json(plan); }
   std::string timeline_csv() const { return timeline_to_csv(result.timeline); }
   /// The SVG `pipegrid simulate --svg` writes for the same run.
-  std::string timeline_svg() const {
-    SvgOptions options;
-    const std::string platform_name = plan.platform_file.substr(plan.platform_file.find_last_of('/') + 1);
-    std::string shape = fmt::format("M={}, {} stages", plan.micro_batches, plan.partition.num_stages());
-    if (!api::plan_schedule_info(plan).flushed)
-      shape = fmt::format("{} mini-batches, {} stages", plan.mini_batches, plan.partition.num_stages());
-    std::string replicas;
-    for (const auto& hosts : plan.partition.hosts) replicas += (replicas.empty() ? "" : "-") + std::to_string(hosts.size());
-    if (std::any_of(plan.partition.hosts.begin(), plan.partition.hosts.end(), [](const auto& h) { return h.size() > 1; }))
-      shape += ", replicas " + replicas;
-    options.title = fmt::format("{}: {} on {} ({})", plan.schedule, plan.profile.name, platform_name, shape);
-    for (const DeviceMetrics& device : result.metrics.devices)
-      if (device.memory_capacity_bytes) {
-        options.memory_capacity_bytes[device.host] = *device.memory_capacity_bytes;
-        options.memory_reserve_bytes[device.host] = device.memory_reserve_bytes;
-      }
-    options.tensor_parallel = plan.tensor_parallel;
-    return timeline_to_svg(result.timeline, options);
-  }
+  std::string timeline_svg() const { return api::timeline_svg_of_run(plan, result); }
 };
 
 /// simulate's command: its input options bound to `request`.
