@@ -40,7 +40,8 @@ struct ActionInfo {
   std::size_t engine_index = 0;  ///< the engine's order: devices, streams, positions
   int overlap = 0;               ///< 1: first of an overlapped pair, 2: second, 0: alone
   NodeRef node;
-  NodeRef step;                  ///< the optimizer step on its stream after it, if any
+  NodeRef step;                  ///< the optimizer step after it, if any
+  bool step_on_lane = false;     ///< that step runs beside the streams (after a tied all-reduce)
   std::vector<Need> needs;
 };
 
@@ -80,10 +81,10 @@ class GraphBuilder {
   void index_records() {
     for (const TimelineRecord& record : run_.timeline.records) {
       if (TimelineRecord::is_collective(record.action)) {
-        if (record.micro_batch == kTiedEmbeddingLabel)
-          throw InputError("execution graph: the run all-reduces a tied word embedding between its first and last "
-                           "stages; execution graphs of such runs are not supported");
-        if (record.micro_batch != -1)
+        if (record.micro_batch == kTiedEmbeddingLabel) {
+          tied_records_.insert({record.stage, record.mini_batch, record.host});
+          tied_stages_.insert(record.stage);
+        } else if (record.micro_batch != -1)
           throw InputError(fmt::format("execution graph: the run synchronises stage {}'s gradients per layer or per "
                                        "bucket (wait-free or bucketed all-reduces start inside a backward); execution "
                                        "graphs hold whole-stage collectives only",
@@ -322,7 +323,7 @@ class GraphBuilder {
   // (a U record of the final backward it follows) on that backward's stream.
   void add_stream_steps() {
     for (auto& [a, info] : actions_) {
-      if (!is_final_backward(a.kind) || devices_with_collectives_.count(info.device)) continue;
+      if (!is_final_backward(a.kind) || devices_with_collectives_.count(info.device) || info.step.valid()) continue;
       const TimelineRecord* record = find_record(device_host_[info.device], kOptimizerStepAction, a.stage, a.micro_batch, a.mini_batch);
       if (record == nullptr) continue;
       info.step = add_node(info.node.rank, step_node(a, info.stream, *record));
@@ -351,23 +352,83 @@ class GraphBuilder {
     return name;
   }
 
-  NodeRef add_collective(const AllReduce& spec, std::size_t participant, const std::vector<int>& ranks, CollectiveType type,
-                         const std::string& host, const std::string& group) {
+  // A collective node of participant `participant` (ranks: the ring) with
+  // the bytes its record implies: the record's bytes are what the
+  // participant sends, steps x S / r.
+  NodeRef add_collective(int stage, int label, int round, std::size_t participant, const std::vector<int>& ranks,
+                         CollectiveType type, const std::string& host) {
     const std::string action = collective_name(type);
-    const TimelineRecord& record = record_of(host, action, spec.stage, -1, spec.round);
+    const TimelineRecord& record = record_of(host, action, stage, label, round);
     const std::size_t r = ranks.size();
     const double steps = type == CollectiveType::AllReduce ? 2.0 * static_cast<double>(r - 1) : static_cast<double>(r - 1);
     ExecutionNode collective;
-    collective.name = fmt::format("{} stage {} round {}", action, spec.stage, spec.round);
+    collective.name = label == kTiedEmbeddingLabel ? fmt::format("{} tied embedding stage {} round {}", action, stage, round)
+                                                   : fmt::format("{} stage {} round {}", action, stage, round);
     collective.type = NodeType::CommCollNode;
     collective.duration_s = record.end_s - record.start_s;
-    // The record's bytes are what the participant sends: steps x S / r.
     collective.comm_size = steps > 0 ? record.bytes * static_cast<double>(r) / steps : 0.0;
     collective.comm_type = type;
-    collective.pg_name = group;
-    set_labels(collective, spec.stage, -1, spec.round, action);
-    (void)participant;
+    collective.pg_name = process_group(ranks);
+    set_labels(collective, stage, label, round, action);
     return add_node(ranks[participant], std::move(collective));
+  }
+
+  // A tied word embedding's all-reduces when neither of its stages has a
+  // gradient synchronisation (the engine's place_lone_tied_syncs): per
+  // mini-batch, between the two stages' devices, each joining once the
+  // stage's final backwards of the mini-batch have ended; the step of the
+  // stage's last backward runs after it; the stage's forwards of the next
+  // mini-batch wait for both.
+  void add_lone_tied_syncs() {
+    if (tied_stages_.size() != 2) return;
+    const int first = *tied_stages_.begin(), last = *tied_stages_.rbegin();
+    for (const AllReduce& spec : program_.all_reduces)
+      if (spec.stage == first || spec.stage == last) return;  // paired with those (add_collectives)
+    // (stage, mini-batch) -> host of its record.
+    std::map<std::pair<int, int>, std::string> host_of;
+    for (const auto& [stage, mini, host] : tied_records_) host_of[{stage, mini}] = host;
+    std::map<std::size_t, NodeRef> lane;  // per device: its last node
+    for (const auto& [key, host] : host_of) {
+      const auto& [stage, mini] = key;
+      if (stage != first) continue;
+      const auto partner = host_of.find({last, mini});
+      if (partner == host_of.end()) continue;
+      const std::vector<int> ranks{rank_of_host_.at(host), rank_of_host_.at(partner->second)};
+      for (std::size_t p = 0; p < 2; ++p) {
+        const int own_stage = p == 0 ? first : last;
+        const std::string& own_host = p == 0 ? host : partner->second;
+        // The stage's final backwards of the mini-batch (engine order), its forwards of the next.
+        std::vector<std::pair<std::size_t, Action>> backwards, forwards;
+        for (const auto& [a, info] : actions_) {
+          if (a.stage != own_stage || device_host_[info.device] != own_host) continue;
+          if (is_final_backward(a.kind) && a.mini_batch == mini) backwards.push_back({info.engine_index, a});
+          if (a.kind == ActionKind::Forward && a.mini_batch == mini + 1) forwards.push_back({info.engine_index, a});
+        }
+        if (backwards.empty()) continue;
+        std::sort(backwards.begin(), backwards.end());
+        const std::size_t device = info_of(backwards.front().second).device;
+        const NodeRef sync = add_collective(own_stage, kTiedEmbeddingLabel, mini, p, ranks, CollectiveType::AllReduce, own_host);
+        for (const auto& [order, backward] : backwards) depend(sync, info_of(backward).node, true);
+        if (const auto previous = lane.find(device); previous != lane.end()) depend(sync, previous->second, false);
+        NodeRef end = sync;
+        // The step that follows the stage's last backward with one runs after the all-reduce.
+        for (auto backward = backwards.rbegin(); backward != backwards.rend(); ++backward) {
+          const Action& a = backward->second;
+          const TimelineRecord* record = find_record(own_host, kOptimizerStepAction, a.stage, a.micro_batch, a.mini_batch);
+          if (record == nullptr) continue;
+          ActionInfo& info = info_of(a);
+          ExecutionNode step = step_node(a, info.stream, *record);
+          step.extra["pipegrid_lane"] = "collectives";
+          info.step = add_node(info.node.rank, std::move(step));
+          info.step_on_lane = true;
+          depend(info.step, sync, false);
+          end = info.step;
+          break;
+        }
+        lane[device] = end;
+        for (const auto& [order, forward] : forwards) info_of(forward).needs.push_back({end, false});
+      }
+    }
   }
 
   void add_collectives() {
@@ -386,6 +447,7 @@ class GraphBuilder {
         devices_with_collectives_.insert(ready.device);
       }
     }
+    add_lone_tied_syncs();
     add_stream_steps();
     const bool sharded = plan_.distributed_optimizer;
     const bool gather_overlapped = sharded && plan_.overlap_param_gather;
@@ -407,10 +469,28 @@ class GraphBuilder {
         const Action& ready_action = spec.ready[p];
         const ActionInfo& ready = info_of(ready_action);
         const std::string& host = device_host_[device];
-        const std::string group = process_group(ring_ranks[c]);
-        const NodeRef reduce = add_collective(spec, p, ring_ranks[c], sharded ? CollectiveType::ReduceScatter : CollectiveType::AllReduce, host, group);
+        const NodeRef reduce = add_collective(spec.stage, -1, spec.round, p, ring_ranks[c],
+                                              sharded ? CollectiveType::ReduceScatter : CollectiveType::AllReduce, host);
         depend(reduce, ready.node, true);
         chain(reduce);
+        // The tied word embedding's all-reduce between replica p of its two
+        // stages (the engine's pair_tied_embeddings), before the step.
+        if (find_record(host, "ALLREDUCE", spec.stage, kTiedEmbeddingLabel, spec.round) && tied_stages_.size() == 2) {
+          const int first = *tied_stages_.begin(), last = *tied_stages_.rbegin();
+          const int other = spec.stage == first ? last : first;
+          std::optional<std::size_t> partner;
+          for (std::size_t o = 0; o < program_.all_reduces.size(); ++o)
+            if (program_.all_reduces[o].stage == other && program_.all_reduces[o].round == spec.round) partner = o;
+          if (!partner || ring_ranks[*partner].size() != ring_ranks[c].size())
+            throw InputError(fmt::format("execution graph: the tied embedding's all-reduce of stage {} round {} has no "
+                                         "partner of stage {}",
+                                         spec.stage, spec.round, other));
+          const bool own_first = spec.stage == first;
+          const std::vector<int> pair = own_first ? std::vector<int>{ring_ranks[c][p], ring_ranks[*partner][p]}
+                                                  : std::vector<int>{ring_ranks[*partner][p], ring_ranks[c][p]};
+          chain(add_collective(spec.stage, kTiedEmbeddingLabel, spec.round, own_first ? 0 : 1, pair,
+                               CollectiveType::AllReduce, host));
+        }
         if (const TimelineRecord* record = find_record(host, kOptimizerStepAction, ready_action.stage, ready_action.micro_batch,
                                                        ready_action.mini_batch)) {
           ExecutionNode step = step_node(ready_action, ready.stream, *record);
@@ -418,7 +498,7 @@ class GraphBuilder {
           chain(add_node(ready.node.rank, std::move(step)));
         }
         const NodeRef stepped = previous;
-        if (sharded) chain(add_collective(spec, p, ring_ranks[c], CollectiveType::AllGather, host, group));
+        if (sharded) chain(add_collective(spec.stage, -1, spec.round, p, ring_ranks[c], CollectiveType::AllGather, host));
         ended[c][p] = previous;
         release_point[c][p] = gather_overlapped ? stepped : previous;
       }
@@ -506,7 +586,7 @@ class GraphBuilder {
               if (const auto send = send_of(member)) holds.push_back(*send);
           for (const Action& member : members) {
             const NodeRef step = info_of(member).step;
-            if (!step.valid()) continue;
+            if (!step.valid() || info_of(member).step_on_lane) continue;
             start_after_previous(step);
             holds.clear();
             previous = step;
@@ -544,6 +624,10 @@ class GraphBuilder {
   std::vector<Message> dependency_messages_;
   std::map<std::tuple<int, std::uint64_t, int>, NodeRef> dependency_pairs_;
   std::set<std::size_t> devices_with_collectives_;
+  /// A tied word embedding's all-reduce records: (stage, round or
+  /// mini-batch, host), and the two stages.
+  std::set<std::tuple<int, int, std::string>> tied_records_;
+  std::set<int> tied_stages_;
 };
 
 }  // namespace

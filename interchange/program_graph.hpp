@@ -54,10 +54,12 @@ namespace pipegrid::interchange {
  *  an all-reduce releases depend on the participant's last node of it (the
  *  step, with overlapped parameter gathers).
  *
+ *  A tied word embedding's all-reduces are collective nodes of a two-rank
+ *  group (first stage's device, last stage's) where the engine runs them.
+ *
  *  Throws InputError for what the graphs cannot hold: per-layer (wait-free)
  *  or bucketed gradient synchronisation (their collectives start inside a
- *  backward), a tied word embedding's all-reduces, or a timeline record
- *  missing for an action. */
+ *  backward), or a timeline record missing for an action. */
 ExecutionTraceSet trace_set_of_run(const Plan& plan, const api::RunResult& run);
 
 }  // namespace pipegrid::interchange
