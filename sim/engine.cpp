@@ -35,6 +35,8 @@
 #include "core/termination.hpp"
 #include "core/timeline.hpp"
 #include "sim/platform_xml.hpp"
+#include "sim/engine_internal.hpp"
+#include "sim/ring_network.hpp"
 
 namespace sg = simgrid::s4u;
 
@@ -243,9 +245,10 @@ struct ActionState {
 // B, or W when the backward is split.
 bool is_final_backward(ActionKind kind) { return kind == ActionKind::Backward || kind == ActionKind::BackwardWeight; }
 
-// The collectives of a gradient synchronisation (docs/semantics.md,
-// "Collectives"): ring steps k and the timeline record's action.
-enum class CollectiveKind { AllReduce, ReduceScatter, AllGather };
+using internal::CollectiveKind;
+using internal::link_nccl;
+using internal::RingNetwork;
+using RingProgress = RingNetwork::Progress;
 
 // One gradient synchronisation of the Program (an AllReduce: all-reduces,
 // or reduce-scatters and all-gathers under the distributed optimizer) and
@@ -306,41 +309,10 @@ std::string packed_action_name(std::uint8_t action) {
   }
 }
 
-// A link's NCCL values (its nccl_efficiency and nccl_latency properties;
-// link_nccl_from_properties): InputError naming `file`, the link and the
-// property when one is malformed.
-// A SPLITDUPLEX link's directions (`id_UP`, `id_DOWN`, the links routes
-// cross) carry no properties in SimGrid 3.32: its declared link `id` holds
-// them.
-LinkNccl link_nccl(const sg::Link& link, const std::string& file) {
-  const auto gives_nccl = [](const std::unordered_map<std::string, std::string>* all) {
-    return all != nullptr && (all->count(kNcclEfficiencyProperty) > 0 || all->count(kNcclLatencyProperty) > 0);
-  };
-  const sg::Link* holder = &link;
-  if (!gives_nccl(link.get_properties())) {
-    const std::string& name = link.get_name();
-    std::string declared;
-    for (const std::string_view suffix : {std::string_view("_UP"), std::string_view("_DOWN")})
-      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
-        declared = name.substr(0, name.size() - suffix.size());
-    if (declared.empty()) return {};
-    try {
-      holder = sg::Engine::get_instance()->split_duplex_link_by_name(declared);
-    } catch (const std::exception&) {
-      return {};  // a link named so, not a direction of one
-    }
-    if (holder == nullptr || !gives_nccl(holder->get_properties())) return {};
-  }
-  const auto* all = holder->get_properties();
-  const std::map<std::string, std::string> properties(all->begin(), all->end());
-  return link_nccl_from_properties(printable(file), holder->get_name(), properties);
-}
-
 class Simulation {
  public:
-  Simulation(const SimulationRequest& request, const PlatformSummary& platform) : request_(request) {
-    for (const sg::Link* link : sg::Engine::get_instance()->get_all_links())
-      nccl_links_ = nccl_links_ || !link_nccl(*link, request.platform_file).is_default();
+  Simulation(const SimulationRequest& request, const PlatformSummary& platform)
+      : request_(request), rings_(request.platform_file, request.collective_model) {
     const Program& program = request.program;
     const std::vector<LayerCost> no_layers;
     std::size_t total_actions = 0;
@@ -710,7 +682,7 @@ class Simulation {
   }
 
   /// SimulationResult::collective_communications.
-  std::size_t collective_communications() const { return collective_communications_; }
+  std::size_t collective_communications() const { return rings_.collective_communications(); }
 
   /// Timeline records so far (progress).
   std::size_t records_done() const { return records_.size(); }
@@ -818,59 +790,13 @@ class Simulation {
     state.group_flow_bytes = bytes;
   }
 
-  // NCCL's efficiency and start latency (docs/semantics.md, NCCL efficiency
-  // and latency) over the route from `from` to `to`: the smallest
-  // nccl_efficiency and the largest nccl_latency of its links, read once per
-  // route; the defaults (no SimGrid call) when no link of the platform
-  // gives either.
-  LinkNccl route_nccl(sg::Host* from, sg::Host* to) {
-    if (!nccl_links_) return {};
-    const auto route = std::make_pair(from, to);
-    if (const auto known = route_nccl_.find(route); known != route_nccl_.end()) return known->second;
-    std::vector<sg::Link*> links;
-    double latency = 0;
-    from->route_to(to, links, &latency);
-    LinkNccl nccl;
-    for (const sg::Link* link : links) nccl = nccl.and_then(link_nccl(*link, request_.platform_file));
-    return route_nccl_.emplace(route, nccl).first->second;
-  }
-
-  // The NCCL values of a ring over `hosts` (each to the next, the last to
-  // the first): the smallest efficiency and the largest latency of its
-  // routes; computed once into `known`.
-  LinkNccl ring_nccl(const std::vector<sg::Host*>& hosts, std::optional<LinkNccl>& known) {
-    if (!nccl_links_) return {};
-    if (known) return *known;
-    LinkNccl nccl;
-    for (std::size_t p = 0; p < hosts.size() && hosts.size() > 1; ++p)
-      nccl = nccl.and_then(route_nccl(hosts[p], hosts[(p + 1) % hosts.size()]));
-    known = nccl;
-    return nccl;
-  }
-
-  // A collective's message of `bytes` from `from` to `to`, started now.
-  sg::CommPtr start_collective_message(sg::Host* from, sg::Host* to, double bytes) {
-    sg::CommPtr comm = sg::Comm::sendto_init(from, to);
-    comm->set_payload_size(static_cast<uint64_t>(std::llround(bytes)));
-    comm->start();
-    ++collective_communications_;
-    return comm;
-  }
-
-  // Unless the route's latency is known: a zero-byte message from `from` to
-  // `to` beside a collective's flow, whose time is the latency SimGrid gives
-  // a message on that route (its network model's factor included).
-  sg::CommPtr start_latency_probe(sg::Host* from, sg::Host* to) {
-    return route_latency_.count({from, to}) ? nullptr : start_collective_message(from, to, 0);
-  }
-
-  // The latency of the route from `from` to `to`, measured once: waits for
-  // `probe` (start_latency_probe's) when it is not known yet.
-  double route_latency(sg::Host* from, sg::Host* to, const sg::CommPtr& probe) {
-    const auto route = std::make_pair(from, to);
-    if (const auto known = route_latency_.find(route); known != route_latency_.end()) return known->second;
-    probe->wait();
-    return route_latency_.emplace(route, probe->get_finish_time() - probe->get_start_time()).first->second;
+  // The ring collectives' network (sim/ring_network.hpp).
+  LinkNccl route_nccl(sg::Host* from, sg::Host* to) { return rings_.route_nccl(from, to); }
+  LinkNccl ring_nccl(const std::vector<sg::Host*>& hosts, std::optional<LinkNccl>& known) { return rings_.ring_nccl(hosts, known); }
+  sg::CommPtr start_latency_probe(sg::Host* from, sg::Host* to) { return rings_.start_latency_probe(from, to); }
+  double route_latency(sg::Host* from, sg::Host* to, const sg::CommPtr& probe) { return rings_.route_latency(from, to, probe); }
+  std::vector<sg::CommPtr> start_ring_step(const std::vector<sg::Host*>& hosts, std::size_t p, double bytes) {
+    return rings_.start_ring_step(hosts, p, bytes);
   }
 
   // The tensor-parallel collectives of `actions` (one action, or an
@@ -1131,99 +1057,13 @@ class Simulation {
     run_ring(ring, p, kind, bytes, all_reduce.spec->stage, job.label, all_reduce.spec->round);
   }
 
-  // The state one ring collective's participants share.
-  struct RingProgress {
-    const std::vector<sg::Host*>& hosts;  ///< ring order
-    std::vector<int>& rounds;             ///< per participant (Rounds)
-    std::size_t& joined;                  ///< participants that have joined (Flows)
-    std::size_t& left;                    ///< participants done (Flows)
-    sg::ConditionVariablePtr signal;
-    std::optional<LinkNccl>& nccl;        ///< the ring's NCCL values, once known (ring_nccl)
-  };
-
-  // The rails ring step p -> p + 1 runs over when it crosses from one
-  // server (a host's englobing netzone) into another: NCCL runs a ring
-  // collective as several channels, each crossing between servers on the
-  // NIC of its own GPU, the same rail on both sides (NCCL_CROSS_NIC's
-  // default: "NCCL tries to communicate between same NICs between nodes",
-  // NCCL environment variables documentation), so the step's bytes spread
-  // over the c = min(a, b) GPU pairs of the a ring members that end the
-  // sending server's run and the b that start the receiving one's: pairs
-  // (the i-th last of the one, the i-th first of the other) ... in ring
-  // order. Empty when the step stays inside a server.
-  std::vector<std::pair<sg::Host*, sg::Host*>> crossing_rails(const std::vector<sg::Host*>& hosts, std::size_t p) const {
-    const std::size_t r = hosts.size();
-    const std::size_t next = (p + 1) % r;
-    const sg::NetZone* from = hosts[p]->get_englobing_zone();
-    const sg::NetZone* to = hosts[next]->get_englobing_zone();
-    if (from == to) return {};
-    std::vector<sg::Host*> senders, receivers;  // senders from p backwards, receivers from next forwards
-    for (std::size_t k = 0; k < r && hosts[(p + r - k) % r]->get_englobing_zone() == from; ++k)
-      senders.push_back(hosts[(p + r - k) % r]);
-    for (std::size_t k = 0; k < r && hosts[(next + k) % r]->get_englobing_zone() == to; ++k)
-      receivers.push_back(hosts[(next + k) % r]);
-    const std::size_t c = std::min(senders.size(), receivers.size());
-    std::vector<std::pair<sg::Host*, sg::Host*>> rails;
-    for (std::size_t i = 0; i < c; ++i) rails.emplace_back(senders[c - 1 - i], receivers[i]);
-    return rails;
-  }
-
-  // The flows of ring step p -> p + 1 carrying `bytes`, started now: one
-  // inside a server, bytes / c over each of the c rails into another
-  // (crossing_rails).
-  std::vector<sg::CommPtr> start_ring_step(const std::vector<sg::Host*>& hosts, std::size_t p, double bytes) {
-    const std::vector<std::pair<sg::Host*, sg::Host*>> rails = crossing_rails(hosts, p);
-    if (rails.empty()) return {start_collective_message(hosts[p], hosts[(p + 1) % hosts.size()], bytes)};
-    std::vector<sg::CommPtr> flows;
-    for (const std::pair<sg::Host*, sg::Host*>& rail : rails)
-      flows.push_back(start_collective_message(rail.first, rail.second, bytes / static_cast<double>(rails.size())));
-    return flows;
-  }
-
-  // Participant p's part in one ring collective of `bytes`; its record
-  // names `stage`, `label` (micro-batch) and `round` (mini-batch).
+  // Participant p's part in one ring collective of `bytes`
+  // (RingNetwork::run_ring); its record names `stage`, `label`
+  // (micro-batch) and `round` (mini-batch).
   void run_ring(RingProgress& ring, std::size_t p, CollectiveKind kind, double bytes, int stage, int label, int round_id) {
-    const std::size_t r = ring.hosts.size();
-    const std::size_t next = (p + 1) % r, previous = (p + r - 1) % r;
-    const int steps = static_cast<int>(kind == CollectiveKind::AllReduce ? 2 * (r - 1) : r - 1);
-    const double chunk = bytes / static_cast<double>(r);
-    const double start = sg::Engine::get_clock();
-    // NCCL: the ring's start latency once, then each step's bytes / efficiency.
-    const LinkNccl nccl = ring_nccl(ring.hosts, ring.nccl);
-    const double wire_chunk = chunk / nccl.efficiency;
-    if (request_.collective_model == CollectiveModel::Rounds) {
-      std::vector<int>& rounds = ring.rounds;
-      if (steps > 0 && nccl.latency_s > 0) sg::this_actor::sleep_for(nccl.latency_s);
-      for (int round = 0; round < steps; ++round) {
-        start_collective_message(ring.hosts[p], ring.hosts[next], wire_chunk)->wait();
-        rounds[p] = round + 1;
-        ring.signal->notify_all();
-        std::unique_lock lock(*mutex_);
-        while (rounds[previous] < round + 1) ring.signal->wait(lock);
-      }
-    } else {
-      ++ring.joined;
-      ring.signal->notify_all();
-      {
-        std::unique_lock lock(*mutex_);
-        while (ring.joined < r) ring.signal->wait(lock);
-      }
-      if (steps > 0) {
-        if (nccl.latency_s > 0) sg::this_actor::sleep_for(nccl.latency_s);
-        // A step into another server runs over as many rails as both servers
-        // have ring members (crossing_rails); inside a server, one flow.
-        const std::vector<sg::CommPtr> flows = start_ring_step(ring.hosts, p, steps * wire_chunk);
-        const double latency = route_latency(ring.hosts[p], ring.hosts[next], start_latency_probe(ring.hosts[p], ring.hosts[next]));
-        for (const sg::CommPtr& flow : flows) flow->wait();
-        if (steps > 1 && latency > 0) sg::this_actor::sleep_for((steps - 1) * latency);
-      }
-      ++ring.left;
-      ring.signal->notify_all();
-      std::unique_lock lock(*mutex_);
-      while (ring.left < r) ring.signal->wait(lock);
-    }
+    const RingNetwork::Part part = rings_.run_ring(ring, p, kind, bytes);
     const std::uint8_t action = kind == CollectiveKind::AllReduce ? kAllReduce : kind == CollectiveKind::ReduceScatter ? kReduceScatter : kAllGather;
-    record(start, sg::Engine::get_clock(), steps * chunk, ring.hosts[p], 0, stage, action, label, round_id, ring.hosts[next]);
+    record(part.start_s, part.end_s, part.bytes, ring.hosts[p], 0, stage, action, label, round_id, ring.hosts[part.next]);
   }
 
   // The message of `state` is ready: under Share it starts now; under Fifo
@@ -1463,6 +1303,8 @@ class Simulation {
   }
 
   const SimulationRequest& request_;
+  /// NCCL values of routes, route latencies, ring collectives.
+  RingNetwork rings_;
   std::vector<ActionState> actions_;
   std::vector<std::string> hosts_;
   std::unordered_map<const sg::Host*, std::int32_t> host_index_;  ///< index in hosts_
@@ -1495,15 +1337,6 @@ class Simulation {
   std::vector<std::vector<sg::Host*>> groups_;
   std::vector<std::optional<LinkNccl>> group_nccl_;  ///< per group: its ring's NCCL values, once known
   std::map<std::string, std::int32_t> group_of_host_;
-  /// Whether some link of the platform gives nccl_efficiency or
-  /// nccl_latency (else route_nccl and ring_nccl give the defaults at once),
-  /// and each route's NCCL values, once read.
-  bool nccl_links_ = false;
-  std::map<std::pair<sg::Host*, sg::Host*>, LinkNccl> route_nccl_;
-  /// Collective flows: the latency SimGrid gives a message from one host to
-  /// another (measured once per route).
-  std::map<std::pair<sg::Host*, sg::Host*>, double> route_latency_;
-  std::size_t collective_communications_ = 0;
   /// Per device: (all-reduce, participant) in Program order.
   std::map<std::size_t, std::vector<std::pair<std::size_t, std::size_t>>> device_all_reduces_;
   /// TransferRule::Fifo: one per (source host, destination host) pair that
@@ -1516,7 +1349,7 @@ class Simulation {
     sg::ConditionVariablePtr signal = sg::ConditionVariable::create();
   };
   std::vector<Channel> channels_;
-  sg::MutexPtr mutex_ = sg::Mutex::create();
+  sg::MutexPtr mutex_ = rings_.mutex();
 };
 
 // Progress (set_progress): whether simulate() shows it, and in the child,
@@ -2102,5 +1935,20 @@ RouteTable read_routes(const std::string& platform_file, const std::vector<std::
     table.routes.push_back({route.at("found").get<bool>(), route.at("latency_s").get<double>(), route.at("links").get<std::vector<int>>()});
   return table;
 }
+
+namespace internal {
+
+void check_platform(const std::string& file) { sim::check_platform_file(file); }
+
+PlatformSummary load_platform_into(sg::Engine& engine, const std::string& file, NetworkModel network) {
+  return sim::load_platform(engine, file, network, false);
+}
+
+EngineOutput run_engine(const std::string& what, const std::function<nlohmann::json(sg::Engine&, std::string&)>& work) {
+  ChildResult result = sim::run_in_child(what, work);
+  return {std::move(result.json), std::string(result.bytes())};
+}
+
+}  // namespace internal
 
 }  // namespace pipegrid::sim
