@@ -1,5 +1,5 @@
 // pipegrid: predict, draw and check pipeline-parallel DNN training.
-// Subcommands: simulate, model, schedule, partition, explore, plan, compare, platform, trace, demo, execute, calibrate, validate (the last three in LibTorch builds).
+// Subcommands: simulate, model, schedule, partition, explore, plan, export, compare, platform, trace, demo, execute, calibrate, validate (the last three in LibTorch builds).
 // Flag spellings are stable: users script against them.
 // Built twice where LibTorch is found (cli/CMakeLists.txt): pipegrid-torch with
 // every command (PIPEGRID_WITH_TORCH), and pipegrid without LibTorch, whose
@@ -29,6 +29,7 @@
 #include "validate/launch.hpp"
 #endif
 #ifdef PIPEGRID_WITH_SIMGRID
+#include "cli/chakra_command.hpp"
 #include "cli/explore_command.hpp"
 #include "cli/plan_command.hpp"
 #include "cli/partition_command.hpp"
@@ -193,6 +194,11 @@ int main_with_exceptions(int argc, char** argv) {
   simulate->add_option("--plan", plan_file, "re-run a saved plan (other inputs are then taken from it)");
   add_simulate_input_options(*simulate, request);
   add_output_options(*simulate, outputs);
+  std::string chakra_prefix;
+  simulate->add_option("--chakra", chakra_prefix,
+                       "replay the MLCommons Chakra traces <PREFIX>.<rank>.et (and <PREFIX>.json) on --platform instead of "
+                       "simulating a schedule (docs/chakra.md)");
+  CLI::App* export_traces = add_export_command(app);
 #endif
 
   auto* schedule = app.add_subcommand("schedule", "print a schedule's Program in text form");
@@ -279,6 +285,10 @@ int main_with_exceptions(int argc, char** argv) {
 #endif
 
 #ifdef PIPEGRID_WITH_SIMGRID
+  if (*simulate && simulate->count("--chakra") > 0)
+    return run_chakra_replay(*simulate, chakra_prefix, request.platform_file, request.network, request.transfer_rule,
+                             request.collective_model, {outputs.csv, outputs.trace, outputs.svg, outputs.json});
+  if (*export_traces) return run_export_command();
   if (*simulate) {
     Plan plan;
     if (!plan_file.empty()) {

@@ -1,0 +1,201 @@
+#include "cli/chakra_command.hpp"
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+#include <set>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "api/simulation.hpp"
+#include "cli/simulate_options.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "core/metrics.hpp"
+#include "core/plan.hpp"
+#include "core/platform_check.hpp"
+#include "interchange/chakra_io.hpp"
+#include "interchange/program_graph.hpp"
+#include "render/chrome_trace.hpp"
+#include "render/timeline_csv.hpp"
+#include "render/timeline_svg.hpp"
+#include "sim/graph_engine.hpp"
+
+namespace pipegrid::cli {
+namespace {
+
+CLI::App* export_app = nullptr;
+api::PlanRequest export_request;
+std::string export_plan_file, export_format = "chakra", export_prefix;
+
+struct NodeCounts {
+  int compute = 0, sends = 0, receives = 0, collectives = 0, other = 0;
+  int total() const { return compute + sends + receives + collectives + other; }
+};
+
+NodeCounts count_nodes(const interchange::ExecutionTraceSet& set) {
+  NodeCounts counts;
+  for (const interchange::RankGraph& rank : set.ranks)
+    for (const interchange::ExecutionNode& node : rank.nodes) switch (node.type) {
+        case interchange::NodeType::CompNode: ++counts.compute; break;
+        case interchange::NodeType::CommSendNode: ++counts.sends; break;
+        case interchange::NodeType::CommRecvNode: ++counts.receives; break;
+        case interchange::NodeType::CommCollNode: ++counts.collectives; break;
+        default: ++counts.other; break;
+      }
+  return counts;
+}
+
+/// `word` as one POSIX shell word (single-quoted unless plainly safe).
+std::string shell_word(const std::string& word) {
+  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-+=:,") == std::string::npos)
+    return word;
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+std::string counts_text(const NodeCounts& counts) {
+  std::string text = fmt::format("{} nodes: {} compute, {} sends, {} receives, {} collectives", counts.total(), counts.compute,
+                                 counts.sends, counts.receives, counts.collectives);
+  if (counts.other) text += fmt::format(", {} other", counts.other);
+  return text;
+}
+
+}  // namespace
+
+CLI::App* add_export_command(CLI::App& app) {
+  export_app = app.add_subcommand("export", "simulate a run and write its execution traces (MLCommons Chakra: one file per rank)");
+  export_app->add_option("--format", export_format, "chakra (default): <PREFIX>.<rank>.et per platform host and <PREFIX>.json, "
+                                                    "the communicator groups");
+  export_app->add_option("--out", export_prefix, "path prefix of the files written (required)");
+  export_app->add_option("--plan", export_plan_file, "export a saved plan (simulate --save-plan) instead of simulate's inputs");
+  add_simulate_input_options(*export_app, export_request);
+  return export_app;
+}
+
+int run_export_command() {
+  if (export_format != "chakra")
+    throw InputError(fmt::format("--format: expected chakra (MLCommons Chakra execution traces), found '{}'", printable(export_format)));
+  if (export_prefix.empty()) throw InputError("export: --out PREFIX is required (files <PREFIX>.<rank>.et and <PREFIX>.json)");
+  Plan plan;
+  if (!export_plan_file.empty()) {
+    for (const CLI::Option* option : export_app->get_options())
+      if (option->count() > 0 && option->get_lnames().front() != "plan" && option->get_lnames().front() != "out" &&
+          option->get_lnames().front() != "format")
+        throw InputError(fmt::format("--{}: the plan (--plan) holds the inputs; give one or the other", option->get_lnames().front()));
+    plan = read_plan_file(export_plan_file);
+  } else {
+    check_simulate_inputs(*export_app, export_request);
+    plan = api::make_plan(export_request);
+  }
+  api::enable_progress_on_terminal();
+  const api::RunResult result = api::run_plan(plan);
+  const interchange::ExecutionTraceSet set = interchange::trace_set_of_run(plan, result);
+  interchange::write_chakra_trace_set(set, export_prefix);
+  std::cout << fmt::format("wrote {} .. {} ({} ranks, one per platform host) and {} ({} communicator groups)\n",
+                           interchange::chakra_trace_file(export_prefix, 0),
+                           interchange::chakra_trace_file(export_prefix, static_cast<int>(set.ranks.size()) - 1), set.ranks.size(),
+                           interchange::chakra_comm_groups_file(export_prefix), set.process_groups.size());
+  std::cout << counts_text(count_nodes(set)) << "\n";
+  std::cout << fmt::format("the run: {} of {} on {}, {} mini-batch(es), mini-batch time {} s\n", plan.schedule, plan.profile.name,
+                           plan.platform_file, plan.mini_batches, format_exact(result.metrics.minibatch_time_s));
+  std::cout << fmt::format("replay: pipegrid simulate --platform {} --chakra {}\n", shell_word(plan.platform_file),
+                           shell_word(export_prefix));
+  for (const std::string& warning : result.warnings) std::cerr << "pipegrid: warning: " << warning << "\n";
+  return 0;
+}
+
+int run_chakra_replay(const CLI::App& simulate, const std::string& prefix, const std::string& platform_file,
+                      const std::string& network, const std::string& transfer_rule, const std::string& collective_model,
+                      const ChakraReplayOutputs& outputs) {
+  static const std::set<std::string> kApplies = {"chakra", "platform", "network",  "transfer-rule", "collective-model",
+                                                 "csv",    "svg",      "trace",    "json"};
+  for (const CLI::Option* option : simulate.get_options()) {
+    if (option->get_lnames().empty() || option->count() == 0) continue;
+    const std::string& name = option->get_lnames().front();
+    if (!kApplies.count(name))
+      throw InputError(fmt::format("--{}: does not apply to --chakra (the traces hold the model, the layout and the schedule; "
+                                   "what applies: --platform, --network, --transfer-rule, --collective-model and the outputs "
+                                   "--csv, --svg, --trace, --json)",
+                                   name));
+  }
+  if (platform_file.empty()) throw InputError("--chakra: --platform FILE is required (rank r runs on the platform's r-th host)");
+  sim::GraphReplayOptions options;
+  options.network = sim::parse_network_model(network);
+  options.transfer_rule = sim::parse_transfer_rule(transfer_rule);
+  options.collective_model = sim::parse_collective_model(collective_model);
+  const interchange::ExecutionTraceSet set = interchange::read_chakra_trace_set(prefix);
+  api::enable_progress_on_terminal();
+  const Timeline timeline = sim::simulate_graph(set, platform_file, options);
+
+  // Per rank: its host, compute busy time (union of its compute records),
+  // bytes it sends, and the FLOPs its compute nodes state.
+  double start = 0, end = 0;
+  bool any = false;
+  for (const TimelineRecord& record : timeline.records) {
+    start = any ? std::min(start, record.start_s) : record.start_s;
+    end = any ? std::max(end, record.end_s) : record.end_s;
+    any = true;
+  }
+  const double span = end - start;
+  std::map<std::string, std::vector<std::pair<double, double>>> compute_of;
+  std::map<std::string, double> bytes_of;
+  for (const TimelineRecord& record : timeline.records) {
+    if (record.kind() == RecordKind::Compute) compute_of[record.host].push_back({record.start_s, record.end_s});
+    else bytes_of[record.host] += record.bytes;
+  }
+  const NodeCounts counts = count_nodes(set);
+  nlohmann::ordered_json json;
+  json["traces"] = prefix;
+  json["platform"] = platform_file;
+  json["ranks"] = set.ranks.size();
+  json["nodes"] = {{"compute", counts.compute}, {"sends", counts.sends}, {"receives", counts.receives},
+                   {"collectives", counts.collectives}, {"other", counts.other}};
+  json["span_s"] = span;
+  std::string table = fmt::format("chakra traces {}: {} ranks, {}\nreplayed on {} (network {}, transfer rule {}; dispatch: "
+                                  "docs/semantics.md, \"Replaying an execution graph\")\nspan {} s\n\n",
+                                  prefix, set.ranks.size(), counts_text(counts), platform_file, network, transfer_rule,
+                                  format_exact(span));
+  table += fmt::format("{:>4}  {:<16} {:>9} {:>14} {:>7} {:>14} {:>12}\n", "rank", "host", "compute", "busy s", "idle", "sent", "TFLOP/s");
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (std::size_t r = 0; r < set.ranks.size(); ++r) {
+    const std::string& host = r < timeline.hosts.size() ? timeline.hosts[r] : std::string("?");
+    const BusyTime busy = busy_time(compute_of[host], start, end);
+    double flops = 0;
+    bool flops_known = false;
+    int compute_nodes = 0;
+    for (const interchange::ExecutionNode& node : set.ranks[r].nodes)
+      if (node.type == interchange::NodeType::CompNode) {
+        ++compute_nodes;
+        if (node.num_ops) flops += *node.num_ops, flops_known = true;
+      }
+    const double idle = span > 0 ? 1 - busy.in_window_s / span : 0;
+    const std::string rate = flops_known && span > 0 ? fmt::format("{:.3f}", flops / span / 1e12) : "-";
+    table += fmt::format("{:>4}  {:<16} {:>9} {:>14.6f} {:>6.1f}% {:>14} {:>12}\n", r, host, compute_nodes, busy.in_window_s,
+                         100 * idle, human_bytes(bytes_of[host]), rate);
+    nlohmann::ordered_json rank = {{"rank", r}, {"host", host}, {"compute_nodes", compute_nodes}, {"busy_s", busy.in_window_s},
+                                   {"idle_fraction", idle}, {"bytes_sent", bytes_of[host]}};
+    rank["tflops_per_second"] = flops_known && span > 0 ? nlohmann::ordered_json(flops / span / 1e12) : nlohmann::ordered_json();
+    ranks.push_back(rank);
+  }
+  json["devices"] = ranks;
+  table += "\nTFLOP/s: the FLOPs the rank's compute nodes state (num_ops) over the span; '-' where they state none.\n";
+
+  OutputFileSet files;
+  if (!outputs.csv.empty()) files.add(outputs.csv, timeline_to_csv(timeline));
+  if (!outputs.trace.empty()) files.add(outputs.trace, timeline_to_chrome_trace(timeline));
+  if (!outputs.svg.empty()) {
+    SvgOptions svg;
+    const std::string platform_name = platform_file.substr(platform_file.find_last_of('/') + 1);
+    svg.title = fmt::format("Chakra traces {} replayed on {}", prefix.substr(prefix.find_last_of('/') + 1), platform_name);
+    files.add(outputs.svg, timeline_to_svg(timeline, svg));
+  }
+  files.commit();
+  std::cout << (outputs.json ? json.dump(2) + "\n" : table);
+  return 0;
+}
+
+}  // namespace pipegrid::cli
