@@ -258,34 +258,35 @@ std::string extra_text(const pb::AttributeProto& a) {
 
 /// Reads the varint byte count at `offset`; advances it.
 std::uint64_t read_byte_count(std::string_view bytes, std::size_t& offset, const std::string& file_name,
-                              int message_index) {
+                              int message_index, const std::string& after) {
   const std::size_t start = offset;
   std::uint64_t value = 0;
   for (int shift = 0; shift < 64; shift += 7) {
     if (offset >= bytes.size()) {
       throw InputError(fmt::format(
-          "{}: message {} (at byte {}): truncated byte count: the varint runs past the end of the file ({} bytes)",
-          file_name, message_index, start, bytes.size()));
+          "{}: message {} (at byte {}{}): truncated byte count: the varint runs past the end of the file ({} bytes)",
+          file_name, message_index, start, after, bytes.size()));
     }
     const auto byte = static_cast<unsigned char>(bytes[offset++]);
     value |= static_cast<std::uint64_t>(byte & 0x7F) << shift;
     if ((byte & 0x80) == 0) return value;
   }
-  throw InputError(fmt::format("{}: message {} (at byte {}): byte count: expected a varint of at most 10 bytes, "
+  throw InputError(fmt::format("{}: message {} (at byte {}{}): byte count: expected a varint of at most 10 bytes, "
                                "found more",
-                               file_name, message_index, start));
+                               file_name, message_index, start, after));
 }
 
 /// The next message's bytes; advances `offset` past them.
+/// `after`: where the message stands, for messages (", after node 7").
 std::string_view next_message(std::string_view bytes, std::size_t& offset, const std::string& file_name,
-                              int message_index) {
+                              int message_index, const std::string& after) {
   const std::size_t start = offset;
-  const std::uint64_t count = read_byte_count(bytes, offset, file_name, message_index);
+  const std::uint64_t count = read_byte_count(bytes, offset, file_name, message_index, after);
   const std::size_t remaining = bytes.size() - offset;
   if (count > remaining) {
-    throw InputError(fmt::format("{}: message {} (at byte {}): its byte count {} runs past the end of the file "
+    throw InputError(fmt::format("{}: message {} (at byte {}{}): its byte count {} runs past the end of the file "
                                  "({} bytes remain)",
-                                 file_name, message_index, start, count, remaining));
+                                 file_name, message_index, start, after, count, remaining));
   }
   const std::string_view message = bytes.substr(offset, static_cast<std::size_t>(count));
   offset += static_cast<std::size_t>(count);
@@ -473,6 +474,15 @@ void check_quantity(const NodeContext& at, std::string_view field, double value)
   }
 }
 
+/// Seconds whose microseconds fit duration_micros.
+void check_duration(const NodeContext& at, double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0 || seconds * 1e6 >= integer_limit) {
+    node_error(at, fmt::format("duration: expected a finite number of seconds at least 0 and below 2^63 "
+                               "microseconds, found {}",
+                               format_exact(seconds)));
+  }
+}
+
 void check_text(const NodeContext& at, std::string_view field, std::string_view text) {
   if (!is_utf8(text)) node_error(at, fmt::format("{}: expected UTF-8 text, found {}", field, in_quotes(text)));
 }
@@ -511,7 +521,7 @@ void check_rank_graph(const RankGraph& graph, const std::string& file_name, int 
         dependants[found->second].push_back(i);
       }
     }
-    check_quantity(at, "duration", node.duration_s);
+    check_duration(at, node.duration_s);
     if (node.num_ops) check_quantity(at, attr_num_ops, *node.num_ops);
     if (node.tensor_size) check_quantity(at, attr_tensor_size, *node.tensor_size);
     if (node.comm_size) check_quantity(at, attr_comm_size, *node.comm_size);
@@ -604,7 +614,7 @@ RankGraph decode_chakra_rank(std::string_view bytes, const std::string& file_nam
     throw InputError(fmt::format("{}: expected a GlobalMetadata message first, found an empty file", file_name));
   }
   std::size_t offset = 0;
-  const std::string_view first = next_message(bytes, offset, file_name, 0);
+  const std::string_view first = next_message(bytes, offset, file_name, 0, ", the GlobalMetadata");
   pb::GlobalMetadata metadata;
   if (!metadata.ParseFromArray(first.data(), static_cast<int>(first.size()))) {
     throw InputError(fmt::format("{}: message 0: expected a GlobalMetadata message, found bytes that do not parse "
@@ -613,14 +623,14 @@ RankGraph decode_chakra_rank(std::string_view bytes, const std::string& file_nam
   }
   for (int index = 1; offset < bytes.size(); ++index) {
     const std::size_t start = offset;
-    const std::string_view message = next_message(bytes, offset, file_name, index);
+    const std::string after =
+        graph.nodes.empty() ? ", the first node" : fmt::format(", after node {}", graph.nodes.back().id);
+    const std::string_view message = next_message(bytes, offset, file_name, index, after);
     pb::Node node;
     if (!node.ParseFromArray(message.data(), static_cast<int>(message.size()))) {
       throw InputError(fmt::format("{}: message {} (at byte {}{}): expected a Node message, found {} bytes that do "
                                    "not parse as one",
-                                   file_name, index, start,
-                                   graph.nodes.empty() ? "" : fmt::format(", after node {}", graph.nodes.back().id),
-                                   message.size()));
+                                   file_name, index, start, after, message.size()));
     }
     graph.nodes.push_back(node_from_proto(node, file_name));
   }
