@@ -19,6 +19,8 @@
 #include "core/platform_check.hpp"
 #include "interchange/chakra_et.pb.h"
 
+#include <google/protobuf/stubs/logging.h>
+
 namespace pipegrid::interchange {
 
 namespace {
@@ -288,9 +290,20 @@ std::string_view next_message(std::string_view bytes, std::size_t& offset, const
                                  "({} bytes remain)",
                                  file_name, message_index, start, after, count, remaining));
   }
+  if (count > static_cast<std::uint64_t>(std::numeric_limits<int>::max())) {
+    throw InputError(fmt::format("{}: message {} (at byte {}{}): byte count: expected less than 2 GiB, found {}",
+                                 file_name, message_index, start, after, count));
+  }
   const std::string_view message = bytes.substr(offset, static_cast<std::size_t>(count));
   offset += static_cast<std::size_t>(count);
   return message;
+}
+
+/// Parses `bytes` into `message`; protobuf's own log lines (invalid UTF-8
+/// in a string field) are silenced: the caller's InputError says it.
+bool parse_quietly(google::protobuf::MessageLite& message, std::string_view bytes) {
+  const google::protobuf::LogSilencer quiet;
+  return message.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
 }
 
 void append_message(std::string& out, const google::protobuf::MessageLite& message) {
@@ -352,8 +365,8 @@ pb::Node node_to_proto(const ExecutionNode& node) {
   if (!node.pg_name.empty()) {
     add_attribute(out, attr_pg_name, [&](pb::AttributeProto& a) { a.set_string_val(node.pg_name); });
   }
-  for (const auto& [name, value] : node.extra) {
-    add_attribute(out, name, [&](pb::AttributeProto& a) { a.set_string_val(value); });
+  for (const auto& entry : node.extra) {
+    add_attribute(out, entry.first, [&](pb::AttributeProto& a) { a.set_string_val(entry.second); });
   }
   return out;
 }
@@ -616,9 +629,9 @@ RankGraph decode_chakra_rank(std::string_view bytes, const std::string& file_nam
   std::size_t offset = 0;
   const std::string_view first = next_message(bytes, offset, file_name, 0, ", the GlobalMetadata");
   pb::GlobalMetadata metadata;
-  if (!metadata.ParseFromArray(first.data(), static_cast<int>(first.size()))) {
+  if (!parse_quietly(metadata, first)) {
     throw InputError(fmt::format("{}: message 0: expected a GlobalMetadata message, found bytes that do not parse "
-                                 "as one",
+                                 "as one (malformed, or a string that is not UTF-8)",
                                  file_name));
   }
   for (int index = 1; offset < bytes.size(); ++index) {
@@ -627,9 +640,9 @@ RankGraph decode_chakra_rank(std::string_view bytes, const std::string& file_nam
         graph.nodes.empty() ? ", the first node" : fmt::format(", after node {}", graph.nodes.back().id);
     const std::string_view message = next_message(bytes, offset, file_name, index, after);
     pb::Node node;
-    if (!node.ParseFromArray(message.data(), static_cast<int>(message.size()))) {
+    if (!parse_quietly(node, message)) {
       throw InputError(fmt::format("{}: message {} (at byte {}{}): expected a Node message, found {} bytes that do "
-                                   "not parse as one",
+                                   "not parse as one (malformed, or a string that is not UTF-8)",
                                    file_name, index, start, after, message.size()));
     }
     graph.nodes.push_back(node_from_proto(node, file_name));
@@ -686,6 +699,12 @@ void write_chakra_trace_set(const ExecutionTraceSet& set, const std::string& pre
   if (set.ranks.empty()) throw InputError(fmt::format("{}: a Chakra trace set needs at least one rank", prefix));
   const int rank_count = static_cast<int>(set.ranks.size());
   const std::string groups_file = chakra_comm_groups_file(prefix);
+  for (const auto& group : set.process_groups) {
+    if (!is_utf8(group.first)) {
+      throw InputError(fmt::format("{}: group name: expected UTF-8 text, found {}", groups_file,
+                                   in_quotes(group.first)));
+    }
+  }
   // The groups go through the reader's checks too (ranks in range, distinct).
   decode_comm_groups(encode_comm_groups(set.process_groups), groups_file, rank_count);
   std::vector<std::pair<std::string, std::string>> files;

@@ -445,6 +445,15 @@ TEST(ChakraIoErrors, MessageThatDoesNotParse) {
   EXPECT_CONTAINS(message, "expected a Node message");
 }
 
+TEST(ChakraIoErrors, NameThatIsNotUtf8) {
+  ScratchFolder folder("chakra-utf8");
+  const std::string node_with_bad_name("\x12\x01\xff", 3);  // field 2 (name), 1 byte: 0xff
+  const std::string prefix = write_raw_set(folder, {metadata_bytes() + "\x03" + node_with_bad_name});
+  const std::string message = input_error_of([&] { read_chakra_trace_set(prefix); });
+  EXPECT_CONTAINS(message, "trace.0.et: message 1 (at byte 8, the first node): expected a Node message");
+  EXPECT_CONTAINS(message, "not UTF-8");
+}
+
 TEST(ChakraIoErrors, MetadataThatDoesNotParse) {
   ScratchFolder folder("chakra-metadata");
   const std::string prefix = write_raw_set(folder, {std::string("\x02\x0a\x7f", 3)});
@@ -618,6 +627,10 @@ TEST(ChakraIoWriter, RefusesBadGraphsAndWritesNothing) {
   set.process_groups["0"] = {0, 2};
   EXPECT_CONTAINS(input_error_of([&] { write_chakra_trace_set(set, prefix); }),
                   "trace.json: group '0': expected ranks from 0 to 1");
+  set = every_field_set();
+  set.process_groups["\xc3"] = {0};
+  EXPECT_CONTAINS(input_error_of([&] { write_chakra_trace_set(set, prefix); }),
+                  "trace.json: group name: expected UTF-8 text");
   EXPECT_CONTAINS(input_error_of([&] { write_chakra_trace_set(ExecutionTraceSet{}, prefix); }),
                   "needs at least one rank");
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(folder.path()), {}), 1);
