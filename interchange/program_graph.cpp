@@ -347,7 +347,8 @@ class GraphBuilder {
   std::string process_group(const std::vector<int>& ranks) {
     for (const auto& [name, members] : set_.process_groups)
       if (members == ranks) return name;
-    std::string name = "pg" + std::to_string(set_.process_groups.size());
+    // Decimal names from 1: ASTRA-sim reads a group key with stoi (0: no group).
+    std::string name = std::to_string(set_.process_groups.size() + 1);
     set_.process_groups.emplace(name, ranks);
     return name;
   }

@@ -22,14 +22,16 @@ fi
 
 # What `pipegrid` needs: compiler, CMake + Ninja, and the libraries it links.
 packages=(g++ cmake ninja-build pkg-config libsimgrid-dev libboost-dev libeigen3-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-          libtomlplusplus-dev libssl-dev)
+          libtomlplusplus-dev libssl-dev
+          protobuf-compiler libprotobuf-dev)  # Chakra execution traces (interchange/)
 if ! $demo; then
   packages+=(build-essential
              libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev libopenblas0-openmp
              libgloo-dev  # the headers of LibTorch's ProcessGroupGloo (--launcher processes|env)
              openmpi-bin  # a launcher only: the sweep tests run `mpirun -n 2 pipegrid sweep run ... --shard auto`
              clang libclang-rt-dev  # clang: the sanitizer build of .ci/run
-             pybind11-dev python3-dev)  # the Python module (python/, docs/python.md)
+             pybind11-dev python3-dev  # the Python module (python/, docs/python.md)
+             python3-protobuf)  # tests/scripts/write_chakra_traces.py, the independent Chakra writer
 fi
 missing=()
 for package in "${packages[@]}"; do
