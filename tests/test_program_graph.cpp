@@ -21,6 +21,7 @@
 #include "api/simulation.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "interchange/chakra_io.hpp"
 #include "interchange/program_graph.hpp"
 #include "schedules/schedules.hpp"
 #include "sim/graph_engine.hpp"
@@ -136,7 +137,14 @@ RoundTrip round_trip(api::PlanRequest request) {
   options.network = sim::parse_network_model(plan.network);
   options.transfer_rule = sim::parse_transfer_rule(plan.transfer_rule);
   options.collective_model = sim::parse_collective_model(plan.collective_model);
-  trip.replayed = sim::simulate_graph(trip.traces, plan.platform_file, options);
+  // Through the files: written as Chakra traces, read back, replayed.
+  const std::string prefix = (std::filesystem::temp_directory_path() / ("pipegrid-round-trip-" + std::to_string(::getpid()))).string();
+  interchange::write_chakra_trace_set(trip.traces, prefix);
+  const interchange::ExecutionTraceSet read = interchange::read_chakra_trace_set(prefix);
+  for (std::size_t r = 0; r < trip.traces.ranks.size(); ++r) std::filesystem::remove(interchange::chakra_trace_file(prefix, static_cast<int>(r)));
+  std::filesystem::remove(interchange::chakra_comm_groups_file(prefix));
+  EXPECT_EQ(read.process_groups, trip.traces.process_groups);
+  trip.replayed = sim::simulate_graph(read, plan.platform_file, options);
   std::filesystem::remove(request.platform_file);
   return trip;
 }
