@@ -3,8 +3,9 @@
 // one file per rank, turned into pipegrid's inputs (issue 31, part 3): the
 // measured timeline (render/timeline_csv.hpp's schema, as execute --csv
 // writes it), a profile with each stage's measured F/B/I/W times
-// (core/profile.hpp) and a platform whose links carry the p2p bandwidth and
-// latency fitted from the measured transfers. docs/kineto.md states every
+// (core/profile.hpp), a platform whose links carry the p2p bandwidth and
+// latency fitted from the measured transfers, and the Program that ran
+// (core/program.hpp: each rank's actions in their order). docs/kineto.md states every
 // rule used here (which ranges are actions, how kernels and transfers are
 // attributed, how times are taken).
 
