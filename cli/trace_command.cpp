@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/profile.hpp"
+#include "core/program.hpp"
 #include "interchange/kineto_import.hpp"
 #include "render/timeline_csv.hpp"
 
@@ -17,7 +18,7 @@ namespace {
 
 struct TraceImportOptions {
   std::vector<std::string> traces;
-  std::string csv, profile, platform, map;
+  std::string csv, profile, platform, program, map;
   int micro_batch_size = 1;
 };
 
@@ -37,6 +38,9 @@ CLI::App* add_trace_command(CLI::App& app) {
   import_command->add_option("--profile", options.profile, "write a profile JSON: one layer per stage, its median F/B/I/W times");
   import_command->add_option("--platform", options.platform,
                              "write a platform XML: one host per rank, links with the fitted p2p latency and bandwidth");
+  import_command->add_option("--program", options.program,
+                             "write the Program that ran (text form): each rank's actions in the order they ran, for "
+                             "validate --program");
   import_command->add_option("--map", options.map,
                              "range mapping JSON (rules: pattern, kind, stage, micro_batch, bytes) instead of the default "
                              "torch.distributed.pipelining names (docs/kineto.md)");
@@ -45,8 +49,8 @@ CLI::App* add_trace_command(CLI::App& app) {
 }
 
 int run_trace_command() {
-  if (options.csv.empty() && options.profile.empty() && options.platform.empty())
-    throw InputError("trace import: give at least one of --csv, --profile and --platform");
+  if (options.csv.empty() && options.profile.empty() && options.platform.empty() && options.program.empty())
+    throw InputError("trace import: give at least one of --csv, --profile, --platform and --program");
   if (options.micro_batch_size < 1)
     throw InputError(fmt::format("--micro-batch-size: expected at least 1, found {}", options.micro_batch_size));
   kineto::ImportOptions import;
@@ -56,10 +60,20 @@ int run_trace_command() {
   for (const std::string& file : options.traces) traces.push_back(kineto::parse_kineto_trace(read_text_file(file), file));
   const kineto::ImportResult result = kineto::import_traces(traces, import);
 
+  if (!options.program.empty()) {
+    try {
+      validate_program(result.program);
+    } catch (const ProgramError& error) {
+      throw InputError(fmt::format("--program {}: the actions read from the traces do not form a Program that can run "
+                                   "(a rank's trace cut short, or a --map rule naming the wrong stage or micro-batch?):\n{}",
+                                   options.program, error.what()));
+    }
+  }
   OutputFileSet files;
   if (!options.csv.empty()) files.add(options.csv, timeline_to_csv(result.timeline));
   if (!options.profile.empty()) files.add(options.profile, profile_to_json(result.profile));
   if (!options.platform.empty()) files.add(options.platform, result.platform_xml);
+  if (!options.program.empty()) files.add(options.program, program_to_text(result.program));
   files.commit();
 
   std::size_t compute = 0, transfers = 0;
@@ -77,10 +91,16 @@ int run_trace_command() {
   if (result.allreduce_bus_bandwidth_Bps)
     std::cout << fmt::format("all-reduce bus bandwidth: {:.6g} B/s\n", *result.allreduce_bus_bandwidth_Bps);
   for (const std::string& note : result.notes) std::cout << "note: " << note << "\n";
-  std::cout << fmt::format("validate with: pipegrid validate --model mlp --layers {} --stages {} --micro-batches {} "
-                           "--micro-batch-size {} --mini-batches {} --warmup 0 --schedule <the run's> --profile <profile> "
-                           "--platform <platform> --measured <csv>\n",
-                           result.stages, result.stages, result.micro_batches, options.micro_batch_size, result.mini_batches);
+  std::size_t overlapped = 0, devices_with_several_stages = 0;
+  for (const DeviceProgram& device : result.program.devices) {
+    devices_with_several_stages += device.stages.size() > 1;
+    for (const Stream& stream : device.streams) overlapped += stream.overlapped.size();
+  }
+  std::cout << fmt::format("program: {} devices, {} holding several stages, {} overlapped F&B pairs\n",
+                           result.program.devices.size(), devices_with_several_stages, overlapped);
+  std::cout << fmt::format("validate with: pipegrid validate --model mlp --layers {} --program <program> --program-format text "
+                           "--micro-batch-size {} --warmup 0 --profile <profile> --platform <platform> --measured <csv>\n",
+                           result.stages, options.micro_batch_size);
   return 0;
 }
 

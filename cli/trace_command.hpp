@@ -1,10 +1,11 @@
 #pragma once
 // `pipegrid trace import RANK_TRACE... [--csv FILE] [--profile FILE]
-// [--platform FILE] [--map FILE] [--micro-batch-size N]`: reads one PyTorch
-// profiler (Kineto) Chrome trace per rank of a real pipeline-parallel run and
-// writes the measured timeline (execute --csv's schema), a profile of each
-// stage's measured times and a platform with the fitted p2p link, the inputs
-// of `pipegrid validate --measured` (docs/kineto.md).
+// [--platform FILE] [--program FILE] [--map FILE] [--micro-batch-size N]`:
+// reads one PyTorch profiler (Kineto) Chrome trace per rank of a real
+// pipeline-parallel run and writes the measured timeline (execute --csv's
+// schema), a profile of each stage's measured times, a platform with the
+// fitted p2p link and the Program that ran, the inputs of
+// `pipegrid validate --program FILE --measured` (docs/kineto.md).
 
 #include <CLI/CLI.hpp>
 

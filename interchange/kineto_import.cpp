@@ -82,7 +82,7 @@ std::vector<int> parse_rank_list(const std::string& text) {
 }
 
 RangeRule make_rule(std::string pattern, std::string kind, std::string stage, std::string micro_batch, std::string bytes,
-                    const std::string& where) {
+                    const std::string& where, std::array<std::string, 3> second = {}) {
   RangeRule rule;
   rule.pattern = std::move(pattern);
   try {
@@ -95,6 +95,14 @@ RangeRule make_rule(std::string pattern, std::string kind, std::string stage, st
   rule.stage = std::move(stage);
   rule.micro_batch = std::move(micro_batch);
   rule.bytes = std::move(bytes);
+  rule.second_kind = std::move(second[0]);
+  rule.second_stage = std::move(second[1]);
+  rule.second_micro_batch = std::move(second[2]);
+  const bool any = !rule.second_kind.empty() || !rule.second_stage.empty() || !rule.second_micro_batch.empty();
+  if (any && (rule.second_kind.empty() || rule.second_stage.empty() || rule.second_micro_batch.empty()))
+    throw InputError(fmt::format("{}: second_kind, second_stage and second_micro_batch: expected all three (an overlapped "
+                                 "pair's second action) or none, found only some",
+                                 where));
   return rule;
 }
 
@@ -121,6 +129,18 @@ std::optional<long long> parse_integer(const std::string& text) {
   return value;
 }
 
+/// A compute kernel of an overlapped pair's range, kept to split the pair.
+struct PairKernel {
+  std::string launch_tid;
+  double launch_us = 0, start_us = 0, end_us = 0;
+};
+
+/// The second action of an overlapped pair's range.
+struct SecondAction {
+  std::string kind;
+  int stage = 0, micro_batch = 0;
+};
+
 /// An action or transfer range of one rank: what a mapping rule (or the
 /// anonymous-block rule) made of a CPU range.
 struct Action {
@@ -132,6 +152,10 @@ struct Action {
   double cpu_start_us = 0, cpu_end_us = 0;  ///< the CPU range (or block)
   double start_us = 0, end_us = 0;          ///< its time in the timeline (set last)
   double gpu_start_us = kInfinity, gpu_end_us = -kInfinity;
+  std::optional<SecondAction> second;  ///< an overlapped pair's range, until split
+  std::vector<PairKernel> pair_kernels;
+  int pair_position = -1;  ///< 0 or 1: this action ran first or second in an overlapped pair's range
+  bool unsplit = false;    ///< a pair whose kernels could not be told apart: both hold the whole range
   bool contains(double t) const { return cpu_start_us <= t && t <= cpu_end_us; }
 };
 
@@ -204,6 +228,17 @@ std::optional<Action> map_range(const TraceEvent& e, const RangeMapping& mapping
     };
     action.stage = rule.stage.empty() ? rank : number("stage", rule.stage);
     action.micro_batch = number("micro_batch", rule.micro_batch);
+    if (!rule.second_kind.empty()) {
+      SecondAction second{substitute(rule.second_kind, match), number("second_stage", rule.second_stage),
+                          number("second_micro_batch", rule.second_micro_batch)};
+      const bool forward_first = action.kind == "F" && (second.kind == "B" || second.kind == "I");
+      const bool backward_first = second.kind == "F" && (action.kind == "B" || action.kind == "I");
+      if (!forward_first && !backward_first)
+        throw InputError(fmt::format("{}: kind and second_kind: expected an overlapped pair of one F and one B or I, found "
+                                     "'{}' and '{}'",
+                                     where, printable(action.kind), printable(second.kind)));
+      action.second = second;
+    }
     if (!rule.bytes.empty()) {
       const std::string text = substitute(rule.bytes, match);
       if (!text.empty()) action.bytes = number("bytes", rule.bytes);
@@ -281,6 +316,106 @@ Action* owner(std::vector<Action>& actions, const std::string& tid, double t, Fi
   return nullptr;
 }
 
+/// Splits each overlapped pair's range into its two actions (docs/kineto.md):
+/// the backward's kernels are those other threads (the autograd engine's)
+/// launched, and those the range's own thread launched between their first
+/// and last launch; the forward's, the range's thread's launched before them
+/// (forward first) or after them (backward first). A pair without a kernel
+/// launched on another thread (CPU traces, a backward on the range's
+/// thread) cannot be told apart: both actions keep the whole range, marked
+/// unsplit. The two actions take the range's place, first then second.
+void split_pairs(RankView& view, std::vector<std::string>& notes) {
+  std::vector<Action> actions;
+  std::size_t unsplit = 0;
+  for (Action& pair : view.actions) {
+    if (!pair.second) {
+      actions.push_back(std::move(pair));
+      continue;
+    }
+    Action first = pair, second = pair;
+    first.second.reset();
+    second.second.reset();
+    first.pair_kernels.clear();
+    second.pair_kernels.clear();
+    second.kind = pair.second->kind;
+    second.stage = pair.second->stage;
+    second.micro_batch = pair.second->micro_batch;
+    first.pair_position = 0;
+    second.pair_position = 1;
+    double other_first = kInfinity, other_last = -kInfinity;
+    for (const PairKernel& k : pair.pair_kernels)
+      if (k.launch_tid != pair.tid) {
+        other_first = std::min(other_first, k.launch_us);
+        other_last = std::max(other_last, k.launch_us);
+      }
+    if (other_first <= other_last) {
+      const bool forward_first = first.kind == "F";
+      Action& forward = forward_first ? first : second;
+      Action& backward = forward_first ? second : first;
+      for (Action* part : {&forward, &backward}) {
+        part->gpu_start_us = kInfinity;
+        part->gpu_end_us = -kInfinity;
+      }
+      for (const PairKernel& k : pair.pair_kernels) {
+        const bool of_forward =
+            k.launch_tid == pair.tid && (forward_first ? k.launch_us < other_first : k.launch_us > other_last);
+        Action& part = of_forward ? forward : backward;
+        part.gpu_start_us = std::min(part.gpu_start_us, k.start_us);
+        part.gpu_end_us = std::max(part.gpu_end_us, k.end_us);
+      }
+    } else {
+      first.unsplit = second.unsplit = true;
+      ++unsplit;
+    }
+    actions.push_back(std::move(first));
+    actions.push_back(std::move(second));
+  }
+  view.actions = std::move(actions);
+  if (unsplit > 0)
+    notes.push_back(fmt::format("{}: {} overlapped pairs launched no kernel on another thread: both actions of each hold the "
+                                "whole range, left out of the profile's medians",
+                                view.trace->file, unsplit));
+}
+
+ActionKind program_kind(const std::string& kind) {
+  if (kind == "F") return ActionKind::Forward;
+  if (kind == "B") return ActionKind::Backward;
+  if (kind == "I") return ActionKind::BackwardInput;
+  if (kind == "W") return ActionKind::BackwardWeight;
+  return ActionKind::Recompute;  // "R": the only other compute kind (is_compute_kind)
+}
+
+/// The Program that ran (ImportResult::program).
+Program program_that_ran(const std::vector<RankView>& views, int stages, int micro_batches) {
+  Program program;
+  program.num_stages = stages;
+  program.micro_batches = micro_batches;
+  int mini_batches = 0;
+  for (const RankView& view : views) {
+    std::vector<const Action*> order;
+    std::set<int> held;
+    for (const Action& a : view.actions) {
+      order.push_back(&a);
+      held.insert(a.stage);
+      mini_batches = std::max(mini_batches, a.mini_batch + 1);
+    }
+    std::stable_sort(order.begin(), order.end(), [](const Action* a, const Action* b) {
+      return std::tie(a->mini_batch, a->cpu_start_us, a->pair_position) < std::tie(b->mini_batch, b->cpu_start_us, b->pair_position);
+    });
+    DeviceProgram device;
+    device.stages.assign(held.begin(), held.end());
+    Stream stream;
+    for (const Action* a : order) {
+      if (a->pair_position == 1 && !stream.actions.empty()) stream.overlapped.push_back(stream.actions.size() - 1);
+      stream.actions.push_back({program_kind(a->kind), a->stage, a->micro_batch, a->mini_batch});
+    }
+    device.streams.push_back(std::move(stream));
+    program.devices.push_back(std::move(device));
+  }
+  program.mini_batches = std::max(mini_batches, 1);
+  return program;
+}
+
 struct P2p {
   const RankView* view = nullptr;
   const TraceEvent* op = nullptr;
@@ -341,6 +476,9 @@ RangeMapping default_mapping() {
   mapping.rules.push_back(make_rule("Forward (\\d+)", "F", "", "$1", "", where));
   mapping.rules.push_back(make_rule("Backward (\\d+)", "B", "", "$1", "", where));
   mapping.rules.push_back(make_rule("PP:(\\d+)([FBIW])(\\d+)", "$2", "$1", "$3", "", where));
+  // DualPipeV's overlapped pairs, f"PP:{action}" of _Action's OVERLAP_F_B text "(<F action>;<B action>)OVERLAP_F_B".
+  mapping.rules.push_back(make_rule("PP:\\((\\d+)([FBI])(\\d+);(\\d+)([FBI])(\\d+)\\)OVERLAP_F_B", "$2", "$1", "$3", "", where,
+                                    {"$5", "$4", "$6"}));
   // A SEND range may state its size as " bytes=N" (pipegrid's, for traces without record_param_comms).
   mapping.rules.push_back(make_rule("PP:(\\d+)SEND_([FB])(\\d+)(?: bytes=(\\d+))?", "SEND_$2", "$1", "$3", "$4", where));
   mapping.rules.push_back(make_rule("PP:(\\d+)RECV_([FB])(\\d+)", "RECV_$2", "$1", "$3", "", where));
@@ -359,13 +497,17 @@ RangeMapping parse_mapping_json(const std::string& text, const std::string& orig
   for (const nlohmann::json& rule : document.at("rules")) {
     const std::string where = fmt::format("{}: rules[{}]", origin, index++);
     if (!rule.is_object()) throw InputError(fmt::format("{}: expected an object, found {}", where, shown_json(rule)));
-    reject_unknown_json_fields(rule, where, {"pattern", "kind", "stage", "micro_batch", "bytes"});
+    reject_unknown_json_fields(rule, where,
+                               {"pattern", "kind", "stage", "micro_batch", "bytes", "second_kind", "second_stage", "second_micro_batch"});
     if (!rule.contains("pattern") || !rule.at("pattern").is_string())
       throw InputError(fmt::format("{}: pattern: expected a string (a regular expression)", where));
     mapping.rules.push_back(make_rule(rule.at("pattern").get<std::string>(), rule_json_field(rule, "kind", where, true),
                                       rule_json_field(rule, "stage", where, false),
                                       rule_json_field(rule, "micro_batch", where, true),
-                                      rule_json_field(rule, "bytes", where, false), where));
+                                      rule_json_field(rule, "bytes", where, false), where,
+                                      {rule_json_field(rule, "second_kind", where, false),
+                                       rule_json_field(rule, "second_stage", where, false),
+                                       rule_json_field(rule, "second_micro_batch", where, false)}));
   }
   return mapping;
 }
@@ -551,7 +693,10 @@ ImportResult import_traces(const std::vector<RankTrace>& traces, const ImportOpt
       }
       action->gpu_start_us = std::min(action->gpu_start_us, kernel->ts_us);
       action->gpu_end_us = std::max(action->gpu_end_us, kernel->ts_us + kernel->dur_us);
+      if (action->second)
+        action->pair_kernels.push_back({launch->second->tid, launch->second->ts_us, kernel->ts_us, kernel->ts_us + kernel->dur_us});
     }
+    split_pairs(view, result.notes);
     if (view.anonymous) {
       // GPU traces: a block that launched no compute kernel is no action
       // (the inputs' tensor_split, a detach_ after a backward). Micro-batches
@@ -804,9 +949,15 @@ ImportResult import_traces(const std::vector<RankTrace>& traces, const ImportOpt
   std::map<std::pair<int, std::string>, std::vector<double>> durations;
   std::map<int, std::vector<double>> sent_bytes;
   std::set<int> mini_batches;
+  std::set<std::tuple<int, std::string, int, int>> unsplit;  // (stage, kind, micro-batch, mini-batch)
+  for (const RankView& view : views)
+    for (const Action& a : view.actions)
+      if (a.unsplit) unsplit.insert({a.stage, a.kind, a.micro_batch, a.mini_batch});
   for (const TimelineRecord& r : result.timeline.records) {
     mini_batches.insert(r.mini_batch);
-    if (r.kind() == RecordKind::Compute) {
+    if (r.kind() == RecordKind::Compute && unsplit.contains({r.stage, r.action, r.micro_batch, r.mini_batch})) {
+      result.micro_batches = std::max(result.micro_batches, r.micro_batch + 1);
+    } else if (r.kind() == RecordKind::Compute) {
       durations[{r.stage, r.action}].push_back(r.end_s - r.start_s);
       result.micro_batches = std::max(result.micro_batches, r.micro_batch + 1);
     } else if (r.action == "SEND_F") {
@@ -874,6 +1025,7 @@ ImportResult import_traces(const std::vector<RankTrace>& traces, const ImportOpt
     result.latency_s = std::max(0.0, intercept);
     result.bandwidth_Bps = slope > 0 ? 1 / slope : sizes.back() / times.back();
   }
+  result.program = program_that_ran(views, result.stages, result.micro_batches);
   const bool legacy = std::any_of(traces.begin(), traces.end(), [](const RankTrace& t) { return !t.rank; });
   if (legacy)
     result.notes.push_back("a trace without distributedInfo: its rank is its position on the command line, and its clock "

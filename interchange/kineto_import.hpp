@@ -3,8 +3,9 @@
 // one file per rank, turned into pipegrid's inputs (issue 31, part 3): the
 // measured timeline (render/timeline_csv.hpp's schema, as execute --csv
 // writes it), a profile with each stage's measured F/B/I/W times
-// (core/profile.hpp) and a platform whose links carry the p2p bandwidth and
-// latency fitted from the measured transfers. docs/kineto.md states every
+// (core/profile.hpp), a platform whose links carry the p2p bandwidth and
+// latency fitted from the measured transfers, and the Program that ran
+// (core/program.hpp: each rank's actions in their order). docs/kineto.md states every
 // rule used here (which ranges are actions, how kernels and transfers are
 // attributed, how times are taken).
 
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/profile.hpp"
+#include "core/program.hpp"
 #include "core/timeline.hpp"
 
 namespace pipegrid::kineto {
@@ -24,11 +26,16 @@ namespace pipegrid::kineto {
  *  kind may also embed one, e.g. "SEND_$2"). kind: F, B, I, W, R, SEND_F or
  *  SEND_B. stage absent: the rank's own stage (the rank: one stage per
  *  rank). bytes (SEND_ only, optional): the message size when the trace
- *  records none (Gloo under the legacy profiler). */
+ *  records none (Gloo under the legacy profiler). second_kind,
+ *  second_stage, second_micro_batch (all three or none): the range is an
+ *  overlapped forward-and-backward pair (DualPipeV's OVERLAP_F_B), the
+ *  action above run first and this one second; one of the two is an F, the
+ *  other a B or an I. */
 struct RangeRule {
   std::string pattern;
   std::regex regex;
   std::string kind, stage, micro_batch, bytes;
+  std::string second_kind, second_stage, second_micro_batch;
 };
 
 /** Rules tried in order; the first whose pattern matches a range's whole name wins. */
@@ -38,12 +45,14 @@ struct RangeMapping {
 };
 
 /** The defaults: torch.distributed.pipelining's ranges in PyTorch 2.11
- *  ("Forward N", "Backward N" of GPipe; "PP:<stage><F|B|I|W><mb>" and
+ *  ("Forward N", "Backward N" of GPipe; "PP:<stage><F|B|I|W><mb>",
+ *  "PP:(<stage>F<mb>;<stage>B<mb>)OVERLAP_F_B" and
  *  "PP:<stage>SEND_<F|B><mb>" of the runtime schedules); docs/kineto.md. */
 RangeMapping default_mapping();
 
 /** A mapping file (JSON): {"rules": [{"pattern": ..., "kind": ..., "stage":
- *  ..., "micro_batch": ..., "bytes": ...}, ...]}. Throws InputError naming
+ *  ..., "micro_batch": ..., "bytes": ..., "second_kind": ..., "second_stage":
+ *  ..., "second_micro_batch": ...}, ...]}. Throws InputError naming
  *  `origin`, the rule's index and the field. */
 RangeMapping parse_mapping_json(const std::string& text, const std::string& origin);
 
@@ -89,6 +98,12 @@ struct ImportResult {
   double latency_s = 0, bandwidth_Bps = 0;  ///< the p2p fit
   std::optional<double> allreduce_bus_bandwidth_Bps;  ///< where all-reduces appear
   std::vector<std::string> notes;  ///< what was left out or assumed, for people
+  /** What ran: device r is rank r, holding the stages of its actions
+   *  (ascending), one stream with its actions in the order their CPU ranges
+   *  (or anonymous blocks) began, an overlapped pair where one range ran
+   *  two actions; mini-batches as in the timeline. Not checked here:
+   *  validate_program (core/program.hpp) says whether it can run. */
+  Program program;
 };
 
 /** Imports one trace per rank (any order; distributedInfo's rank, else the
