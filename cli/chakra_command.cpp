@@ -100,7 +100,7 @@ int run_export_command() {
                            interchange::chakra_trace_file(export_prefix, static_cast<int>(set.ranks.size()) - 1), set.ranks.size(),
                            interchange::chakra_comm_groups_file(export_prefix), set.process_groups.size());
   std::cout << counts_text(count_nodes(set)) << "\n";
-  std::cout << fmt::format("the run: {} of {} on {}, {} mini-batch(es), mini-batch time {} s\n", plan.schedule, plan.profile.name,
+  std::cout << fmt::format("the run: {} of {} on {}, mini-batches {}, mini-batch time {} s\n", plan.schedule, plan.profile.name,
                            plan.platform_file, plan.mini_batches, format_exact(result.metrics.minibatch_time_s));
   std::cout << fmt::format("replay: pipegrid simulate --platform {} --chakra {}\n", shell_word(plan.platform_file),
                            shell_word(export_prefix));

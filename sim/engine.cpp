@@ -1802,6 +1802,11 @@ ChildResult run_in_child(const std::string& what, const std::function<nlohmann::
     } catch (const std::exception& error) {
       payload = nlohmann::json::to_cbor(nlohmann::json{{"error", printable(error.what(), true)}});
       code = 2;
+    } catch (...) {
+      // Nothing may leave the child but through _exit (the caller may be
+      // an interpreter: the Python module).
+      payload = nlohmann::json::to_cbor(nlohmann::json{{"error", "an exception of a type that is not std::exception"}});
+      code = 2;
     }
     // The result file: the CBOR's size (8 bytes), the CBOR, the bytes.
     const std::uint64_t cbor_size = payload.size();
