@@ -95,10 +95,11 @@ int run_export_command() {
   const api::RunResult result = api::run_plan(plan);
   const interchange::ExecutionTraceSet set = interchange::trace_set_of_run(plan, result);
   interchange::write_chakra_trace_set(set, export_prefix);
-  std::cout << fmt::format("wrote {} .. {} ({} ranks, one per platform host) and {} ({} communicator groups)\n",
+  std::cout << fmt::format("wrote {} .. {} ({} ranks, one per platform host) and {} ({} communicator group{})\n",
                            interchange::chakra_trace_file(export_prefix, 0),
                            interchange::chakra_trace_file(export_prefix, static_cast<int>(set.ranks.size()) - 1), set.ranks.size(),
-                           interchange::chakra_comm_groups_file(export_prefix), set.process_groups.size());
+                           interchange::chakra_comm_groups_file(export_prefix), set.process_groups.size(),
+                           set.process_groups.size() == 1 ? "" : "s");
   std::cout << counts_text(count_nodes(set)) << "\n";
   std::cout << fmt::format("the run: {} of {} on {}, mini-batches {}, mini-batch time {} s\n", plan.schedule, plan.profile.name,
                            plan.platform_file, plan.mini_batches, format_exact(result.metrics.minibatch_time_s));
