@@ -15,6 +15,7 @@
 #include "core/io.hpp"
 #include "core/metrics.hpp"
 #include "core/plan.hpp"
+#include "core/platform.hpp"
 #include "core/platform_check.hpp"
 #include "interchange/chakra_io.hpp"
 #include "interchange/program_graph.hpp"
@@ -129,8 +130,10 @@ int run_chakra_replay(const CLI::App& simulate, const std::string& prefix, const
   options.transfer_rule = sim::parse_transfer_rule(transfer_rule);
   options.collective_model = sim::parse_collective_model(collective_model);
   const interchange::ExecutionTraceSet set = interchange::read_chakra_trace_set(prefix);
+  const PlatformSummary platform = api::platform_summary(platform_file);
   api::enable_progress_on_terminal();
   const Timeline timeline = sim::simulate_graph(set, platform_file, options);
+  const bool tensor_memory = !timeline.memory_series.empty();
 
   // Per rank: its host, compute busy time (union of its compute records),
   // bytes it sends, and the FLOPs its compute nodes state.
@@ -160,10 +163,14 @@ int run_chakra_replay(const CLI::App& simulate, const std::string& prefix, const
                                   "docs/semantics.md, \"Replaying an execution graph\")\nspan {} s\n\n",
                                   prefix, set.ranks.size(), counts_text(counts), platform_file, network, transfer_rule,
                                   format_exact(span));
-  table += fmt::format("{:>4}  {:<16} {:>9} {:>14} {:>7} {:>14} {:>12}\n", "rank", "host", "compute", "busy s", "idle", "sent", "TFLOP/s");
+  table += fmt::format("{:>4}  {:<16} {:>9} {:>14} {:>7} {:>14} {:>12} {:>14}\n", "rank", "host", "compute", "busy s", "idle", "sent",
+                       "TFLOP/s", "tensor peak");
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (std::size_t r = 0; r < set.ranks.size(); ++r) {
-    const std::string& host = r < timeline.hosts.size() ? timeline.hosts[r] : std::string("?");
+    const std::string& host = platform.hosts.at(r).name;
+    double peak = 0;
+    if (const auto series = timeline.memory_series.find(host); series != timeline.memory_series.end())
+      for (const auto& [time, bytes] : series->second) peak = std::max(peak, bytes);
     const BusyTime busy = busy_time(compute_of[host], start, end);
     double flops = 0;
     bool flops_known = false;
@@ -175,15 +182,19 @@ int run_chakra_replay(const CLI::App& simulate, const std::string& prefix, const
       }
     const double idle = span > 0 ? 1 - busy.in_window_s / span : 0;
     const std::string rate = flops_known && span > 0 ? fmt::format("{:.3f}", flops / span / 1e12) : "-";
-    table += fmt::format("{:>4}  {:<16} {:>9} {:>14.6f} {:>6.1f}% {:>14} {:>12}\n", r, host, compute_nodes, busy.in_window_s,
-                         100 * idle, human_bytes(bytes_of[host]), rate);
+    table += fmt::format("{:>4}  {:<16} {:>9} {:>14.6f} {:>6.1f}% {:>14} {:>12} {:>14}\n", r, host, compute_nodes, busy.in_window_s,
+                         100 * idle, human_bytes(bytes_of[host]), rate, tensor_memory ? human_bytes(peak) : "-");
     nlohmann::ordered_json rank = {{"rank", r}, {"host", host}, {"compute_nodes", compute_nodes}, {"busy_s", busy.in_window_s},
                                    {"idle_fraction", idle}, {"bytes_sent", bytes_of[host]}};
     rank["tflops_per_second"] = flops_known && span > 0 ? nlohmann::ordered_json(flops / span / 1e12) : nlohmann::ordered_json();
+    rank["tensor_peak_bytes"] = tensor_memory ? nlohmann::ordered_json(peak) : nlohmann::ordered_json();
     ranks.push_back(rank);
   }
   json["devices"] = ranks;
   table += "\nTFLOP/s: the FLOPs the rank's compute nodes state (num_ops) over the span; '-' where they state none.\n";
+  table += tensor_memory ? "tensor peak: the most bytes of compute nodes' tensor_size held at once, each from its node's start until its "
+                           "rank's last data dependent has ended (no weights, no workspace; docs/chakra.md).\n"
+                         : "tensor peak: '-', the traces state no tensor_size.\n";
 
   OutputFileSet files;
   if (!outputs.csv.empty()) files.add(outputs.csv, timeline_to_csv(timeline));

@@ -293,19 +293,6 @@ std::string now_utc() {
   return text;
 }
 
-std::string read_memfd(int fd) {
-  std::string text;
-  ::lseek(fd, 0, SEEK_SET);
-  char buffer[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text.append(buffer, static_cast<std::size_t>(n));
-  }
-  return text;
-}
-
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 std::function<int(int, char**)> dispatch_command;
@@ -369,8 +356,8 @@ sweep::ChildReport run_child(const ExperimentPlan& plan, const PlannedRun& run, 
     const int status = dispatch_command(static_cast<int>(args.size()), argv.data());
     std::cout.flush();
     std::fflush(nullptr);
-    report.json = read_memfd(out);
-    if (status != 0) return {"error", fmt::format("exit status {}: {}", status, first_line(read_memfd(err))), ""};
+    report.json = read_descriptor_from_start(out);
+    if (status != 0) return {"error", fmt::format("exit status {}: {}", status, first_line(read_descriptor_from_start(err))), ""};
     report.status = "ok";
     // Read back as a JSON object (text that is not one is an internal error);
     // its devices out of memory, if it lists any, make the run oom.

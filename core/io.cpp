@@ -359,4 +359,17 @@ std::string human_bytes(double bytes) {
   return fmt::format("{:.4g} {}", bytes, units[unit]);
 }
 
+std::string read_descriptor_from_start(int fd) {
+  std::string text;
+  ::lseek(fd, 0, SEEK_SET);
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  return text;
+}
+
 }  // namespace pipegrid

@@ -9,6 +9,9 @@ namespace pipegrid {
 
 /** Whole file as a string; InputError naming the path when unreadable. */
 std::string read_text_file(const std::string& path);
+/** Everything an open file descriptor (a memfd a child wrote) holds, read
+ *  from its start; stops at the first read error. */
+std::string read_descriptor_from_start(int fd);
 
 /** The output files of one command, written all or none. What happens to
  *  each depends on what its path names when add() is called:

@@ -307,19 +307,6 @@ int run_dispatched(int argc, char** argv) {
   throw InputError("sweep: the Python module runs simulate, partition and model commands");
 }
 
-std::string read_whole(int fd) {
-  std::string text;
-  ::lseek(fd, 0, SEEK_SET);
-  char buffer[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text.append(buffer, static_cast<std::size_t>(n));
-  }
-  return text;
-}
-
 /// What a command's child reports: its exit status and stdout, or the error
 /// it ended with (kind input, infeasible or internal).
 struct CommandOutcome {
@@ -379,8 +366,8 @@ CommandOutcome run_command_in_child(const std::string& name, const std::vector<s
   }
   forget_child(child);
   CommandOutcome outcome;
-  outcome.out = read_whole(out_fd);
-  const std::string report_text = read_whole(report_fd);
+  outcome.out = read_descriptor_from_start(out_fd);
+  const std::string report_text = read_descriptor_from_start(report_fd);
   ::close(out_fd);
   ::close(report_fd);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || report_text.empty()) {

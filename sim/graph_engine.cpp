@@ -1,6 +1,7 @@
 #include "sim/graph_engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <limits>
@@ -30,7 +31,9 @@ const char* graph_dispatch_rule() {
          "runs at most one compute node per stream (pipegrid_stream, 0 without it) at a time, the ready one with the "
          "smallest id first, for its duration_s; compute nodes with pipegrid_lane \"collectives\" run beside the "
          "streams; sends start their message when ready (eager), receives end once ready and their send has ended, "
-         "collectives run as ring collectives over their process group; communication nodes run concurrently";
+         "collectives run as ring collectives over their process group; communication nodes run concurrently; a compute "
+         "node's tensor_size bytes are held on its rank from its start until the last node of the rank listing it in "
+         "data_deps has ended";
 }
 
 namespace {
@@ -331,6 +334,60 @@ class Replay {
     });
   }
 
+  /** The tensor memory rule (graph_dispatch_rule): per rank, a compute
+   *  node's tensor_size bytes are held from its start until the last node
+   *  of its rank that lists it in data_deps has ended (its own end when
+   *  none does). Returns each rank's memory at every change, as (time,
+   *  bytes from then on), and sets every record's memory_bytes (its rank's
+   *  memory right after it ends); empty, and memory 0, when no node states
+   *  a tensor_size. */
+  std::map<int, std::vector<std::pair<double, double>>> annotate_tensor_memory() {
+    std::map<std::pair<int, std::uint64_t>, std::size_t> node_of;
+    bool sized = false;
+    for (std::size_t i = 0; i < index_.nodes.size(); ++i) {
+      node_of[{index_.nodes[i].rank, index_.nodes[i].spec->id}] = i;
+      sized = sized || (index_.nodes[i].spec->type == NodeType::CompNode && index_.nodes[i].spec->tensor_size.value_or(0) > 0);
+    }
+    std::map<int, std::vector<std::pair<double, double>>> series;
+    if (!sized) return series;
+    std::vector<double> released(index_.nodes.size());
+    for (std::size_t i = 0; i < index_.nodes.size(); ++i) released[i] = state_[i].end;
+    for (std::size_t j = 0; j < index_.nodes.size(); ++j)
+      for (const std::uint64_t dep : index_.nodes[j].spec->data_deps) {
+        const std::size_t i = node_of.at({index_.nodes[j].rank, dep});
+        released[i] = std::max(released[i], state_[j].end);
+      }
+    // Per rank: +bytes at a start, -bytes at a release, in time order (a
+    // release before a start at one instant).
+    std::map<int, std::vector<std::tuple<double, int, double>>> changes;
+    for (std::size_t i = 0; i < index_.nodes.size(); ++i) {
+      const ExecutionNode& node = *index_.nodes[i].spec;
+      if (node.type != NodeType::CompNode || node.tensor_size.value_or(0) <= 0) continue;
+      changes[index_.nodes[i].rank].emplace_back(state_[i].start, 1, *node.tensor_size);
+      changes[index_.nodes[i].rank].emplace_back(released[i], 0, -*node.tensor_size);
+    }
+    for (auto& [rank, list] : changes) {
+      std::sort(list.begin(), list.end());
+      double bytes = 0;
+      std::vector<std::pair<double, double>>& steps = series[rank];
+      for (const auto& [time, order, delta] : list) {
+        (void)order;
+        bytes += delta;
+        if (std::abs(bytes) < 1e-6) bytes = 0;
+        if (!steps.empty() && steps.back().first == time) steps.back().second = bytes;
+        else steps.emplace_back(time, bytes);
+      }
+    }
+    for (Record& record : records_) {
+      const auto found = series.find(record.rank);
+      if (found == series.end()) continue;
+      const auto& steps = found->second;
+      const auto after = std::upper_bound(steps.begin(), steps.end(), std::make_pair(record.record.end_s, std::numeric_limits<double>::infinity()));
+      record.record.memory_bytes = after == steps.begin() ? 0 : std::prev(after)->second;
+    }
+    return series;
+  }
+
   std::vector<TimelineRecord> sorted_records() {
     std::stable_sort(records_.begin(), records_.end(), [](const Record& x, const Record& y) {
       return std::tie(x.record.start_s, x.rank, x.record.stream, x.record.end_s) <
@@ -345,7 +402,7 @@ class Replay {
   struct NodeState {
     std::size_t waiting = 0, waiting_starts = 0;
     bool ready = false, ended = false;
-    double start = 0;
+    double start = 0, end = 0;
     sg::ConditionVariablePtr signal;
   };
   struct CollectiveState {
@@ -441,6 +498,7 @@ class Replay {
   void end_node(std::size_t i) {
     NodeState& state = state_[i];
     state.ended = true;
+    state.end = sg::Engine::get_clock();
     notify(i);
     const GraphIndex::Node& node = index_.nodes[i];
     for (const std::size_t next : node.dependents)
@@ -567,7 +625,8 @@ class Replay {
 };
 
 nlohmann::json record_to_json(const TimelineRecord& r) {
-  return nlohmann::json::array({r.host, r.stream, r.stage, r.action, r.micro_batch, r.mini_batch, r.start_s, r.end_s, r.bytes, r.peer});
+  return nlohmann::json::array(
+      {r.host, r.stream, r.stage, r.action, r.micro_batch, r.mini_batch, r.start_s, r.end_s, r.bytes, r.peer, r.memory_bytes});
 }
 
 TimelineRecord record_from_json(const nlohmann::json& j) {
@@ -582,6 +641,7 @@ TimelineRecord record_from_json(const nlohmann::json& j) {
   r.end_s = j.at(7).get<double>();
   r.bytes = j.at(8).get<double>();
   r.peer = j.at(9).get<std::string>();
+  r.memory_bytes = j.at(10).get<double>();
   return r;
 }
 
@@ -602,16 +662,20 @@ Timeline simulate_graph(const ExecutionTraceSet& traces, const std::string& plat
     Replay& replay = *new Replay(index, hosts, platform_file, options);  // never destroyed: the child exits
     replay.start();
     engine.run();
+    nlohmann::json memory = nlohmann::json::object();
+    for (const auto& [rank, steps] : replay.annotate_tensor_memory()) memory[platform.hosts[static_cast<std::size_t>(rank)].name] = steps;
     nlohmann::json records = nlohmann::json::array();
     for (const TimelineRecord& record : replay.sorted_records()) records.push_back(record_to_json(record));
     nlohmann::json used = nlohmann::json::array();
     for (std::size_t r = 0; r < traces.ranks.size(); ++r)
       if (!traces.ranks[r].nodes.empty()) used.push_back(platform.hosts[r].name);
-    return nlohmann::json{{"hosts", used}, {"records", records}};
+    return nlohmann::json{{"hosts", used}, {"records", records}, {"memory", memory}};
   });
   Timeline timeline;
   timeline.hosts = output.json.at("hosts").get<std::vector<std::string>>();
   for (const nlohmann::json& record : output.json.at("records")) timeline.records.push_back(record_from_json(record));
+  for (const auto& [host, steps] : output.json.at("memory").items())
+    timeline.memory_series[host] = steps.get<std::vector<std::pair<double, double>>>();
   return timeline;
 }
 

@@ -51,7 +51,12 @@ struct GraphReplayOptions {
  *    group (pg_name) in the group's order, comm_size bytes; the k-th
  *    collective node of a group on each member rank (by id) are one
  *    collective. A participant joins when its node is ready.
- *  Communication nodes run concurrently, as soon as they may. */
+ *  Communication nodes run concurrently, as soon as they may.
+ *  - Memory: a compute node's tensor_size bytes are held on its rank from
+ *    the node's start until the last node of that rank listing it in
+ *    data_deps has ended (its own end when none does). Nothing else is
+ *    counted (no weights, no workspace): with no tensor_size in the
+ *    graphs, memory is 0. */
 const char* graph_dispatch_rule();
 
 /** Replays `traces` on the platform of `platform_file` with SimGrid (in a
@@ -65,8 +70,10 @@ const char* graph_dispatch_rule();
  *  host) and per collective participant (ALLREDUCE, REDUCE_SCATTER or
  *  ALLGATHER; bytes what it sends, peer its successor in the ring; micro
  *  -1 without the attribute). Receives and dependency sends make no record.
- *  Records sorted by (start, host, stream, end); memory_bytes 0 (the
- *  graphs do not say what stays allocated). Throws InputError naming the
+ *  Records sorted by (start, host, stream, end); memory_bytes the
+ *  rank's tensor memory right after the record ends and memory_series
+ *  every rank's at each change, by the memory rule above (none when no
+ *  node states a tensor_size). Throws InputError naming the
  *  rank and node for a malformed graph (an unknown dependency or process
  *  group, a receive without its send, more ranks than hosts, a collective
  *  type other than these three) and for nodes that never become ready (a

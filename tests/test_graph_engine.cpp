@@ -161,6 +161,30 @@ TEST(GraphEngine, PipegridAttributesNameTheRecords) {
   EXPECT_EQ(timeline.hosts, std::vector<std::string>{"gpu0"});
 }
 
+TEST(GraphEngine, TensorsAreHeldFromTheirStartUntilTheLastDataDependentEnds) {
+  ExecutionTraceSet traces;
+  traces.ranks = {{0, {}}};
+  // a (0-1 s, 100 B) is read by c (2-3 s): held 0-3 s. b (1-2 s, 40 B) has
+  // no data dependent: held 1-2 s. c states no size. d (3-4 s, 10 B): 3-4 s.
+  ExecutionNode a = compute(0, "a", 1.0), b = compute(1, "b", 1.0, {0}), c = compute(2, "c", 1.0, {1}), d = compute(3, "d", 1.0, {2});
+  a.tensor_size = 100;
+  b.tensor_size = 40;
+  d.tensor_size = 10;
+  c.data_deps = {0};
+  traces.ranks[0].nodes = {a, b, c, d};
+  const Timeline timeline = sim::simulate_graph(traces, kChain2);
+  const std::vector<std::pair<double, double>> expected = {{0, 100}, {1, 140}, {2, 100}, {3, 10}, {4, 0}};
+  EXPECT_EQ(timeline.memory_series.at("gpu0"), expected);
+  // memory_bytes: the rank's memory right after the record ends.
+  EXPECT_DOUBLE_EQ(record(timeline, "gpu0", "a").memory_bytes, 140);
+  EXPECT_DOUBLE_EQ(record(timeline, "gpu0", "b").memory_bytes, 100);
+  EXPECT_DOUBLE_EQ(record(timeline, "gpu0", "c").memory_bytes, 10);
+  EXPECT_DOUBLE_EQ(record(timeline, "gpu0", "d").memory_bytes, 0);
+  // Without any tensor_size: no memory at all.
+  for (ExecutionNode& node : traces.ranks[0].nodes) node.tensor_size.reset();
+  EXPECT_TRUE(sim::simulate_graph(traces, kChain2).memory_series.empty());
+}
+
 void expect_input_error(const ExecutionTraceSet& traces, const std::string& expected) {
   try {
     sim::simulate_graph(traces, kChain2);
