@@ -90,8 +90,24 @@ class GraphBuilder {
                                        "graphs hold whole-stage collectives only",
                                        record.stage));
       }
-      records_.emplace(RecordKey{record.host, record.action, record.stage, record.micro_batch, record.mini_batch}, &record);
+      const RecordKey key{record.host, record.action, record.stage, record.micro_batch, record.mini_batch};
+      records_.emplace(key, &record);
+      if (record.action == kOptimizerStepAction) step_records_[key].push_back(&record);
     }
+    for (auto& [key, steps] : step_records_)
+      std::stable_sort(steps.begin(), steps.end(), [](const TimelineRecord* x, const TimelineRecord* y) { return x->start_s < y->start_s; });
+  }
+
+  // The next optimizer step record (U) of this key not yet taken, in time
+  // order. One backward may be followed by several steps on one device (the
+  // distributed optimizer's step per stage of an interleaved device, all
+  // labelled with the device's ready backward): the engine runs them in
+  // Program order, the order the graphs take them.
+  const TimelineRecord* take_step_record(const std::string& host, int stage, int micro, int mini) {
+    const auto found = step_records_.find(RecordKey{host, kOptimizerStepAction, stage, micro, mini});
+    if (found == step_records_.end()) return nullptr;
+    std::size_t& taken = steps_taken_[found->first];
+    return taken < found->second.size() ? found->second[taken++] : nullptr;
   }
 
   const TimelineRecord* find_record(const std::string& host, const std::string& action, int stage, int micro, int mini) const {
@@ -324,7 +340,7 @@ class GraphBuilder {
   void add_stream_steps() {
     for (auto& [a, info] : actions_) {
       if (!is_final_backward(a.kind) || devices_with_collectives_.count(info.device) || info.step.valid()) continue;
-      const TimelineRecord* record = find_record(device_host_[info.device], kOptimizerStepAction, a.stage, a.micro_batch, a.mini_batch);
+      const TimelineRecord* record = take_step_record(device_host_[info.device], a.stage, a.micro_batch, a.mini_batch);
       if (record == nullptr) continue;
       info.step = add_node(info.node.rank, step_node(a, info.stream, *record));
     }
@@ -415,7 +431,7 @@ class GraphBuilder {
         // The step that follows the stage's last backward with one runs after the all-reduce.
         for (auto backward = backwards.rbegin(); backward != backwards.rend(); ++backward) {
           const Action& a = backward->second;
-          const TimelineRecord* record = find_record(own_host, kOptimizerStepAction, a.stage, a.micro_batch, a.mini_batch);
+          const TimelineRecord* record = take_step_record(own_host, a.stage, a.micro_batch, a.mini_batch);
           if (record == nullptr) continue;
           ActionInfo& info = info_of(a);
           ExecutionNode step = step_node(a, info.stream, *record);
@@ -492,8 +508,7 @@ class GraphBuilder {
           chain(add_collective(spec.stage, kTiedEmbeddingLabel, spec.round, own_first ? 0 : 1, pair,
                                CollectiveType::AllReduce, host));
         }
-        if (const TimelineRecord* record = find_record(host, kOptimizerStepAction, ready_action.stage, ready_action.micro_batch,
-                                                       ready_action.mini_batch)) {
+        if (const TimelineRecord* record = take_step_record(host, ready_action.stage, ready_action.micro_batch, ready_action.mini_batch)) {
           ExecutionNode step = step_node(ready_action, ready.stream, *record);
           step.extra["pipegrid_lane"] = "collectives";
           chain(add_node(ready.node.rank, std::move(step)));
@@ -617,6 +632,8 @@ class GraphBuilder {
   ExecutionTraceSet set_;
   std::map<std::string, int> rank_of_host_;
   std::map<RecordKey, const TimelineRecord*> records_;
+  std::map<RecordKey, std::vector<const TimelineRecord*>> step_records_;
+  std::map<RecordKey, std::size_t> steps_taken_;
   std::vector<StageCost> costs_;
   std::vector<std::string> device_host_;
   std::vector<int> device_rank_;

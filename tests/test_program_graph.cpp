@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -309,6 +310,36 @@ TEST(ProgramGraph, GeneratedGptLayoutsReplayToTheirTimelines) {
     EXPECT_TRUE(some_transfer_faster) << label;
     EXPECT_LT(replayed_end, original_end) << label;
   }
+}
+
+TEST(ProgramGraph, InterleavedDistributedOptimizerStepsKeepTheirOwnDurations) {
+  // Each device of an interleaved layout holds 2 stages of unequal
+  // parameters (the embedding and the head sit on the first and last); with
+  // the distributed optimizer each stage's step follows the device's last
+  // backward, so the steps share their labels: the graphs must give each
+  // its own duration, in Program order.
+  api::PlanRequest request;
+  // An H100 server: its device model times each step by the stage's parameters.
+  request.platform_file = (std::filesystem::temp_directory_path() / fmt::format("pipegrid-graph-{}-h100.xml", ::getpid())).string();
+  std::ofstream(request.platform_file) << read_text_file(kSource + "/tests/data/common/tp-h100-1x4.xml");
+  request.model = {"gpt", {{"layers", 8}, {"hidden", 512}, {"heads", 8}, {"sequence", 1024}, {"vocabulary", 32000}}, 2, "fp16"};
+  request.optimizer = "adam";
+  request.schedule = "interleaved-1f1b";
+  request.virtual_stages = 2;
+  request.micro_batches = 4;
+  request.partition = "megatron";
+  request.network = "analytic";
+  request.pipeline_parallel = 2;
+  request.data_parallel = 2;
+  request.distributed_optimizer = true;
+  const RoundTrip trip = round_trip(request);
+  std::map<std::tuple<std::string, int, int, int>, std::set<double>> step_durations;
+  for (const TimelineRecord& r : trip.run.timeline.records)
+    if (r.action == kOptimizerStepAction) step_durations[{r.host, r.stage, r.micro_batch, r.mini_batch}].insert(r.end_s - r.start_s);
+  bool shared_label_unequal_steps = false;
+  for (const auto& [key, durations] : step_durations) shared_label_unequal_steps |= durations.size() > 1;
+  EXPECT_TRUE(shared_label_unequal_steps) << "the case must have steps of one label with unequal durations";
+  expect_same_timeline(trip.run.timeline, trip.replayed, "interleaved, distributed optimizer");
 }
 
 TEST(ProgramGraph, TheComparisonSeesAChangedDuration) {
