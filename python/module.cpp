@@ -36,7 +36,9 @@
 #include <nlohmann/json.hpp>
 
 #include "api/simulation.hpp"
+#include "cli/chakra_command.hpp"
 #include "cli/explore_command.hpp"
+#include "cli/trace_command.hpp"
 #include "cli/model_command.hpp"
 #include "cli/partition_command.hpp"
 #include "cli/plan_command.hpp"
@@ -285,6 +287,15 @@ std::unique_ptr<Command> make_command(const std::string& name) {
     CLI::App* sweep = cli::add_sweep_command(command->app);
     command->options = sweep->get_subcommand("run");
     command->run = [] { return cli::run_sweep_command(run_dispatched); };
+  } else if (name == "export") {
+    command->options = cli::add_export_command(command->app);
+    command->reserved = {"format", "out"};
+    command->run = [] { return cli::run_export_command(); };
+  } else if (name == "trace") {
+    CLI::App* trace = cli::add_trace_command(command->app);
+    command->options = trace->get_subcommand("import");
+    command->reserved = {"csv", "profile", "platform", "program"};
+    command->run = [] { return cli::run_trace_command(); };
   } else {
     throw std::logic_error("no such command: " + name);
   }
@@ -398,6 +409,7 @@ std::pair<int, std::string> run_command(const std::string& name, const std::vect
                                         const py::dict& options, const std::vector<std::string>& extra) {
   std::vector<std::string> args = {"pipegrid"};
   if (name == "sweep") args.insert(args.end(), {"sweep", "run"});
+  else if (name == "trace") args.insert(args.end(), {"trace", "import"});
   else args.push_back(name);
   args.insert(args.end(), positional.begin(), positional.end());
   {
@@ -443,7 +455,15 @@ PYBIND11_MODULE(_pipegrid, module) {
   module.def("simulate", &simulate, py::arg("options"),
              "Simulates the run the keywords describe (simulate's flags, '-' -> '_'); the GIL is released meanwhile.");
   module.def("simulate_keywords", &simulate_keywords, "simulate's keywords, in the CLI's order of its flags");
-  module.def("command_keywords", &command_keywords, py::arg("command"), "the keywords of explore, plan or sweep");
+  module.def("command_keywords", &command_keywords, py::arg("command"), "the keywords of explore, plan, sweep, export or trace");
   module.def("run_command", &run_command, py::arg("command"), py::arg("positional"), py::arg("options"), py::arg("extra"),
-             "Runs explore, plan or sweep (run) in a forked child; returns (exit status, stdout).");
+             "Runs explore, plan, sweep (run), export or trace (import) in a forked child; returns (exit status, stdout).");
+  module.def(
+      "timeline_csv_to_svg",
+      [](const std::string& csv, const std::string& title) -> std::string {
+        pipegrid::SvgOptions options;
+        options.title = title;
+        return pipegrid::timeline_to_svg(pipegrid::parse_timeline_csv(csv, "timeline"), options);
+      },
+      py::arg("csv"), py::arg("title"), "A timeline CSV (execute --csv's schema) drawn as an SVG Gantt chart.");
 }

@@ -28,6 +28,7 @@ __all__ = [
     "Error", "InputError", "InfeasibleError", "InternalError",
     "Simulation", "Timeline", "simulate", "explore", "plan", "sweep", "read_sweep",
     "simulate_keywords", "explore_keywords", "plan_keywords", "sweep_keywords",
+    "export_chakra", "import_trace", "Measurement",
 ]
 
 #: The columns of a timeline's rows (render/timeline_csv.hpp), and the type
@@ -237,3 +238,87 @@ def sweep(experiment, out, **options):
     result["exit_status"] = status
     result["summary"] = out_text
     return result
+
+
+def export_chakra(out, **options):
+    """Simulates the run simulate's keywords describe and writes it as
+    MLCommons Chakra execution traces (``pipegrid export --format chakra
+    --out OUT``; docs/chakra.md): ``OUT.<rank>.et`` per platform host and
+    ``OUT.json``, the communicator groups. Returns the files written, rank
+    files first, in rank order."""
+    out = _os.fspath(out)
+    _pipegrid.run_command("export", [], options, ["--out", out, "--format", "chakra"])
+    files = []
+    while _os.path.exists(f"{out}.{len(files)}.et"):
+        files.append(f"{out}.{len(files)}.et")
+    return files + [f"{out}.json"]
+
+
+class _MeasuredRun:
+    def __init__(self, csv_text, title):
+        self._csv, self._title = csv_text, title
+
+    def timeline_csv(self):
+        return self._csv
+
+    def timeline_svg(self):
+        return _pipegrid.timeline_csv_to_svg(self._csv, self._title)
+
+
+class Measurement:
+    """A real run read from its PyTorch profiler traces (``import_trace``):
+    ``timeline`` (a Timeline of the measured records: rows, to_csv(),
+    to_pandas(), svg()), ``profile`` (the calibrated profile, a dict: one
+    layer per stage), ``platform_xml`` (the fitted platform), ``program``
+    (the Program that ran, in pipegrid's text form) and ``summary`` (what
+    ``pipegrid trace import`` prints). ``save(folder)`` writes them as
+    measured.csv, profile.json, platform.xml and program.txt, the inputs of
+    ``pipegrid validate --program --measured``."""
+
+    def __init__(self, csv_text, profile_text, platform_xml, program, summary):
+        self.timeline = Timeline(_MeasuredRun(csv_text, "measured (PyTorch profiler traces)"))
+        self.profile = _json.loads(profile_text)
+        self._profile_text = profile_text
+        self.platform_xml = platform_xml
+        self.program = program
+        self.summary = summary
+
+    def save(self, folder):
+        """Writes measured.csv, profile.json, platform.xml and program.txt
+        into ``folder`` (created when missing); returns their paths."""
+        folder = _os.fspath(folder)
+        _os.makedirs(folder, exist_ok=True)
+        contents = {"measured.csv": self.timeline.to_csv(), "profile.json": self._profile_text,
+                    "platform.xml": self.platform_xml, "program.txt": self.program}
+        paths = {}
+        for name, text in contents.items():
+            paths[name] = _os.path.join(folder, name)
+            with open(paths[name], "w", encoding="utf-8") as file:
+                file.write(text)
+        return paths
+
+    def _repr_svg_(self):
+        return self.timeline.svg()
+
+    def __repr__(self):
+        return f"<pipegrid.Measurement {self.summary.splitlines()[0] if self.summary else ''}>"
+
+
+def import_trace(traces, **options):
+    """A real pipeline-parallel run's PyTorch profiler traces, one file per
+    rank (``pipegrid trace import``; docs/kineto.md): the keywords are its
+    flags ('-' -> '_': micro_batch_size, map). Returns a Measurement."""
+    if isinstance(traces, (str, bytes, _os.PathLike)):
+        traces = [traces]
+    with _tempfile.TemporaryDirectory(prefix="pipegrid-trace-") as folder:
+        paths = {name: _os.path.join(folder, name) for name in ("measured.csv", "profile.json", "platform.xml", "program.txt")}
+        _status, summary = _pipegrid.run_command(
+            "trace", [_os.fspath(trace) for trace in traces], options,
+            ["--csv", paths["measured.csv"], "--profile", paths["profile.json"],
+             "--platform", paths["platform.xml"], "--program", paths["program.txt"]])
+        texts = {}
+        for name, path in paths.items():
+            with open(path, encoding="utf-8") as file:
+                texts[name] = file.read()
+    return Measurement(texts["measured.csv"], texts["profile.json"], texts["platform.xml"], texts["program.txt"], summary)
+

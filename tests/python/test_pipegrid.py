@@ -331,5 +331,42 @@ class ExplorePlanSweep(unittest.TestCase):
             self.assertIn("micro_batchez", str(caught.exception))
 
 
+class ChakraAndKineto(unittest.TestCase):
+    def test_export_chakra_writes_what_the_cli_writes(self):
+        options = dict(platform=os.path.join(ROOT, "platforms", "bapipe-4xv100-pcie3.xml"), model="vgg16",
+                       schedule="1f1b-sno", micro_batches=4)
+        with tempfile.TemporaryDirectory() as folder:
+            files = pipegrid.export_chakra(os.path.join(folder, "py"), **options)
+            self.assertEqual([os.path.basename(f) for f in files], ["py.0.et", "py.1.et", "py.2.et", "py.3.et", "py.json"])
+            run = cli("export", "--format", "chakra", "--out", os.path.join(folder, "cli"), *flags_of(options))
+            self.assertEqual(run.returncode, 0, run.stderr)
+            for rank in range(4):
+                with open(os.path.join(folder, f"py.{rank}.et"), "rb") as a, open(os.path.join(folder, f"cli.{rank}.et"), "rb") as b:
+                    self.assertEqual(a.read(), b.read())
+            with self.assertRaises(pipegrid.InputError) as caught:
+                pipegrid.export_chakra(os.path.join(folder, "bad"), **dict(options, schedule="1f1b-snoo"))
+            self.assertIn("1f1b-snoo", str(caught.exception))
+
+    def test_import_trace_equals_the_cli(self):
+        case = os.path.join(ROOT, "tests", "data", "kineto-hand-cuda")
+        traces = [os.path.join(case, "trace", f"rank{r}.json") for r in range(2)]
+        measured = pipegrid.import_trace(traces, micro_batch_size=2)
+        with open(os.path.join(case, "expected.timeline.csv"), encoding="utf-8") as file:
+            self.assertEqual(measured.timeline.to_csv(), file.read())
+        with open(os.path.join(case, "expected.profile.json"), encoding="utf-8") as file:
+            self.assertEqual(measured.profile, json.load(file))
+        with open(os.path.join(case, "expected.program.txt"), encoding="utf-8") as file:
+            self.assertEqual(measured.program, file.read())
+        self.assertIn("<svg", measured._repr_svg_())
+        self.assertTrue(all(row["end_s"] >= row["start_s"] for row in measured.timeline.rows))
+        with tempfile.TemporaryDirectory() as folder:
+            paths = measured.save(folder)
+            self.assertEqual(sorted(os.path.basename(p) for p in paths.values()),
+                             ["measured.csv", "platform.xml", "profile.json", "program.txt"])
+        with self.assertRaises(pipegrid.InputError) as caught:
+            pipegrid.import_trace([traces[0]], micro_batch_size=2, mapp="x.json")
+        self.assertIn("did you mean 'map'", str(caught.exception))
+
+
 if __name__ == "__main__":
     unittest.main()
