@@ -98,9 +98,11 @@ int run_trace_command() {
   }
   std::cout << fmt::format("program: {} devices, {} holding several stages, {} overlapped F&B pairs\n",
                            result.program.devices.size(), devices_with_several_stages, overlapped);
+  // --device only labels the comparison (nothing runs with --measured).
   std::cout << fmt::format("validate with: pipegrid validate --model mlp --layers {} --program <program> --program-format text "
-                           "--micro-batch-size {} --warmup 0 --profile <profile> --platform <platform> --measured <csv>\n",
-                           result.stages, options.micro_batch_size);
+                           "--micro-batch-size {} --device {}:{} --warmup 0 --profile <profile> --platform <platform> "
+                           "--measured <csv>\n",
+                           result.stages, options.micro_batch_size, result.gpu ? "cuda" : "cpu", result.program.devices.size());
   return 0;
 }
 
