@@ -13,6 +13,7 @@
 #include "cli/simulate_options.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/device_model.hpp"
 #include "core/metrics.hpp"
 #include "core/plan.hpp"
 #include "core/platform.hpp"
@@ -81,6 +82,10 @@ int run_export_command() {
   if (export_format != "chakra")
     throw InputError(fmt::format("--format: expected chakra (MLCommons Chakra execution traces), found '{}'", printable(export_format)));
   if (export_prefix.empty()) throw InputError("export: --out PREFIX is required (files <PREFIX>.<rank>.et and <PREFIX>.json)");
+  if (export_prefix.back() == '/')
+    throw InputError(fmt::format("--out: expected a path prefix such as traces/run (files <PREFIX>.<rank>.et), found the "
+                                 "folder '{}'",
+                                 printable(export_prefix)));
   Plan plan;
   if (!export_plan_file.empty()) {
     for (const CLI::Option* option : export_app->get_options())
@@ -124,6 +129,10 @@ int run_chakra_replay(const CLI::App& simulate, const std::string& prefix, const
                                    "--csv, --svg, --trace, --json)",
                                    name));
   }
+  if (prefix.empty() || prefix.back() == '/')
+    throw InputError(fmt::format("--chakra: expected the traces' path prefix (files <PREFIX>.0.et, <PREFIX>.1.et, ...), "
+                                 "found '{}'",
+                                 printable(prefix)));
   if (platform_file.empty()) throw InputError("--chakra: --platform FILE is required (rank r runs on the platform's r-th host)");
   sim::GraphReplayOptions options;
   options.network = sim::parse_network_model(network);
@@ -132,7 +141,14 @@ int run_chakra_replay(const CLI::App& simulate, const std::string& prefix, const
   const interchange::ExecutionTraceSet set = interchange::read_chakra_trace_set(prefix);
   const PlatformSummary platform = api::platform_summary(platform_file);
   api::enable_progress_on_terminal();
-  const Timeline timeline = sim::simulate_graph(set, platform_file, options);
+  Timeline timeline;
+  try {
+    timeline = sim::simulate_graph(set, platform_file, options);
+  } catch (const InputError& error) {
+    // The replay names ranks and nodes: the files are the set's.
+    throw InputError(fmt::format("{}: {}", prefix + ".<rank>.et",
+                                 error.what()));
+  }
   const bool tensor_memory = !timeline.memory_series.empty();
 
   // Per rank: its host, compute busy time (union of its compute records),
@@ -191,6 +207,40 @@ int run_chakra_replay(const CLI::App& simulate, const std::string& prefix, const
     ranks.push_back(rank);
   }
   json["devices"] = ranks;
+  // A node that states more FLOPs than its host's device can run in its
+  // duration, at the device's best peak over the number formats it has,
+  // cannot be true on this platform: said, never hidden.
+  std::vector<std::string> warnings;
+  for (std::size_t r = 0; r < set.ranks.size(); ++r) {
+    const HostInfo& host = platform.hosts.at(r);
+    const DeviceModel* device = host.device_model.empty() ? nullptr : find_device_model(host.device_model);
+    if (!device) continue;
+    double peak = 0;
+    for (const char* dtype : {"fp32", "fp16", "bf16"}) {
+      try {
+        peak = std::max(peak, device->peak_flops(dtype));
+      } catch (const InputError&) {
+      }
+    }
+    int above = 0;
+    double fastest = 0;
+    for (const interchange::ExecutionNode& node : set.ranks[r].nodes)
+      if (node.type == interchange::NodeType::CompNode && node.num_ops && node.duration_s > 0) {
+        const double rate = *node.num_ops / node.duration_s;
+        fastest = std::max(fastest, rate);
+        above += rate > peak * (1 + 1e-9) ? 1 : 0;
+      }
+    if (peak > 0 && above > 0)
+      warnings.push_back(fmt::format("rank {} ({}): {} compute node(s) state more FLOPs than a {} can run in their "
+                                     "durations (up to {:.1f} TFLOP/s against its {:.1f} TFLOP/s peak): these traces' "
+                                     "num_ops or durations are not this platform's",
+                                     r, host.name, above, device->name, fastest / 1e12, peak / 1e12));
+  }
+  json["warnings"] = warnings;
+  for (const std::string& warning : warnings) table += "warning: " + warning + "\n";
+  // The table lists the warnings itself; with --json they go to stderr too.
+  if (outputs.json)
+    for (const std::string& warning : warnings) std::cerr << "pipegrid: warning: " << warning << "\n";
   table += "\nTFLOP/s: the FLOPs the rank's compute nodes state (num_ops) over the span; '-' where they state none.\n";
   table += tensor_memory ? "tensor peak: the most bytes of compute nodes' tensor_size held at once, each from its node's start until its "
                            "rank's last data dependent has ended (no weights, no workspace; docs/chakra.md).\n"

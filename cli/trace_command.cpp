@@ -79,7 +79,7 @@ int run_trace_command() {
   std::size_t compute = 0, transfers = 0;
   for (const TimelineRecord& record : result.timeline.records)
     (record.kind() == RecordKind::Compute ? compute : transfers) += 1;
-  std::cout << fmt::format("{} ranks ({}), {} stages, {} micro-batches, {} mini-batches: {} compute actions, {} transfers\n",
+  std::cout << fmt::format("{} ranks ({}), {} stages, {} micro-batches, mini-batches {}: {} compute actions, {} transfers\n",
                            result.timeline.hosts.size(), result.gpu ? "GPU kernels" : "CPU ranges", result.stages,
                            result.micro_batches, result.mini_batches, compute, transfers);
   for (const Layer& layer : result.profile.layers) {

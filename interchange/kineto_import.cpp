@@ -574,8 +574,18 @@ RankTrace parse_kineto_trace(const std::string& text, const std::string& file) {
         e.dtype = text_arg("dtype");
         e.in_elements = number_arg("In msg nelems");
         e.out_elements = number_arg("Out msg nelems");
-        if (args.contains("Dst Rank") && args.at("Dst Rank").is_number_integer()) e.dst_rank = args.at("Dst Rank").get<int>();
-        if (args.contains("Src Rank") && args.at("Src Rank").is_number_integer()) e.src_rank = args.at("Src Rank").get<int>();
+        // A peer rank outside int's range is refused, never truncated.
+        auto rank_arg = [&](const char* key) -> std::optional<int> {
+          if (!args.contains(key) || !args.at(key).is_number_integer()) return std::nullopt;
+          const long long value = args.at(key).is_number_unsigned() && args.at(key).get<unsigned long long>() > 0x7fffffffULL
+                                      ? -1
+                                      : args.at(key).get<long long>();
+          if (value < 0 || value > 0x7fffffffLL)
+            throw InputError(fmt::format("{}: \"{}\": expected a rank from 0, found {}", event_label(file, e), key, shown_json(args.at(key))));
+          return static_cast<int>(value);
+        };
+        if (const std::optional<int> rank = rank_arg("Dst Rank")) e.dst_rank = *rank;
+        if (const std::optional<int> rank = rank_arg("Src Rank")) e.src_rank = *rank;
         e.group_ranks = parse_rank_list(text_arg("Process Group Ranks"));
       }
     }

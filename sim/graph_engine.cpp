@@ -52,6 +52,14 @@ std::string node_label(int rank, const ExecutionNode& node) {
   return fmt::format("rank {} node {} ('{}')", rank, node.id, printable(node.name));
 }
 
+// A node's name as a record's action: ',', '"' and control characters
+// become '_' (the timeline's CSV holds its cells unquoted).
+std::string csv_safe(std::string text) {
+  for (char& c : text)
+    if (c == ',' || c == '"' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '_';
+  return text;
+}
+
 // An integer attribute of `node`, or `otherwise` when absent.
 int int_attribute(int rank, const ExecutionNode& node, const std::string& name, int otherwise) {
   const auto found = node.extra.find(name);
@@ -111,9 +119,13 @@ CollectiveKind collective_kind(int rank, const ExecutionNode& node) {
     case CollectiveType::AllGather: return CollectiveKind::AllGather;
     default: break;
   }
-  throw InputError(fmt::format("execution graph: {}: collective type {}: the replay runs all-reduces, reduce-scatters "
+  const char* name = *node.comm_type == CollectiveType::AllToAll    ? "ALL_TO_ALL"
+                     : *node.comm_type == CollectiveType::Broadcast ? "BROADCAST"
+                     : *node.comm_type == CollectiveType::Barrier   ? "BARRIER"
+                                                                    : "unknown";
+  throw InputError(fmt::format("execution graph: {}: collective {}: the replay runs all-reduces, reduce-scatters "
                                "and all-gathers",
-                               node_label(rank, node), static_cast<int>(*node.comm_type)));
+                               node_label(rank, node), name));
 }
 
 GraphIndex index_graphs(const ExecutionTraceSet& traces) {
@@ -133,6 +145,7 @@ GraphIndex index_graphs(const ExecutionTraceSet& traces) {
   }
   std::map<std::tuple<int, int, int>, std::size_t> sends, receives;
   std::map<std::string, std::vector<std::vector<std::size_t>>> group_nodes;  // pg -> per member rank position: its nodes
+  std::optional<std::vector<int>> all_ranks_group;
   for (std::size_t i = 0; i < index.nodes.size(); ++i) {
     GraphIndex::Node& entry = index.nodes[i];
     const ExecutionNode& node = *entry.spec;
@@ -148,6 +161,9 @@ GraphIndex index_graphs(const ExecutionTraceSet& traces) {
       }
     entry.deps = deps.size();
     entry.stream = int_attribute(entry.rank, node, "pipegrid_stream", 0);
+    // The record labels, read again by the replay: refused here, before the
+    // engine runs, when they are not integers.
+    for (const char* label : {"pipegrid_stage", "pipegrid_micro_batch", "pipegrid_mini_batch"}) int_attribute(entry.rank, node, label, 0);
     for (const std::size_t dep : deps) index.nodes[dep].dependents.push_back(i);
     switch (node.type) {
       case NodeType::CompNode: {
@@ -186,17 +202,25 @@ GraphIndex index_graphs(const ExecutionTraceSet& traces) {
         break;
       }
       case NodeType::CommCollNode: {
-        const auto group = traces.process_groups.find(node.pg_name);
-        if (group == traces.process_groups.end())
+        // No pg_name: the group of all ranks (as Chakra's readers take it).
+        if (node.pg_name.empty() && !all_ranks_group) {
+          all_ranks_group.emplace();
+          for (std::size_t member = 0; member < traces.ranks.size(); ++member) all_ranks_group->push_back(static_cast<int>(member));
+        }
+        const auto declared = traces.process_groups.find(node.pg_name);
+        const std::vector<int>* members = node.pg_name.empty() ? &*all_ranks_group
+                                          : declared == traces.process_groups.end() ? nullptr
+                                                                                    : &declared->second;
+        if (members == nullptr)
           throw InputError(fmt::format("execution graph: {}: process group '{}' is not declared", node_label(entry.rank, node),
                                        printable(node.pg_name)));
-        const auto member = std::find(group->second.begin(), group->second.end(), entry.rank);
-        if (member == group->second.end())
+        const auto member = std::find(members->begin(), members->end(), entry.rank);
+        if (member == members->end())
           throw InputError(fmt::format("execution graph: {}: rank {} is not in its process group '{}'",
                                        node_label(entry.rank, node), entry.rank, printable(node.pg_name)));
         auto& per_member = group_nodes[node.pg_name];
-        per_member.resize(group->second.size());
-        per_member[static_cast<std::size_t>(member - group->second.begin())].push_back(i);
+        per_member.resize(members->size());
+        per_member[static_cast<std::size_t>(member - members->begin())].push_back(i);
         break;
       }
       default:
@@ -218,8 +242,11 @@ GraphIndex index_graphs(const ExecutionTraceSet& traces) {
     if (index.nodes[send].partner == kNone)
       throw InputError(fmt::format("execution graph: {}: no receive on rank {} with tag {}",
                                    node_label(index.nodes[send].rank, *index.nodes[send].spec), std::get<1>(key), std::get<2>(key)));
-  for (const auto& [name, per_member] : group_nodes) {
-    const std::vector<int>& ranks = traces.process_groups.at(name);
+  for (auto& [name, per_member] : group_nodes) {
+    const std::vector<int>& ranks = name.empty() ? *all_ranks_group : traces.process_groups.at(name);
+    // The k-th collective node of the group on each member, by id, are one collective.
+    for (std::vector<std::size_t>& nodes : per_member)
+      std::stable_sort(nodes.begin(), nodes.end(), [&](std::size_t x, std::size_t y) { return index.nodes[x].spec->id < index.nodes[y].spec->id; });
     for (std::size_t m = 0; m < per_member.size(); ++m)
       if (per_member[m].size() != per_member.front().size())
         throw InputError(fmt::format("execution graph: process group '{}': rank {} has {} collective nodes of it, rank {} "
@@ -439,7 +466,7 @@ class Replay {
     r.host = host_of(i)->get_name();
     r.stream = stream;
     r.stage = int_attribute(node.rank, *node.spec, "pipegrid_stage", 0);
-    r.action = action;
+    r.action = csv_safe(action);
     r.micro_batch = int_attribute(node.rank, *node.spec, "pipegrid_micro_batch", micro_default);
     r.mini_batch = int_attribute(node.rank, *node.spec, "pipegrid_mini_batch", 0);
     r.start_s = start;

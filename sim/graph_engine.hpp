@@ -48,7 +48,7 @@ struct GraphReplayOptions {
  *    comm_dst, comm_tag); it ends once it is ready and that send has ended.
  *  - Collectives (COMM_COLL_NODE: all-reduce, reduce-scatter, all-gather)
  *    run as the engine's ring collectives over the ranks of their process
- *    group (pg_name) in the group's order, comm_size bytes; the k-th
+ *    group (pg_name; none: all ranks) in the group's order, comm_size bytes; the k-th
  *    collective node of a group on each member rank (by id) are one
  *    collective. A participant joins when its node is ready.
  *  Communication nodes run concurrently, as soon as they may.
@@ -63,7 +63,8 @@ const char* graph_dispatch_rule();
  *  forked child, as simulate()) and returns the timeline: a record per
  *  compute node (host of its rank; stream, stage, micro-batch, mini-batch
  *  and action from the pipegrid_* attributes, the node's name as the
- *  action without pipegrid_action; 0 and -1 for missing numbers: stage 0,
+ *  action without pipegrid_action (',', '"' and control characters
+ *  replaced by '_'); 0 and -1 for missing numbers: stage 0,
  *  micro-batch 0, mini-batch 0), per send that moves data (a transfer
  *  record from its message's start to the send's end: action
  *  pipegrid_action or "SEND_<name>", bytes comm_size, peer the receiver's

@@ -194,6 +194,36 @@ void expect_input_error(const ExecutionTraceSet& traces, const std::string& expe
   }
 }
 
+TEST(GraphEngine, CollectivesPairByIdAndWithoutAGroupSpanEveryRank) {
+  // Rank 0 lists its two all-reduces out of id order; rank 1 in order: the
+  // k-th by id of each rank are one collective (sizes 100 and 300). Neither
+  // names a process group: the group is every rank.
+  ExecutionTraceSet traces = two_ranks();
+  ExecutionNode small, large;
+  for (ExecutionNode* node : {&small, &large}) {
+    node->type = NodeType::CommCollNode;
+    node->comm_type = CollectiveType::AllReduce;
+  }
+  small.id = 1, small.name = "small", small.comm_size = 100;
+  large.id = 2, large.name = "large", large.comm_size = 300;
+  large.ctrl_deps = {1};
+  traces.ranks[0].nodes = {large, small};
+  traces.ranks[1].nodes = {small, large};
+  const Timeline timeline = sim::simulate_graph(traces, kChain2);
+  std::vector<double> bytes;
+  for (const TimelineRecord& r : timeline.records)
+    if (r.host == "gpu0" && r.action == "ALLREDUCE") bytes.push_back(r.bytes);
+  EXPECT_EQ(bytes, (std::vector<double>{100, 300}));
+}
+
+TEST(GraphEngine, NamesThatTheCsvCannotHoldBecomeUnderscores) {
+  ExecutionTraceSet traces;
+  traces.ranks = {{0, {compute(0, "aten::mm, \"fused\"\n", 1.0)}}};
+  const Timeline timeline = sim::simulate_graph(traces, kChain2);
+  ASSERT_EQ(timeline.records.size(), 1U);
+  EXPECT_EQ(timeline.records[0].action, "aten::mm_ _fused__");
+}
+
 TEST(GraphEngine, MalformedGraphsAreRefused) {
   {
     ExecutionTraceSet traces = two_ranks();
@@ -224,6 +254,13 @@ TEST(GraphEngine, MalformedGraphsAreRefused) {
     all_reduce.pg_name = "missing";
     traces.ranks[0].nodes = {all_reduce};
     expect_input_error(traces, "process group 'missing' is not declared");
+  }
+  {
+    ExecutionTraceSet traces;
+    ExecutionNode labelled = compute(0, "f", 1.0);
+    labelled.extra["pipegrid_micro_batch"] = "x";
+    traces.ranks = {{0, {labelled}}};
+    expect_input_error(traces, "pipegrid_micro_batch");
   }
 }
 
