@@ -303,7 +303,11 @@ class GraphBuilder {
   void add_data_needs() {
     const int last_stage = program_.num_stages - 1;
     const bool recompute_waits = plan_.layer_recompute.enabled();
-    for (auto& [a, info] : actions_) {
+    for (auto& entry : actions_) {
+      // Named references, not a structured binding: the lambdas below
+      // capture them (clang 14 cannot capture structured bindings).
+      const Action& a = entry.first;
+      ActionInfo& info = entry.second;
       const int rank = info.node.rank;
       auto gradient_producer = [&]() {
         const Action whole{ActionKind::Backward, a.stage + 1, a.micro_batch, a.mini_batch};
