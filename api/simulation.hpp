@@ -101,6 +101,15 @@ struct PlanRequest {
   std::string dtype;
   /// Hosts per tensor-parallel group (simulate --tensor-parallel; Plan::tensor_parallel).
   int tensor_parallel = 1;
+  /// Context-parallel ranks per sequence (simulate --context-parallel;
+  /// Plan::context_parallel).
+  int context_parallel = 1;
+  /// Expert-parallel ranks (simulate --expert-parallel; Plan::expert_parallel)
+  /// and expert tensor parallelism (--expert-tensor-parallel; 0: tensor_parallel).
+  int expert_parallel = 1;
+  int expert_tensor_parallel = 0;
+  /// FP8 recipe (simulate --fp8-format hybrid|e4m3; Plan::fp8_format); "" none.
+  std::string fp8_format;
   /// Megatron's sequence parallelism (simulate --sequence-parallel;
   /// Plan::sequence_parallel): off at tensor parallel 1, as Megatron-LM
   /// turns it off there (the plan's note says so).

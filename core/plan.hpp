@@ -90,6 +90,23 @@ struct Plan {
   /// embedded profile is then the per-member one (tensor_parallel_profile)
   /// and the partition places stages on the groups' first hosts only.
   int tensor_parallel = 1;
+  /// Megatron's context parallelism (--context-parallel-size): each
+  /// sequence split over cp ranks, which follow the tensor-parallel ranks in
+  /// Megatron-Core's rank order (tp-cp-ep-dp-pp). 1: none. Written to plan
+  /// files only when not 1.
+  int context_parallel = 1;
+  /// Expert parallelism (--expert-model-parallel-size): a MoE layer's
+  /// routed experts split over ep ranks carved out of data x context
+  /// parallelism as Megatron-Core's expert rank generator does (order
+  /// tp-ep-dp-pp over the expert tensor size). 1: none. Written to plan
+  /// files only when not 1.
+  int expert_parallel = 1;
+  /// Expert tensor parallelism (--expert-tensor-parallel-size): 0 follows
+  /// tensor_parallel, as Megatron-Core does when it is not given.
+  int expert_tensor_parallel = 0;
+  /// FP8 recipe on top of bf16 (--fp8-format): "hybrid" (E4M3 forward,
+  /// E5M2 gradients) or "e4m3"; "" none. Written to plan files only when set.
+  std::string fp8_format;
   /// Megatron's sequence parallelism in the tensor-parallel groups
   /// (simulate --sequence-parallel; tensor_parallel_profile): only with
   /// tensor_parallel > 1. Written to plan files only when set.

@@ -117,6 +117,26 @@ struct Layer {
   /// embedding's output). Default 0: a split layer's stash is all split.
   double replicated_activation_fraction = 0;
 
+  /// Mixture of experts (the gpt generator's MoE blocks; docs/formats.md,
+  /// Mixture-of-experts fields). Size-independent like parameter_bytes:
+  /// the bytes of parameter_bytes that are routed experts' weights (biases
+  /// included). Expert parallelism over ep ranks keeps 1 / ep of them on
+  /// each rank (and expert tensor parallelism over etp members 1 / etp of
+  /// that); the rest of the layer (attention, router, shared experts,
+  /// norms) is dense and split as tensor parallelism splits a block. 0: no
+  /// routed experts. At most parameter_bytes.
+  double expert_parameter_bytes = 0;
+  /// Bytes one token-dispatch all-to-all delivers to the busiest
+  /// expert-parallel rank for one micro-batch: tokens x top-k x hidden x
+  /// element bytes x the routing imbalance (the busiest rank's routed
+  /// tokens over the mean; 1 under uniform routing). The combine
+  /// all-to-all moves the same bytes back; a forward runs a dispatch and a
+  /// combine, the backward's input gradient the two again (their
+  /// gradients). 0: no all-to-all (no routed experts). Of these bytes, a
+  /// rank of an expert-parallel group of ep keeps (1 / ep) local: the rest
+  /// crosses the links (sim: all-to-all flows).
+  double moe_dispatch_bytes = 0;
+
   double stashed_bytes() const { return activation_bytes.value_or(output_bytes); }
   bool has_flops() const { return forward_flops.has_value(); }
   bool has_parameters() const { return parameter_bytes > 0; }

@@ -54,6 +54,10 @@ struct MegatronLaunch {
   /// --sequence-parallel at tensor parallel > 1 (validate_args turns it off
   /// at 1, with a note).
   bool sequence_parallel = false;
+  int context_parallel = 1;        ///< --context-parallel-size
+  int expert_parallel = 1;         ///< --expert-model-parallel-size
+  int expert_tensor_parallel = 0;  ///< --expert-tensor-parallel-size (0: not given, follows tensor parallel)
+  std::string fp8_format;          ///< --fp8-format (hybrid or e4m3), "" without
   /// Whether the attention kernel keeps no s x s scores for the backward
   /// (FlashAttention or cuDNN fused attention): --attention-backend flash
   /// or fused, or auto with Transformer Engine in fp16/bf16 (a note says
