@@ -272,6 +272,55 @@ void check_stage_placement(const Plan& plan, const std::string& origin) {
   }
 }
 
+// Expert parallelism (--expert-parallel ep > 1): checks it against the
+// model and the layout, and makes plan.profile the expert-parallel rank's:
+// each layer keeps 1 / ep of its routed experts' weights (Layer::
+// expert_parameter_bytes; docs/semantics.md, "Expert parallelism").
+void set_expert_parallel(const PlanRequest& request, Plan& plan) {
+  if (request.expert_parallel < 1 || request.expert_parallel > limits::kMaxDevices)
+    throw InputError(fmt::format("--expert-parallel: expected an integer from 1 to {}, found {}", limits::kMaxDevices,
+                                 request.expert_parallel));
+  if (request.expert_tensor_parallel < 0 || request.expert_tensor_parallel > kMaxTensorParallel)
+    throw InputError(fmt::format("--expert-tensor-parallel: expected an integer from 1 to {}, found {}",
+                                 kMaxTensorParallel, request.expert_tensor_parallel));
+  const int ep = request.expert_parallel;
+  const int etp = request.expert_tensor_parallel == 0 ? plan.tensor_parallel : request.expert_tensor_parallel;
+  bool experts = false;
+  for (const Layer& layer : plan.profile.layers) experts = experts || layer.expert_parameter_bytes > 0;
+  if (ep == 1 && request.expert_tensor_parallel == 0) return;
+  if (!experts)
+    throw InputError(fmt::format("--expert-parallel {}: {} has no routed experts (no layer with expert_parameter_bytes; "
+                                 "a gpt model has them with --num-experts)",
+                                 ep, request.model.name.empty() ? request.profile_file : "--model " + request.model.name));
+  if (const auto found = request.model.options.find("num_experts");
+      found != request.model.options.end() && found->second % ep != 0)
+    throw InputError(fmt::format("--expert-parallel {}: expected a divisor of --num-experts {} (each rank holds "
+                                 "num_experts / ep experts, as Megatron-Core asserts)",
+                                 ep, found->second));
+  if (etp != plan.tensor_parallel && etp != 1)
+    throw InputError(fmt::format("--expert-tensor-parallel {}: expected 1 or the tensor-parallel size {} (other expert "
+                                 "tensor sizes are not modelled)",
+                                 etp, plan.tensor_parallel));
+  // Megatron-Core's expert rank generator (parallel_state.py, core_v0.14.0):
+  // the ranks of a pipeline stage, t x cp x d of them, split into expert
+  // tensor x expert x expert-data groups.
+  const long long stage_ranks = static_cast<long long>(plan.tensor_parallel) * plan.context_parallel * plan.data_parallel;
+  if (stage_ranks % (static_cast<long long>(ep) * etp) != 0)
+    throw InputError(fmt::format("--expert-parallel {} x expert tensor parallel {} = {}: expected a divisor of tensor x "
+                                 "context x data parallel = {} x {} x {} = {} (the ranks of a pipeline stage, which "
+                                 "Megatron-Core splits into expert groups)",
+                                 ep, etp, static_cast<long long>(ep) * etp, plan.tensor_parallel, plan.context_parallel,
+                                 plan.data_parallel, stage_ranks));
+  plan.expert_parallel = ep;
+  plan.expert_tensor_parallel = request.expert_tensor_parallel;
+  for (Layer& layer : plan.profile.layers) {
+    if (layer.expert_parameter_bytes <= 0) continue;
+    const double shard = layer.expert_parameter_bytes / ep;
+    layer.parameter_bytes -= layer.expert_parameter_bytes - shard;
+    layer.expert_parameter_bytes = shard;
+  }
+}
+
 // The layout flags a user gave, as messages quote them.
 std::string layout_flags_given(const PlanRequest& request) {
   std::vector<std::string> flags;
@@ -354,6 +403,10 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
   };
   agree("--tensor-parallel", request.tensor_parallel != 1, request.tensor_parallel, "--tensor-model-parallel-size",
         launch.tensor_parallel);
+  agree("--expert-parallel", request.expert_parallel != 1, request.expert_parallel, "--expert-model-parallel-size",
+        launch.expert_parallel);
+  agree("--expert-tensor-parallel", request.expert_tensor_parallel != 0, request.expert_tensor_parallel,
+        "--expert-tensor-parallel-size", launch.expert_tensor_parallel);
   agree("--pipeline-parallel", request.pipeline_parallel.has_value(), request.pipeline_parallel.value_or(0),
         "--pipeline-model-parallel-size", launch.pipeline_parallel);
   agree("--micro-batch-size", request.micro_batch_size.has_value(), request.micro_batch_size.value_or(0),
@@ -433,6 +486,8 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
   launched.recompute_num_layers = recompute.num_layers ? std::optional<int>(recompute.num_layers) : std::nullopt;
   launched.gradient_dtype = gradient_dtype;
   launched.tensor_parallel = launch.tensor_parallel;
+  launched.expert_parallel = launch.expert_parallel;
+  launched.expert_tensor_parallel = launch.expert_tensor_parallel;
   launched.sequence_parallel = launch.sequence_parallel;
   launched.tp_comm_overlap = launch.tp_comm_overlap;
   launched.pipeline_parallel = launch.pipeline_parallel;
@@ -1013,6 +1068,7 @@ Plan make_plan(const PlanRequest& request) {
     plan.device_model_notes.push_back(std::move(note));
   for (Layer& layer : plan.profile.layers) layer.times_given = true;
   set_ddp_options(request, plan);
+  set_expert_parallel(request, plan);
   plan.extend_mini_batches = !program && !request.mini_batches && !info.flushed;
   plan.mini_batches = program                 ? program->mini_batches
                       : request.mini_batches ? *request.mini_batches
@@ -1150,6 +1206,100 @@ void check_program_uses_options(const Plan& plan, const Program& program) {
                                  recompute_flag, origin));
 }
 
+// The expert-parallel group sizes of a plan (Megatron-Core's expert rank
+// generator, order tp-ep-dp-pp over a stage's t x cp x d ranks).
+struct ExpertSizes {
+  int tensor = 1, expert = 1, data = 1;
+};
+ExpertSizes expert_sizes(const Plan& plan) {
+  ExpertSizes sizes;
+  sizes.tensor = plan.expert_tensor_parallel == 0 ? plan.tensor_parallel : plan.expert_tensor_parallel;
+  sizes.expert = plan.expert_parallel;
+  sizes.data = plan.tensor_parallel * plan.context_parallel * plan.data_parallel / (sizes.tensor * sizes.expert);
+  return sizes;
+}
+
+// Expert parallelism in a simulation request (docs/semantics.md, "Expert
+// parallelism"): each leader's ranks with their expert-parallel groups, the
+// layers' all-to-all bytes, and the routed experts' gradients, reduced
+// over the expert-data-parallel group of e = t cp d / (etp ep) ranks
+// rather than the d replicas the engine's rings run over: their bytes in
+// the rings are scaled by ((e - 1) / e) / ((d - 1) / d), so that a ring's
+// bandwidth term is that of a ring of e over the expert shard (its latency
+// term stays the d-ring's; e = 1: no reduction). `memory_stages` gets the
+// expert bytes the memory model counts apart.
+void add_expert_parallel(const Plan& plan, const PlatformSummary& platform, sim::SimulationRequest& request,
+                         std::vector<StageCost>& memory_stages) {
+  const ExpertSizes sizes = expert_sizes(plan);
+  const int g = plan.tensor_parallel * plan.context_parallel;  // a leader's group: t x cp consecutive hosts
+  const double d = plan.data_parallel, e = sizes.data;
+  const double ring_scale = d > 1 ? ((e - 1) / e) / ((d - 1) / d) : 1;
+  std::vector<std::size_t> layer_in_stage(request.stage_layers.size(), 0);
+  for (std::size_t l = 0; l < plan.profile.layers.size(); ++l) {
+    const std::size_t s = static_cast<std::size_t>(plan.partition.stage_of_layer[l]);
+    {
+      const Layer& layer = plan.profile.layers[l];
+      sim::LayerCost& cost = request.stage_layers[s][layer_in_stage[s]++];
+      cost.moe_dispatch_bytes = layer.moe_dispatch_bytes;
+      if (layer.expert_parameter_bytes <= 0) continue;
+      const double scaled = layer.expert_parameter_bytes * (ring_scale - 1);
+      cost.weight_bytes += scaled;
+      request.stages[s].weight_bytes += scaled;
+      memory_stages[s].expert_weight_bytes += layer.expert_parameter_bytes;
+    }
+  }
+  // Ranks: a stage replica's leader hosts[s][q] and the g - 1 hosts after
+  // it; rank m of replica q is local rank l = m + g q of the stage's
+  // t x cp x d ranks (Megatron's dense order tp-cp-dp), in expert order
+  // l = etp_rank + etp (ep_rank + ep edp_rank).
+  std::map<std::string, std::size_t> index_of;
+  for (std::size_t h = 0; h < platform.hosts.size(); ++h) index_of.emplace(platform.hosts[h].name, h);
+  const auto host_of = [&](const std::string& leader, int member) -> const std::string& {
+    const std::size_t at = index_of.at(leader) + static_cast<std::size_t>(member);
+    if (at >= platform.hosts.size())
+      throw InputError(fmt::format("expert parallelism: the group of '{}' runs past the platform's hosts", printable(leader)));
+    return platform.hosts[at].name;
+  };
+  for (const std::vector<std::string>& replicas : plan.partition.hosts) {
+    const int d_here = static_cast<int>(replicas.size());
+    if (static_cast<long long>(g) * d_here % (static_cast<long long>(sizes.tensor) * sizes.expert) != 0)
+      throw InputError(fmt::format("expert parallelism: a stage of {} replicas of {} ranks does not split into expert "
+                                   "groups of {} x {}",
+                                   d_here, g, sizes.tensor, sizes.expert));
+    for (int q = 0; q < d_here; ++q) {
+      std::vector<sim::SimulationRequest::ExpertParallelRank>& ranks =
+          request.expert_parallel_ranks[replicas[static_cast<std::size_t>(q)]];
+      if (!ranks.empty()) continue;  // a device holding several stages: once
+      for (int m = 0; m < g; ++m) {
+        const int local = m + g * q;
+        const int tensor_rank = local % sizes.tensor, data_rank = local / (sizes.tensor * sizes.expert);
+        sim::SimulationRequest::ExpertParallelRank& rank = ranks.emplace_back();
+        rank.host = host_of(replicas[static_cast<std::size_t>(q)], m);
+        for (int k = 0; k < sizes.expert; ++k) {
+          const int peer = tensor_rank + sizes.tensor * (k + sizes.expert * data_rank);
+          rank.group.push_back(host_of(replicas[static_cast<std::size_t>(peer / g)], peer % g));
+        }
+      }
+    }
+  }
+}
+
+// The table's line on expert parallelism: the group sizes and what the
+// all-to-alls cost per device and mini-batch.
+std::string expert_parallel_text(const Plan& plan, const RunResult& result) {
+  const ExpertSizes sizes = expert_sizes(plan);
+  const double per_device = result.all_to_all_devices > 0 && plan.mini_batches > 0
+                                ? 1.0 / (static_cast<double>(result.all_to_all_devices) * plan.mini_batches)
+                                : 0;
+  std::string text = fmt::format(
+      "expert parallel {} x expert tensor {} x expert data {}: all-to-alls {:.4g} s per device and mini-batch, {:.4g} s of "
+      "it exposed",
+      sizes.expert, sizes.tensor, sizes.data, result.all_to_all_s * per_device, result.all_to_all_exposed_s * per_device);
+  if (const auto effective = result.fb_overlap_effective())
+    text += fmt::format("; overlapped F&B pairs take {:.3f} of their compute + all-to-alls (fb_overlap_effective)", *effective);
+  return text;
+}
+
 // One simulation of exactly plan.mini_batches on `platform_path`, whose
 // hosts `platform` summarises (checked once by run_plan, whatever the count).
 RunResult run_plan_once(const Plan& plan, const std::string& platform_path, const PlatformSummary& platform) {
@@ -1209,6 +1359,9 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
     request.tied_embedding = sim::SimulationRequest::TiedEmbedding{tied->first_stage, tied->last_stage, tied->word_bytes};
   }
   request.hosts = plan.partition.hosts;
+  // What the memory model counts: the stages' weights as the ranks hold them.
+  std::vector<StageCost> memory_stages = request.stages;
+  if (plan.expert_parallel > 1) add_expert_parallel(plan, platform, request, memory_stages);
   // --tp-collectives flows: each group leader's hosts, in ring order.
   if (!plan.tensor_parallel_collectives.empty()) {
     PlatformSummary named = platform;
@@ -1243,9 +1396,14 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   result.platform = simulated.platform;
   result.platform.file = plan.platform_file;
   result.timeline = std::move(simulated.timeline);
+  result.all_to_all_s = simulated.all_to_all_s;
+  result.all_to_all_exposed_s = simulated.all_to_all_exposed_s;
+  result.overlapped_pair_span_s = simulated.overlapped_pair_span_s;
+  result.overlapped_pair_serial_s = simulated.overlapped_pair_serial_s;
+  result.all_to_all_devices = static_cast<int>(request.expert_parallel_ranks.size());
 
   MemoryModel memory;
-  memory.stages = request.stages;
+  memory.stages = std::move(memory_stages);
   memory.recompute = plan.recompute;
   for (const StageRecompute& stage : layerwise) memory.layerwise.push_back({stage.kept_bytes, stage.recompute_bytes});
   memory.resident_weight_factor =
@@ -1254,6 +1412,14 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
       step_gradient_copy_bytes_per_parameter(plan.dtype, plan.gradient_dtype,
                                              plan.distributed_optimizer ? plan.data_parallel : 0) /
       dtype_bytes(plan.dtype, "--dtype");
+  if (plan.expert_parallel > 1 && plan.distributed_optimizer) {
+    // The routed experts' optimizer state is sharded over their
+    // expert-data-parallel group (Megatron-Core's distributed optimizer).
+    const int expert_data = expert_sizes(plan).data;
+    memory.expert_resident_weight_factor = resident_weight_factor(plan.dtype, plan.optimizer, plan.gradient_dtype, expert_data);
+    memory.expert_step_weight_factor =
+        step_gradient_copy_bytes_per_parameter(plan.dtype, plan.gradient_dtype, expert_data) / dtype_bytes(plan.dtype, "--dtype");
+  }
   if (!info.flushed) {
     memory.versioning = info.weights == WeightVersions::Predicted ? WeightVersioning::Prediction
                         : plan.vertical_sync                        ? WeightVersioning::VerticalSync
@@ -1637,6 +1803,17 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   document["mfu"] = optional_number(u.mfu);
   document["hfu"] = optional_number(u.hfu);
   if (!u.unavailable.empty()) document["utilisation_note"] = u.unavailable;
+  // Present only with expert parallelism: runs without it print as before.
+  if (plan.expert_parallel != 1) {
+    document["expert_parallel"] = plan.expert_parallel;
+    if (plan.expert_tensor_parallel != 0) document["expert_tensor_parallel"] = plan.expert_tensor_parallel;
+    const double per_device = result.all_to_all_devices > 0 && plan.mini_batches > 0
+                                  ? 1.0 / (static_cast<double>(result.all_to_all_devices) * plan.mini_batches)
+                                  : 0;
+    document["all_to_all_s_per_device"] = result.all_to_all_s * per_device;
+    document["all_to_all_exposed_s_per_device"] = result.all_to_all_exposed_s * per_device;
+    document["fb_overlap_effective"] = optional_number(result.fb_overlap_effective());
+  }
   if (m.steady_state) {
     const SteadyState& steady = *m.steady_state;
     document["steady_state"] = {{"periodic", steady.periodic},
@@ -1786,6 +1963,7 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   if (plan.layer_recompute.enabled())
     text += fmt::format("  recompute         {}\n", layer_recompute_text(plan.layer_recompute));
   if (!plan.tensor_parallel_note.empty()) text += fmt::format("  {}\n", plan.tensor_parallel_note);
+  if (plan.expert_parallel != 1) text += fmt::format("  experts           {}\n", expert_parallel_text(plan, result));
   for (const std::string& note : plan.megatron_notes) text += fmt::format("  megatron          {}\n", note);
   if (plan.parallel_layout) text += fmt::format("  layout            {}\n", layout_text(plan));
   if (plan.parallel_layout && plan.data_parallel > 1) text += fmt::format("  gradient sync     {}\n", gradient_sync_text(plan, result.platform));

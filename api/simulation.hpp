@@ -209,6 +209,21 @@ struct RunResult {
   /// What the mini-batch time implies: TFLOP/s per GPU, MFU and HFU.
   FlopsUtilisation utilisation;
   std::vector<std::string> warnings;
+  /// Expert parallelism's all-to-alls (sim::SimulationResult): seconds
+  /// summed over the actions that ran some (every leader's), the part no
+  /// compute hid, and in overlapped F&B pairs the spans and the spans run
+  /// one after the other. Summed over mini-batches simulated.
+  double all_to_all_s = 0, all_to_all_exposed_s = 0;
+  double overlapped_pair_span_s = 0, overlapped_pair_serial_s = 0;
+  /// Leaders whose actions run all-to-alls (SimulationRequest::expert_parallel_ranks).
+  int all_to_all_devices = 0;
+  /// span / serial of the pairs that ran all-to-alls (DualPipe's achieved
+  /// overlap: 1 = none hidden, 0.5 = the compute and the all-to-alls of
+  /// each pair equal and fully overlapped); absent without such pairs.
+  std::optional<double> fb_overlap_effective() const {
+    if (overlapped_pair_serial_s <= 0) return std::nullopt;
+    return overlapped_pair_span_s / overlapped_pair_serial_s;
+  }
 };
 
 /** Generates the Program, validates it, simulates it and computes metrics.

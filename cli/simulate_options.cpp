@@ -103,6 +103,12 @@ void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
                      "compute (default: a layer's tensor-parallel collectives charged as compute time over the groups' "
                      "slowest ring step) or flows (run by the engine after each F, B or I as one ring of flows over the "
                      "group's hosts, sharing links with other traffic; docs/semantics.md, Tensor parallelism)");
+  command.add_option("--expert-parallel", request.expert_parallel,
+                     "Megatron's --expert-model-parallel-size: a MoE model's routed experts split over ep ranks carved "
+                     "out of tensor x context x data parallelism (expert rank order tp-ep-dp-pp), with each MoE layer's "
+                     "dispatch and combine all-to-alls run as flows (docs/semantics.md, Expert parallelism); default 1");
+  command.add_option("--expert-tensor-parallel", request.expert_tensor_parallel,
+                     "Megatron's --expert-tensor-parallel-size: 1, or the tensor-parallel size (the default)");
   command.add_option("--pipeline-parallel", request.pipeline_parallel,
                      "a layout's pipeline size p (Megatron's --pipeline-model-parallel-size): t x p x d = the hosts");
   command.add_option("--data-parallel", request.data_parallel,

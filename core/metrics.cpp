@@ -489,12 +489,32 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model, const 
   // One weight version, its gradients, master weights and the optimizer's
   // state; more versions come and go with the version track.
   const double base_copies = model.resident_weight_factor;
+  auto expert_bytes_of = [&](const std::string& host) {
+    double bytes = 0;
+    if (auto stages = stages_of_host.find(host); stages != stages_of_host.end())
+      for (const int stage : stages->second)
+        if (stage >= 0 && stage < static_cast<int>(model.stages.size())) bytes += model.stages[stage].expert_weight_bytes;
+    return bytes;
+  };
+  // Resident and step bytes of a host's weights: the routed experts' at
+  // their own factors when given.
+  const double expert_copies =
+      model.expert_resident_weight_factor >= 0 ? model.expert_resident_weight_factor : model.resident_weight_factor;
+  const double expert_step = model.expert_step_weight_factor >= 0 ? model.expert_step_weight_factor : model.step_weight_factor;
+  auto resident_of = [&](const std::string& host) {
+    const double experts = expert_bytes_of(host);
+    return base_copies * (weight_bytes_of(host) - experts) + expert_copies * experts;
+  };
+  auto step_of = [&](const std::string& host) {
+    const double experts = expert_bytes_of(host);
+    return model.step_weight_factor * (weight_bytes_of(host) - experts) + expert_step * experts;
+  };
   for (const auto& [host, track] : weight_versions(timeline, model)) {
     peaks.peak_versions[host] = track.peak;
     for (const auto& [time, change] : track.deltas) changes[host].push_back({time, change * weight_bytes_of(host), 0, none});
   }
   for (auto& [host, list] : changes) {
-    const double base = base_copies * weight_bytes_of(host);
+    const double base = resident_of(host);
     // Releases, then reports of record ends, then allocations.
     std::stable_sort(list.begin(), list.end(), [](const Change& x, const Change& y) {
       auto rank = [](const Change& c) { return c.bytes < 0 || c.stashes < 0 ? 0 : c.record != static_cast<std::size_t>(-1) ? 1 : 2; };
@@ -516,12 +536,12 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model, const 
       peak_stashes = std::max(peak_stashes, stashes);
       if (change.record != static_cast<std::size_t>(-1)) timeline.records[change.record].memory_bytes = bytes;
     }
-    peaks.peak_bytes[host] = std::max(peak, base + model.step_weight_factor * weight_bytes_of(host));
+    peaks.peak_bytes[host] = std::max(peak, base + step_of(host));
     peaks.peak_stashed[host] = peak_stashes;
   }
   for (const auto& [host, stages] : stages_of_host)
     if (!peaks.peak_bytes.count(host))
-      peaks.peak_bytes[host] = (base_copies + model.step_weight_factor) * weight_bytes_of(host);
+      peaks.peak_bytes[host] = resident_of(host) + step_of(host);
   return peaks;
 }
 

@@ -60,6 +60,11 @@ struct MemoryModel {
   /// once a flushed schedule has freed its activations (for schedules that
   /// step between micro-batches, a lower bound).
   double step_weight_factor = 0;
+  /// The two factors above for the routed experts' weights
+  /// (StageCost::expert_weight_bytes), which Megatron's distributed
+  /// optimizer shards over the expert-data-parallel group rather than the
+  /// data-parallel one; negative: the same as the dense weights'.
+  double expert_resident_weight_factor = -1, expert_step_weight_factor = -1;
   /// device memory capacity per host; absent = unlimited
   std::map<std::string, double> capacity_bytes;
   /// what a host's process holds besides the model (HostInfo::memory_reserve_of

@@ -73,6 +73,11 @@ struct StageCost {
   double input_bytes = 0;   ///< activation received from the previous stage (model input for stage 0)
   double output_bytes = 0;  ///< activation sent to the next stage (0 for the last stage)
   double weight_bytes = 0;
+  /// The routed experts' part of weight_bytes (expert parallelism: the
+  /// rank's shard; Layer::expert_parameter_bytes), which the memory model
+  /// counts with its own resident factor (MemoryModel). Not set by
+  /// stage_costs().
+  double expert_weight_bytes = 0;
   /// What one micro-batch's backward needs kept from its forward: the stage's
   /// input + the sum of output_bytes over its layers (SEMANTICS.md).
   double stash_bytes = 0;

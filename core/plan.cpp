@@ -63,6 +63,8 @@ std::string plan_to_json(const Plan& plan) {
     if (plan.layer_recompute.num_layers != 0) document["recompute_num_layers"] = plan.layer_recompute.num_layers;
   }
   if (plan.tensor_parallel != 1) document["tensor_parallel"] = plan.tensor_parallel;
+  if (plan.expert_parallel != 1) document["expert_parallel"] = plan.expert_parallel;
+  if (plan.expert_tensor_parallel != 0) document["expert_tensor_parallel"] = plan.expert_tensor_parallel;
   if (plan.sequence_parallel) document["sequence_parallel"] = true;
   if (plan.tp_comm_overlap) document["tp_comm_overlap"] = true;
   if (plan.tp_collectives != "compute") document["tp_collectives"] = plan.tp_collectives;
@@ -107,7 +109,7 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
                              {"pipegrid_plan", "schedule", "micro_batches", "mini_batches", "recompute", "network",
                               "optimizer", "vertical_sync", "update_interval", "prediction_cost_s_per_byte", "wait_free",
                               "pipeline_depth", "partitioner", "micro_batch_scaling", "micro_batch_scaling_note",
-                              "virtual_stages", "fb_overlap", "activation_limit", "transfer_rule", "blocking_transfers", "program", "dtype", "gradient_dtype", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "sequence_parallel", "tp_comm_overlap", "tp_collectives", "tensor_parallel_collectives", "tensor_parallel_note", "data_parallel", "collective_model", "overlap_grad_reduce", "ddp_bucket_size", "distributed_optimizer", "overlap_param_gather", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
+                              "virtual_stages", "fb_overlap", "activation_limit", "transfer_rule", "blocking_transfers", "program", "dtype", "gradient_dtype", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "expert_parallel", "expert_tensor_parallel", "sequence_parallel", "tp_comm_overlap", "tp_collectives", "tensor_parallel_collectives", "tensor_parallel_note", "data_parallel", "collective_model", "overlap_grad_reduce", "ddp_bucket_size", "distributed_optimizer", "overlap_param_gather", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
   auto field = [&](const char* name, auto check, const std::string& expected) -> const nlohmann::json& {
     if (!document.contains(name) || !check(document[name]))
       throw InputError(fmt::format("{}: {}: expected {}, found {}", origin, name, expected,
@@ -220,6 +222,9 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
                                  "has one",
                                  origin));
   if (document.contains("tensor_parallel")) plan.tensor_parallel = integer("tensor_parallel", 1, kMaxTensorParallel);
+  if (document.contains("expert_parallel")) plan.expert_parallel = integer("expert_parallel", 1, limits::kMaxDevices);
+  if (document.contains("expert_tensor_parallel"))
+    plan.expert_tensor_parallel = integer("expert_tensor_parallel", 1, kMaxTensorParallel);
   if (document.contains("sequence_parallel"))
     plan.sequence_parallel = field("sequence_parallel", is_boolean, "true or false").get<bool>();
   if (plan.sequence_parallel && plan.tensor_parallel == 1)

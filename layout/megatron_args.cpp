@@ -853,8 +853,6 @@ void refuse_unmodelled(const Arguments& arguments) {
       refuse(arguments, argument, "pipegrid follows the Megatron-Core GPT model (the release's default)");
     if (name == "--context-parallel-size" && arguments.integer(name, 1, kMaxParallel) > 1)
       refuse(arguments, argument, "context parallelism");
-    if (name == "--expert-model-parallel-size" && arguments.integer(name, 1, kMaxParallel) > 1)
-      refuse(arguments, argument, "expert parallelism (mixture of experts)");
     if (name == "--num-experts" && arguments.integer(name, 0, kModelOptionCap) > 0)
       refuse(arguments, argument, "mixture of experts is not in the gpt model");
     if (name == "--vocab-extra-ids" && arguments.integer(name, 0, kModelOptionCap) > 0)
@@ -1203,6 +1201,10 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
   launch.schedule = megatron_schedule(launch.virtual_stages);
   // validate_args turns sequence parallelism off at tensor parallel 1.
   launch.sequence_parallel = a.has("--sequence-parallel") && tensor_parallel > 1;
+  // Expert parallelism (megatron/core/parallel_state.py, the expert rank
+  // generator; --expert-tensor-parallel-size defaults to the tensor size).
+  launch.expert_parallel = static_cast<int>(a.integer("--expert-model-parallel-size", 1, kMaxParallel).value_or(1));
+  launch.expert_tensor_parallel = static_cast<int>(a.integer("--expert-tensor-parallel-size", 1, kMaxParallel).value_or(0));
   if (a.has("--sequence-parallel") && tensor_parallel == 1)
     notes.push_back("--sequence-parallel: the release turns it off at tensor parallel 1");
   launch.tp_comm_overlap = a.has("--tp-comm-overlap");

@@ -222,6 +222,12 @@ struct ActionState {
   int group_steps = 0;
   int group_collectives = 0;  ///< how many collectives: each pays the ring's NCCL latency once
   double group_flow_bytes = 0;
+  /// Its all-to-alls (SimulationRequest::expert_parallel_ranks): the
+  /// leader's ranks (index in Simulation::expert_ranks_; -1: none), how many
+  /// all-to-alls and the bytes each delivers summed.
+  std::int32_t experts = -1;
+  int all_to_alls = 0;
+  double all_to_all_bytes = 0;
   /// The optimizer step the device runs right after this action (a weight
   /// update of a device without all-reduces), in work units; absent: none.
   std::optional<double> step_work;
@@ -391,6 +397,7 @@ class Simulation {
           state.work = seconds * host->get_speed();
           if (info.action_overhead_s > 0) state.work += info.action_overhead_s * host->get_speed();
           place_group_collectives(state, host_name, cost, layers);
+          place_all_to_alls(state, host_name, cost, layers);
         }
       }
     }
@@ -667,6 +674,14 @@ class Simulation {
                              printable(members[m]->get_name()), printable(members[(m + 1) % members.size()]->get_name()));
         });
     }
+    for (const auto& entry : experts_of_host_)
+      for (const ExpertRank& rank : expert_ranks_[static_cast<std::size_t>(entry.second)])
+        for (sg::Host* peer : {rank.intra_peer, rank.inter_peer})
+          if (peer != nullptr)
+            add(rank.host, peer, [&] {
+              return fmt::format("the expert-parallel all-to-all of '{}' sends from '{}' to '{}'", printable(entry.first),
+                                 printable(rank.host->get_name()), printable(peer->get_name()));
+            });
     for (const TiedSync& tied : tied_)
       for (std::size_t p = 0; p < 2; ++p)
         add(tied.hosts[p], tied.hosts[1 - p], [&] { return fmt::format("the tied embedding's all-reduce sends from '{}' to '{}'",
@@ -683,6 +698,11 @@ class Simulation {
 
   /// SimulationResult::collective_communications.
   std::size_t collective_communications() const { return rings_.collective_communications(); }
+  /// SimulationResult's all-to-all sums.
+  nlohmann::json all_to_all_sums() const {
+    return {{"pair_span_s", pair_span_s_}, {"pair_serial_s", pair_serial_s_}, {"all_to_all_s", all_to_all_s_},
+            {"all_to_all_exposed_s", all_to_all_exposed_s_}};
+  }
 
   /// Timeline records so far (progress).
   std::size_t records_done() const { return records_.size(); }
@@ -788,6 +808,138 @@ class Simulation {
     state.group_steps = steps;
     state.group_collectives = collectives;
     state.group_flow_bytes = bytes;
+  }
+
+  // SimulationRequest::expert_parallel_ranks: the ranks of `host_name`
+  // (resolved at its first action) and the all-to-alls `state` runs after
+  // its compute.
+  void place_all_to_alls(ActionState& state, const std::string& host_name, const StageCost& cost,
+                         const std::vector<LayerCost>& layers) {
+    const auto ranks = request_.expert_parallel_ranks.find(host_name);
+    if (ranks == request_.expert_parallel_ranks.end() || ranks->second.empty()) return;
+    int count = 0;
+    double bytes = 0;
+    const bool partial_recompute = state.action.kind == ActionKind::Recompute && cost.recompute_s.has_value();
+    for (const LayerCost& layer : layers) {
+      if (layer.moe_dispatch_bytes <= 0) continue;
+      bool runs = false;
+      switch (state.action.kind) {
+        case ActionKind::Forward:
+        case ActionKind::Backward:
+        case ActionKind::BackwardInput: runs = true; break;
+        case ActionKind::Recompute: runs = !partial_recompute || layer.recompute_share >= 1; break;
+        case ActionKind::BackwardWeight: break;
+      }
+      if (!runs) continue;
+      count += 2;  // the dispatch and the combine (or their gradients)
+      bytes += 2 * layer.moe_dispatch_bytes;
+    }
+    if (count == 0) return;
+    const auto [index, added] = experts_of_host_.emplace(host_name, static_cast<std::int32_t>(expert_ranks_.size()));
+    if (added) expert_ranks_.push_back(resolve_expert_ranks(host_name, ranks->second));
+    state.experts = index->second;
+    state.all_to_alls = count;
+    state.all_to_all_bytes = bytes;
+  }
+
+  struct ExpertRank {
+    sg::Host* host = nullptr;
+    /// The flows of its all-to-alls: to the next group rank in its server,
+    /// and to the first group rank after it in another server, with the
+    /// shares of the delivered bytes each carries (none: nullptr, 0).
+    sg::Host* intra_peer = nullptr;
+    sg::Host* inter_peer = nullptr;
+    double intra_share = 0, inter_share = 0;
+  };
+
+  std::vector<ExpertRank> resolve_expert_ranks(const std::string& leader,
+                                               const std::vector<SimulationRequest::ExpertParallelRank>& ranks) {
+    const auto host_named = [&](const std::string& name) {
+      sg::Host* host = sg::Host::by_name_or_null(name);
+      if (host == nullptr)
+        throw InputError(fmt::format("{}: no host named '{}' (an expert-parallel rank of '{}')",
+                                     printable(request_.platform_file), printable(name), printable(leader)));
+      return host;
+    };
+    std::vector<ExpertRank> resolved;
+    for (const SimulationRequest::ExpertParallelRank& rank : ranks) {
+      ExpertRank& out = resolved.emplace_back();
+      out.host = host_named(rank.host);
+      std::vector<sg::Host*> group;
+      for (const std::string& name : rank.group) group.push_back(host_named(name));
+      const auto self = std::find(group.begin(), group.end(), out.host);
+      if (self == group.end())
+        throw InputError(fmt::format("expert parallelism: the expert-parallel group of '{}' does not hold it",
+                                     printable(rank.host)));
+      const std::size_t ep = group.size(), i = static_cast<std::size_t>(self - group.begin());
+      const sg::NetZone* zone = out.host->get_englobing_zone();
+      std::size_t same = 0;
+      for (std::size_t k = 1; k < ep; ++k) {
+        sg::Host* peer = group[(i + k) % ep];
+        if (peer->get_englobing_zone() == zone) {
+          ++same;
+          if (out.intra_peer == nullptr) out.intra_peer = peer;
+        } else if (out.inter_peer == nullptr) {
+          out.inter_peer = peer;
+        }
+      }
+      out.intra_share = static_cast<double>(same) / static_cast<double>(ep);
+      out.inter_share = static_cast<double>(ep - 1 - same) / static_cast<double>(ep);
+    }
+    return resolved;
+  }
+
+  /// The all-to-alls of `actions` (one action, or an overlapped pair on one
+  /// host), their flows started now; done() waits for them.
+  struct AllToAlls {
+    std::vector<sg::CommPtr> flows;
+    double latency_s = 0;  ///< paid after the last flow: each all-to-all's start latency
+    double start_s = 0;
+    bool any() const { return !flows.empty() || latency_s > 0; }
+  };
+  AllToAlls start_all_to_alls(std::initializer_list<const ActionState*> actions) {
+    AllToAlls out;
+    out.start_s = sg::Engine::get_clock();
+    std::int32_t index = -1;
+    int count = 0;
+    double bytes = 0;
+    for (const ActionState* state : actions) {
+      if (state->experts < 0) continue;
+      index = state->experts;
+      count += state->all_to_alls;
+      bytes += state->all_to_all_bytes;
+    }
+    if (index < 0 || count == 0) return out;
+    double latency = 0;
+    for (const ExpertRank& rank : expert_ranks_[static_cast<std::size_t>(index)])
+      for (const auto& [peer, share] : {std::pair{rank.intra_peer, rank.intra_share}, std::pair{rank.inter_peer, rank.inter_share}}) {
+        if (peer == nullptr || share <= 0) continue;
+        const LinkNccl nccl = route_nccl(rank.host, peer);
+        const double route = route_latency(rank.host, peer, start_latency_probe(rank.host, peer));
+        latency = std::max(latency, nccl.latency_s + route);
+        out.flows.push_back(rings_.start_collective_message(rank.host, peer, bytes * share / nccl.efficiency));
+      }
+    out.latency_s = count * latency;
+    return out;
+  }
+  /// Waits for `a2a`'s flows and latencies; returns when they are done.
+  static void finish_all_to_alls(const AllToAlls& a2a) {
+    double end = sg::Engine::get_clock();
+    for (const sg::CommPtr& flow : a2a.flows) {
+      flow->wait();
+      end = std::max(end, flow->get_finish_time());
+    }
+    if (a2a.any()) end = std::max(end, std::max(end, a2a.start_s) + a2a.latency_s);
+    if (end > sg::Engine::get_clock()) sg::this_actor::sleep_until(end);
+  }
+  /// A plain action's all-to-alls, after its compute: all exposed.
+  void run_all_to_alls(const ActionState& state) {
+    if (state.experts < 0) return;
+    const AllToAlls a2a = start_all_to_alls({&state});
+    finish_all_to_alls(a2a);
+    const double span = sg::Engine::get_clock() - a2a.start_s;
+    all_to_all_s_ += span;
+    all_to_all_exposed_s_ += span;
   }
 
   // The ring collectives' network (sim/ring_network.hpp).
@@ -1246,7 +1398,20 @@ class Simulation {
       send_message(second);
     }
     const double work = request_.fb_overlap * (first.work + second.work);
+    // DualPipe's overlap: the pair's all-to-alls run while it computes.
+    const AllToAlls a2a = start_all_to_alls({&first, &second});
     if (work > 0) sg::this_actor::execute(work);
+    const double computed = sg::Engine::get_clock();
+    if (a2a.any()) {
+      finish_all_to_alls(a2a);
+      double a2a_end = a2a.start_s + a2a.latency_s;
+      for (const sg::CommPtr& flow : a2a.flows) a2a_end = std::max(a2a_end, flow->get_finish_time() + a2a.latency_s);
+      const double a2a_s = a2a_end - start, compute_s = computed - start;
+      all_to_all_s_ += a2a_s;
+      all_to_all_exposed_s_ += std::max(0.0, a2a_end - computed);
+      pair_span_s_ += std::max(a2a_s, compute_s);
+      pair_serial_s_ += a2a_s + compute_s;
+    }
     run_group_collectives({&first, &second});
     const double end = sg::Engine::get_clock();
     first.end = second.end = end;
@@ -1296,6 +1461,7 @@ class Simulation {
         sg::this_actor::execute(state.work);
       }
       run_group_collectives({&state});
+      run_all_to_alls(state);
       state.end = sg::Engine::get_clock();
       if (!state.async) send_message(state);
       finish(state, state.start, state.end);
@@ -1335,6 +1501,10 @@ class Simulation {
   /// SimulationRequest::tensor_parallel_members of the leaders that run
   /// collectives: the groups' hosts in ring order, and each leader's group.
   std::vector<std::vector<sg::Host*>> groups_;
+  /// SimulationRequest::expert_parallel_ranks resolved, per leader with all-to-alls.
+  std::map<std::string, std::int32_t> experts_of_host_;
+  std::vector<std::vector<ExpertRank>> expert_ranks_;
+  double pair_span_s_ = 0, pair_serial_s_ = 0, all_to_all_s_ = 0, all_to_all_exposed_s_ = 0;
   std::vector<std::optional<LinkNccl>> group_nccl_;  ///< per group: its ring's NCCL values, once known
   std::map<std::string, std::int32_t> group_of_host_;
   /// Per device: (all-reduce, participant) in Program order.
@@ -1888,12 +2058,18 @@ SimulationResult simulate(const SimulationRequest& request) {
     progress.finish();
     bytes = records_to_bytes(simulation.sorted_records());
     return nlohmann::json{{"platform", summary_to_json(platform)}, {"hosts", simulation.hosts()},
-                          {"collective_communications", simulation.collective_communications()}};
+                          {"collective_communications", simulation.collective_communications()},
+                          {"all_to_alls", simulation.all_to_all_sums()}};
   }, "hold-simulation");
   SimulationResult out;
   out.platform = summary_from_json(result.json.at("platform"), request.platform_file);
   out.timeline = timeline_from_child(result.json.at("hosts"), result.bytes());
   out.collective_communications = result.json.at("collective_communications").get<std::size_t>();
+  const nlohmann::json& a2a = result.json.at("all_to_alls");
+  out.overlapped_pair_span_s = a2a.at("pair_span_s").get<double>();
+  out.overlapped_pair_serial_s = a2a.at("pair_serial_s").get<double>();
+  out.all_to_all_s = a2a.at("all_to_all_s").get<double>();
+  out.all_to_all_exposed_s = a2a.at("all_to_all_exposed_s").get<double>();
   return out;
 }
 

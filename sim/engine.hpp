@@ -79,6 +79,11 @@ struct LayerCost {
   /// stage's host (SimulationRequest::tensor_parallel_members); none when
   /// they are charged as compute time (in the times above) or t is 1.
   LayerCollectives tensor_parallel = {};
+  /// Bytes one token-dispatch all-to-all of this layer delivers to the
+  /// busiest expert-parallel rank (Layer::moe_dispatch_bytes of the
+  /// member's profile); 0: no all-to-all. Run as flows over the
+  /// expert-parallel groups (SimulationRequest::expert_parallel_ranks).
+  double moe_dispatch_bytes = 0;
 };
 
 /// How a ring collective over r participants moves S bytes (docs/semantics.md,
@@ -212,6 +217,33 @@ struct SimulationRequest {
   /// compute and collectives. InputError when a member is not a host of
   /// the platform or a leader's list does not start with itself.
   std::map<std::string, std::vector<std::string>> tensor_parallel_members;
+  /// Expert parallelism (docs/semantics.md, "Expert parallelism"): per
+  /// leader (a host of `hosts`), the ranks its actions stand for (the leader
+  /// and the other members of its tensor x context group), each with its
+  /// expert-parallel group (`group`, in expert-rank order, the rank itself
+  /// included). After the compute (and the tensor-parallel collectives) of
+  /// each F, R that re-runs a layer whole, and B or I, the all-to-alls of
+  /// that pass run: a dispatch and a combine per layer with
+  /// moe_dispatch_bytes (2 x those bytes per layer and pass). Per rank of
+  /// an expert group of ep, 1 / ep of the bytes stay local; of the rest,
+  /// the share bound for the group's ranks in the rank's server (its
+  /// englobing zone) is one flow to the next such rank, the share bound
+  /// for other servers one flow to the first rank after it in group order
+  /// that is in another server (a permutation when the group's servers hold
+  /// equal numbers of its ranks): O(r) flows per all-to-all, each rank's
+  /// out- and inbound bytes on its own links, as NCCL's all-to-all loads
+  /// them. Bytes go at the route's nccl_efficiency; each all-to-all pays
+  /// the larger of the two routes' nccl_latency and route latency once.
+  /// Ranks do not wait for each other (uniform routing: the ranks of a
+  /// group run in step). In an overlapped F&B pair the pair's all-to-alls
+  /// start with its compute and run concurrently with it (DualPipe's
+  /// overlap): the pair ends when both have. InputError when a host is not
+  /// a host of the platform or a group does not hold its rank.
+  struct ExpertParallelRank {
+    std::string host;
+    std::vector<std::string> group;
+  };
+  std::map<std::string, std::vector<ExpertParallelRank>> expert_parallel_ranks;
 };
 
 struct SimulationResult {
@@ -220,6 +252,15 @@ struct SimulationResult {
   /// SimGrid communications the collectives started (their flows, rounds
   /// and latency probes): O(r) per collective under CollectiveModel::Flows.
   std::size_t collective_communications = 0;
+  /// Overlapped F&B pairs with all-to-alls: the summed spans of the pairs,
+  /// and the summed spans they would take run one after the other (each
+  /// pair's compute plus its all-to-alls' time): their ratio is the
+  /// overlap the simulation achieved (fb_overlap_effective). 0 when no
+  /// pair ran an all-to-all.
+  double overlapped_pair_span_s = 0, overlapped_pair_serial_s = 0;
+  /// Seconds of all-to-alls summed over every action that ran some, and the
+  /// part of them no compute hid (outside overlapped pairs all of it).
+  double all_to_all_s = 0, all_to_all_exposed_s = 0;
 };
 
 /** Runs the simulation in a forked child process (SimGrid allows one engine
