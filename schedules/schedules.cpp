@@ -32,6 +32,8 @@ const std::vector<ScheduleInfo>& schedule_catalog() {
       {"zb-auto", "Zero Bubble's automatic schedule (ZB-1p/ZB-2p of Qi et al., not PyTorch's zb1p): built from the stage times, --activation-limit K (default 1)", DeviceKind::Gpu, false, true, false, 1, StageMap::Loop, {ScheduleOption::ActivationLimit, ScheduleOption::StageTimes}},
       {"zb-v", "Zero Bubble V (PyTorch ZBVZeroBubble): 2 stages per device in a V, split backwards", DeviceKind::Gpu, false, true, false, 2, StageMap::V},
       {"dualpipev", "DualPipeV (DeepSeek, PyTorch DualPipeV): 2 stages per device in a V, overlapped F&B pairs", DeviceKind::Gpu, false, true, false, 2, StageMap::V},
+      // Issue 32: DeepSeek-V3's bidirectional DualPipe (schedules/dualpipe.cpp).
+      {"dualpipe", "DualPipe (DeepSeek-V3, arXiv 2412.19437): two copies of the model, micro-batches fed from both ends, overlapped F&B pairs, 2x parameters", DeviceKind::Gpu, false, true, false, 1, StageMap::Loop, {}, WeightVersions::Latest, true},
   };
   return catalog;
 }
@@ -61,6 +63,14 @@ int default_virtual_stages(const std::string& name) {
 }
 
 StageMap stage_map_of(const std::string& name) { return schedule_info(name).map; }
+
+std::vector<std::vector<std::string>> mirrored_stage_hosts(const std::vector<std::string>& pipeline_hosts) {
+  const std::size_t p = pipeline_hosts.size();
+  std::vector<std::vector<std::string>> hosts(p);
+  for (std::size_t s = 0; s < p; ++s)
+    hosts[s] = {pipeline_hosts[std::min(s, p - 1 - s)], pipeline_hosts[std::max(s, p - 1 - s)]};
+  return hosts;
+}
 
 int warmup_forwards(const std::string& name, const std::vector<int>& replicas, int stage, int count) {
   if (name == "gpipe" || name == "dp") return count;
@@ -193,6 +203,10 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
   if (options.update_interval < 0)
     throw InputError(fmt::format("--update-interval: expected at least 1, found {}", options.update_interval));
   if (options.data_parallel != 1) {
+    if (info.two_copies)
+      throw InputError(fmt::format("--data-parallel: {} with data parallelism over whole pipelines is not supported yet "
+                                   "(its two copies already all-reduce each stage's gradients); expected 1, found {}",
+                                   name, options.data_parallel));
     if (!options.replicas.empty())
       throw InputError("--data-parallel and --replicas: both replicate stages; --data-parallel runs whole pipelines "
                        "(Megatron-LM), --replicas replicates stages one by one (PipeDream): give one");

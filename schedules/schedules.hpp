@@ -95,6 +95,14 @@ struct ScheduleInfo {
   StageMap map = StageMap::Loop;  ///< how stages map to devices when several share one
   std::vector<ScheduleOption> options = {};  ///< the schedule-specific options it takes
   WeightVersions weights = WeightVersions::Latest;
+  /// Two copies of the model over one pipeline of p devices (DualPipe): each
+  /// of the p stages has two replicas, replica 0 on device min(s, p-1-s) and
+  /// replica 1 on device max(s, p-1-s), so device r holds stages r and p-1-r
+  /// (2x parameters); half the micro-batches run through each copy and the
+  /// two replicas of each stage all-reduce their gradients per mini-batch.
+  /// The partition places stage s on the host of device s (the first copy)
+  /// and the second copy mirrors it (mirrored_stage_hosts).
+  bool two_copies = false;
 };
 
 /** Whether the schedule takes `option` (its catalogue entry lists it). */
@@ -117,6 +125,12 @@ int default_virtual_stages(const std::string& name);
 
 /** The stage map of `name`: V for zb-v and dualpipev, Loop otherwise. */
 StageMap stage_map_of(const std::string& name);
+
+/** The hosts of a two-copy schedule's stages (ScheduleInfo::two_copies)
+ *  from those of one copy, `pipeline_hosts[s]` the host of stage s and of
+ *  device s: stage s on {pipeline_hosts[min(s, p-1-s)], pipeline_hosts[max(s,
+ *  p-1-s)]}, replica 0 first (the Program's device order). */
+std::vector<std::vector<std::string>> mirrored_stage_hosts(const std::vector<std::string>& pipeline_hosts);
 
 /** Throws InputError naming the flag when the options exceed the limits of
  *  core/limits.hpp (docs/formats.md, "Limits"): stages, micro-batches,
