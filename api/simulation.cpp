@@ -991,28 +991,22 @@ Plan make_plan(const PlanRequest& request) {
     check_one_device_per_host(plan.partition.hosts, request.partition);
   }
   // A two-copy schedule (DualPipe): the partition placed one copy, stage s
-  // on the host of device s; the second copy mirrors it (stage s also on
-  // device p-1-s).
+  // on the host of device s (of each of the d pipelines); the second copy
+  // mirrors it (stage s also on device p-1-s).
   if (!program && info.two_copies) {
-    if (plan.data_parallel != 1)
-      throw InputError(fmt::format("{}: {} with data parallelism over whole pipelines is not supported yet; give "
-                                   "--data-parallel 1",
-                                   layout_flags_given(request), plan.schedule));
     if (!request.replicas.empty() || !request.partitioner.empty())
       throw InputError(fmt::format("{} {}: {} places the two copies of each stage itself; use the uniform partition "
                                    "or a partition file of one host per stage",
                                    request.replicas.empty() ? "--partitioner" : "--replicas",
                                    request.replicas.empty() ? request.partitioner : request.replicas, plan.schedule));
-    std::vector<std::string> copy_hosts;
-    for (std::size_t s = 0; s < plan.partition.hosts.size(); ++s) {
-      if (plan.partition.hosts[s].size() != 1)
+    for (std::size_t s = 0; s < plan.partition.hosts.size(); ++s)
+      if (plan.partition.hosts[s].size() != static_cast<std::size_t>(plan.data_parallel))
         throw InputError(fmt::format("{}: stage {} is placed on {} hosts; {} places the second copy of each stage "
-                                     "itself: give one host per stage",
+                                     "itself: give one host per stage{}",
                                      partition_rule ? std::string("partition") : request.partition, s,
-                                     plan.partition.hosts[s].size(), plan.schedule));
-      copy_hosts.push_back(plan.partition.hosts[s].front());
-    }
-    plan.partition.hosts = mirrored_stage_hosts(copy_hosts);
+                                     plan.partition.hosts[s].size(), plan.schedule,
+                                     plan.data_parallel > 1 ? " and pipeline" : ""));
+    plan.partition.hosts = mirrored_stage_hosts(plan.partition.hosts);
   }
   // Messages about stages per device name --virtual-stages only to a user
   // who gave it; otherwise the schedule's own default is the reason.

@@ -127,10 +127,12 @@ int default_virtual_stages(const std::string& name);
 StageMap stage_map_of(const std::string& name);
 
 /** The hosts of a two-copy schedule's stages (ScheduleInfo::two_copies)
- *  from those of one copy, `pipeline_hosts[s]` the host of stage s and of
- *  device s: stage s on {pipeline_hosts[min(s, p-1-s)], pipeline_hosts[max(s,
- *  p-1-s)]}, replica 0 first (the Program's device order). */
-std::vector<std::vector<std::string>> mirrored_stage_hosts(const std::vector<std::string>& pipeline_hosts);
+ *  from those of one copy: `copy_hosts[s]` the hosts of stage s and of
+ *  pipeline device s, one per data-parallel replica q (d in all, the same
+ *  count for every stage). Stage s gets copy_hosts[min(s, p-1-s)] followed
+ *  by copy_hosts[max(s, p-1-s)]: replica c d + q is copy c's device of
+ *  pipeline q, the Program's device order (replicate_pipelines). */
+std::vector<std::vector<std::string>> mirrored_stage_hosts(const std::vector<std::vector<std::string>>& copy_hosts);
 
 /** Throws InputError naming the flag when the options exceed the limits of
  *  core/limits.hpp (docs/formats.md, "Limits"): stages, micro-batches,
@@ -163,7 +165,12 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
  *  rank's first model chunk: DistributedDataParallel turns bucketing off for
  *  pipeline ranks > 0, get_model for model chunks > 0), the others reduce
  *  the whole stage at once. d = 1: `pipeline`. InputError for d < 1, or a
- *  `pipeline` with replicas or all-reduces. */
+ *  `pipeline` with replicas but no all-reduces.
+ *  A `pipeline` with all-reduces of its own (dualpipe's two copies: stage
+ *  replicas c = 0, 1) keeps them instead of the above: device (i, q) is
+ *  replica c d + q of its stages, and each all-reduce spans the d copies of
+ *  its participants (ready and release renumbered for every q, c major);
+ *  InputError with `overlap_grad_reduce` (they follow the whole backward). */
 Program replicate_pipelines(const Program& pipeline, int data_parallel, bool overlap_grad_reduce = false);
 
 /** Warm-up forwards of one replica of 0-based stage `stage`, before its first

@@ -119,10 +119,60 @@ TEST(SchedulesDualPipe, TwoCopiesAreTheTwoReplicasOfEachStage) {
   EXPECT_EQ(parse_program_text(program_to_text(program), "dualpipe"), program);
 }
 
+// d whole DualPipe pipelines (replicate_pipelines): device (i, q) is
+// replica c d + q of its stages (c its copy), micro-batch j of pipeline q is
+// j d + q, and each stage's all-reduce spans its 2d devices.
+TEST(SchedulesDualPipe, DataParallelPipelinesOfTwoCopies) {
+  ScheduleOptions options;
+  options.num_stages = 4;
+  options.micro_batches = 8;
+  options.mini_batches = 2;
+  options.data_parallel = 3;
+  const Program program = generate_schedule("dualpipe", options);
+  const Program one = make(4, 8, 2);
+  ASSERT_EQ(program.devices.size(), 12u);
+  EXPECT_EQ(program.micro_batches, 24);
+  for (int i = 0; i < 4; ++i)
+    for (int q = 0; q < 3; ++q) {
+      const DeviceProgram& device = program.devices[static_cast<std::size_t>(i * 3 + q)];
+      EXPECT_EQ(device.stages, one.devices[i].stages);
+      EXPECT_EQ(device.replica, one.devices[i].replica * 3 + q);
+      ASSERT_EQ(device.streams[0].actions.size(), one.devices[i].streams[0].actions.size());
+      EXPECT_EQ(device.streams[0].overlapped, one.devices[i].streams[0].overlapped);
+      for (std::size_t k = 0; k < device.streams[0].actions.size(); ++k) {
+        Action expected = one.devices[i].streams[0].actions[k];
+        expected.micro_batch = expected.micro_batch * 3 + q;
+        EXPECT_EQ(device.streams[0].actions[k], expected);
+      }
+    }
+  ASSERT_EQ(program.all_reduces.size(), one.all_reduces.size());
+  for (std::size_t a = 0; a < one.all_reduces.size(); ++a) {
+    const AllReduce& mine = program.all_reduces[a];
+    const AllReduce& theirs = one.all_reduces[a];
+    EXPECT_EQ(mine.stage, theirs.stage);
+    EXPECT_EQ(mine.round, theirs.round);
+    ASSERT_EQ(mine.ready.size(), 6u);
+    for (std::size_t c = 0; c < 2; ++c)
+      for (int q = 0; q < 3; ++q) {
+        Action expected = theirs.ready[c];
+        expected.micro_batch = expected.micro_batch * 3 + q;
+        EXPECT_EQ(mine.ready[c * 3 + static_cast<std::size_t>(q)], expected);
+      }
+    EXPECT_EQ(mine.release.size(), 3 * theirs.release.size());
+  }
+  EXPECT_NO_THROW(validate_program(program));
+  const ModelRun run = simulate(program, 1, {}), alone = simulate(one, 1, {});
+  ASSERT_TRUE(run.complete);
+  EXPECT_NEAR(run.makespan, alone.makespan, 1e-9);
+  EXPECT_EQ(run.peak, std::vector<int>(12, 5));
+}
+
 TEST(SchedulesDualPipe, MirroredHostsMatchTheProgramsDevices) {
-  EXPECT_EQ(mirrored_stage_hosts({"a", "b", "c", "d"}),
-            (std::vector<std::vector<std::string>>{{"a", "d"}, {"b", "c"}, {"b", "c"}, {"a", "d"}}));
-  EXPECT_EQ(mirrored_stage_hosts({"a", "b"}), (std::vector<std::vector<std::string>>{{"a", "b"}, {"a", "b"}}));
+  using Hosts = std::vector<std::vector<std::string>>;
+  EXPECT_EQ(mirrored_stage_hosts({{"a"}, {"b"}, {"c"}, {"d"}}), (Hosts{{"a", "d"}, {"b", "c"}, {"b", "c"}, {"a", "d"}}));
+  EXPECT_EQ(mirrored_stage_hosts({{"a"}, {"b"}}), (Hosts{{"a", "b"}, {"a", "b"}}));
+  // d = 2 pipelines: replica c d + q is copy c's device of pipeline q.
+  EXPECT_EQ(mirrored_stage_hosts({{"a0", "a1"}, {"b0", "b1"}}), (Hosts{{"a0", "a1", "b0", "b1"}, {"a0", "a1", "b0", "b1"}}));
   EXPECT_TRUE(schedule_info("dualpipe").two_copies);
   EXPECT_TRUE(schedule_info("dualpipe").flushed);
   EXPECT_FALSE(schedule_info("dualpipev").two_copies);
@@ -215,8 +265,8 @@ TEST(SchedulesDualPipe, BadOptionsAreInputErrors) {
     options.replicas = {2, 2, 2, 2};
     return options;
   }()));
-  EXPECT_CONTAINS(error(4, 8, [](ScheduleOptions& o) { o.data_parallel = 2; }),
-                  "--data-parallel: dualpipe with data parallelism over whole pipelines is not supported yet");
+  EXPECT_CONTAINS(error(4, 8, [](ScheduleOptions& o) { o.data_parallel = 2, o.overlap_grad_reduce = true; }),
+                  "--overlap-grad-reduce: the pipeline all-reduces the replicas of its stages after the whole backward");
 }
 
 }  // namespace
