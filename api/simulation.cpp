@@ -648,9 +648,10 @@ Plan make_plan(const PlanRequest& request) {
     throw InputError(fmt::format("--virtual-stages: expected 1 to {} stages per device, found {}", limits::kMaxStages,
                                  plan.virtual_stages));
   if (!program && info.fixed_virtual_stages != 0 && plan.virtual_stages != info.fixed_virtual_stages)
-    throw InputError(fmt::format("--virtual-stages: {} runs {} stage{} per device; expected {}, found {}", plan.schedule,
+    throw InputError(fmt::format("--virtual-stages: {} runs {} stage{}{} per device; expected {}, found {}", plan.schedule,
                                  info.fixed_virtual_stages, info.fixed_virtual_stages == 1 ? "" : "s",
-                                 info.fixed_virtual_stages, plan.virtual_stages));
+                                 info.two_copies ? " of each of its two model copies" : "", info.fixed_virtual_stages,
+                                 plan.virtual_stages));
   plan.recompute = request.recompute;
   if (request.recompute_num_layers && (*request.recompute_num_layers < 1 || *request.recompute_num_layers > kMaxRecomputeLayers))
     throw InputError(fmt::format("--recompute-num-layers: expected an integer from 1 to {}, found {}", kMaxRecomputeLayers,

@@ -70,9 +70,9 @@ Program generate_beyond_schedule(const std::string& name, const ScheduleOptions&
   const int S = options.num_stages, v = options.virtual_stages, m = options.micro_batches;
   if (v < 1) throw InputError(fmt::format("--virtual-stages: expected at least 1 stage per device, found {}", v));
   if (info.fixed_virtual_stages != 0 && v != info.fixed_virtual_stages)
-    throw InputError(fmt::format("--virtual-stages: {} runs {} stage{} per device; expected {}, found {}", name,
+    throw InputError(fmt::format("--virtual-stages: {} runs {} stage{}{} per device; expected {}, found {}", name,
                                  info.fixed_virtual_stages, info.fixed_virtual_stages == 1 ? "" : "s",
-                                 info.fixed_virtual_stages, v));
+                                 info.two_copies ? " of each of its two model copies" : "", info.fixed_virtual_stages, v));
   if (S % v != 0)
     throw InputError(fmt::format("--virtual-stages: {} stages do not split into devices of {} stages each; expected a "
                                  "multiple of {} stages, found {}",

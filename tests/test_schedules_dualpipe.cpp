@@ -256,7 +256,7 @@ TEST(SchedulesDualPipe, BadOptionsAreInputErrors) {
   EXPECT_CONTAINS(message, "found 7");
   EXPECT_CONTAINS(error(4, 6), "found 6");
   EXPECT_CONTAINS(error(4, 8, [](ScheduleOptions& o) { o.virtual_stages = 2; }),
-                  "--virtual-stages: dualpipe runs 1 stage per device; expected 1, found 2");
+                  "--virtual-stages: dualpipe runs 1 stage of each of its two model copies per device; expected 1, found 2");
   EXPECT_CONTAINS(error(4, 8, [](ScheduleOptions& o) { o.replicas = {1, 1, 1, 1}; }), "--replicas: dualpipe runs two copies");
   EXPECT_NO_THROW(generate_schedule("dualpipe", [] {
     ScheduleOptions options;
