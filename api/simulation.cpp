@@ -703,9 +703,10 @@ Plan make_plan(const PlanRequest& request) {
     throw InputError(fmt::format("--virtual-stages: expected 1 to {} stages per device, found {}", limits::kMaxStages,
                                  plan.virtual_stages));
   if (!program && info.fixed_virtual_stages != 0 && plan.virtual_stages != info.fixed_virtual_stages)
-    throw InputError(fmt::format("--virtual-stages: {} runs {} stage{} per device; expected {}, found {}", plan.schedule,
+    throw InputError(fmt::format("--virtual-stages: {} runs {} stage{}{} per device; expected {}, found {}", plan.schedule,
                                  info.fixed_virtual_stages, info.fixed_virtual_stages == 1 ? "" : "s",
-                                 info.fixed_virtual_stages, plan.virtual_stages));
+                                 info.two_copies ? " of each of its two model copies" : "", info.fixed_virtual_stages,
+                                 plan.virtual_stages));
   plan.recompute = request.recompute;
   if (request.recompute_num_layers && (*request.recompute_num_layers < 1 || *request.recompute_num_layers > kMaxRecomputeLayers))
     throw InputError(fmt::format("--recompute-num-layers: expected an integer from 1 to {}, found {}", kMaxRecomputeLayers,
@@ -1044,6 +1045,24 @@ Plan make_plan(const PlanRequest& request) {
                                        host));
       }
     check_one_device_per_host(plan.partition.hosts, request.partition);
+  }
+  // A two-copy schedule (DualPipe): the partition placed one copy, stage s
+  // on the host of device s (of each of the d pipelines); the second copy
+  // mirrors it (stage s also on device p-1-s).
+  if (!program && info.two_copies) {
+    if (!request.replicas.empty() || !request.partitioner.empty())
+      throw InputError(fmt::format("{} {}: {} places the two copies of each stage itself; use the uniform partition "
+                                   "or a partition file of one host per stage",
+                                   request.replicas.empty() ? "--partitioner" : "--replicas",
+                                   request.replicas.empty() ? request.partitioner : request.replicas, plan.schedule));
+    for (std::size_t s = 0; s < plan.partition.hosts.size(); ++s)
+      if (plan.partition.hosts[s].size() != static_cast<std::size_t>(plan.data_parallel))
+        throw InputError(fmt::format("{}: stage {} is placed on {} hosts; {} places the second copy of each stage "
+                                     "itself: give one host per stage{}",
+                                     partition_rule ? std::string("partition") : request.partition, s,
+                                     plan.partition.hosts[s].size(), plan.schedule,
+                                     plan.data_parallel > 1 ? " and pipeline" : ""));
+    plan.partition.hosts = mirrored_stage_hosts(plan.partition.hosts);
   }
   // Messages about stages per device name --virtual-stages only to a user
   // who gave it; otherwise the schedule's own default is the reason.

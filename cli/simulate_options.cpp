@@ -16,7 +16,7 @@ void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
                      "stages per device of interleaved schedules (default: 2 for interleaved-1f1b, looped-bfs and zb1p; "
                      "zb-v and dualpipev always 2)");
   command.add_option("--fb-overlap", request.fb_overlap,
-                     "an overlapped F&B pair (dualpipev) takes this fraction of F + B, in (0, 1] (default 1)");
+                     "an overlapped F&B pair (dualpipev, dualpipe) takes this fraction of F + B, in (0, 1] (default 1)");
   command.add_option("--activation-limit", request.activation_limit,
                      "zb-auto: activation memory per stage in p micro-batches' activations (1: ZB-1p, default; 2: "
                      "ZB-2p; fractions allowed, at least 1/p)");

@@ -29,14 +29,17 @@ std::vector<ExploredSchedule> exploration_schedules(const std::vector<HostInfo>&
     return "";
   };
   for (const std::string& name : requested) {
-    schedule_info(name);  // unknown names: InputError listing the known ones
+    if (schedule_info(name).two_copies)  // unknown names: InputError listing the known ones
+      throw InputError(fmt::format("--schedules: {} is not explored yet: explore places one copy of the model, and {} "
+                                   "runs two (each stage also on the mirrored device); simulate it with --schedule {}",
+                                   name, name, name));
     if (const std::string reason = reason_against(name); !reason.empty())
       throw InputError(fmt::format("--schedules: {} cannot run on this platform: {}", name, reason));
   }
   std::vector<ExploredSchedule> schedules;
   for (const ScheduleInfo& info : schedule_catalog()) {
     if (!requested.empty() && std::find(requested.begin(), requested.end(), info.name) == requested.end()) continue;
-    if (!reason_against(info.name).empty()) continue;
+    if (!reason_against(info.name).empty() || info.two_copies) continue;
     schedules.push_back({info.name, !info.flushed});
   }
   return schedules;

@@ -26,7 +26,9 @@ struct ExploredSchedule {
  *  forward and backward at once); then the stale-weight pipedream,
  *  pipedream-2bw and pipeoptim. `requested` (non-empty) restricts the list to
  *  those names, in catalog order; a requested schedule that cannot run on
- *  these hosts is an InputError naming it and the reason. */
+ *  these hosts is an InputError naming it and the reason. Two-copy
+ *  schedules (ScheduleInfo::two_copies: dualpipe) are not explored: left out
+ *  of the list, an InputError when requested. */
 std::vector<ExploredSchedule> exploration_schedules(const std::vector<HostInfo>& hosts,
                                                     const std::vector<std::string>& requested);
 

@@ -28,8 +28,37 @@ const std::map<std::string, Orders>& beyond_generators() {
        }},
       {"zb-v", [](int p, int, int m, const ScheduleOptions&) { return zb_v_orders(p, m); }},
       {"dualpipev", [](int p, int, int m, const ScheduleOptions&) { return dualpipev_orders(p, m); }},
+      {"dualpipe", [](int p, int, int m, const ScheduleOptions&) { return dualpipe_orders(p, m); }},
   };
   return generators;
+}
+
+// Per mini-batch k and stage s, ascending: the all-reduce of s's gradients
+// over the two devices holding it (replica 0's first), each ready at its
+// device's last backward of k, releasing both devices' first action of k+1.
+void add_copy_all_reduces(Program& program) {
+  std::vector<std::map<int, Action>> last_backward(program.devices.size()), first_action(program.devices.size());
+  std::map<std::pair<int, int>, std::size_t> holder;  // (stage, replica) -> device
+  for (std::size_t d = 0; d < program.devices.size(); ++d) {
+    const DeviceProgram& device = program.devices[d];
+    for (const int stage : device.stages) holder[{stage, device.replica}] = d;
+    for (const Action& action : device.streams.front().actions) {
+      first_action[d].emplace(action.mini_batch, action);
+      if (action.kind == ActionKind::Backward || action.kind == ActionKind::BackwardWeight)
+        last_backward[d][action.mini_batch] = action;
+    }
+  }
+  for (int k = 0; k < program.mini_batches; ++k)
+    for (int stage = 0; stage < program.num_stages; ++stage) {
+      AllReduce all_reduce{stage, k, {}, {}, false};
+      for (const int replica : {0, 1}) {
+        const std::size_t d = holder.at({stage, replica});
+        all_reduce.ready.push_back(last_backward[d].at(k));
+        if (const auto next = first_action[d].find(k + 1); next != first_action[d].end())
+          all_reduce.release.push_back(next->second);
+      }
+      program.all_reduces.push_back(std::move(all_reduce));
+    }
 }
 
 }  // namespace
@@ -41,15 +70,20 @@ Program generate_beyond_schedule(const std::string& name, const ScheduleOptions&
   const int S = options.num_stages, v = options.virtual_stages, m = options.micro_batches;
   if (v < 1) throw InputError(fmt::format("--virtual-stages: expected at least 1 stage per device, found {}", v));
   if (info.fixed_virtual_stages != 0 && v != info.fixed_virtual_stages)
-    throw InputError(fmt::format("--virtual-stages: {} runs {} stage{} per device; expected {}, found {}", name,
+    throw InputError(fmt::format("--virtual-stages: {} runs {} stage{}{} per device; expected {}, found {}", name,
                                  info.fixed_virtual_stages, info.fixed_virtual_stages == 1 ? "" : "s",
-                                 info.fixed_virtual_stages, v));
+                                 info.two_copies ? " of each of its two model copies" : "", info.fixed_virtual_stages, v));
   if (S % v != 0)
     throw InputError(fmt::format("--virtual-stages: {} stages do not split into devices of {} stages each; expected a "
                                  "multiple of {} stages, found {}",
                                  S, v, v, S));
-  if (std::any_of(options.replicas.begin(), options.replicas.end(), [](int r) { return r != 1; }))
-    throw InputError(fmt::format("--replicas: {} runs one replica per stage", name));
+  const int copies = info.two_copies ? 2 : 1;
+  if (std::any_of(options.replicas.begin(), options.replicas.end(), [copies](int r) { return r != copies; }))
+    throw InputError(info.two_copies
+                         ? fmt::format("--replicas: {} runs two copies of the model, stage s on devices s and "
+                                       "devices - 1 - s; it places them itself",
+                                       name)
+                         : fmt::format("--replicas: {} runs one replica per stage", name));
   const int p = S / v;
   const std::vector<Stream> orders = beyond_generators().at(name)(p, v, m, options);
 
@@ -59,9 +93,14 @@ Program generate_beyond_schedule(const std::string& name, const ScheduleOptions&
   program.mini_batches = options.mini_batches;
   for (int r = 0; r < p; ++r) {
     DeviceProgram device;
-    for (int c = 0; c < v; ++c)
-      device.stages.push_back(info.map == StageMap::V && c % 2 == 1 ? (c + 1) * p - 1 - r : c * p + r);
-    std::sort(device.stages.begin(), device.stages.end());
+    if (info.two_copies) {
+      device.stages = {std::min(r, p - 1 - r), std::max(r, p - 1 - r)};
+      device.replica = r < p / 2 ? 0 : 1;
+    } else {
+      for (int c = 0; c < v; ++c)
+        device.stages.push_back(info.map == StageMap::V && c % 2 == 1 ? (c + 1) * p - 1 - r : c * p + r);
+      std::sort(device.stages.begin(), device.stages.end());
+    }
     Stream stream;
     for (int k = 0; k < options.mini_batches; ++k) {
       const Stream& order = orders[r];
@@ -94,6 +133,7 @@ Program generate_beyond_schedule(const std::string& name, const ScheduleOptions&
     device.streams.push_back(std::move(stream));
     program.devices.push_back(std::move(device));
   }
+  if (info.two_copies) add_copy_all_reduces(program);
   return program;
 }
 

@@ -43,16 +43,30 @@ std::vector<Stream> zb_v_orders(int p, int m);
  *  InputError naming --micro-batches unless m >= 2p. */
 std::vector<Stream> dualpipev_orders(int p, int m);
 
+// dualpipe.cpp
+/** DualPipe (DeepSeek-V3, deepseek-ai/DualPipe dualpipe.py), two copies:
+ *  rank r runs stage r of the copy fed at rank 0 (micro-batches 0..m/2-1)
+ *  and stage p-1-r of the copy fed at rank p-1 (micro-batches m/2..m-1),
+ *  overlapped F&B pairs, split backwards. InputError unless p is even
+ *  (naming --schedule) and m is even and >= 2p (naming --micro-batches). */
+std::vector<Stream> dualpipe_orders(int p, int m);
+
 /** True for the schedules above (their catalog names). */
 bool is_beyond_schedule(const std::string& name);
 
 /** The Program of one of the schedules above: options.num_stages = S =
  *  p * options.virtual_stages global stages on p devices (device r holds its
  *  stages in ascending order, replica 0, one stream), the per-mini-batch
- *  order repeated for mini-batches k = 0..K-1 (mini_batch = k). With
+ *  order repeated for mini-batches k = 0..K-1 (mini_batch = k). A
+ *  two-copy schedule (ScheduleInfo::two_copies: dualpipe) has S = p stages,
+ *  device r holds stages min(r, p-1-r) and max(r, p-1-r) as replica 0 (r <
+ *  p/2) or 1, and per mini-batch k and stage s (ascending) one all-reduce of
+ *  the stage's gradients over its two devices, each ready at its device's
+ *  last backward (B or W) of k and releasing both devices' first action of
+ *  k + 1 (the reference sums the copies' gradients after the step). With
  *  options.recompute an R precedes each B or I (an overlapped pair holding
  *  one: the R precedes the pair). InputError: --virtual-stages not dividing
- *  S or not the schedule's fixed count, --replicas other than 1. The caller
+ *  S or not the schedule's fixed count, --replicas other than 1 (two-copy: other than 2, the mirrored placement). The caller
  *  (generate_schedule) has checked the generic options. */
 Program generate_beyond_schedule(const std::string& name, const ScheduleOptions& options);
 

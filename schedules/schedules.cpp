@@ -32,6 +32,8 @@ const std::vector<ScheduleInfo>& schedule_catalog() {
       {"zb-auto", "Zero Bubble's automatic schedule (ZB-1p/ZB-2p of Qi et al., not PyTorch's zb1p): built from the stage times, --activation-limit K (default 1)", DeviceKind::Gpu, false, true, false, 1, StageMap::Loop, {ScheduleOption::ActivationLimit, ScheduleOption::StageTimes}},
       {"zb-v", "Zero Bubble V (PyTorch ZBVZeroBubble): 2 stages per device in a V, split backwards", DeviceKind::Gpu, false, true, false, 2, StageMap::V},
       {"dualpipev", "DualPipeV (DeepSeek, PyTorch DualPipeV): 2 stages per device in a V, overlapped F&B pairs", DeviceKind::Gpu, false, true, false, 2, StageMap::V},
+      // Issue 32: DeepSeek-V3's bidirectional DualPipe (schedules/dualpipe.cpp).
+      {"dualpipe", "DualPipe (DeepSeek-V3, arXiv 2412.19437): two copies of the model, micro-batches fed from both ends, overlapped F&B pairs, 2x parameters", DeviceKind::Gpu, false, true, false, 1, StageMap::Loop, {}, WeightVersions::Latest, true},
   };
   return catalog;
 }
@@ -61,6 +63,17 @@ int default_virtual_stages(const std::string& name) {
 }
 
 StageMap stage_map_of(const std::string& name) { return schedule_info(name).map; }
+
+std::vector<std::vector<std::string>> mirrored_stage_hosts(const std::vector<std::vector<std::string>>& copy_hosts) {
+  const std::size_t p = copy_hosts.size();
+  std::vector<std::vector<std::string>> hosts(p);
+  for (std::size_t s = 0; s < p; ++s) {
+    hosts[s] = copy_hosts[std::min(s, p - 1 - s)];
+    const auto& second = copy_hosts[std::max(s, p - 1 - s)];
+    hosts[s].insert(hosts[s].end(), second.begin(), second.end());
+  }
+  return hosts;
+}
 
 int warmup_forwards(const std::string& name, const std::vector<int>& replicas, int stage, int count) {
   if (name == "gpipe" || name == "dp") return count;
@@ -311,10 +324,14 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
 Program replicate_pipelines(const Program& pipeline, int data_parallel, bool overlap_grad_reduce) {
   if (data_parallel < 1) throw InputError(fmt::format("--data-parallel: expected at least 1, found {}", data_parallel));
   if (data_parallel == 1) return pipeline;
-  if (!pipeline.all_reduces.empty())
-    throw InputError("--data-parallel: the pipeline already all-reduces gradients between replicas of its stages");
+  // A pipeline with its own all-reduces (dualpipe's two copies): they grow
+  // to the d pipelines' devices; the others need one replica of each stage.
+  const bool own_all_reduces = !pipeline.all_reduces.empty();
+  if (own_all_reduces && overlap_grad_reduce)
+    throw InputError("--overlap-grad-reduce: the pipeline all-reduces the replicas of its stages after the whole "
+                     "backward (dualpipe's two copies); drop --overlap-grad-reduce");
   for (const DeviceProgram& device : pipeline.devices)
-    if (device.replica != 0)
+    if (device.replica != 0 && !own_all_reduces)
       throw InputError("--data-parallel: the pipeline already replicates its stages (replica " +
                        std::to_string(device.replica) + "); give --data-parallel or --replicas");
   const int d = data_parallel;
@@ -354,7 +371,7 @@ Program replicate_pipelines(const Program& pipeline, int data_parallel, bool ove
   for (std::size_t i = 0; i < pipeline.devices.size(); ++i)
     for (int q = 0; q < d; ++q) {
       DeviceProgram device = pipeline.devices[i];
-      device.replica = q;
+      device.replica = device.replica * d + q;
       for (Stream& stream : device.streams)
         for (Action& action : stream.actions) action = renumber(action, q);
       program.devices.push_back(std::move(device));
@@ -362,6 +379,19 @@ Program replicate_pipelines(const Program& pipeline, int data_parallel, bool ove
   for (int q = 0; q < d; ++q)
     for (const Dependency& dependency : pipeline.extra_dependencies)
       program.extra_dependencies.push_back({renumber(dependency.before, q), renumber(dependency.after, q)});
+  if (own_all_reduces) {
+    for (const AllReduce& own : pipeline.all_reduces) {
+      AllReduce all_reduce = own;
+      all_reduce.ready.clear();
+      all_reduce.release.clear();
+      for (const Action& action : own.ready)
+        for (int q = 0; q < d; ++q) all_reduce.ready.push_back(renumber(action, q));
+      for (const Action& action : own.release)
+        for (int q = 0; q < d; ++q) all_reduce.release.push_back(renumber(action, q));
+      program.all_reduces.push_back(std::move(all_reduce));
+    }
+    return program;
+  }
   std::vector<int> device_of_stage(static_cast<std::size_t>(pipeline.num_stages), -1);
   for (std::size_t i = 0; i < pipeline.devices.size(); ++i)
     for (const int stage : pipeline.devices[i].stages) device_of_stage[static_cast<std::size_t>(stage)] = static_cast<int>(i);

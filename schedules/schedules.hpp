@@ -95,6 +95,14 @@ struct ScheduleInfo {
   StageMap map = StageMap::Loop;  ///< how stages map to devices when several share one
   std::vector<ScheduleOption> options = {};  ///< the schedule-specific options it takes
   WeightVersions weights = WeightVersions::Latest;
+  /// Two copies of the model over one pipeline of p devices (DualPipe): each
+  /// of the p stages has two replicas, replica 0 on device min(s, p-1-s) and
+  /// replica 1 on device max(s, p-1-s), so device r holds stages r and p-1-r
+  /// (2x parameters); half the micro-batches run through each copy and the
+  /// two replicas of each stage all-reduce their gradients per mini-batch.
+  /// The partition places stage s on the host of device s (the first copy)
+  /// and the second copy mirrors it (mirrored_stage_hosts).
+  bool two_copies = false;
 };
 
 /** Whether the schedule takes `option` (its catalogue entry lists it). */
@@ -117,6 +125,14 @@ int default_virtual_stages(const std::string& name);
 
 /** The stage map of `name`: V for zb-v and dualpipev, Loop otherwise. */
 StageMap stage_map_of(const std::string& name);
+
+/** The hosts of a two-copy schedule's stages (ScheduleInfo::two_copies)
+ *  from those of one copy: `copy_hosts[s]` the hosts of stage s and of
+ *  pipeline device s, one per data-parallel replica q (d in all, the same
+ *  count for every stage). Stage s gets copy_hosts[min(s, p-1-s)] followed
+ *  by copy_hosts[max(s, p-1-s)]: replica c d + q is copy c's device of
+ *  pipeline q, the Program's device order (replicate_pipelines). */
+std::vector<std::vector<std::string>> mirrored_stage_hosts(const std::vector<std::vector<std::string>>& copy_hosts);
 
 /** Throws InputError naming the flag when the options exceed the limits of
  *  core/limits.hpp (docs/formats.md, "Limits"): stages, micro-batches,
@@ -149,7 +165,12 @@ Program generate_schedule(const std::string& name, const ScheduleOptions& option
  *  rank's first model chunk: DistributedDataParallel turns bucketing off for
  *  pipeline ranks > 0, get_model for model chunks > 0), the others reduce
  *  the whole stage at once. d = 1: `pipeline`. InputError for d < 1, or a
- *  `pipeline` with replicas or all-reduces. */
+ *  `pipeline` with replicas but no all-reduces.
+ *  A `pipeline` with all-reduces of its own (dualpipe's two copies: stage
+ *  replicas c = 0, 1) keeps them instead of the above: device (i, q) is
+ *  replica c d + q of its stages, and each all-reduce spans the d copies of
+ *  its participants (ready and release renumbered for every q, c major);
+ *  InputError with `overlap_grad_reduce` (they follow the whole backward). */
 Program replicate_pipelines(const Program& pipeline, int data_parallel, bool overlap_grad_reduce = false);
 
 /** Warm-up forwards of one replica of 0-based stage `stage`, before its first

@@ -47,6 +47,7 @@ TEST(ProgramText, RoundTripsEverySchedule) {
         options.virtual_stages = default_virtual_stages(info.name);
         options.num_stages = 3 * options.virtual_stages;
         options.micro_batches = 6;
+        if (info.two_copies) options.num_stages = 4, options.micro_batches = 8;  // dualpipe: p and m even, m >= 2p
       }
       const Program program = generate_schedule(info.name, options);
       if (replicated) {

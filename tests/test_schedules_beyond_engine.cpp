@@ -136,5 +136,32 @@ TEST(SchedulesBeyondEngine, OverlappedPairsTakeTheirFraction) {
   expect_engine_equals_model("dualpipev", 12, {0.7, 1.3, 0.4, 0.5});
 }
 
+// DualPipe (issue 32): two copies of the model as the two replicas of each
+// stage. The engine equals the model, the section 12 row (26, span bubble 2,
+// 5 in flight) holds, and so does the README's (PP/2 - 1)(F&B + B - 3W)
+// where it is exact (I = F, W <= F, F&B = F + B: test_schedules_dualpipe.cpp).
+// The mini-batch ends with the copies' gradient all-reduces: on a device,
+// its two stages of 2 x 1000 B each, a ring of two (two steps of 1000 B) at
+// 1 TB/s without latency: 4 x 1 ns after the last backward.
+TEST(SchedulesBeyondEngine, DualPipeEqualsTheModelAndTheReadmeBubble) {
+  for (const testutil::Times& t : std::vector<testutil::Times>{{1, 1, 1}, {1, 2, 1}, {0.7, 1.3, 0.4}, {1, 1, 1, 0.7}})
+    for (const int m : {8, 12}) expect_engine_equals_model("dualpipe", m, t);
+  const double all_reduces = 4e-9;
+  const EngineRun table = run_engine("dualpipe", 8, {});
+  EXPECT_NEAR(table.makespan, 26 + all_reduces, 1e-11);
+  EXPECT_NEAR(table.span_bubble, 2, 1e-9);
+  for (const DeviceMetrics& device : table.result.metrics.devices) {
+    EXPECT_NEAR(device.busy_s, 24, 1e-9);
+    EXPECT_EQ(device.peak_stashed_microbatches, 5);
+  }
+  const int p = 4;
+  for (const testutil::Times& t : std::vector<testutil::Times>{{1, 1, 1}, {1, 1, 0.5}, {0.8, 0.8, 0.3}}) {
+    const double b = t.tb + t.tw, bubble = (p / 2 - 1) * ((t.tf + b) + b - 3 * t.tw);
+    const EngineRun run = run_engine("dualpipe", 12, t);
+    EXPECT_NEAR(run.span_bubble, bubble, 1e-9) << "F=" << t.tf << " W=" << t.tw;
+    EXPECT_NEAR(run.makespan, 12 * (t.tf + b) + bubble + all_reduces, 1e-11) << "F=" << t.tf << " W=" << t.tw;
+  }
+}
+
 }  // namespace
 }  // namespace pipegrid
