@@ -60,6 +60,10 @@ struct MemoryModel {
   /// once a flushed schedule has freed its activations (for schedules that
   /// step between micro-batches, a lower bound).
   double step_weight_factor = 0;
+  /// Per stage, bytes resident for the whole run besides the weights'
+  /// factors: the FP8 recipe's weight copies and transposes that Transformer
+  /// Engine caches (core/fp8.hpp). Empty: none.
+  std::vector<double> stage_resident_bytes;
   /// device memory capacity per host; absent = unlimited
   std::map<std::string, double> capacity_bytes;
   /// what a host's process holds besides the model (HostInfo::memory_reserve_of
