@@ -410,6 +410,7 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
                                  "--accumulate-allreduce-grads-in-fp32, the default with --bf16); drop --gradient-dtype "
                                  "or make them agree",
                                  printable(request.gradient_dtype), origin, launch_gradients));
+  agree_text("--fp8-format", request.fp8_format, "--fp8-format", launch.fp8_format);
   if (request.sequence_parallel && !launch.sequence_parallel)
     throw InputError(fmt::format("--sequence-parallel: {} runs without sequence parallelism (no --sequence-parallel at "
                                  "--tensor-model-parallel-size > 1); drop --sequence-parallel or add it to the launch",
@@ -447,6 +448,7 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
   launched.recompute_method = recompute.method;
   launched.recompute_num_layers = recompute.num_layers ? std::optional<int>(recompute.num_layers) : std::nullopt;
   launched.gradient_dtype = gradient_dtype;
+  launched.fp8_format = launch.fp8_format;
   launched.tensor_parallel = launch.tensor_parallel;
   launched.sequence_parallel = launch.sequence_parallel;
   launched.tp_comm_overlap = launch.tp_comm_overlap;
@@ -1729,9 +1731,16 @@ std::string optimizer_step_text(const Plan& plan, const PlatformSummary& platfor
       models.push_back(host.device_model);
   if (models.empty() || device_step_bytes_per_weight_byte(plan) <= 0) return "";
   const std::string& dtype = plan.dtype;
-  return fmt::format("  optimizer step    {} over {} weights: {:g} bytes moved per parameter, streamed at {:.0f}% of the {} "
+  const double element = dtype_bytes(dtype, "--dtype");
+  const double fp8_cast = device_step_bytes_per_weight_byte(plan) * element - optimizer_step_bytes_per_parameter(dtype, plan.optimizer);
+  return fmt::format("  optimizer step    {} over {} weights: {:g} bytes moved per parameter{}, streamed at {:.0f}% of the {} "
                      "HBM bandwidth (device model; a host's optimizer_step_rate overrides it)\n",
                      plan.optimizer, dtype, optimizer_step_bytes_per_parameter(dtype, plan.optimizer),
+                     plan.fp8_format.empty()
+                         ? std::string()
+                         : fmt::format(", + {:.3g} for the FP8 weights' cast and transpose once per mini-batch ({:g} per "
+                                       "FP8-GEMM parameter, averaged over all)",
+                                       fp8_cast, fp8_weight_cast_bytes_per_parameter(element)),
                      100 * kMaxMemoryEfficiency, fmt::join(models, ", "));
 }
 
