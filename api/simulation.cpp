@@ -1883,8 +1883,8 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   text += fmt::format("  traffic           {} per sample\n", human_bytes(m.bytes_per_sample));
   text += "  utilisation       " + utilisation_text(result.utilisation, plan.dtype) + "\n";
   if (const FlopsUtilisation& u = result.utilisation; u.peak_fp8_flops && u.mfu_of_fp8_peak)
-    text += fmt::format("  fp8 peak          {:.1f}% of the {:.4g} TFLOP/s dense FP8 peak per GPU (MFU above stays against "
-                        "the {} peak, as NVIDIA's FP8 figures count it)\n",
+    text += fmt::format("  fp8 peak          {:.1f}% of the {:.4g} TFLOP/s dense FP8 peak per GPU (the MFU above is against "
+                        "the {} dense peak)\n",
                         *u.mfu_of_fp8_peak * 100, *u.peak_fp8_flops / u.gpus / 1e12, plan.dtype);
   if (plan.memory_bytes) text += fmt::format("  memory            {} per device (--memory)\n", human_bytes(*plan.memory_bytes));
   const std::vector<std::string> layers = stage_layers_text(plan.partition);

@@ -206,8 +206,9 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
   }
   if (document.contains("fp8_format")) {
     plan.fp8_format = field("fp8_format", is_string, "hybrid or e4m3").get<std::string>();
+    if (plan.fp8_format.empty())  // "" is not stated: the field is written only when set
+      throw InputError(fmt::format("{}: fp8_format: expected hybrid or e4m3, found \"\"", origin));
     try {
-      if (plan.fp8_format.empty()) check_fp8_recipe("?", plan.dtype, "fp8_format");  // "" is not stated
       check_fp8_recipe(plan.fp8_format, plan.dtype, "fp8_format");
     } catch (const InputError& error) {
       throw InputError(fmt::format("{}: {}", origin, error.what()));

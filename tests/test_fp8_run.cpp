@@ -9,6 +9,7 @@
 
 #include "api/simulation.hpp"
 #include "core/fp8.hpp"
+#include "core/plan.hpp"
 #include "expect_input_error.hpp"
 
 namespace pipegrid {
@@ -77,6 +78,26 @@ TEST(Fp8Run, MemoryHoldsTheFp8WeightCacheAndTheFp8SavedInputs) {
     }
     EXPECT_NEAR(device.peak_memory_bytes - bf16.result.metrics.devices[d].peak_memory_bytes, expected, 1) << device.host;
   }
+}
+
+TEST(Fp8Run, PlanFilesKeepTheRecipeOnlyWhenSet) {
+  const Fp8GptRun fp8 = run_gpt("hybrid", "gpipe", 1);
+  const std::string text = plan_to_json(fp8.plan);
+  EXPECT_NE(text.find("\"fp8_format\": \"hybrid\""), std::string::npos);
+  EXPECT_EQ(parse_plan_json(text, "p.json").fp8_format, "hybrid");
+  EXPECT_EQ(plan_to_json(parse_plan_json(text, "p.json")), text);
+  EXPECT_EQ(plan_to_json(run_gpt("", "gpipe", 1).plan).find("fp8_format"), std::string::npos);
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string changed = text;
+    changed.replace(changed.find(from), from.size(), to);
+    return testutil::input_error_of([&] { parse_plan_json(changed, "p.json"); });
+  };
+  EXPECT_EQ(with("\"fp8_format\": \"hybrid\"", "\"fp8_format\": \"\""),
+            "p.json: fp8_format: expected hybrid or e4m3, found \"\"");
+  EXPECT_CONTAINS(with("\"fp8_format\": \"hybrid\"", "\"fp8_format\": \"e5m2\""),
+                  "p.json: fp8_format: expected hybrid (E4M3 forward, E5M2 gradients) or e4m3, found 'e5m2'");
+  EXPECT_CONTAINS(with("\"dtype\": \"bf16\"", "\"dtype\": \"fp32\""),
+                  "p.json: fp8_format hybrid: FP8 is a recipe on top of 16-bit mixed precision");
 }
 
 TEST(Fp8Run, RefusedOnA100AndWithoutBf16) {
