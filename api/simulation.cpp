@@ -24,6 +24,7 @@
 #include "core/termination.hpp"
 #include "core/torch_schedule.hpp"
 #include "core/platform_check.hpp"
+#include "core/fp8.hpp"
 #include "core/precision.hpp"
 #include "core/recompute.hpp"
 #include "core/tensor_parallel.hpp"
@@ -101,9 +102,23 @@ ModelGraph partitioner_graph(const PlanRequest& request, const Plan& plan, int m
 /// mixed-precision step, for fp16 and bf16 runs; 0 for fp32 runs (the
 /// papers' PipeDream and BaPipe runs, which time no step), where only a
 /// host's declared optimizer_step_rate or optimizer_step_overhead steps.
+/// Under the FP8 recipe the weights' cast to FP8 (and transpose), which
+/// Transformer Engine runs once per mini-batch for the FP8 GEMMs' weights,
+/// is charged here too: fp8_weight_cast_bytes_per_parameter over the dtype's
+/// bytes, times the FP8-GEMM weights' share of the profile's weight bytes.
 double device_step_bytes_per_weight_byte(const Plan& plan) {
   if (plan.dtype != "fp16" && plan.dtype != "bf16") return 0;
-  return optimizer_step_bytes_per_parameter(plan.dtype, plan.optimizer) / dtype_bytes(plan.dtype, "--dtype");
+  const double element = dtype_bytes(plan.dtype, "--dtype");
+  double bytes = optimizer_step_bytes_per_parameter(plan.dtype, plan.optimizer) / element;
+  if (!plan.fp8_format.empty()) {
+    double fp8_weights = 0, weights = 0;
+    for (const Layer& layer : plan.profile.layers) {
+      fp8_weights += fp8_gemm_parameters(layer) * element / std::max(1, plan.tensor_parallel);
+      weights += layer.parameter_bytes;
+    }
+    if (weights > 0) bytes += fp8_weight_cast_bytes_per_parameter(element) / element * std::min(1.0, fp8_weights / weights);
+  }
+  return bytes;
 }
 
 // Tensor parallelism (--tensor-parallel t > 1): checks the groups of t
@@ -448,6 +463,7 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
                                  "--accumulate-allreduce-grads-in-fp32, the default with --bf16); drop --gradient-dtype "
                                  "or make them agree",
                                  printable(request.gradient_dtype), origin, launch_gradients));
+  agree_text("--fp8-format", request.fp8_format, "--fp8-format", launch.fp8_format);
   if (request.sequence_parallel && !launch.sequence_parallel)
     throw InputError(fmt::format("--sequence-parallel: {} runs without sequence parallelism (no --sequence-parallel at "
                                  "--tensor-model-parallel-size > 1); drop --sequence-parallel or add it to the launch",
@@ -485,6 +501,7 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
   launched.recompute_method = recompute.method;
   launched.recompute_num_layers = recompute.num_layers ? std::optional<int>(recompute.num_layers) : std::nullopt;
   launched.gradient_dtype = gradient_dtype;
+  launched.fp8_format = launch.fp8_format;
   launched.tensor_parallel = launch.tensor_parallel;
   launched.expert_parallel = launch.expert_parallel;
   launched.expert_tensor_parallel = launch.expert_tensor_parallel;
@@ -728,6 +745,8 @@ Plan make_plan(const PlanRequest& request) {
   plan.optimizer = request.optimizer.empty() ? default_optimizer(plan.dtype) : request.optimizer;
   if (request.optimizer.empty() && plan.optimizer != "sgd")
     plan.optimizer_note = fmt::format("the default for {}; --optimizer sgd or momentum to change", plan.dtype);
+  check_fp8_recipe(request.fp8_format, plan.dtype);
+  plan.fp8_format = request.fp8_format;
   if (request.tensor_parallel < 1 || request.tensor_parallel > kMaxTensorParallel)
     throw InputError(fmt::format("--tensor-parallel: expected hosts per group from 1 to {}, found {}", kMaxTensorParallel,
                                  request.tensor_parallel));
@@ -788,13 +807,19 @@ Plan make_plan(const PlanRequest& request) {
   const bool needs_routes = !request.partitioner.empty() && request.partitioner != "uniform" && !info.single_stage;
   PlatformSummary all_hosts =
       platform_from(request.platform_file, needs_routes ? sim::PlatformRoutes::All : sim::PlatformRoutes::None);
+  // The FP8 recipe: on FP8 devices only, the FP8 GEMMs' saved inputs in
+  // one byte (docs/semantics.md, FP8).
+  if (!plan.fp8_format.empty()) {
+    check_fp8_hosts(plan.profile, all_hosts, plan.fp8_format);
+    apply_fp8_activations(plan.profile, dtype_bytes(plan.dtype, "--dtype"));
+  }
   // Layers given by their FLOPs only are timed by the hosts' device models
   // (docs/devices.md), before tensor parallelism splits them and before any
   // partitioner weighs them.
   try {
     plan.device_model_notes = fill_analytic_times(
         plan.profile, all_hosts, info.single_stage ? FpgaWeights::WholeModel : FpgaWeights::StagesFit,
-        TensorParallelShare{plan.tensor_parallel, plan.sequence_parallel});
+        TensorParallelShare{plan.tensor_parallel, plan.sequence_parallel}, plan.fp8_format);
   } catch (const InputError& error) {
     throw InputError(fmt::format("{}: {}", request.model.name.empty() ? request.profile_file : "--model " + request.model.name,
                                  error.what()));
@@ -1439,6 +1464,15 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
     memory.expert_step_weight_factor =
         step_gradient_copy_bytes_per_parameter(plan.dtype, plan.gradient_dtype, expert_data) / dtype_bytes(plan.dtype, "--dtype");
   }
+  if (!plan.fp8_format.empty()) {  // Transformer Engine's cached FP8 weights and transposes, per stage
+    memory.stage_resident_bytes.assign(request.stages.size(), 0.0);
+    for (std::size_t l = 0; l < plan.profile.layers.size() && l < plan.partition.stage_of_layer.size(); ++l) {
+      const auto stage = static_cast<std::size_t>(plan.partition.stage_of_layer[l]);
+      if (stage < memory.stage_resident_bytes.size())
+        memory.stage_resident_bytes[stage] += kFp8WeightCacheBytesPerParameter *
+                                              fp8_gemm_parameters(plan.profile.layers[l]) / std::max(1, plan.tensor_parallel);
+    }
+  }
   if (!info.flushed) {
     memory.versioning = info.weights == WeightVersions::Predicted ? WeightVersioning::Prediction
                         : plan.vertical_sync                        ? WeightVersioning::VerticalSync
@@ -1549,11 +1583,18 @@ RunResult run_plan(Plan& plan) {
   }
   result.utilisation = flops_utilisation(plan.profile, plan.tensor_parallel, plan.recompute,
                                          plan.micro_batches * plan.data_parallel,
-                                         result.metrics.minibatch_time_s, hosts, platform, plan.dtype, plan.sequence_parallel, recomputed);
+                                         result.metrics.minibatch_time_s, hosts, platform, plan.dtype, plan.sequence_parallel, recomputed,
+                                         !plan.fp8_format.empty());
   for (const std::string& model : models)
-    for (const std::string& pass : passes_above_hardware(plan.profile, device_model(model, "device_model"), plan.dtype))
+    for (const std::string& pass :
+         passes_above_hardware(plan.profile, device_model(model, "device_model"), plan.dtype, !plan.fp8_format.empty()))
       result.warnings.push_back("a modelled pass runs above the hardware: " + pass);
-  if (const auto& mfu = result.utilisation.mfu; mfu && *mfu > 1)
+  if (const auto& fp8 = result.utilisation.mfu_of_fp8_peak; fp8 && *fp8 > 1)
+    result.warnings.push_back(fmt::format(
+        "the model FLOPs per second exceed the devices' FP8 peak ({:.1f}% of it, {:.1f} TFLOP/s per GPU): the profile's "
+        "times and its FLOPs cannot both be right",
+        *fp8 * 100, *result.utilisation.tflops_per_gpu));
+  if (const auto& mfu = result.utilisation.mfu; mfu && *mfu > 1 && plan.fp8_format.empty())
     result.warnings.push_back(fmt::format(
         "the model FLOPs per second exceed the devices' peak (MFU {:.1f}%, {:.1f} TFLOP/s per GPU): the profile's "
         "times and its FLOPs cannot both be right",
@@ -1791,6 +1832,7 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
     if (!plan.gradient_dtype.empty()) document["gradient_dtype"] = plan.gradient_dtype;
     document["bytes_per_parameter"] = bytes_per_parameter(plan.dtype, plan.optimizer, plan.gradient_dtype).total();
   }
+  if (!plan.fp8_format.empty()) document["fp8_format"] = plan.fp8_format;
   if (plan.tensor_parallel != 1) document["tensor_parallel"] = plan.tensor_parallel;
   if (plan.sequence_parallel) document["sequence_parallel"] = true;
   if (plan.tp_collectives != "compute") document["tp_collectives"] = plan.tp_collectives;
@@ -1821,6 +1863,10 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   document["tflops_per_gpu"] = optional_number(u.tflops_per_gpu);
   document["mfu"] = optional_number(u.mfu);
   document["hfu"] = optional_number(u.hfu);
+  if (u.peak_fp8_flops) {  // the FP8 recipe: mfu stays against the dtype's peak
+    document["peak_fp8_flops_per_gpu"] = *u.peak_fp8_flops / std::max(1, u.gpus);
+    document["mfu_of_fp8_peak"] = optional_number(u.mfu_of_fp8_peak);
+  }
   if (!u.unavailable.empty()) document["utilisation_note"] = u.unavailable;
   // Present only with expert parallelism: runs without it print as before.
   if (plan.expert_parallel != 1) {
@@ -1881,9 +1927,16 @@ std::string optimizer_step_text(const Plan& plan, const PlatformSummary& platfor
       models.push_back(host.device_model);
   if (models.empty() || device_step_bytes_per_weight_byte(plan) <= 0) return "";
   const std::string& dtype = plan.dtype;
-  return fmt::format("  optimizer step    {} over {} weights: {:g} bytes moved per parameter, streamed at {:.0f}% of the {} "
+  const double element = dtype_bytes(dtype, "--dtype");
+  const double fp8_cast = device_step_bytes_per_weight_byte(plan) * element - optimizer_step_bytes_per_parameter(dtype, plan.optimizer);
+  return fmt::format("  optimizer step    {} over {} weights: {:g} bytes moved per parameter{}, streamed at {:.0f}% of the {} "
                      "HBM bandwidth (device model; a host's optimizer_step_rate overrides it)\n",
                      plan.optimizer, dtype, optimizer_step_bytes_per_parameter(dtype, plan.optimizer),
+                     plan.fp8_format.empty()
+                         ? std::string()
+                         : fmt::format(", + {:.3g} for the FP8 weights' cast and transpose once per mini-batch ({:g} per "
+                                       "FP8-GEMM parameter, averaged over all)",
+                                       fp8_cast, fp8_weight_cast_bytes_per_parameter(element)),
                      100 * kMaxMemoryEfficiency, fmt::join(models, ", "));
 }
 
@@ -1979,6 +2032,13 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
                                                         step_copy)
                                       : "");
   }
+  if (!plan.fp8_format.empty())
+    text += fmt::format("  fp8               {} recipe on {} ({}): the blocks' linear GEMMs in FP8, attention, embedding "
+                        "and head in {}; Transformer Engine's FP8 weights and transposes, {:g} bytes per such parameter, "
+                        "cached for the run; their saved inputs in FP8 (docs/semantics.md, FP8)\n",
+                        plan.fp8_format, plan.dtype,
+                        plan.fp8_format == "hybrid" ? "E4M3 forward, E5M2 gradients" : "E4M3 throughout", plan.dtype,
+                        kFp8WeightCacheBytesPerParameter);
   if (plan.layer_recompute.enabled())
     text += fmt::format("  recompute         {}\n", layer_recompute_text(plan.layer_recompute));
   if (!plan.tensor_parallel_note.empty()) text += fmt::format("  {}\n", plan.tensor_parallel_note);
@@ -2019,6 +2079,10 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
                       m.span_bubble_fraction);
   text += fmt::format("  traffic           {} per sample\n", human_bytes(m.bytes_per_sample));
   text += "  utilisation       " + utilisation_text(result.utilisation, plan.dtype) + "\n";
+  if (const FlopsUtilisation& u = result.utilisation; u.peak_fp8_flops && u.mfu_of_fp8_peak)
+    text += fmt::format("  fp8 peak          {:.1f}% of the {:.4g} TFLOP/s dense FP8 peak per GPU (the MFU above is against "
+                        "the {} dense peak)\n",
+                        *u.mfu_of_fp8_peak * 100, *u.peak_fp8_flops / u.gpus / 1e12, plan.dtype);
   if (plan.memory_bytes) text += fmt::format("  memory            {} per device (--memory)\n", human_bytes(*plan.memory_bytes));
   const std::vector<std::string> layers = stage_layers_text(plan.partition);
   std::size_t layers_width = 6;

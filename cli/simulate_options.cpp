@@ -88,6 +88,9 @@ void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
   command.add_option("--dtype", request.dtype,
                      "fp32, fp16 or bf16: the number format of a --model, or of a --profile that states none (memory per "
                      "parameter: docs/semantics.md, Memory)");
+  command.add_option("--fp8-format", request.fp8_format,
+                     "hybrid (E4M3 forward, E5M2 gradients) or e4m3: Megatron-LM's FP8 recipe on top of --dtype bf16 or "
+                     "fp16, on H100, H200 or H800 (the blocks' linear GEMMs in FP8; docs/semantics.md, FP8)");
   command.add_option("--tensor-parallel", request.tensor_parallel,
                      "split each stage t ways over t consecutive hosts, which may span servers (transformer layers "
                      "with FLOPs, and the embedding, head and loss a profile marks with `vocabulary`; others "

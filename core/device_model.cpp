@@ -66,8 +66,8 @@ constexpr double kH100GemmEfficiency = kA100GemmEfficiency, kH100AttentionForwar
 // Vendor figures (docs/devices.md, Catalogue, names each datasheet).
 constexpr double kV100Fp32 = 14 * kTera, kV100Fp16 = 112 * kTera, kV100Bandwidth = 900 * kGiga;
 
-DeviceModel gpu(std::string name, std::string description, double fp32, double fp16, double bf16, double bandwidth,
-                double memory) {
+DeviceModel gpu(std::string name, std::string description, double fp32, double fp16, double bf16, double fp8,
+                double bandwidth, double memory) {
   DeviceModel device;
   device.name = std::move(name);
   device.description = std::move(description);
@@ -75,6 +75,7 @@ DeviceModel gpu(std::string name, std::string description, double fp32, double f
   device.peak_fp32_flops = fp32;
   device.peak_fp16_flops = fp16;
   device.peak_bf16_flops = bf16;
+  device.peak_fp8_flops = fp8;
   device.memory_bandwidth_Bps = bandwidth;
   device.memory_bytes = memory;
   return device;
@@ -99,10 +100,14 @@ std::vector<DeviceModel> build_catalogue() {
   ClassEfficiency v100[kOpClassCount];
   for (int c = 0; c < kOpClassCount; ++c) v100[c] = fitted_row(c);
   std::vector<DeviceModel> gpus = {
-      gpu("V100", "NVIDIA Tesla V100 PCIe 16 GB", kV100Fp32, kV100Fp16, 0, kV100Bandwidth, 16 * kGiB),
-      gpu("A100", "NVIDIA A100 SXM4 80 GB", 19.5 * kTera, 312 * kTera, 312 * kTera, 2039 * kGiga, 80 * kGiB),
-      gpu("H100", "NVIDIA H100 SXM5 80 GB", 67 * kTera, 989.5 * kTera, 989.5 * kTera, 3350 * kGiga, 80 * kGiB),
-      gpu("H200", "NVIDIA H200 SXM 141 GB", 67 * kTera, 989.5 * kTera, 989.5 * kTera, 4800 * kGiga, 141 * kGiga),
+      gpu("V100", "NVIDIA Tesla V100 PCIe 16 GB", kV100Fp32, kV100Fp16, 0, 0, kV100Bandwidth, 16 * kGiB),
+      gpu("A100", "NVIDIA A100 SXM4 80 GB", 19.5 * kTera, 312 * kTera, 312 * kTera, 0, 2039 * kGiga, 80 * kGiB),
+      // FP8 dense: half the datasheets' 3,958 TFLOP/s "with sparsity" (H100, H200, H800 SXM).
+      gpu("H100", "NVIDIA H100 SXM5 80 GB", 67 * kTera, 989.5 * kTera, 989.5 * kTera, 1979 * kTera, 3350 * kGiga, 80 * kGiB),
+      gpu("H200", "NVIDIA H200 SXM 141 GB", 67 * kTera, 989.5 * kTera, 989.5 * kTera, 1979 * kTera, 4800 * kGiga, 141 * kGiga),
+      // The H800 SXM5: the H100 SXM5's tensor cores and HBM3, NVLink cut to
+      // 400 GB/s (both directions; the cluster preset hgx-h800 carries it).
+      gpu("H800", "NVIDIA H800 SXM5 80 GB", 67 * kTera, 989.5 * kTera, 989.5 * kTera, 1979 * kTera, 3350 * kGiga, 80 * kGiB),
   };
   // Tensor-core models (docs/devices.md, "Tensor-core model", gives each
   // constant's source): {sms, GEMM, flash forward, flash backward, memory,
@@ -110,6 +115,7 @@ std::vector<DeviceModel> build_catalogue() {
   const TensorCoreModel tensor_cores[] = {
       {80, kV100GemmEfficiency, kV100AttentionForward, kV100AttentionBackward, kMemoryEfficiency, kKernelOverhead},
       {108, kA100GemmEfficiency, kA100AttentionForward, kA100AttentionBackward, kMemoryEfficiency, kKernelOverhead},
+      {132, kH100GemmEfficiency, kH100AttentionForward, kH100AttentionBackward, kMemoryEfficiency, kKernelOverhead},
       {132, kH100GemmEfficiency, kH100AttentionForward, kH100AttentionBackward, kMemoryEfficiency, kKernelOverhead},
       {132, kH100GemmEfficiency, kH100AttentionForward, kH100AttentionBackward, kMemoryEfficiency, kKernelOverhead},
   };
@@ -277,11 +283,13 @@ bool times_by_kernels(const Layer& layer, const DeviceModel& device) {
 }
 
 ShapedTimes shaped_layer_times(const Layer& layer, const DeviceModel& device, std::string_view dtype,
-                               const TensorParallelShare& share) {
+                               const TensorParallelShare& share, bool fp8) {
   const double peak = device.peak_flops(dtype);
   const double element = dtype_bytes(std::string(dtype.empty() ? "fp32" : dtype), "the profile's dtype");
   const TensorCoreModel& model = device.tensor_cores;
-  const LayerKernels kernels = layer_kernels(layer, model, peak, element, share);
+  if (fp8 && !(device.peak_fp8_flops > 0))
+    throw InputError(fmt::format("device model {} ({}) has no FP8 tensor cores", device.name, device.description));
+  const LayerKernels kernels = layer_kernels(layer, model, peak, element, share, fp8 ? device.peak_fp8_flops : 0);
   const double bandwidth = device.memory_bandwidth_Bps;
   ShapedTimes out;
   out.times.forward_s = kernels.forward.seconds(model, bandwidth);
@@ -364,8 +372,35 @@ std::string on_chip_text(const OnChip& on_chip, const DeviceModel& device) {
 
 }  // namespace
 
+void check_fp8_hosts(const Profile& profile, const PlatformSummary& platform, const std::string& format) {
+  for (const HostInfo& host : platform.hosts) {
+    const DeviceModel* device = host.device_model.empty() ? nullptr : find_device_model(host.device_model);
+    if (device == nullptr)
+      throw InputError(fmt::format("--fp8-format {}: {}: host '{}' has no device model; FP8 runs on a GPU with FP8 tensor "
+                                   "cores that pipegrid times by its device model (H100, H200 or H800): give the host a "
+                                   "device_model property",
+                                   format, platform.file, host.name));
+    if (!(device->peak_fp8_flops > 0))
+      throw InputError(fmt::format("--fp8-format {}: {}: host '{}' is a {} ({}), which has no FP8 tensor cores; FP8 runs "
+                                   "on H100, H200 or H800",
+                                   format, platform.file, host.name, device->name, device->description));
+  }
+  for (std::size_t i = 0; i < profile.layers.size(); ++i) {
+    const Layer& layer = profile.layers[i];
+    if (layer.times_given)
+      throw InputError(fmt::format("--fp8-format {}: profile '{}': layer {} '{}' has measured times; FP8 changes the GEMMs "
+                                   "of the tensor-core model, so every layer must be timed by the device models (a "
+                                   "profile without times, e.g. --model gpt)",
+                                   format, profile.name, i, layer.name));
+    if (!layer.transformer_shape)
+      throw InputError(fmt::format("--fp8-format {}: profile '{}': layer {} '{}' has no transformer_shape; FP8 applies "
+                                   "to the tensor-core model, which times GPT-style layers kernel by kernel (--model gpt)",
+                                   format, profile.name, i, layer.name));
+  }
+}
+
 std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSummary& platform, FpgaWeights fpga_weights,
-                                             const TensorParallelShare& share) {
+                                             const TensorParallelShare& share, const std::string& fp8_format) {
   std::vector<std::size_t> missing;
   for (std::size_t i = 0; i < profile.layers.size(); ++i)
     if (!profile.layers[i].times_given) missing.push_back(i);
@@ -410,7 +445,7 @@ std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSum
       Layer& layer = profile.layers[i];
       if (times_by_kernels(layer, device)) {
         ++by_kernels;
-        const ShapedTimes shaped = shaped_layer_times(layer, device, profile.dtype, share);
+        const ShapedTimes shaped = shaped_layer_times(layer, device, profile.dtype, share, !fp8_format.empty());
         const double divided = share.t > 1 && tensor_parallel_splits(layer, share.sequence_parallel) ? share.t : 1;
         LayerTimes times = shaped.times;
         times.forward_s *= divided;
@@ -440,6 +475,10 @@ std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSum
                               ? fmt::format("{:g} us per kernel", device.tensor_cores.kernel_overhead_s * 1e6)
                               : std::string("no fixed cost per kernel"),
                           share.t > 1 ? fmt::format(", as one of {} tensor-parallel members", share.t) : "");
+    if (by_kernels > 0 && !fp8_format.empty())
+      note += fmt::format("; FP8 recipe {}: the blocks' linear GEMMs at the FP8 dense peak {:.4g} TFLOP/s with their "
+                          "input and output-gradient casts (docs/semantics.md, FP8)",
+                          fp8_format, device.peak_fp8_flops / 1e12);
     if (device.kind == DeviceKind::Fpga)
       note += fpga_weights == FpgaWeights::StagesFit ? "; weights on chip while the partition is chosen"
                                                      : "; the whole model's " + on_chip_text(on_chip, device);

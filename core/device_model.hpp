@@ -69,6 +69,10 @@ struct DeviceModel {
   double peak_fp32_flops = 0;  ///< FP32 without tensor cores (CUDA cores)
   double peak_fp16_flops = 0;  ///< FP16 tensor core, dense
   double peak_bf16_flops = 0;  ///< BF16 tensor core, dense
+  /// FP8 tensor core, dense (0: no FP8 tensor cores, as on the V100 and
+  /// A100). Not a profile dtype: the FP8 recipe (Fp8Recipe) runs the linear
+  /// layers' GEMMs of a bf16 or fp16 run at this rate.
+  double peak_fp8_flops = 0;
   double memory_bandwidth_Bps = 0;
   ClassEfficiency efficiency[kOpClassCount] = {};
   /// Fixed time added to every pass that runs (forward, I, W) of a layer.
@@ -93,9 +97,9 @@ struct DeviceModel {
 };
 
 /// The catalogue, in the order listed in messages: V100, A100, H100, H200,
-/// VCU118, VCU129.
+/// H800, VCU118, VCU129.
 const std::vector<DeviceModel>& device_catalogue();
-/// "V100, A100, H100, H200, VCU118, VCU129".
+/// "V100, A100, H100, H200, H800, VCU118, VCU129".
 std::string device_catalogue_names();
 /// The entry named exactly `name`; nullptr when there is none.
 const DeviceModel* find_device_model(std::string_view name);
@@ -157,8 +161,10 @@ struct ShapedTimes {
   LayerTimes times;
   double attention_core_time_share = 0;
 };
+/// `fp8`: the FP8 recipe (core/fp8.hpp): layer_kernels with the device's
+/// peak_fp8_flops; InputError naming the device when it has none.
 ShapedTimes shaped_layer_times(const Layer& layer, const DeviceModel& device, std::string_view dtype,
-                               const TensorParallelShare& share);
+                               const TensorParallelShare& share, bool fp8 = false);
 /// True when `device` times `layer` kernel by kernel (shaped_layer_times).
 bool times_by_kernels(const Layer& layer, const DeviceModel& device);
 
@@ -186,9 +192,22 @@ enum class FpgaWeights { WholeModel, StagesFit };
 /// one member; where tensor parallelism divides the layer's times by t
 /// (tensor_parallel_splits), the times stored are t x the member's, so that
 /// tensor_parallel_profile's division leaves the member's own.
+/// `fp8_format` (simulate --fp8-format; "" none): the FP8 recipe for the
+/// layers timed by kernels (shaped_layer_times with fp8); the caller has
+/// checked the hosts' devices (check_fp8_hosts) and the recipe.
 std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSummary& platform,
                                              FpgaWeights fpga_weights = FpgaWeights::WholeModel,
-                                             const TensorParallelShare& share = {});
+                                             const TensorParallelShare& share = {},
+                                             const std::string& fp8_format = "");
+
+/** The FP8 recipe's hosts and layers (simulate --fp8-format `format`,
+ *  non-empty): every host of `platform` must have a GPU device model with
+ *  FP8 tensor cores (DeviceModel::peak_fp8_flops > 0), and every layer of
+ *  `profile` must be timed kernel by kernel by them (no measured times, a
+ *  transformer_shape): FP8 changes the tensor-core model's GEMMs, which
+ *  measured or roofline times do not show. InputError naming the host and
+ *  its device, or the layer, and what FP8 needs. */
+void check_fp8_hosts(const Profile& profile, const PlatformSummary& platform, const std::string& format);
 
 /** FPGA weights per board, once the partition is known (fill_analytic_times
  *  decided before it, by its FpgaWeights rule): each FPGA

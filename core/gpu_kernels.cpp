@@ -65,7 +65,7 @@ double KernelSums::seconds(const TensorCoreModel& model, double bandwidth_Bps) c
 }
 
 LayerKernels layer_kernels(const Layer& layer, const TensorCoreModel& model, double peak_flops, double e,
-                           const TensorParallelShare& share) {
+                           const TensorParallelShare& share, double fp8_peak_flops) {
   if (!layer.transformer_shape)
     throw InputError(fmt::format("layer '{}': no transformer_shape to time kernel by kernel", layer.name));
   const TransformerShape& g = *layer.transformer_shape;
@@ -78,8 +78,8 @@ LayerKernels layer_kernels(const Layer& layer, const TensorCoreModel& model, dou
   const double head_width = h / g.heads;
   const double heads = g.heads / t;  // the member's attention heads
   LayerKernels out;
-  auto gemm = [&](KernelSums& sums, const GemmShape& shape) {
-    sums.gemm_s += gemm_unit_time_s(shape, model.sms, peak_flops);
+  auto gemm = [&](KernelSums& sums, const GemmShape& shape, double peak = 0) {
+    sums.gemm_s += gemm_unit_time_s(shape, model.sms, peak > 0 ? peak : peak_flops);
     sums.kernels += 1;
   };
   // A weight GEMM of the forward (M x K by K x N) and its two gradients.
@@ -87,6 +87,19 @@ LayerKernels layer_kernels(const Layer& layer, const TensorCoreModel& model, dou
     gemm(out.forward, {m, n, k});
     gemm(out.input, {m, k, n});
     gemm(out.weight, {k, n, m});
+  };
+  // A transformer block's linear GEMM: in FP8 under the recipe, with the
+  // casts of its input (input_rows x k: the member's own rows, which
+  // sequence parallelism gathers after the cast) and of its output
+  // gradient (gradient_rows x n), each with its transpose and amax fused.
+  const bool fp8 = fp8_peak_flops > 0 && layer.op == "transformer";
+  auto linear_gemm = [&](double m, double n, double k, double input_rows, double gradient_rows) {
+    if (!fp8) return weight_gemm(m, n, k);
+    gemm(out.forward, {m, n, k}, fp8_peak_flops);
+    gemm(out.input, {m, k, n}, fp8_peak_flops);
+    gemm(out.weight, {k, n, m}, fp8_peak_flops);
+    memory_kernel(out.forward, input_rows * k * (e + 2));
+    memory_kernel(out.input, gradient_rows * n * (e + 2));
   };
   auto norm = [&](double norm_rows) {
     memory_kernel(out.forward, 2 * norm_rows * h * e);
@@ -99,7 +112,7 @@ LayerKernels layer_kernels(const Layer& layer, const TensorCoreModel& model, dou
   };
   if (layer.op == "transformer") {
     norm(rows);
-    weight_gemm(tokens, (h + 2 * kv) / t, h);
+    linear_gemm(tokens, (h + 2 * kv) / t, h, rows, tokens);
     if (g.rotary) {
       const double rotated = tokens * (h + kv) / t * e;
       memory_kernel(out.forward, 2 * rotated);
@@ -130,14 +143,14 @@ LayerKernels layer_kernels(const Layer& layer, const TensorCoreModel& model, dou
     out.forward.attention_forward_s += core.attention_forward_s;
     out.forward.memory_bytes += core.memory_bytes;
     out.forward.kernels += core.kernels;
-    weight_gemm(tokens, h, h / t);
+    linear_gemm(tokens, h, h / t, tokens, rows);
     dropout_add();
     norm(rows);
-    weight_gemm(tokens, up / t, h);
+    linear_gemm(tokens, up / t, h, rows, tokens);
     const double activation = tokens * f / t * e;
     memory_kernel(out.forward, (g.swiglu ? 3 : 2) * activation);  // fused bias-GeLU, or SwiGLU
     memory_kernel(out.input, (g.swiglu ? 5 : 3) * activation);
-    weight_gemm(tokens, h, f / t);
+    linear_gemm(tokens, h, f / t, tokens, rows);
     dropout_add();
     if (g.linear_bias)  // each bias's gradient: a sum over the tokens of its GEMM's output gradient
       memory_kernel(out.weight, tokens * ((h + 2 * kv) / t + h + up / t + h) * e, 4);

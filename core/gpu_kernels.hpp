@@ -99,8 +99,21 @@ struct LayerKernels {
  *  - loss: cross-entropy over N x V / t logits (Megatron's vocab-parallel
  *    form, V / t when the layer gives `vocabulary`: max, exp and sum, log;
  *    backward softmax minus one-hot). */
+/** With `fp8_peak_flops` > 0 (the FP8 recipe, core/fp8.hpp), a transformer
+ *  layer's four linear GEMMs (Q K V, output projection, MLP up and down:
+ *  forward, input and weight gradients) run at `fp8_peak_flops` instead of
+ *  `peak_flops` (so their GEMM seconds are peak_flops / fp8_peak_flops of
+ *  the dtype's), and Transformer Engine's scaling kernels come with them,
+ *  element-wise (docs/semantics.md, FP8): in the forward, each GEMM's input
+ *  (M x K) cast to FP8 with its transpose and amax fused (reads e, writes
+ *  1 + 1 per value; one kernel); in the input gradient, each GEMM's output
+ *  gradient (M x N) likewise. The attention core, the norms and
+ *  element-wise kernels, and the embedding, head and loss layers are as
+ *  without FP8; so is every layer when fp8_peak_flops is 0. The weights'
+ *  own cast runs once per mini-batch and is not in these passes
+ *  (fp8_weight_cast_bytes_per_parameter, core/fp8.hpp). */
 LayerKernels layer_kernels(const Layer& layer, const TensorCoreModel& model, double peak_flops, double element_bytes,
-                           const TensorParallelShare& share);
+                           const TensorParallelShare& share, double fp8_peak_flops = 0);
 
 }  // namespace pipegrid
 

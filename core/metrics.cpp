@@ -486,6 +486,14 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model, const 
         if (stage >= 0 && stage < static_cast<int>(model.stages.size())) bytes += model.stages[stage].weight_bytes;
     return bytes;
   };
+  auto stage_resident_of = [&](const std::string& host) {
+    double bytes = 0;
+    if (auto stages = stages_of_host.find(host); stages != stages_of_host.end())
+      for (const int stage : stages->second)
+        if (stage >= 0 && static_cast<std::size_t>(stage) < model.stage_resident_bytes.size())
+          bytes += model.stage_resident_bytes[static_cast<std::size_t>(stage)];
+    return bytes;
+  };
   // One weight version, its gradients, master weights and the optimizer's
   // state; more versions come and go with the version track.
   const double base_copies = model.resident_weight_factor;
@@ -514,7 +522,7 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model, const 
     for (const auto& [time, change] : track.deltas) changes[host].push_back({time, change * weight_bytes_of(host), 0, none});
   }
   for (auto& [host, list] : changes) {
-    const double base = resident_of(host);
+    const double base = resident_of(host) + stage_resident_of(host);
     // Releases, then reports of record ends, then allocations.
     std::stable_sort(list.begin(), list.end(), [](const Change& x, const Change& y) {
       auto rank = [](const Change& c) { return c.bytes < 0 || c.stashes < 0 ? 0 : c.record != static_cast<std::size_t>(-1) ? 1 : 2; };
@@ -541,7 +549,7 @@ MemoryPeaks annotate_memory(Timeline& timeline, const MemoryModel& model, const 
   }
   for (const auto& [host, stages] : stages_of_host)
     if (!peaks.peak_bytes.count(host))
-      peaks.peak_bytes[host] = resident_of(host) + step_of(host);
+      peaks.peak_bytes[host] = resident_of(host) + step_of(host) + stage_resident_of(host);
   return peaks;
 }
 

@@ -65,6 +65,10 @@ struct MemoryModel {
   /// optimizer shards over the expert-data-parallel group rather than the
   /// data-parallel one; negative: the same as the dense weights'.
   double expert_resident_weight_factor = -1, expert_step_weight_factor = -1;
+  /// Per stage, bytes resident for the whole run besides the weights'
+  /// factors: the FP8 recipe's weight copies and transposes that Transformer
+  /// Engine caches (core/fp8.hpp). Empty: none.
+  std::vector<double> stage_resident_bytes;
   /// device memory capacity per host; absent = unlimited
   std::map<std::string, double> capacity_bytes;
   /// what a host's process holds besides the model (HostInfo::memory_reserve_of

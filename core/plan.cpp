@@ -12,6 +12,7 @@
 #include "core/json_input.hpp"
 #include "core/limits.hpp"
 #include "core/platform_check.hpp"
+#include "core/fp8.hpp"
 #include "core/precision.hpp"
 #include "core/tensor_parallel.hpp"
 #include "core/program.hpp"
@@ -57,6 +58,7 @@ std::string plan_to_json(const Plan& plan) {
   if (!plan.program_text.empty()) document["program"] = plan.program_text;
   if (!plan.dtype.empty()) document["dtype"] = plan.dtype;
   if (!plan.gradient_dtype.empty()) document["gradient_dtype"] = plan.gradient_dtype;
+  if (!plan.fp8_format.empty()) document["fp8_format"] = plan.fp8_format;
   if (plan.layer_recompute.enabled()) {
     document["recompute_granularity"] = plan.layer_recompute.granularity;
     if (!plan.layer_recompute.method.empty()) document["recompute_method"] = plan.layer_recompute.method;
@@ -109,7 +111,7 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
                              {"pipegrid_plan", "schedule", "micro_batches", "mini_batches", "recompute", "network",
                               "optimizer", "vertical_sync", "update_interval", "prediction_cost_s_per_byte", "wait_free",
                               "pipeline_depth", "partitioner", "micro_batch_scaling", "micro_batch_scaling_note",
-                              "virtual_stages", "fb_overlap", "activation_limit", "transfer_rule", "blocking_transfers", "program", "dtype", "gradient_dtype", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "expert_parallel", "expert_tensor_parallel", "sequence_parallel", "tp_comm_overlap", "tp_collectives", "tensor_parallel_collectives", "tensor_parallel_note", "data_parallel", "collective_model", "overlap_grad_reduce", "ddp_bucket_size", "distributed_optimizer", "overlap_param_gather", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
+                              "virtual_stages", "fb_overlap", "activation_limit", "transfer_rule", "blocking_transfers", "program", "dtype", "gradient_dtype", "fp8_format", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "expert_parallel", "expert_tensor_parallel", "sequence_parallel", "tp_comm_overlap", "tp_collectives", "tensor_parallel_collectives", "tensor_parallel_note", "data_parallel", "collective_model", "overlap_grad_reduce", "ddp_bucket_size", "distributed_optimizer", "overlap_param_gather", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
   auto field = [&](const char* name, auto check, const std::string& expected) -> const nlohmann::json& {
     if (!document.contains(name) || !check(document[name]))
       throw InputError(fmt::format("{}: {}: expected {}, found {}", origin, name, expected,
@@ -203,6 +205,16 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
     }
     if (plan.gradient_dtype.empty())
       throw InputError(fmt::format("{}: gradient_dtype: expected fp32, fp16 or bf16, found \"\"", origin));
+  }
+  if (document.contains("fp8_format")) {
+    plan.fp8_format = field("fp8_format", is_string, "hybrid or e4m3").get<std::string>();
+    if (plan.fp8_format.empty())  // "" is not stated: the field is written only when set
+      throw InputError(fmt::format("{}: fp8_format: expected hybrid or e4m3, found \"\"", origin));
+    try {
+      check_fp8_recipe(plan.fp8_format, plan.dtype, "fp8_format");
+    } catch (const InputError& error) {
+      throw InputError(fmt::format("{}: {}", origin, error.what()));
+    }
   }
   if (document.contains("recompute_granularity"))
     plan.layer_recompute.granularity = field("recompute_granularity", is_string, "full or selective").get<std::string>();

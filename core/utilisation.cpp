@@ -38,7 +38,7 @@ double hardware_peak_flops(const DeviceModel& device, const std::string& dtype) 
 FlopsUtilisation flops_utilisation(const Profile& profile, int tensor_parallel, bool recompute, int micro_batches,
                                    double minibatch_time_s, const std::vector<std::string>& hosts,
                                    const PlatformSummary& platform, const std::string& dtype, bool sequence_parallel,
-                                   const std::vector<double>& recomputed_share) {
+                                   const std::vector<double>& recomputed_share, bool fp8) {
   FlopsUtilisation out;
   const int t = std::max(1, tensor_parallel);
   out.gpus = static_cast<int>(hosts.size()) * t;
@@ -70,13 +70,14 @@ FlopsUtilisation flops_utilisation(const Profile& profile, int tensor_parallel, 
                                         profile.layers.size(), profile.name, name_list(without_flops)));
   }
 
-  double peak = 0;
+  double peak = 0, fp8_peak = 0;
   std::vector<std::string> without_peak;
   std::set<std::string> seen;
   for (const std::string& name : hosts) {
     const HostInfo& host = platform.host(name);
     const DeviceModel* device = host.device_model.empty() ? nullptr : find_device_model(host.device_model);
     const double host_peak = device ? hardware_peak_flops(*device, dtype) : 0;
+    if (device && device->kind == DeviceKind::Gpu) fp8_peak += device->peak_fp8_flops * t;
     if (host_peak > 0) peak += host_peak * t;
     else if (seen.insert(name).second)
       without_peak.push_back(fmt::format("'{}'{}", name,
@@ -96,6 +97,10 @@ FlopsUtilisation flops_utilisation(const Profile& profile, int tensor_parallel, 
     if (out.peak_flops) {
       out.mfu = *out.model_flops / minibatch_time_s / *out.peak_flops;
       out.hfu = *out.hardware_flops / minibatch_time_s / *out.peak_flops;
+      if (fp8 && fp8_peak > 0) {
+        out.peak_fp8_flops = fp8_peak;
+        out.mfu_of_fp8_peak = *out.model_flops / minibatch_time_s / fp8_peak;
+      }
     }
   }
   for (const std::string& reason : reasons) out.unavailable += (out.unavailable.empty() ? "" : "; ") + reason;
@@ -103,10 +108,11 @@ FlopsUtilisation flops_utilisation(const Profile& profile, int tensor_parallel, 
 }
 
 std::vector<std::string> passes_above_hardware(const Profile& profile, const DeviceModel& device,
-                                               const std::string& dtype) {
+                                               const std::string& dtype, bool fp8) {
   std::vector<std::string> out;
   if (device.kind != DeviceKind::Gpu) return out;
-  const double peak = device.peak_flops(dtype);
+  const double peak = fp8 && device.peak_fp8_flops > 0 ? device.peak_fp8_flops : device.peak_flops(dtype);
+  const std::string peak_name = fp8 ? "FP8" : dtype.empty() ? "fp32" : dtype;
   const double bandwidth = device.memory_bandwidth_Bps;
   // A relative tolerance for rounding only: a pass at exactly the bound is allowed.
   constexpr double kRounding = 1e-9;
@@ -130,8 +136,7 @@ std::vector<std::string> passes_above_hardware(const Profile& profile, const Dev
       const double rate = pass.flops / *pass.seconds;
       if (rate > peak * (1 + kRounding))
         out.push_back(fmt::format("layer '{}': its {} runs at {:.1f} TFLOP/s, above the {} {} peak of {:.1f} TFLOP/s",
-                                  layer.name, pass.name, rate / 1e12, device.name, dtype.empty() ? "fp32" : dtype,
-                                  peak / 1e12));
+                                  layer.name, pass.name, rate / 1e12, device.name, peak_name, peak / 1e12));
       if (bytes > 0 && bytes / *pass.seconds > bandwidth * (1 + kRounding))
         out.push_back(fmt::format("layer '{}': its {} moves {:.0f} GB/s, above the {} memory bandwidth of {:.0f} GB/s",
                                   layer.name, pass.name, bytes / *pass.seconds / 1e9, device.name, bandwidth / 1e9));

@@ -42,6 +42,12 @@ struct FlopsUtilisation {
   std::optional<double> tflops_per_gpu;  ///< model FLOPs / time / gpus, in TFLOP/s
   std::optional<double> mfu;             ///< model FLOPs / time / peak_flops
   std::optional<double> hfu;             ///< hardware FLOPs / time / peak_flops
+  /// Under the FP8 recipe (`fp8`): the sum of the GPUs' dense FP8 peaks
+  /// (DeviceModel::peak_fp8_flops), and model FLOPs / time / that. `mfu`
+  /// stays against the dtype's (bf16's) peak, the convention of NVIDIA's
+  /// Megatron-LM and NeMo figures for FP8 runs (docs/semantics.md, FP8).
+  std::optional<double> peak_fp8_flops;
+  std::optional<double> mfu_of_fp8_peak;
   /// Why a figure is absent, for people ("" when all are present).
   std::string unavailable;
 };
@@ -60,14 +66,15 @@ FlopsUtilisation flops_utilisation(const Profile& profile, int tensor_parallel, 
                                    double minibatch_time_s, const std::vector<std::string>& hosts,
                                    const PlatformSummary& platform, const std::string& dtype,
                                    bool sequence_parallel = false,
-                                   const std::vector<double>& recomputed_share = {});
+                                   const std::vector<double>& recomputed_share = {}, bool fp8 = false);
 
 /** Layers whose analytic times (times_given false; measured times are
  *  left alone: cuDNN's Winograd convolutions legitimately beat the direct
  *  convolution's FLOP count) run a pass faster than `device` allows at
  *  `dtype`: above its peak FLOP/s, or moving bytes above its memory
  *  bandwidth. One line per pass, for a warning; empty when none does. */
+/// `fp8`: the run uses the FP8 recipe; the bound is the device's FP8 peak.
 std::vector<std::string> passes_above_hardware(const Profile& profile, const DeviceModel& device,
-                                               const std::string& dtype);
+                                               const std::string& dtype, bool fp8 = false);
 
 }  // namespace pipegrid

@@ -188,7 +188,7 @@ ClusterNccl cluster_nccl_defaults(const std::string& device, IntraLink intra_lin
   const auto named = [&](const char* prefix) { return device.rfind(prefix, 0) == 0; };
   if (intra_link == IntraLink::PerGpu) {
     if (named("V100") || named("A100")) nccl.intra = {kNvlink3Efficiency, kIntraLatency};
-    if (named("H100") || named("H200")) nccl.intra = {kNvlink4Efficiency, kIntraLatency};
+    if (named("H100") || named("H200") || named("H800")) nccl.intra = {kNvlink4Efficiency, kIntraLatency};
   }
   nccl.inter = {kNetworkEfficiency, kNetworkLatency};
   return nccl;
@@ -540,6 +540,12 @@ const std::vector<CatalogueServer>& catalogue() {
        "DGX H100: 8 H100 SXM5 80 GB, NVLink 4 (450 GB/s per direction), 8 x 400 Gb/s NDR"},
       {"hgx-h200", 8, "H200", "141GB", "450GBps,2us", "50GBps,5us", "per-gpu",
        "HGX H200: 8 H200 SXM 141 GB, NVLink 4 (450 GB/s per direction), 8 x 400 Gb/s NDR"},
+      // The H800 (NVIDIA's H800 datasheet: NVLink 400 GB/s, i.e. 200 GB/s
+      // per direction) in the servers DeepSeek-V3 trained on (its report,
+      // arXiv 2412.19437, section 3.1: 8 GPUs by NVLink and NVSwitch, one
+      // 400 Gb/s InfiniBand NIC per GPU).
+      {"hgx-h800", 8, "H800", "80GB", "200GBps,2us", "50GBps,5us", "per-gpu",
+       "HGX H800: 8 H800 SXM5 80 GB, NVLink 4 cut to 400 GB/s (200 GB/s per direction), 8 x 400 Gb/s NDR"},
   };
   return servers;
 }

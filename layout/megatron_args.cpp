@@ -69,7 +69,7 @@ const std::vector<Group>& groups() {
         {"--fp16-lm-cross-entropy", S}, {"--rotary-percent", V}, {"--recompute-modules", L},
         {"--use-distributed-optimizer", S}, {"--overlap-grad-reduce", S}, {"--overlap-param-gather", S},
         {"--overlap-param-gather-with-optimizer-step", S}, {"--tp-comm-overlap", S},
-        {"--ddp-bucket-size", V}}},
+        {"--ddp-bucket-size", V}, {"--fp8-format", V}, {"--fp8-recipe", V}}},
       {Treatment::Retired,
        "--batch-size argument is no longer valid, use --micro-batch-size instead",
        {
@@ -87,9 +87,13 @@ const std::vector<Group>& groups() {
        {
         {"--checkpoint-activations", S}}},
       {Treatment::Refused,
-       "fp8 training: pipegrid's number formats are fp32, fp16 and bf16",
+       "FP8 parameters (--fp8-param-gather: the distributed optimizer gathers FP8 weights); pipegrid's FP8 recipe keeps the 16-bit weights and Transformer Engine's cached FP8 copies of them",
        {
-        {"--fp8-format", V}, {"--fp8-param-gather", S}}},
+        {"--fp8-param-gather", S}}},
+      {Treatment::Refused,
+       "some layers or GEMMs of an FP8 run in 16 bits; pipegrid's FP8 recipe runs every transformer block's linear GEMMs (forward, input and weight gradients) in FP8",
+       {
+        {"--no-fp8-wgrad", S}, {"--first-last-layers-bf16", S}}},
       {Treatment::Refused,
        "Retro (retrieval-augmented) models are not the gpt model",
        {
@@ -237,10 +241,12 @@ const std::vector<Group>& groups() {
         {"--log-energy", S}, {"--timing-log-level", V}, {"--no-barrier-with-level-1-timing", S},
         {"--timing-log-option", V}}},
       {Treatment::Ignored,
-       "settings of fp8 training (no effect without --fp8-format)",
+       "delayed scaling's settings (scale margin, amax history and its reduction, update interval): the same kernels and bytes in pipegrid's FP8 recipe",
        {
-        {"--fp8-recipe", V}, {"--fp8-margin", V}, {"--fp8-interval", V}, {"--fp8-amax-history-len", V},
-        {"--fp8-amax-compute-algo", V}, {"--no-fp8-wgrad", S}, {"--first-last-layers-bf16", S},
+        {"--fp8-margin", V}, {"--fp8-interval", V}, {"--fp8-amax-history-len", V}, {"--fp8-amax-compute-algo", V}}},
+      {Treatment::Ignored,
+       "settings of refused FP8 options (no effect without --first-last-layers-bf16, --fp8-recipe mxfp8 or --fp8-param-gather)",
+       {
         {"--num-layers-at-start-in-bf16", V}, {"--num-layers-at-end-in-bf16", V},
         {"--reuse-grad-buf-for-mxfp8-param-ag", S}, {"--keep-fp8-transpose-cache", S}}},
       {Treatment::Ignored,
@@ -1335,6 +1341,30 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
                                 "step (its distributed-optimizer table: 20 bytes per parameter with Adam), as pipegrid "
                                 "counts them while the step runs",
                                 dtype));
+  // FP8 (validate_args and TransformerConfig, core_v0.14.0): --fp8-format
+  // e4m3 or hybrid; --fp8-recipe delayed (the default), tensorwise, mxfp8
+  // or blockwise.
+  launch.fp8_format = a.choice("--fp8-format", {"e4m3", "hybrid"}, "");
+  const std::string fp8_recipe = a.choice("--fp8-recipe", {"tensorwise", "delayed", "mxfp8", "blockwise"}, "delayed");
+  if (launch.fp8_format.empty()) {
+    if (a.has("--fp8-recipe"))
+      notes.push_back(fmt::format("{}: no effect without --fp8-format", a.get("--fp8-recipe")->as_given));
+  } else {
+    if (dtype == "fp32")
+      a.fail("--fp8-format", fmt::format("FP8 is a recipe on top of 16-bit mixed precision in pipegrid; expected --bf16 "
+                                         "or --fp16 with --fp8-format {}, found neither (fp32 weights)",
+                                         launch.fp8_format));
+    if (fp8_recipe == "mxfp8")
+      a.fail("--fp8-recipe", "not modelled: mxfp8 (MX block scaling) runs on Blackwell GPUs only, and pipegrid's FP8 "
+                             "devices are Hopper's (H100, H200, H800); give delayed or tensorwise");
+    if (fp8_recipe == "blockwise")
+      a.fail("--fp8-recipe", "not modelled: blockwise scaling (1 x 128 and 128 x 128 blocks, DeepSeek-V3's) has its own "
+                             "quantisation kernels and scale bytes, which pipegrid's FP8 recipe does not count; give "
+                             "delayed or tensorwise");
+    if (fp8_recipe == "tensorwise")
+      notes.push_back("--fp8-recipe tensorwise: modelled as delayed scaling (the same FP8 GEMMs and casts; the amax of "
+                      "the current tensor, which tensorwise scaling reads first, is not counted)");
+  }
   if (a.has("--fp32-residual-connection")) {
     if (dtype == "fp32")
       a.fail("--fp32-residual-connection", "residual connection in fp32 only supported when using fp16 or bf16.");

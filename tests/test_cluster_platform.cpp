@@ -198,10 +198,10 @@ TEST(ClusterPlatform, BadValuesNameTheOption) {
   // Issue 26: a name outside the device catalogue is refused at once, with the catalogue.
   EXPECT_EQ(error_with("device", "A100-80GB"),
             "platform cluster: --device: unknown device 'A100-80GB': expected one of the device catalogue's V100, A100, "
-            "H100, H200, VCU118, VCU129 (docs/devices.md)");
+            "H100, H200, H800, VCU118, VCU129 (docs/devices.md)");
   EXPECT_EQ(error_with("device", "v100"),
             "platform cluster: --device: unknown device 'v100': expected one of the device catalogue's V100, A100, "
-            "H100, H200, VCU118, VCU129 (docs/devices.md)");
+            "H100, H200, H800, VCU118, VCU129 (docs/devices.md)");
   EXPECT_EQ(error_with("intra_link", "ring"), "platform cluster: --intra_link: expected per-gpu or shared, found 'ring'");
   EXPECT_CONTAINS(error_with("speed", "fast"), "platform cluster: --speed: expected a speed in flop/s");
   EXPECT_CONTAINS(error_with("speed", "1e30f"), "found '1e30f'");

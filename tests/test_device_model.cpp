@@ -26,7 +26,7 @@ void expect_relative(double actual, double expected, double tolerance = 1e-9) {
 }
 
 TEST(DeviceCatalogue, ListsTheSixEntries) {
-  EXPECT_EQ(device_catalogue_names(), "V100, A100, H100, H200, VCU118, VCU129");
+  EXPECT_EQ(device_catalogue_names(), "V100, A100, H100, H200, H800, VCU118, VCU129");
   const DeviceModel& v100 = device_model("V100", "test");
   EXPECT_EQ(v100.kind, DeviceKind::Gpu);
   EXPECT_DOUBLE_EQ(v100.peak_flops("fp32"), 14e12);
@@ -45,7 +45,7 @@ TEST(DeviceCatalogue, UnknownNamesAndUnsupportedDtypes) {
   const std::string unknown = input_error_of([] { device_model("B200", "p.xml: host 'g'"); });
   EXPECT_CONTAINS(unknown, "p.xml: host 'g'");
   EXPECT_CONTAINS(unknown, "'B200'");
-  EXPECT_CONTAINS(unknown, "V100, A100, H100, H200, VCU118, VCU129");
+  EXPECT_CONTAINS(unknown, "V100, A100, H100, H200, H800, VCU118, VCU129");
   EXPECT_CONTAINS(input_error_of([] { device_model("V100", "t").peak_flops("bf16"); }), "no bf16");
   EXPECT_CONTAINS(input_error_of([] { device_model("VCU118", "t").peak_flops("fp32"); }), "16-bit");
   EXPECT_CONTAINS(input_error_of([] { device_model("A100", "t").peak_flops("int8"); }), "'int8'");
@@ -303,7 +303,7 @@ TEST(FillAnalyticTimes, ErrorsNameTheLayerAndTheHost) {
   EXPECT_CONTAINS(message, "host 'cpu1'");
   EXPECT_CONTAINS(message, "layer 1 'conv'");
   EXPECT_CONTAINS(message, "device_model");
-  EXPECT_CONTAINS(message, "V100, A100, H100, H200, VCU118, VCU129");
+  EXPECT_CONTAINS(message, "V100, A100, H100, H200, H800, VCU118, VCU129");
   // Device times of the host's device type serve that host.
   platform.hosts[1].device_type = "cpu";
   profile.layers[1].device_times["cpu"] = {1, 2};
@@ -466,7 +466,7 @@ TEST(DeviceModelProperty, ParsedAndChecked) {
       input_error_of([] { host_info_from_properties("p.xml", "g0", {{"device_model", "RTX4090"}}); });
   EXPECT_CONTAINS(unknown, "p.xml: host 'g0': property 'device_model'");
   EXPECT_CONTAINS(unknown, "'RTX4090'");
-  EXPECT_CONTAINS(unknown, "V100, A100, H100, H200, VCU118, VCU129");
+  EXPECT_CONTAINS(unknown, "V100, A100, H100, H200, H800, VCU118, VCU129");
   EXPECT_CONTAINS(input_error_of([] {
                     host_info_from_properties("p.xml", "g0", {{"device_model", "VCU129"}, {"kind", "gpu"}});
                   }),

@@ -461,7 +461,7 @@ TEST(MegatronArgs, OtherRefusalsAndNotes) {
   EXPECT_NO_THROW(read(minimal("--context-parallel-size 1 --expert-model-parallel-size 1 --num-experts 0")));
   EXPECT_CONTAINS(error_of(minimal("--num-experts 8")), "mixture of experts");
   EXPECT_CONTAINS(error_of(minimal("--use-checkpoint-args")), "come from the checkpoint");
-  EXPECT_CONTAINS(error_of(minimal("--fp8-format hybrid")), "fp8 training");
+  EXPECT_CONTAINS(error_of(minimal("--fp8-format hybrid")), "FP8 is a recipe on top of 16-bit mixed precision");
   EXPECT_CONTAINS(error_of(minimal("--position-embedding-type none")), "--position-embedding-type: not modelled");
   EXPECT_CONTAINS(error_of(minimal("--disable-bias-linear --add-qkv-bias")), "--add-qkv-bias: not modelled");
   EXPECT_CONTAINS(error_of(minimal("--pipeline-model-parallel-size 2 --microbatch-group-size-per-virtual-pipeline-stage 4")),
@@ -535,6 +535,39 @@ TEST(MegatronArgs, DocumentationListsEveryArgument) {
   for (const MegatronArgument& argument : megatron_arguments())
     EXPECT_NE(doc.find("`" + argument.name + "`"), std::string::npos) << argument.name << " is not in docs/megatron.md";
   EXPECT_NE(doc.find(kMegatronRelease), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pipegrid
+
+namespace pipegrid {
+namespace {
+
+// Issue 32 item 3: the FP8 recipe's arguments (docs/megatron.md, FP8).
+TEST(MegatronArgs, Fp8FormatAndRecipe) {
+  EXPECT_EQ(read(minimal("--bf16 --fp8-format hybrid")).fp8_format, "hybrid");
+  EXPECT_EQ(read(minimal("--fp16 --fp8-format e4m3 --fp8-recipe delayed")).fp8_format, "e4m3");
+  EXPECT_EQ(read(minimal("--bf16")).fp8_format, "");
+  const MegatronLaunch tensorwise = read(minimal("--bf16 --fp8-format hybrid --fp8-recipe tensorwise"));
+  EXPECT_TRUE(has_note(tensorwise, "--fp8-recipe tensorwise: modelled as delayed scaling"));
+  EXPECT_TRUE(has_note(read(minimal("--bf16 --fp8-recipe delayed")), "no effect without --fp8-format"));
+  const MegatronLaunch delayed = read(minimal("--bf16 --fp8-format hybrid --fp8-margin 0 --fp8-amax-history-len 1024"));
+  EXPECT_EQ(delayed.fp8_format, "hybrid");
+  EXPECT_EQ(error_of(minimal("--fp8-format hybrid")),
+            "--megatron-args: --fp8-format: FP8 is a recipe on top of 16-bit mixed precision in pipegrid; expected "
+            "--bf16 or --fp16 with --fp8-format hybrid, found neither (fp32 weights)");
+  EXPECT_EQ(error_of(minimal("--bf16 --fp8-format e5m2")),
+            "--megatron-args: --fp8-format: expected one of e4m3, hybrid, found 'e5m2'");
+  EXPECT_EQ(error_of(minimal("--bf16 --fp8-format hybrid --fp8-recipe mxfp8")),
+            "--megatron-args: --fp8-recipe: not modelled: mxfp8 (MX block scaling) runs on Blackwell GPUs only, and "
+            "pipegrid's FP8 devices are Hopper's (H100, H200, H800); give delayed or tensorwise");
+  EXPECT_CONTAINS(error_of(minimal("--bf16 --fp8-format hybrid --fp8-recipe blockwise")),
+                  "--fp8-recipe: not modelled: blockwise scaling");
+  EXPECT_CONTAINS(error_of(minimal("--bf16 --fp8-format hybrid --fp8-param-gather")),
+                  "--fp8-param-gather: not modelled: FP8 parameters");
+  for (const char* unmodelled : {"--no-fp8-wgrad", "--first-last-layers-bf16"})
+    EXPECT_CONTAINS(error_of(minimal(std::string("--bf16 --fp8-format hybrid ") + unmodelled)),
+                    std::string(unmodelled) + ": not modelled: some layers or GEMMs of an FP8 run in 16 bits");
 }
 
 }  // namespace
