@@ -397,6 +397,8 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
   };
   agree("--tensor-parallel", request.tensor_parallel != 1, request.tensor_parallel, "--tensor-model-parallel-size",
         launch.tensor_parallel);
+  agree("--context-parallel", request.context_parallel != 1, request.context_parallel, "--context-parallel-size",
+        launch.context_parallel);
   agree("--pipeline-parallel", request.pipeline_parallel.has_value(), request.pipeline_parallel.value_or(0),
         "--pipeline-model-parallel-size", launch.pipeline_parallel);
   agree("--micro-batch-size", request.micro_batch_size.has_value(), request.micro_batch_size.value_or(0),
@@ -476,6 +478,7 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
   launched.recompute_num_layers = recompute.num_layers ? std::optional<int>(recompute.num_layers) : std::nullopt;
   launched.gradient_dtype = gradient_dtype;
   launched.tensor_parallel = launch.tensor_parallel;
+  launched.context_parallel = launch.context_parallel;
   launched.sequence_parallel = launch.sequence_parallel;
   launched.tp_comm_overlap = launch.tp_comm_overlap;
   launched.pipeline_parallel = launch.pipeline_parallel;
