@@ -1803,7 +1803,16 @@ std::string optimizer_step_text(const Plan& plan, const PlatformSummary& platfor
 // How a layout's pipelines synchronise gradients (docs/semantics.md,
 // "Gradient synchronisation"), and the optimizer step's time.
 std::string gradient_sync_text(const Plan& plan, const PlatformSummary& platform) {
-  std::string text = fmt::format("over d {}: ", plan.data_parallel);
+  if (plan.context_parallel > 1 && plan.data_parallel == 1)
+    return fmt::format("over cp {} (Megatron's dp x cp group): not simulated at d 1; the pipeline runs on the groups' "
+                       "leaders only (docs/semantics.md, Context parallelism)",
+                       plan.context_parallel);
+  std::string text = plan.context_parallel > 1
+                         ? fmt::format("over d {} x cp {} (Megatron's dp x cp group; the ring runs over the d leaders, "
+                                       "its bytes x {:.4g} so each sends what a rank of the d x cp ring sends): ",
+                                       plan.data_parallel, plan.context_parallel,
+                                       data_context_gradient_factor(plan.data_parallel, plan.context_parallel))
+                         : fmt::format("over d {}: ", plan.data_parallel);
   text += plan.overlap_grad_reduce
                          ? fmt::format("during the backward (--overlap-grad-reduce; the first stage in buckets of {} "
                                        "parameters)",
@@ -1898,7 +1907,7 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
   if (!plan.context_parallel_note.empty()) text += fmt::format("  {}\n", plan.context_parallel_note);
   for (const std::string& note : plan.megatron_notes) text += fmt::format("  megatron          {}\n", note);
   if (plan.parallel_layout) text += fmt::format("  layout            {}\n", layout_text(plan));
-  if (plan.parallel_layout && plan.data_parallel > 1) text += fmt::format("  gradient sync     {}\n", gradient_sync_text(plan, result.platform));
+  if (plan.parallel_layout && (plan.data_parallel > 1 || plan.context_parallel > 1)) text += fmt::format("  gradient sync     {}\n", gradient_sync_text(plan, result.platform));
   text += optimizer_step_text(plan, result.platform);
   if (const auto tied = tied_embedding_of(plan, result.program)) {
     // At d = 1 the engine runs the all-reduce per mini-batch of a flushed
