@@ -156,6 +156,10 @@ PlatformSummary tensor_parallel_view(Plan& plan, PlatformSummary platform, const
     ContextParallelProfile split = context_parallel_profile(plan.profile, cp, t, link);
     plan.profile = std::move(split.profile);
     plan.context_parallel_note = std::move(split.note);
+    // A rank's tensor-parallel collectives carry its N / cp tokens' activations.
+    for (LayerCollectives& layer : plan.tensor_parallel_collectives)
+      for (std::vector<RingCollective>* pass : {&layer.forward, &layer.backward_input})
+        for (RingCollective& collective : *pass) collective.bytes /= cp;
     // Model-parallel groups of t x cp consecutive hosts, led by their first.
     groups.clear();
     for (const std::vector<int>& ring : rings) {
