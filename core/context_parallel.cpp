@@ -149,6 +149,10 @@ ContextParallelProfile context_parallel_profile(const Profile& profile, int cp, 
     block_bytes = bytes;
     block_s = transfer_s;
   }
+  if (rings == 0)
+    throw InputError(fmt::format("--context-parallel {}: profile '{}' has no transformer layer (op \"transformer\"); "
+                                 "context parallelism splits the sequences of a transformer (the gpt model's)",
+                                 cp, profile.name));
   out.note = fmt::format("context parallel {}: each rank holds {} of every sequence's tokens (2 x {} load-balanced "
                          "chunks), every layer's work, stash and stage transfers / {}",
                          cp, sequence > 0 ? fmt::format("{:g}", sequence / cp) : std::string("1 / cp"), cp, cp);

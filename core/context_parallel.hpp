@@ -81,7 +81,8 @@ struct ContextParallelProfile {
  *    The backward's parts are then given explicitly.
  *  Layers timed by the tensor-core model were timed for N / cp tokens and
  *  stored cp x (fill_analytic_times), so the division leaves the rank's
- *  own. InputError when cp is out of range; when a transformer layer has no
+ *  own. InputError when cp is out of range; when the profile has no
+ *  transformer layer; when a transformer layer has no
  *  transformer_shape, or its attention is not flash (Megatron-Core's ring
  *  attention is Transformer Engine's: --flash-attention 1); or when the
  *  sequence does not split into 2 cp chunks (naming --context-parallel,

@@ -197,6 +197,9 @@ TEST(ContextParallel, RefusesWhatRingAttentionCannotRun) {
   Profile unfused = one_block();
   unfused.layers.front().transformer_shape->flash_attention = false;
   EXPECT_CONTAINS(input_error_of([&] { context_parallel_profile(unfused, 2, 1, link); }), "expected --flash-attention 1");
+  Profile dense = one_block();
+  dense.layers.front().op = "linear";
+  EXPECT_CONTAINS(input_error_of([&] { context_parallel_profile(dense, 2, 1, link); }), "has no transformer layer");
   Profile shapeless = one_block();
   shapeless.layers.front().transformer_shape.reset();
   EXPECT_CONTAINS(input_error_of([&] { context_parallel_profile(shapeless, 2, 1, link); }), "without a transformer_shape");
