@@ -1858,6 +1858,7 @@ std::string timeline_svg_of_run(const Plan& plan, const RunResult& result) {
       options.memory_reserve_bytes[device.host] = device.memory_reserve_bytes;
     }
   options.tensor_parallel = plan.tensor_parallel;
+  options.context_parallel = plan.context_parallel;
   return timeline_to_svg(result.timeline, options);
 }
 
