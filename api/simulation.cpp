@@ -1305,11 +1305,13 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   memory.stages = request.stages;
   memory.recompute = plan.recompute;
   for (const StageRecompute& stage : layerwise) memory.layerwise.push_back({stage.kept_bytes, stage.recompute_bytes});
+  // Megatron's distributed optimizer shards over dp x cp (its data-parallel group with context).
+  const int shards = plan.data_parallel * plan.context_parallel;
   memory.resident_weight_factor =
-      resident_weight_factor(plan.dtype, plan.optimizer, plan.gradient_dtype, plan.distributed_optimizer ? plan.data_parallel : 0);
+      resident_weight_factor(plan.dtype, plan.optimizer, plan.gradient_dtype, plan.distributed_optimizer ? shards : 0);
   memory.step_weight_factor =
       step_gradient_copy_bytes_per_parameter(plan.dtype, plan.gradient_dtype,
-                                             plan.distributed_optimizer ? plan.data_parallel : 0) /
+                                             plan.distributed_optimizer ? shards : 0) /
       dtype_bytes(plan.dtype, "--dtype");
   if (!info.flushed) {
     memory.versioning = info.weights == WeightVersions::Predicted ? WeightVersioning::Prediction
@@ -1894,15 +1896,17 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
                             : "");
   }
   if (plan.distributed_optimizer) {
-    const double step_copy =
-        step_gradient_copy_bytes_per_parameter(plan.dtype, plan.gradient_dtype, plan.data_parallel);
-    text += fmt::format("  distributed opt.  {:.4g} bytes per parameter over d {}: weights and gradients whole, the fp32 master "
-                        "weights and optimizer state split d ways{} (Megatron-LM's distributed-optimizer table)\n",
-                        distributed_bytes_per_parameter(plan.dtype, plan.optimizer, plan.gradient_dtype, plan.data_parallel),
-                        plan.data_parallel,
+    const int shards = plan.data_parallel * plan.context_parallel;  // Megatron shards over dp x cp
+    const double step_copy = step_gradient_copy_bytes_per_parameter(plan.dtype, plan.gradient_dtype, shards);
+    text += fmt::format("  distributed opt.  {:.4g} bytes per parameter over {}: weights and gradients whole, the fp32 master "
+                        "weights and optimizer state split {} ways{} (Megatron-LM's distributed-optimizer table)\n",
+                        distributed_bytes_per_parameter(plan.dtype, plan.optimizer, plan.gradient_dtype, shards),
+                        plan.context_parallel > 1 ? fmt::format("d {} x cp {}", plan.data_parallel, plan.context_parallel)
+                                                  : fmt::format("d {}", plan.data_parallel),
+                        plan.context_parallel > 1 ? std::string("d x cp") : std::string("d"),
                         step_copy > 0 ? fmt::format("; {:.4g} during the step, with its shard of fp32 gradient copies",
                                                     distributed_bytes_per_parameter(plan.dtype, plan.optimizer,
-                                                                                    plan.gradient_dtype, plan.data_parallel) +
+                                                                                    plan.gradient_dtype, shards) +
                                                         step_copy)
                                       : "");
   }
