@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -28,6 +29,8 @@
 #include "core/precision.hpp"
 #include "core/recompute.hpp"
 #include "core/tensor_parallel.hpp"
+#include "core/context_parallel.hpp"
+#include "core/parallel_layout.hpp"
 #include "layout/megatron_args.hpp"
 #include "partitioners/partitioners.hpp"
 #include "render/timeline_svg.hpp"
@@ -93,6 +96,8 @@ ModelGraph partitioner_graph(const PlanRequest& request, const Plan& plan, int m
     for (double& bytes : graph.activation_bytes) bytes = bytes * size / measured_size;
   if (plan.tensor_parallel > 1)  // a member's share crosses each cut (tensor_parallel_profile)
     for (double& bytes : graph.activation_bytes) bytes /= plan.tensor_parallel;
+  if (plan.context_parallel > 1)  // and a context-parallel rank's share of it (context_parallel_profile)
+    for (double& bytes : graph.activation_bytes) bytes /= plan.context_parallel;
   graph.profile = plan.profile;
   return graph;
 }
@@ -121,32 +126,63 @@ double device_step_bytes_per_weight_byte(const Plan& plan) {
   return bytes;
 }
 
-// Tensor parallelism (--tensor-parallel t > 1): checks the groups of t
-// consecutive hosts of `platform` (routes included), makes plan.profile the
-// per-member profile and returns the platform the pipeline and data
-// dimensions run over, the groups' first hosts. t == 1: `platform` as is.
-PlatformSummary tensor_parallel_view(Plan& plan, PlatformSummary platform, const std::string& platform_file) {
-  if (plan.tensor_parallel == 1) return platform;
-  platform.file = platform_file;
-  const std::vector<std::vector<int>> groups = tensor_parallel_groups(platform, plan.tensor_parallel);
-  // The rings' routes: from the route matrices when a partitioner had them
-  // read, else only the pairs the rings use (linear in the hosts).
-  // With the input cache (sweeps, plan), the link of a (file, t) is read once.
-  static std::map<std::pair<std::string, int>, TensorParallelLink> cached_links;
-  const auto cached = input_cache_enabled ? cached_links.find({platform_file, plan.tensor_parallel}) : cached_links.end();
+// The link of `groups`' rings on `platform` (routes included): from the
+// route matrices when a partitioner had them read, else only the pairs the
+// rings use (linear in the hosts). With the input cache (sweeps, plan), the
+// link of a (file, kind, t, cp) is read once.
+TensorParallelLink ring_link(const PlatformSummary& platform, const std::vector<std::vector<int>>& groups,
+                             const std::string& platform_file, const std::string& kind, int t, int cp) {
+  static std::map<std::tuple<std::string, std::string, int, int>, TensorParallelLink> cached_links;
+  const auto key = std::make_tuple(platform_file, kind, t, cp);
+  const auto cached = input_cache_enabled ? cached_links.find(key) : cached_links.end();
+  if (cached != cached_links.end()) return cached->second;
   const TensorParallelLink link =
-      cached != cached_links.end() ? cached->second
-      : platform.route_bandwidth_Bps.size() == platform.hosts.size()
+      platform.route_bandwidth_Bps.size() == platform.hosts.size()
           ? tensor_parallel_link(platform, groups)
-          : tensor_parallel_link(platform, groups,
-                                 sim::read_routes(platform_file, tensor_parallel_route_pairs(platform, groups)));
-  if (input_cache_enabled) cached_links.emplace(std::pair{platform_file, plan.tensor_parallel}, link);
-  const TensorParallelCollectives mode = parse_tensor_parallel_collectives(plan.tp_collectives);
-  TensorParallelProfile split =
-      tensor_parallel_profile(plan.profile, plan.tensor_parallel, link, plan.sequence_parallel, plan.tp_comm_overlap, mode);
-  plan.profile = std::move(split.profile);
-  plan.tensor_parallel_note = std::move(split.note);
-  if (mode == TensorParallelCollectives::Flows) plan.tensor_parallel_collectives = std::move(split.collectives);
+          : tensor_parallel_link(platform, groups, sim::read_routes(platform_file, tensor_parallel_route_pairs(platform, groups)));
+  if (input_cache_enabled) cached_links.emplace(key, link);
+  return link;
+}
+
+// Tensor parallelism (--tensor-parallel t > 1) and context parallelism
+// (--context-parallel cp > 1): checks the groups of t x cp consecutive hosts
+// of `platform` (routes included), makes plan.profile the per-rank profile
+// (tensor_parallel_profile, then context_parallel_profile) and returns the
+// platform the pipeline and data dimensions run over, the groups' first
+// hosts. t == cp == 1: `platform` as is.
+PlatformSummary tensor_parallel_view(Plan& plan, PlatformSummary platform, const std::string& platform_file) {
+  const int t = plan.tensor_parallel, cp = plan.context_parallel;
+  if (t == 1 && cp == 1) return platform;
+  platform.file = platform_file;
+  std::vector<std::vector<int>> groups;
+  if (t > 1) {
+    groups = tensor_parallel_groups(platform, t);
+    const TensorParallelLink link = ring_link(platform, groups, platform_file, "tensor", t, 1);
+    const TensorParallelCollectives mode = parse_tensor_parallel_collectives(plan.tp_collectives);
+    TensorParallelProfile split = tensor_parallel_profile(plan.profile, t, link, plan.sequence_parallel, plan.tp_comm_overlap, mode);
+    plan.profile = std::move(split.profile);
+    plan.tensor_parallel_note = std::move(split.note);
+    if (mode == TensorParallelCollectives::Flows) plan.tensor_parallel_collectives = std::move(split.collectives);
+  }
+  if (cp > 1) {
+    // The rings of tensor rank 0 (hosts at stride t); the others are alike.
+    const std::vector<std::vector<int>> rings = context_parallel_rings(platform.hosts.size(), t, cp);
+    const TensorParallelLink link = ring_link(platform, rings, platform_file, "context", t, cp);
+    ContextParallelProfile split = context_parallel_profile(plan.profile, cp, t, link);
+    plan.profile = std::move(split.profile);
+    plan.context_parallel_note = std::move(split.note);
+    // A rank's tensor-parallel collectives carry its N / cp tokens' activations.
+    for (LayerCollectives& layer : plan.tensor_parallel_collectives)
+      for (std::vector<RingCollective>* pass : {&layer.forward, &layer.backward_input})
+        for (RingCollective& collective : *pass) collective.bytes /= cp;
+    // Model-parallel groups of t x cp consecutive hosts, led by their first.
+    groups.clear();
+    for (const std::vector<int>& ring : rings) {
+      std::vector<int> group;
+      for (int member = 0; member < t * cp; ++member) group.push_back(ring.front() + member);
+      groups.push_back(std::move(group));
+    }
+  }
   return leader_platform(platform, groups);
 }
 
@@ -354,7 +390,10 @@ struct LayoutSizes {
 // derives d from the world size. InputError naming the flags otherwise.
 LayoutSizes layout_sizes(const PlanRequest& request, const Plan& plan, std::size_t world, std::size_t groups) {
   const std::string platform_text =
-      plan.tensor_parallel == 1
+      plan.context_parallel > 1
+          ? fmt::format("{} declares {} hosts, {} model-parallel groups of t {} x cp {}", request.platform_file, world,
+                        groups, plan.tensor_parallel, plan.context_parallel)
+      : plan.tensor_parallel == 1
           ? fmt::format("{} declares {} hosts", request.platform_file, world)
           : fmt::format("{} declares {} hosts, {} tensor-parallel groups of {}", request.platform_file, world, groups,
                         plan.tensor_parallel);
@@ -366,6 +405,14 @@ LayoutSizes layout_sizes(const PlanRequest& request, const Plan& plan, std::size
   LayoutSizes sizes;
   if (request.pipeline_parallel && request.data_parallel) {
     sizes = {*request.pipeline_parallel, *request.data_parallel};
+    if (static_cast<long long>(sizes.pipeline) * sizes.data != n && plan.context_parallel > 1)
+      throw InputError(fmt::format("--tensor-parallel {} x --context-parallel {} x --pipeline-parallel {} x "
+                                   "--data-parallel {} = {} GPUs, but {}: expected t x cp x p x d to be every host "
+                                   "(Megatron's world size)",
+                                   plan.tensor_parallel, plan.context_parallel, sizes.pipeline, sizes.data,
+                                   static_cast<long long>(plan.tensor_parallel) * plan.context_parallel * sizes.pipeline *
+                                       sizes.data,
+                                   platform_text));
     if (static_cast<long long>(sizes.pipeline) * sizes.data != n)
       throw InputError(fmt::format("--tensor-parallel {} x --pipeline-parallel {} x --data-parallel {} = {} GPUs, but "
                                    "{}: expected t x p x d to be every host (Megatron's world size)",
@@ -422,6 +469,8 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
         launch.expert_parallel);
   agree("--expert-tensor-parallel", request.expert_tensor_parallel != 0, request.expert_tensor_parallel,
         "--expert-tensor-parallel-size", launch.expert_tensor_parallel);
+  agree("--context-parallel", request.context_parallel != 1, request.context_parallel, "--context-parallel-size",
+        launch.context_parallel);
   agree("--pipeline-parallel", request.pipeline_parallel.has_value(), request.pipeline_parallel.value_or(0),
         "--pipeline-model-parallel-size", launch.pipeline_parallel);
   agree("--micro-batch-size", request.micro_batch_size.has_value(), request.micro_batch_size.value_or(0),
@@ -505,6 +554,7 @@ PlanRequest request_from_megatron_launch(const PlanRequest& request, std::vector
   launched.tensor_parallel = launch.tensor_parallel;
   launched.expert_parallel = launch.expert_parallel;
   launched.expert_tensor_parallel = launch.expert_tensor_parallel;
+  launched.context_parallel = launch.context_parallel;
   launched.sequence_parallel = launch.sequence_parallel;
   launched.tp_comm_overlap = launch.tp_comm_overlap;
   launched.pipeline_parallel = launch.pipeline_parallel;
@@ -761,6 +811,8 @@ Plan make_plan(const PlanRequest& request) {
                                  "it), found {}",
                                  plan.tensor_parallel == 1 ? "tensor parallel 1" : "no --sequence-parallel"));
   plan.tp_comm_overlap = request.tp_comm_overlap;
+  check_context_parallel_size(request.context_parallel);
+  plan.context_parallel = request.context_parallel;
   if (parse_tensor_parallel_collectives(request.tp_collectives) == TensorParallelCollectives::Flows) {
     if (request.tp_comm_overlap)
       throw InputError("--tp-comm-overlap with --tp-collectives flows: the overlap is modelled as a bound on compute "
@@ -819,7 +871,7 @@ Plan make_plan(const PlanRequest& request) {
   try {
     plan.device_model_notes = fill_analytic_times(
         plan.profile, all_hosts, info.single_stage ? FpgaWeights::WholeModel : FpgaWeights::StagesFit,
-        TensorParallelShare{plan.tensor_parallel, plan.sequence_parallel}, plan.fp8_format);
+        TensorParallelShare{plan.tensor_parallel, plan.sequence_parallel, plan.context_parallel}, plan.fp8_format);
   } catch (const InputError& error) {
     throw InputError(fmt::format("{}: {}", request.model.name.empty() ? request.profile_file : "--model " + request.model.name,
                                  error.what()));
@@ -1429,6 +1481,11 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   if (!plan.gradient_dtype.empty() && !plan.dtype.empty())
     request.gradient_bytes_per_weight_byte =
         static_cast<double>(dtype_bytes(plan.gradient_dtype, "--gradient-dtype")) / dtype_bytes(plan.dtype, "--dtype");
+  // Megatron reduces dense gradients over dp x cp ranks; the ring runs over
+  // the d leaders, each sending what a rank of the d x cp ring sends
+  // (data_context_gradient_factor; at d = 1 the cp ranks' reduction is not
+  // simulated: docs/semantics.md, Context parallelism).
+  request.gradient_bytes_per_weight_byte *= data_context_gradient_factor(plan.data_parallel, plan.context_parallel);
   request.overlap_param_gather = plan.overlap_param_gather;
   request.device_step_bytes_per_weight_byte = device_step_bytes_per_weight_byte(plan);
   // Where a device without all-reduces updates its weights (optimizer steps).
@@ -1450,11 +1507,13 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   memory.stages = std::move(memory_stages);
   memory.recompute = plan.recompute;
   for (const StageRecompute& stage : layerwise) memory.layerwise.push_back({stage.kept_bytes, stage.recompute_bytes});
+  // Megatron's distributed optimizer shards over dp x cp (its data-parallel group with context).
+  const int shards = plan.data_parallel * plan.context_parallel;
   memory.resident_weight_factor =
-      resident_weight_factor(plan.dtype, plan.optimizer, plan.gradient_dtype, plan.distributed_optimizer ? plan.data_parallel : 0);
+      resident_weight_factor(plan.dtype, plan.optimizer, plan.gradient_dtype, plan.distributed_optimizer ? shards : 0);
   memory.step_weight_factor =
       step_gradient_copy_bytes_per_parameter(plan.dtype, plan.gradient_dtype,
-                                             plan.distributed_optimizer ? plan.data_parallel : 0) /
+                                             plan.distributed_optimizer ? shards : 0) /
       dtype_bytes(plan.dtype, "--dtype");
   if (plan.expert_parallel > 1 && plan.distributed_optimizer) {
     // The routed experts' optimizer state is sharded over their
@@ -1501,6 +1560,20 @@ namespace {
 // Tensor parallelism: the groups fit the platform and every stage runs on a
 // group's first host (the others are its members). InputError otherwise.
 void check_tensor_parallel_placement(const Plan& plan, PlatformSummary platform) {
+  if (plan.context_parallel > 1) {
+    // Model-parallel groups of t x cp consecutive hosts: a stage on a group's first.
+    const std::size_t group = static_cast<std::size_t>(plan.tensor_parallel) * static_cast<std::size_t>(plan.context_parallel);
+    context_parallel_rings(platform.hosts.size(), plan.tensor_parallel, plan.context_parallel);  // t x cp divides the hosts
+    for (int s = 0; s < plan.partition.num_stages(); ++s)
+      for (const std::string& host : plan.partition.hosts[static_cast<std::size_t>(s)]) {
+        const int index = platform.host_index(host);
+        if (index >= 0 && static_cast<std::size_t>(index) % group != 0)
+          throw InputError(fmt::format("partition: stage {} is placed on host '{}', a member of a model-parallel group "
+                                       "of t {} x cp {} hosts: place stages on the groups' first hosts ('{}')",
+                                       s, printable(host), plan.tensor_parallel, plan.context_parallel,
+                                       printable(platform.hosts[static_cast<std::size_t>(index) / group * group].name)));
+      }
+  }
   if (plan.tensor_parallel == 1) return;
   platform.file = plan.platform_file;
   std::map<std::string, int> group_of;
@@ -1585,6 +1658,15 @@ RunResult run_plan(Plan& plan) {
                                          plan.micro_batches * plan.data_parallel,
                                          result.metrics.minibatch_time_s, hosts, platform, plan.dtype, plan.sequence_parallel, recomputed,
                                          !plan.fp8_format.empty());
+  if (plan.context_parallel > 1) {
+    // Each host stands for t x cp GPUs, each running 1 / cp of every micro-batch.
+    const int cp = plan.context_parallel;
+    FlopsUtilisation& u = result.utilisation;
+    if (u.model_flops) *u.model_flops *= cp;
+    if (u.hardware_flops) *u.hardware_flops *= cp;
+    u.gpus *= cp;
+    if (u.peak_flops) *u.peak_flops *= cp;
+  }
   for (const std::string& model : models)
     for (const std::string& pass :
          passes_above_hardware(plan.profile, device_model(model, "device_model"), plan.dtype, !plan.fp8_format.empty()))
@@ -1703,6 +1785,15 @@ int pipeline_parallel_size(const Plan& plan) { return plan.partition.num_stages(
 
 std::string layout_text(const Plan& plan) {
   const int p = pipeline_parallel_size(plan);
+  if (plan.context_parallel > 1)
+    return fmt::format(
+        "t {} x cp {} x p {} x d {} = {} GPUs{}, ranks in Megatron-Core's order (tensor fastest, then context, data, "
+        "pipeline); global batch {} = micro-batch {} x {} micro-batch{} per pipeline x {} pipeline{}",
+        plan.tensor_parallel, plan.context_parallel, p, plan.data_parallel,
+        static_cast<long long>(plan.tensor_parallel) * plan.context_parallel * p * plan.data_parallel,
+        plan.virtual_stages > 1 ? fmt::format(", {} stages per device", plan.virtual_stages) : "", plan.global_batch_size(),
+        plan.profile.micro_batch_size, plan.micro_batches, plan.micro_batches == 1 ? "" : "es", plan.data_parallel,
+        plan.data_parallel == 1 ? "" : "s");
   return fmt::format(
       "t {} x p {} x d {} = {} GPUs{}, ranks in Megatron-Core's order (tensor fastest, then data, then pipeline); "
       "global batch {} = micro-batch {} x {} micro-batch{} per pipeline x {} pipeline{}",
@@ -1713,7 +1804,7 @@ std::string layout_text(const Plan& plan) {
 }
 
 std::string layout_to_json(const Plan& plan, const PlatformSummary& platform) {
-  const int t = plan.tensor_parallel, v = plan.virtual_stages;
+  const int t = plan.tensor_parallel, cp = plan.context_parallel, v = plan.virtual_stages;
   const int stages = plan.partition.num_stages();
   if (!plan.program_text.empty())
     throw InputError("--layout-json: a Program read from a file places its own devices; it has no Megatron rank map");
@@ -1728,69 +1819,91 @@ std::string layout_to_json(const Plan& plan, const PlatformSummary& platform) {
   std::vector<std::vector<int>> stages_of_device(static_cast<std::size_t>(p));
   for (int s = 0; s < stages; ++s) stages_of_device[static_cast<std::size_t>(device[static_cast<std::size_t>(s)])].push_back(s);
   const std::vector<std::string> layers = stage_layers_text(plan.partition);
-  const auto rank_of = [&](int tensor_rank, int data_rank, int pipeline_rank) {
-    return tensor_rank + t * (data_rank + d * pipeline_rank);
-  };
+  // Megatron-Core's rank generator (core/parallel_layout.hpp).
+  ParallelSizes sizes;
+  sizes.tp = t;
+  sizes.cp = cp;
+  sizes.dp = d;
+  sizes.pp = p;
+  sizes.ep = plan.expert_parallel;
+  sizes.etp = plan.expert_tensor_parallel;
+  check_parallel_sizes(sizes);
+  const bool expert = plan.expert_parallel > 1;
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
-  std::vector<nlohmann::ordered_json> by_rank(static_cast<std::size_t>(t) * p * d);
+  std::vector<nlohmann::ordered_json> by_rank(static_cast<std::size_t>(sizes.world()));
   for (int i = 0; i < p; ++i)
     for (int q = 0; q < d; ++q) {
       const std::vector<int>& held = stages_of_device[static_cast<std::size_t>(i)];
       const std::string& leader = plan.partition.hosts[static_cast<std::size_t>(held.front())][static_cast<std::size_t>(q)];
       const int first = platform.host_index(leader);
-      for (int j = 0; j < t; ++j) {
-        const std::size_t host = static_cast<std::size_t>(first + j);
-        if (host >= platform.hosts.size())
-          throw InputError(fmt::format("--layout-json: the tensor-parallel group of '{}' runs past the platform's hosts",
-                                       printable(leader)));
-        nlohmann::ordered_json entry;
-        entry["rank"] = rank_of(j, q, i);
-        entry["host"] = platform.hosts[host].name;
-        entry["tensor_rank"] = j;
-        entry["data_rank"] = q;
-        entry["pipeline_rank"] = i;
-        entry["stages"] = held;
-        entry["layers"] = layers_of(held, layers);
-        by_rank[static_cast<std::size_t>(rank_of(j, q, i))] = std::move(entry);
-      }
+      for (int c = 0; c < cp; ++c)
+        for (int j = 0; j < t; ++j) {
+          // The leader's model-parallel group: t x cp consecutive hosts, tensor fastest.
+          const std::size_t host = static_cast<std::size_t>(first + j + t * c);
+          if (host >= platform.hosts.size())
+            throw InputError(fmt::format("--layout-json: the {}-parallel group of '{}' runs past the platform's hosts",
+                                         cp > 1 ? "model" : "tensor", printable(leader)));
+          const long long rank = dense_rank(sizes, j, c, q, i);
+          nlohmann::ordered_json entry;
+          entry["rank"] = rank;
+          entry["host"] = platform.hosts[host].name;
+          entry["tensor_rank"] = j;
+          if (cp > 1) entry["context_rank"] = c;
+          entry["data_rank"] = q;
+          entry["pipeline_rank"] = i;
+          if (expert) {
+            const RankCoordinates coordinates = rank_coordinates(sizes, rank);
+            entry["expert_rank"] = coordinates.expert;
+            entry["expert_tensor_rank"] = coordinates.expert_tensor;
+            entry["expert_data_rank"] = coordinates.expert_data;
+          }
+          entry["stages"] = held;
+          entry["layers"] = layers_of(held, layers);
+          by_rank[static_cast<std::size_t>(rank)] = std::move(entry);
+        }
     }
   for (nlohmann::ordered_json& entry : by_rank) ranks.push_back(std::move(entry));
-  // Megatron-Core's groups: ranks that differ in one coordinate only.
-  nlohmann::ordered_json tensor = nlohmann::ordered_json::array(), data = nlohmann::ordered_json::array(),
-                         pipeline = nlohmann::ordered_json::array();
-  for (int i = 0; i < p; ++i)
-    for (int q = 0; q < d; ++q) {
-      std::vector<int> group;
-      for (int j = 0; j < t; ++j) group.push_back(rank_of(j, q, i));
-      tensor.push_back(group);
-    }
-  for (int i = 0; i < p; ++i)
-    for (int j = 0; j < t; ++j) {
-      std::vector<int> group;
-      for (int q = 0; q < d; ++q) group.push_back(rank_of(j, q, i));
-      data.push_back(group);
-    }
-  for (int q = 0; q < d; ++q)
-    for (int j = 0; j < t; ++j) {
-      std::vector<int> group;
-      for (int i = 0; i < p; ++i) group.push_back(rank_of(j, q, i));
-      pipeline.push_back(group);
-    }
+  // Megatron-Core's groups: ranks that differ in the group's coordinates only.
+  const auto groups_of = [&](GroupKind kind) { return nlohmann::ordered_json(parallel_groups(sizes, kind)); };
   nlohmann::ordered_json document;
   document["order"] = "tp-cp-dp-pp";
-  document["order_note"] = "Megatron-Core's rank order (parallel_state.RankGenerator, order 'tp-cp-ep-dp-pp'): tensor "
-                           "fastest, then context (1 here), data, pipeline; expert parallelism is not a factor of it";
+  if (cp == 1 && !expert)
+    document["order_note"] = "Megatron-Core's rank order (parallel_state.RankGenerator, order 'tp-cp-ep-dp-pp'): tensor "
+                             "fastest, then context (1 here), data, pipeline; expert parallelism is not a factor of it";
+  else
+    document["order_note"] = "Megatron-Core's rank order (parallel_state.RankGenerator, order 'tp-cp-ep-dp-pp', ep 1 "
+                             "for the dense ranks): tensor fastest, then context, data, pipeline; the expert ranks come "
+                             "from its expert generator, the same order with cp 1 over the expert tensor size "
+                             "('tp-ep-dp-pp', expert data = world / (etp x ep x pp)); dense gradients are reduced over "
+                             "'data_with_context' (dp x cp)";
   document["tensor_parallel"] = t;
+  if (cp > 1) document["context_parallel"] = cp;
+  if (expert) {
+    document["expert_parallel"] = sizes.ep;
+    document["expert_tensor_parallel"] = sizes.expert_tensor();
+    document["expert_data_parallel"] = sizes.expert_data();
+  }
   document["pipeline_parallel"] = p;
   document["data_parallel"] = d;
   document["virtual_stages"] = v;
-  document["world_size"] = static_cast<long long>(t) * p * d;
+  document["world_size"] = sizes.world();
   document["schedule"] = plan.schedule;
   document["micro_batch_size"] = plan.profile.micro_batch_size;
   document["micro_batches_per_pipeline"] = plan.micro_batches;
   document["global_batch_size"] = plan.global_batch_size();
   document["ranks"] = ranks;
-  document["groups"] = {{"tensor", tensor}, {"data", data}, {"pipeline", pipeline}};
+  nlohmann::ordered_json groups;
+  groups["tensor"] = groups_of(GroupKind::Tensor);
+  if (cp > 1) groups["context"] = groups_of(GroupKind::Context);
+  groups["data"] = groups_of(GroupKind::Data);
+  if (cp > 1) groups["data_with_context"] = groups_of(GroupKind::DataWithContext);
+  groups["pipeline"] = groups_of(GroupKind::Pipeline);
+  if (expert) {
+    groups["expert"] = groups_of(GroupKind::Expert);
+    groups["expert_tensor"] = groups_of(GroupKind::ExpertTensor);
+    groups["expert_data"] = groups_of(GroupKind::ExpertData);
+  }
+  document["groups"] = groups;
   return document.dump(2) + "\n";
 }
 
@@ -1837,6 +1950,8 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   if (plan.sequence_parallel) document["sequence_parallel"] = true;
   if (plan.tp_collectives != "compute") document["tp_collectives"] = plan.tp_collectives;
   if (!plan.tensor_parallel_note.empty()) document["tensor_parallel_note"] = plan.tensor_parallel_note;
+  if (plan.context_parallel != 1) document["context_parallel"] = plan.context_parallel;
+  if (!plan.context_parallel_note.empty()) document["context_parallel_note"] = plan.context_parallel_note;
   nlohmann::ordered_json replicas = nlohmann::ordered_json::array();
   for (const auto& hosts : plan.partition.hosts) replicas.push_back(hosts.size());
   document["replicas"] = replicas;
@@ -1943,7 +2058,16 @@ std::string optimizer_step_text(const Plan& plan, const PlatformSummary& platfor
 // How a layout's pipelines synchronise gradients (docs/semantics.md,
 // "Gradient synchronisation"), and the optimizer step's time.
 std::string gradient_sync_text(const Plan& plan, const PlatformSummary& platform) {
-  std::string text = fmt::format("over d {}: ", plan.data_parallel);
+  if (plan.context_parallel > 1 && plan.data_parallel == 1)
+    return fmt::format("over cp {} (Megatron's dp x cp group): not simulated at d 1; the pipeline runs on the groups' "
+                       "leaders only (docs/semantics.md, Context parallelism)",
+                       plan.context_parallel);
+  std::string text = plan.context_parallel > 1
+                         ? fmt::format("over d {} x cp {} (Megatron's dp x cp group; the ring runs over the d leaders, "
+                                       "its bytes x {:.4g} so each sends what a rank of the d x cp ring sends): ",
+                                       plan.data_parallel, plan.context_parallel,
+                                       data_context_gradient_factor(plan.data_parallel, plan.context_parallel))
+                         : fmt::format("over d {}: ", plan.data_parallel);
   text += plan.overlap_grad_reduce
                          ? fmt::format("during the backward (--overlap-grad-reduce; the first stage in buckets of {} "
                                        "parameters)",
@@ -1985,6 +2109,7 @@ std::string timeline_svg_of_run(const Plan& plan, const RunResult& result) {
       options.memory_reserve_bytes[device.host] = device.memory_reserve_bytes;
     }
   options.tensor_parallel = plan.tensor_parallel;
+  options.context_parallel = plan.context_parallel;
   return timeline_to_svg(result.timeline, options);
 }
 
@@ -2020,15 +2145,17 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
                             : "");
   }
   if (plan.distributed_optimizer) {
-    const double step_copy =
-        step_gradient_copy_bytes_per_parameter(plan.dtype, plan.gradient_dtype, plan.data_parallel);
-    text += fmt::format("  distributed opt.  {:.4g} bytes per parameter over d {}: weights and gradients whole, the fp32 master "
-                        "weights and optimizer state split d ways{} (Megatron-LM's distributed-optimizer table)\n",
-                        distributed_bytes_per_parameter(plan.dtype, plan.optimizer, plan.gradient_dtype, plan.data_parallel),
-                        plan.data_parallel,
+    const int shards = plan.data_parallel * plan.context_parallel;  // Megatron shards over dp x cp
+    const double step_copy = step_gradient_copy_bytes_per_parameter(plan.dtype, plan.gradient_dtype, shards);
+    text += fmt::format("  distributed opt.  {:.4g} bytes per parameter over {}: weights and gradients whole, the fp32 master "
+                        "weights and optimizer state split {} ways{} (Megatron-LM's distributed-optimizer table)\n",
+                        distributed_bytes_per_parameter(plan.dtype, plan.optimizer, plan.gradient_dtype, shards),
+                        plan.context_parallel > 1 ? fmt::format("d {} x cp {}", plan.data_parallel, plan.context_parallel)
+                                                  : fmt::format("d {}", plan.data_parallel),
+                        plan.context_parallel > 1 ? std::string("d x cp") : std::string("d"),
                         step_copy > 0 ? fmt::format("; {:.4g} during the step, with its shard of fp32 gradient copies",
                                                     distributed_bytes_per_parameter(plan.dtype, plan.optimizer,
-                                                                                    plan.gradient_dtype, plan.data_parallel) +
+                                                                                    plan.gradient_dtype, shards) +
                                                         step_copy)
                                       : "");
   }
@@ -2043,9 +2170,10 @@ std::string metrics_to_table(const Plan& plan, const RunResult& result) {
     text += fmt::format("  recompute         {}\n", layer_recompute_text(plan.layer_recompute));
   if (!plan.tensor_parallel_note.empty()) text += fmt::format("  {}\n", plan.tensor_parallel_note);
   if (plan.expert_parallel != 1) text += fmt::format("  experts           {}\n", expert_parallel_text(plan, result));
+  if (!plan.context_parallel_note.empty()) text += fmt::format("  {}\n", plan.context_parallel_note);
   for (const std::string& note : plan.megatron_notes) text += fmt::format("  megatron          {}\n", note);
   if (plan.parallel_layout) text += fmt::format("  layout            {}\n", layout_text(plan));
-  if (plan.parallel_layout && plan.data_parallel > 1) text += fmt::format("  gradient sync     {}\n", gradient_sync_text(plan, result.platform));
+  if (plan.parallel_layout && (plan.data_parallel > 1 || plan.context_parallel > 1)) text += fmt::format("  gradient sync     {}\n", gradient_sync_text(plan, result.platform));
   text += optimizer_step_text(plan, result.platform);
   if (const auto tied = tied_embedding_of(plan, result.program)) {
     // At d = 1 the engine runs the all-reduce per mini-batch of a flushed

@@ -95,6 +95,11 @@ void add_simulate_input_options(CLI::App& command, api::PlanRequest& request) {
                      "split each stage t ways over t consecutive hosts, which may span servers (transformer layers "
                      "with FLOPs, and the embedding, head and loss a profile marks with `vocabulary`; others "
                      "replicated); default 1");
+  command.add_option("--context-parallel", request.context_parallel,
+                     "Megatron's context parallelism: split every sequence over cp ranks that follow the tensor ranks "
+                     "(groups of t x cp consecutive hosts), ring attention passing keys and values point to point, "
+                     "overlapped with the attention (Transformer Engine, --cp-comm-type p2p); needs --flash-attention 1 "
+                     "and a sequence that is a multiple of 2 cp; default 1");
   command.add_flag("--sequence-parallel", request.sequence_parallel,
                    "Megatron's sequence parallelism in the tensor-parallel groups: reduce-scatter + all-gather for "
                    "all-reduces, norms and stashed activations split t ways (off at --tensor-parallel 1)");

@@ -446,7 +446,9 @@ std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSum
       if (times_by_kernels(layer, device)) {
         ++by_kernels;
         const ShapedTimes shaped = shaped_layer_times(layer, device, profile.dtype, share, !fp8_format.empty());
-        const double divided = share.t > 1 && tensor_parallel_splits(layer, share.sequence_parallel) ? share.t : 1;
+        // Stored as the whole group's: tensor_parallel_profile and context_parallel_profile divide them back.
+        const double divided = (share.t > 1 && tensor_parallel_splits(layer, share.sequence_parallel) ? share.t : 1) *
+                               std::max(1, share.context_parallel);
         LayerTimes times = shaped.times;
         times.forward_s *= divided;
         times.backward_input_s = *times.backward_input_s * divided;
@@ -466,7 +468,7 @@ std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSum
     if (by_kernels > 0)
       note += fmt::format("; {} kernel by kernel (tensor-core model: GEMMs by shape at {:.0f}% of the dense peak, "
                           "flash attention {:.0f}% forward and {:.0f}% backward, element-wise at {:.0f}% of {:.4g} GB/s, "
-                          "{}{})",
+                          "{}{}{})",
                           by_kernels, 100 * device.tensor_cores.gemm_efficiency,
                           100 * device.tensor_cores.attention_forward_efficiency,
                           100 * device.tensor_cores.attention_backward_efficiency,
@@ -474,7 +476,10 @@ std::vector<std::string> fill_analytic_times(Profile& profile, const PlatformSum
                           device.tensor_cores.kernel_overhead_s > 0
                               ? fmt::format("{:g} us per kernel", device.tensor_cores.kernel_overhead_s * 1e6)
                               : std::string("no fixed cost per kernel"),
-                          share.t > 1 ? fmt::format(", as one of {} tensor-parallel members", share.t) : "");
+                          share.t > 1 ? fmt::format(", as one of {} tensor-parallel members", share.t) : "",
+                          share.context_parallel > 1
+                              ? fmt::format(", as one of {} context-parallel ranks", share.context_parallel)
+                              : "");
     if (by_kernels > 0 && !fp8_format.empty())
       note += fmt::format("; FP8 recipe {}: the blocks' linear GEMMs at the FP8 dense peak {:.4g} TFLOP/s with their "
                           "input and output-gradient casts (docs/semantics.md, FP8)",

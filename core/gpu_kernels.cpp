@@ -70,7 +70,8 @@ LayerKernels layer_kernels(const Layer& layer, const TensorCoreModel& model, dou
     throw InputError(fmt::format("layer '{}': no transformer_shape to time kernel by kernel", layer.name));
   const TransformerShape& g = *layer.transformer_shape;
   const double t = std::max(1, share.t);
-  const double tokens = g.batch * g.sequence;
+  const double cp = std::max(1, share.context_parallel);
+  const double tokens = g.batch * g.sequence / cp;  // the context-parallel rank's tokens
   // Norms, dropouts and residual adds: split t ways under sequence parallelism.
   const double rows = share.sequence_parallel ? tokens / t : tokens;
   const double h = g.hidden, f = g.ffn, kv = g.kv_columns, s = g.sequence;
@@ -121,11 +122,12 @@ LayerKernels layer_kernels(const Layer& layer, const TensorCoreModel& model, dou
     KernelSums& core = out.attention_core;
     const double batch = g.batch * heads;
     if (g.flash_attention) {
-      const double flops = 4 * g.batch * s * s * h / t * (g.causal ? 0.5 : 1);
+      // s / cp queries against s keys; causal and load-balanced, 1 / cp of the causal FLOPs.
+      const double flops = 4 * g.batch * s * s * h / t * (g.causal ? 0.5 : 1) / cp;
       core.attention_forward_s += flops / peak_flops;
-      core.kernels += 1;
+      core.kernels += cp;  // one per ring step
       out.input.attention_backward_s += 2.5 * flops / peak_flops;  // recomputes Q K^T (FlashAttention-2, section 4.1)
-      out.input.kernels += 1;
+      out.input.kernels += cp;
     } else {
       const double scores = batch * s * s;
       gemm(core, {s, s, head_width, batch});           // Q K^T

@@ -32,10 +32,14 @@ struct TensorCoreModel {
 };
 
 /// The member of a tensor-parallel group a layer is timed for: t members,
-/// sequence parallelism on or off (t = 1: the whole layer).
+/// sequence parallelism on or off (t = 1: the whole layer); and its rank of
+/// a context-parallel group of `context_parallel`, which runs N / cp tokens
+/// and, causal attention load-balanced (core/context_parallel.hpp), 1 / cp
+/// of the attention as cp kernels (one per ring step).
 struct TensorParallelShare {
   int t = 1;
   bool sequence_parallel = false;
+  int context_parallel = 1;
 };
 
 /// One GEMM of (M x K) by (K x N), `batch` times (a batched GEMM).
@@ -86,7 +90,10 @@ struct LayerKernels {
  *    scale-mask-softmax and the dropout over the s x s scores); output
  *    projection (N x h x h / t); bias-dropout-add; norm; MLP up (N x u / t x
  *    h) with its fused bias-GeLU or SwiGLU; down (N x h x f / t);
- *    bias-dropout-add. I: each GEMM's input gradient (M x K x N), the
+ *    bias-dropout-add. With context parallelism cp, N is the rank's N / cp
+ *    tokens and the flash attention its s / cp queries against all s keys
+ *    (causal: 1 / cp of the causal FLOPs) in cp kernels forward and cp
+ *    backward. I: each GEMM's input gradient (M x K x N), the
  *    attention's backward (flash: 2.5 x its forward FLOPs), each
  *    element-wise kernel's backward. W: each GEMM's weight gradient (K x N
  *    x M), the bias gradients. Norms and dropout-adds run on N / t tokens

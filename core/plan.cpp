@@ -15,6 +15,7 @@
 #include "core/fp8.hpp"
 #include "core/precision.hpp"
 #include "core/tensor_parallel.hpp"
+#include "core/context_parallel.hpp"
 #include "core/program.hpp"
 
 namespace pipegrid {
@@ -86,6 +87,8 @@ std::string plan_to_json(const Plan& plan) {
     document["tensor_parallel_collectives"] = layers;
   }
   if (!plan.tensor_parallel_note.empty()) document["tensor_parallel_note"] = plan.tensor_parallel_note;
+  if (plan.context_parallel != 1) document["context_parallel"] = plan.context_parallel;
+  if (!plan.context_parallel_note.empty()) document["context_parallel_note"] = plan.context_parallel_note;
   if (plan.data_parallel != 1) document["data_parallel"] = plan.data_parallel;
   if (plan.collective_model != "flows") document["collective_model"] = plan.collective_model;
   if (plan.overlap_grad_reduce) document["overlap_grad_reduce"] = true;
@@ -111,7 +114,7 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
                              {"pipegrid_plan", "schedule", "micro_batches", "mini_batches", "recompute", "network",
                               "optimizer", "vertical_sync", "update_interval", "prediction_cost_s_per_byte", "wait_free",
                               "pipeline_depth", "partitioner", "micro_batch_scaling", "micro_batch_scaling_note",
-                              "virtual_stages", "fb_overlap", "activation_limit", "transfer_rule", "blocking_transfers", "program", "dtype", "gradient_dtype", "fp8_format", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "expert_parallel", "expert_tensor_parallel", "sequence_parallel", "tp_comm_overlap", "tp_collectives", "tensor_parallel_collectives", "tensor_parallel_note", "data_parallel", "collective_model", "overlap_grad_reduce", "ddp_bucket_size", "distributed_optimizer", "overlap_param_gather", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
+                              "virtual_stages", "fb_overlap", "activation_limit", "transfer_rule", "blocking_transfers", "program", "dtype", "gradient_dtype", "fp8_format", "recompute_granularity", "recompute_method", "recompute_num_layers", "tensor_parallel", "expert_parallel", "expert_tensor_parallel", "sequence_parallel", "tp_comm_overlap", "tp_collectives", "tensor_parallel_collectives", "tensor_parallel_note", "context_parallel", "context_parallel_note", "data_parallel", "collective_model", "overlap_grad_reduce", "ddp_bucket_size", "distributed_optimizer", "overlap_param_gather", "parallel_layout", "extend_mini_batches", "memory_bytes", "platform_file", "platform_xml", "partition", "profile"});
   auto field = [&](const char* name, auto check, const std::string& expected) -> const nlohmann::json& {
     if (!document.contains(name) || !check(document[name]))
       throw InputError(fmt::format("{}: {}: expected {}, found {}", origin, name, expected,
@@ -288,6 +291,9 @@ Plan parse_plan_json(const std::string& text, const std::string& origin) {
   }
   if (document.contains("tensor_parallel_note"))
     plan.tensor_parallel_note = field("tensor_parallel_note", is_string, "a note").get<std::string>();
+  if (document.contains("context_parallel")) plan.context_parallel = integer("context_parallel", 1, kMaxContextParallel);
+  if (document.contains("context_parallel_note"))
+    plan.context_parallel_note = field("context_parallel_note", is_string, "a note").get<std::string>();
   if (document.contains("data_parallel")) plan.data_parallel = integer("data_parallel", 1, limits::kMaxDevices);
   if (document.contains("collective_model")) {
     plan.collective_model = field("collective_model", is_string, "flows or rounds").get<std::string>();

@@ -168,6 +168,10 @@ struct Plan {
   /// TensorParallelProfile::note of the transform that made `profile`;
   /// informative ("" when tensor_parallel is 1).
   std::string tensor_parallel_note;
+  /// ContextParallelProfile::note of the transform that made `profile`;
+  /// informative ("" when context_parallel is 1). Written to plan files
+  /// only when set.
+  std::string context_parallel_note;
   /// What reading the Program's file noticed (a PyTorch CSV: idle steps
   /// dropped, the older grammar, communication checked); informative, not
   /// written to plan files.

@@ -62,7 +62,8 @@ const std::vector<Group>& groups() {
         {"--account-for-embedding-in-pipeline-split", S}, {"--account-for-loss-in-pipeline-split", S},
         {"--num-layers-per-virtual-pipeline-stage", V}, {"--num-virtual-stages-per-pipeline-rank", V},
         {"--microbatch-group-size-per-virtual-pipeline-stage", V}, {"--no-overlap-p2p-communication", S},
-        {"--context-parallel-size", V}, {"--expert-model-parallel-size", V}, {"--num-experts", V},
+        {"--context-parallel-size", V}, {"--cp-comm-type", L1}, {"--hierarchical-context-parallel-sizes", L1},
+        {"--expert-model-parallel-size", V}, {"--num-experts", V},
         {"--vocab-size", V}, {"--padded-vocab-size", V}, {"--tokenizer-type", V}, {"--vocab-extra-ids", V},
         {"--seq-length", V}, {"--encoder-seq-length", V}, {"--decoder-seq-length", V}, {"--attention-dropout", V},
         {"--hidden-dropout", V}, {"--deterministic-mode", S}, {"--fp32-residual-connection", S},
@@ -413,10 +414,6 @@ const std::vector<Group>& groups() {
         {"--optimizer-offload-fraction", V}, {"--use-torch-optimizer-for-cpu-offload", S},
         {"--overlap-cpu-optimizer-d2h-h2d", S}, {"--no-pin-cpu-grads", S}, {"--no-pin-cpu-params", S},
         {"--main-params-dtype", V}, {"--exp-avg-dtype", V}, {"--exp-avg-sq-dtype", V}}},
-      {Treatment::Ignored,
-       "settings of context parallelism (no effect at --context-parallel-size 1)",
-       {
-        {"--cp-comm-type", L1}, {"--hierarchical-context-parallel-sizes", L1}}},
       {Treatment::Ignored,
        "settings of mixture of experts (no effect without --num-experts)",
        {
@@ -857,8 +854,6 @@ void refuse_unmodelled(const Arguments& arguments) {
     }
     if (name == "--use-legacy-models")
       refuse(arguments, argument, "pipegrid follows the Megatron-Core GPT model (the release's default)");
-    if (name == "--context-parallel-size" && arguments.integer(name, 1, kMaxParallel) > 1)
-      refuse(arguments, argument, "context parallelism");
     if (name == "--num-experts" && arguments.integer(name, 0, kModelOptionCap) > 0)
       refuse(arguments, argument, "mixture of experts is not in the gpt model");
     if (name == "--vocab-extra-ids" && arguments.integer(name, 0, kModelOptionCap) > 0)
@@ -1214,6 +1209,46 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
   if (a.has("--sequence-parallel") && tensor_parallel == 1)
     notes.push_back("--sequence-parallel: the release turns it off at tensor parallel 1");
   launch.tp_comm_overlap = a.has("--tp-comm-overlap");
+  // Context parallelism: Transformer Engine's ring attention, --cp-comm-type
+  // p2p (megatron/training/arguments.py, core_v0.14.0: the default; one type
+  // for every layer, or one per layer).
+  launch.context_parallel = static_cast<int>(a.integer("--context-parallel-size", 1, kMaxParallel).value_or(1));
+  if (const Given* type = a.get("--cp-comm-type")) {
+    for (const std::string& value : type->values) {
+      if (value == "p2p") continue;
+      if (value != "a2a" && value != "allgather" && value != "a2a+p2p")
+        a.fail("--cp-comm-type", fmt::format("expected p2p, a2a, allgather or a2a+p2p, found '{}'", printable(value)));
+      if (launch.context_parallel > 1)
+        refuse(a, *type,
+               fmt::format("--cp-comm-type {}: pipegrid models the ring attention of p2p (keys and values passed round "
+                           "the ring, overlapped with the attention's blocks); {} exchanges differently",
+                           value, value == "a2a" ? "a2a (Ulysses) all-to-alls the heads"
+                                  : value == "allgather" ? "allgather gathers the whole keys and values first"
+                                                         : "a2a+p2p runs a hierarchy of both"));
+    }
+    if (launch.context_parallel == 1) notes.push_back("--cp-comm-type: no effect at --context-parallel-size 1");
+  }
+  if (const Given* sizes = a.get("--hierarchical-context-parallel-sizes")) {
+    // Trivial: one level, the whole context-parallel group (a plain ring).
+    long long product = 1, levels = 0;
+    for (const std::string& value : sizes->values) {
+      char* end = nullptr;
+      const long long size = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || size < 1 || size > kMaxParallel)
+        a.fail("--hierarchical-context-parallel-sizes", fmt::format("expected sizes >= 1, found '{}'", printable(value)));
+      product *= size;
+      if (size > 1) ++levels;
+    }
+    if (launch.context_parallel > 1 && (product != launch.context_parallel || levels > 1))
+      refuse(a, *sizes,
+             fmt::format("hierarchical context parallelism (a2a+p2p over levels whose product is {}); pipegrid models "
+                         "one p2p ring over the --context-parallel-size {} ranks",
+                         product, launch.context_parallel));
+    notes.push_back(launch.context_parallel > 1
+                        ? "--hierarchical-context-parallel-sizes: one level, the whole context-parallel group (a plain "
+                          "ring)"
+                        : "--hierarchical-context-parallel-sizes: no effect at --context-parallel-size 1");
+  }
   if (launch.tp_comm_overlap && !launch.sequence_parallel)
     a.fail("--tp-comm-overlap",
            "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled");

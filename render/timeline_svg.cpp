@@ -480,7 +480,11 @@ std::string timeline_to_svg(const Timeline& timeline, const SvgOptions& options)
   double width = plot_left +
                  std::clamp(static_cast<double>(busiest_sub_row) * kPixelsPerBox, kMinPlotWidth, kMaxPlotWidth) +
                  plot_right_pad;
-  const std::string note = options.tensor_parallel > 1
+  const std::string note = options.context_parallel > 1
+                               ? fmt::format("each row is a model-parallel group of tensor {} x context {} devices, "
+                                             "drawn as its first device; times and memory are per member",
+                                             options.tensor_parallel, options.context_parallel)
+                           : options.tensor_parallel > 1
                                ? fmt::format("each row is a tensor-parallel group of {} devices, drawn as its first "
                                              "device; times and memory are per member",
                                              options.tensor_parallel)

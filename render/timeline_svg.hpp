@@ -36,6 +36,9 @@ struct SvgOptions {
   /// every row stands for a group drawn as its first device, and a note
   /// under the title says so.
   int tensor_parallel = 1;
+  /// Context-parallel ranks per group (Plan::context_parallel). Above 1,
+  /// the note says a row is a group of tensor_parallel x context_parallel.
+  int context_parallel = 1;
 };
 
 /** SVG Gantt chart drawn like the papers' figures: a row per device, boxes

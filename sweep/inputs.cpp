@@ -61,9 +61,10 @@ RunInputs inputs_of(const std::vector<const PlannedRun*>& runs) {
     if (const auto found = run.settings.find("partitioner"); found != run.settings.end() && !found->second.value.absent() &&
         found->second.value.text != "uniform")
       inputs.partitioners = true;
-    if (const auto found = run.settings.find("tensor_parallel"); found != run.settings.end() && found->second.value.numeric() &&
-        found->second.value.number() > 1)
-      inputs.tensor_parallel = true;
+    for (const char* key : {"tensor_parallel", "context_parallel"})  // both read the routes of their rings
+      if (const auto found = run.settings.find(key); found != run.settings.end() && found->second.value.numeric() &&
+          found->second.value.number() > 1)
+        inputs.tensor_parallel = true;
     if (const auto found = run.settings.find("profile"); found != run.settings.end() && !found->second.resolved_path.empty())
       inputs.profiles.insert(found->second.resolved_path);
     if (const auto found = run.settings.find("platform"); found != run.settings.end() && !found->second.resolved_path.empty())

@@ -38,7 +38,8 @@ struct RunInputs {
   std::set<std::string> profiles, platforms;  ///< resolved paths
   /// A run chooses its partition with a partitioner other than uniform.
   bool partitioners = false;
-  /// A run splits its stages over tensor-parallel groups of more than one host.
+  /// A run splits its stages over tensor-parallel or context-parallel
+  /// groups of more than one host (context_parallel > 1 counts here too).
   bool tensor_parallel = false;
 };
 RunInputs inputs_of(const std::vector<const PlannedRun*>& runs);

@@ -455,9 +455,25 @@ TEST(MegatronArgs, DistributedDataParallelArgumentsAreReadWithTheReleasesChecks)
   EXPECT_TRUE(has_note(read(minimal("--ddp-bucket-size 10")), "no effect without --overlap-grad-reduce"));
 }
 
+TEST(MegatronArgs, ContextParallelismIsReadWithRingAttentionOnly) {
+  EXPECT_EQ(read(minimal("")).context_parallel, 1);
+  EXPECT_EQ(read(minimal("--context-parallel-size 2")).context_parallel, 2);
+  EXPECT_EQ(read(minimal("--context-parallel-size 4 --cp-comm-type p2p")).context_parallel, 4);
+  EXPECT_EQ(error_of(minimal("--context-parallel-size 2 --cp-comm-type a2a")),
+            "--megatron-args: --cp-comm-type: not modelled: --cp-comm-type a2a: pipegrid models the ring attention of "
+            "p2p (keys and values passed round the ring, overlapped with the attention's blocks); a2a (Ulysses) "
+            "all-to-alls the heads exchanges differently; drop it to simulate without it");
+  EXPECT_CONTAINS(error_of(minimal("--context-parallel-size 2 --cp-comm-type p2p allgather")), "--cp-comm-type allgather");
+  EXPECT_CONTAINS(error_of(minimal("--context-parallel-size 2 --cp-comm-type ring")),
+                  "expected p2p, a2a, allgather or a2a+p2p, found 'ring'");
+  EXPECT_TRUE(has_note(read(minimal("--cp-comm-type a2a")), "--cp-comm-type: no effect at --context-parallel-size 1"));
+  EXPECT_CONTAINS(error_of(minimal("--context-parallel-size 4 --hierarchical-context-parallel-sizes 2 2")),
+                  "hierarchical context parallelism");
+  EXPECT_TRUE(has_note(read(minimal("--context-parallel-size 4 --hierarchical-context-parallel-sizes 4")),
+                       "one level, the whole context-parallel group"));
+}
+
 TEST(MegatronArgs, OtherRefusalsAndNotes) {
-  EXPECT_EQ(error_of(minimal("--context-parallel-size 2")),
-            "--megatron-args: --context-parallel-size: not modelled: context parallelism; drop it to simulate without it");
   EXPECT_NO_THROW(read(minimal("--context-parallel-size 1 --expert-model-parallel-size 1 --num-experts 0")));
   EXPECT_CONTAINS(error_of(minimal("--num-experts 8")), "mixture of experts");
   EXPECT_CONTAINS(error_of(minimal("--use-checkpoint-args")), "come from the checkpoint");
