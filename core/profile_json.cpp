@@ -372,8 +372,13 @@ void read_tensor_parallel_fields(const nlohmann::json& entry, Layer& layer, cons
                                    origin, path, format_exact(layer.parameter_bytes),
                                    format_exact(layer.expert_parameter_bytes)));
   }
-  if (entry.contains("moe_dispatch_bytes"))
+  if (entry.contains("moe_dispatch_bytes")) {
     layer.moe_dispatch_bytes = non_negative_number(entry, "moe_dispatch_bytes", origin, path + ".moe_dispatch_bytes");
+    if (layer.moe_dispatch_bytes > 0 && !(layer.expert_parameter_bytes > 0))
+      throw InputError(fmt::format("{}: {}.moe_dispatch_bytes: a dispatch needs routed experts; expected "
+                                   "expert_parameter_bytes > 0, found {}",
+                                   origin, path, format_exact(layer.expert_parameter_bytes)));
+  }
   if (const auto field = entry.find("replicated_activation_fraction"); field != entry.end()) {
     const auto value = json_number_in(*field, 0, 1);
     if (!value)

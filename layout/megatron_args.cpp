@@ -942,7 +942,7 @@ std::map<std::string, long long> moe_and_mla_options(const Arguments& a, long lo
       const std::string& text = freq->values.at(0);
       const bool number = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
       if (number) {
-        options["moe_layer_freq"] = *a.integer("--moe-layer-freq", 1, layers);
+        options["moe_layer_freq"] = *a.integer("--moe-layer-freq", 1, kMaxLayers);
       } else {
         const std::vector<int> pattern = LayerPatternParser(text, a).parse();
         if (static_cast<long long>(pattern.size()) != layers)

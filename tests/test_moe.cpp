@@ -213,10 +213,10 @@ TEST(MixtureOfExperts, ProfileJsonRoundTrip) {
     EXPECT_EQ(a.transformer_shape->qk_pos_head_dim, b.transformer_shape->qk_pos_head_dim);
     EXPECT_EQ(a.transformer_shape->batch, b.transformer_shape->batch);
   }
-  const std::string bad = R"({"name": "x", "layers": [{"name": "a", "forward_s": 1, "backward_s": 1,
+  const std::string bad = R"({"name": "x", "micro_batch_size": 1, "layers": [{"name": "a", "forward_s": 1, "backward_s": 1,
     "output_bytes": 1, "parameter_bytes": 10, "expert_parameter_bytes": 11}]})";
   EXPECT_NE(input_error_of([&] { parse_profile_json(bad, "p.json"); }).find("expert_parameter_bytes"), std::string::npos);
-  const std::string dispatch = R"({"name": "x", "layers": [{"name": "a", "forward_s": 1, "backward_s": 1,
+  const std::string dispatch = R"({"name": "x", "micro_batch_size": 1, "layers": [{"name": "a", "forward_s": 1, "backward_s": 1,
     "output_bytes": 1, "parameter_bytes": 10, "moe_dispatch_bytes": 5}]})";
   EXPECT_NE(input_error_of([&] { parse_profile_json(dispatch, "p.json"); }).find("moe_dispatch_bytes"),
             std::string::npos);
