@@ -78,6 +78,25 @@ TEST(MixtureOfExperts, DeepSeekV3ParameterCounts) {
   EXPECT_DOUBLE_EQ(moe.moe_dispatch_bytes, 4096.0 * 8 * 7168 * 2);
 }
 
+TEST(MixtureOfExperts, MultiHeadLatentAttentionParametersByHand) {
+  // DeepSeek-V3's dense block1: q down 7168 x 1536, q up 1536 x 128 x
+  // (128 + 64), kv down 7168 x (512 + 64), kv up 512 x 128 x (128 + 128),
+  // output 128 x 128 x 7168; RMSNorms 2 x 7168 + 1536 + 512; SwiGLU MLP 3 x
+  // 7168 x 18432.
+  const Profile profile = generate(deepseek_v3());
+  const double attention = 7168.0 * 1536 + 1536.0 * 128 * 192 + 7168.0 * 576 + 512.0 * 128 * 256 + 128.0 * 128 * 7168;
+  const double norms = 2 * 7168.0 + 1536 + 512, mlp = 3 * 7168.0 * 18432;
+  EXPECT_DOUBLE_EQ(profile.layers[1].parameter_bytes / 2, attention + norms + mlp);
+  // An MoE block: the same attention, the router 7168 x 256, 256 + 1
+  // experts of 3 x 7168 x 2048.
+  const double expert = 3 * 7168.0 * 2048;
+  EXPECT_DOUBLE_EQ(profile.layers[4].parameter_bytes / 2, attention + norms + 7168.0 * 256 + 257 * expert);
+  // The imbalance scales the dispatch: 150% -> 1.5 x.
+  std::map<std::string, long long> options = deepseek_v3();
+  options["moe_imbalance"] = 150;
+  EXPECT_DOUBLE_EQ(generate(options).layers[4].moe_dispatch_bytes, 1.5 * profile.layers[4].moe_dispatch_bytes);
+}
+
 TEST(MixtureOfExperts, DeepSeekV3WithMultiTokenPrediction) {
   const Profile without = generate(deepseek_v3());
   const Profile with = generate(deepseek_v3(1));
