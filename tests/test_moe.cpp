@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/gpu_kernels.hpp"
+#include "core/partition.hpp"
 #include "core/profile.hpp"
 #include "core/tensor_parallel.hpp"
 #include "expect_input_error.hpp"
@@ -168,6 +169,16 @@ TEST(MixtureOfExperts, LayerFrequencyAndDenseFirst) {
   // Blocks 2, 4, 6 are MoE (0-based 1, 3, 5).
   for (int block = 1; block <= 7; ++block)
     EXPECT_EQ(profile.layers[static_cast<std::size_t>(block)].expert_parameter_bytes > 0, block % 2 == 0) << block;
+}
+
+TEST(MixtureOfExperts, MegatronPartitionPutsMultiTokenPredictionOnTheLastStage) {
+  // 4 blocks over 2 pipeline ranks: 2 each; the MTP module (after the final
+  // norm) is no block of the split and sits on the last stage, as Megatron
+  // builds it.
+  const Profile profile = generate({{"layers", 4}, {"hidden", 64}, {"heads", 4}, {"sequence", 16}, {"mtp_layers", 1}});
+  ASSERT_EQ(profile.layers[6].name, "mtp1");
+  const Partition partition = megatron_partition(profile, {"a", "b"}, 2, 1, {0, 1}, std::nullopt, std::nullopt, false, false);
+  EXPECT_EQ(partition.stage_of_layer, (std::vector<int>{0, 0, 0, 1, 1, 1, 1, 1, 1}));
 }
 
 TEST(MixtureOfExperts, OptionErrors) {
