@@ -934,7 +934,11 @@ std::map<std::string, long long> moe_and_mla_options(const Arguments& a, long lo
   const long long experts = a.integer("--num-experts", 0, kModelOptionCap).value_or(0);
   if (experts > 0) {
     options["num_experts"] = experts;
-    if (const auto topk = a.integer("--moe-router-topk", 1, kModelOptionCap)) options["moe_topk"] = *topk;
+    if (const auto topk = a.integer("--moe-router-topk", 1, kModelOptionCap)) {
+      if (*topk > experts)
+        a.fail("--moe-router-topk", fmt::format("expected at most --num-experts ({}) experts per token, found {}", experts, *topk));
+      options["moe_topk"] = *topk;
+    }
     if (const auto ffn = a.integer("--moe-ffn-hidden-size", 1, kModelOptionCap)) options["moe_ffn"] = *ffn;
     if (const auto shared = a.integer("--moe-shared-expert-intermediate-size", 1, kModelOptionCap))
       options["moe_shared_ffn"] = *shared;

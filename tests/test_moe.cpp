@@ -293,6 +293,8 @@ TEST(MixtureOfExperts, MegatronArgumentsRefused) {
             std::string::npos);
   EXPECT_NE(input_error_of([&] { read_megatron_args(base + "--moe-expert-capacity-factor 1.0", "l"); }).find("capacity"),
             std::string::npos);
+  EXPECT_NE(input_error_of([&] { read_megatron_args(base + "--moe-router-topk 300", "l"); }).find("--moe-router-topk: expected at most --num-experts (256)"),
+            std::string::npos);
 }
 
 }  // namespace
