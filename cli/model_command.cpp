@@ -209,6 +209,27 @@ int run_model_command() {
   std::cout << fmt::format("parameters   {} ({} bytes in {})\n", grouped(parameters), grouped(parameter_bytes), profile.dtype);
   std::cout << fmt::format("FLOPs        {:.6g} per micro-batch of {} (forward {:.6g}, backward {:.6g})\n",
                            forward + backward, profile.micro_batch_size, forward, backward);
+  // Mixture of experts: the routed experts' share and what one token activates.
+  double expert_bytes = 0, activated_bytes = 0;
+  std::size_t moe_blocks = 0, blocks = 0;
+  for (const Layer& layer : profile.layers) {
+    if (layer.op == "transformer") ++blocks;
+    double inactive = 0;
+    if (layer.expert_parameter_bytes > 0 && layer.transformer_shape && layer.transformer_shape->moe()) {
+      ++moe_blocks;
+      expert_bytes += layer.expert_parameter_bytes;
+      const TransformerShape& shape = *layer.transformer_shape;
+      inactive = layer.expert_parameter_bytes * (1 - shape.topk / shape.experts);
+    }
+    activated_bytes += layer.parameter_bytes - inactive;
+  }
+  if (moe_blocks > 0) {
+    const double tokens = static_cast<double>(profile.micro_batch_size) * profile.sequence_length;
+    std::cout << fmt::format("experts      {} of {} blocks MoE; routed experts' parameters {}; activated per token {}{}\n",
+                             moe_blocks, blocks, grouped(expert_bytes / element_bytes),
+                             grouped(activated_bytes / element_bytes),
+                             tokens > 0 ? fmt::format("; FLOPs per token {:.6g}", (forward + backward) / tokens) : "");
+  }
   std::cout << fmt::format("activations  {} per micro-batch (input {})\n", human_bytes(activation),
                            human_bytes(profile.input_bytes));
   std::cout << "times        none: the device model of the host that runs a layer gives them (docs/formats.md, Analytic "

@@ -37,6 +37,106 @@ void memory_kernel(KernelSums& sums, double bytes, double kernels = 1) {
   sums.kernels += kernels;
 }
 
+/// The kernels of a block with multi-head latent attention or experts
+/// (layer_kernels' contract), added to `out`.
+template <typename Gemm, typename WeightGemm, typename Norm, typename DropoutAdd>
+void moe_or_mla_block(LayerKernels& out, const TransformerShape& g, double t, double rows, double tokens, double e,
+                      double peak_flops, const TensorParallelShare& share, Gemm& gemm, WeightGemm& weight_gemm, Norm& norm,
+                      DropoutAdd& dropout_add) {
+  const double h = g.hidden, s = g.sequence, heads = g.heads / t;
+  // Element-wise kernel over `elements` of the member: `forward` and
+  // `input` passes of the elements each.
+  const auto pass = [&](double elements, double forward, double input) {
+    memory_kernel(out.forward, forward * elements * e);
+    memory_kernel(out.input, input * elements * e);
+  };
+  norm(rows);
+  double qk_width = h / g.heads, v_width = h / g.heads;
+  if (!g.mla()) {
+    weight_gemm(tokens, (h + 2 * g.kv_columns) / t, h);
+    if (g.rotary) pass(tokens * (h + g.kv_columns) / t, 2, 2);
+  } else {
+    qk_width = g.qk_head_dim + g.qk_pos_head_dim;
+    v_width = g.v_head_dim;
+    if (g.q_lora_rank > 0) {
+      weight_gemm(tokens, g.q_lora_rank, h);
+      pass(tokens * g.q_lora_rank, 2, 3);  // q_layernorm
+      weight_gemm(tokens, heads * qk_width, g.q_lora_rank);
+    } else {
+      weight_gemm(tokens, heads * qk_width, h);
+    }
+    weight_gemm(tokens, g.kv_lora_rank + g.qk_pos_head_dim, h);
+    pass(tokens * g.kv_lora_rank, 2, 3);  // kv_layernorm
+    weight_gemm(tokens, heads * (g.qk_head_dim + g.v_head_dim), g.kv_lora_rank);
+    pass(tokens * (heads + 1) * g.qk_pos_head_dim, 2, 2);  // rotary
+    pass(tokens * heads * qk_width, 2, 2);                 // the keys assembled
+  }
+  KernelSums& core = out.attention_core;
+  const double batch = g.batch * heads;
+  if (g.flash_attention) {
+    const double causal = g.causal ? 0.5 : 1;
+    const double qk_flops = 2 * batch * s * s * qk_width * causal, v_flops = 2 * batch * s * s * v_width * causal;
+    core.attention_forward_s += (qk_flops + v_flops) / peak_flops;
+    core.kernels += 1;
+    out.input.attention_backward_s += (2 * (qk_flops + v_flops) + qk_flops) / peak_flops;
+    out.input.kernels += 1;
+  } else {
+    const double scores = batch * s * s;
+    gemm(core, {s, s, qk_width, batch});
+    memory_kernel(core, 2 * scores * e);
+    memory_kernel(core, 2 * scores * e + scores);
+    gemm(core, {s, v_width, s, batch});
+    gemm(out.input, {s, s, v_width, batch});
+    gemm(out.input, {s, v_width, s, batch});
+    memory_kernel(out.input, 2 * scores * e + scores);
+    memory_kernel(out.input, 3 * scores * e);
+    gemm(out.input, {s, qk_width, s, batch});
+    gemm(out.input, {s, qk_width, s, batch});
+  }
+  out.forward.gemm_s += core.gemm_s;
+  out.forward.attention_forward_s += core.attention_forward_s;
+  out.forward.memory_bytes += core.memory_bytes;
+  out.forward.kernels += core.kernels;
+  weight_gemm(tokens, h, heads * v_width);
+  dropout_add();
+  norm(rows);
+  const auto mlp = [&](double width) {
+    const double up = g.swiglu ? 2 * width : width;
+    weight_gemm(tokens, up / t, h);
+    pass(tokens * width / t, g.swiglu ? 3 : 2, g.swiglu ? 5 : 3);
+    weight_gemm(tokens, h, width / t);
+  };
+  if (!g.moe()) {
+    mlp(g.ffn);
+  } else {
+    const double ep = std::max(1, share.expert_parallel);
+    const double etp = share.expert_tensor_parallel > 0 ? share.expert_tensor_parallel : t;
+    const double experts = g.experts, local_experts = std::max(1.0, experts / ep);
+    weight_gemm(rows, experts, h);                 // router
+    pass(rows * experts, 2, 2);                    // score function, top-k
+    // Rows per local expert on the busiest rank (the imbalance is between
+    // expert-parallel ranks: none at ep 1).
+    const double received = tokens * g.topk * std::min(ep, experts) / experts * (ep > 1 ? g.imbalance : 1);
+    const double local_rows = received * local_experts;
+    pass(rows * h + local_rows * h, 1, 1);         // permute (and its backward)
+    const double fe = g.expert_ffn, up = g.swiglu ? 2 * fe : fe;
+    const auto grouped = [&](double n, double k) {
+      gemm(out.forward, {received, n, k, local_experts});
+      gemm(out.input, {received, k, n, local_experts});
+      gemm(out.weight, {k, n, received, local_experts});
+    };
+    grouped(up / etp, h);
+    pass(local_rows * fe / etp, g.swiglu ? 3 : 2, g.swiglu ? 5 : 3);
+    grouped(h, fe / etp);
+    pass(local_rows * h + rows * h, 1, 2);         // unpermute, weighted by the probabilities
+    if (g.shared_ffn > 0) {
+      mlp(g.shared_ffn);
+      pass(rows * h, 3, 2);                        // shared + routed
+    }
+  }
+  dropout_add();
+}
+
 }  // namespace
 
 double gemm_unit_time_s(const GemmShape& gemm, int sms, double peak_flops) {
@@ -111,7 +211,9 @@ LayerKernels layer_kernels(const Layer& layer, const TensorCoreModel& model, dou
     memory_kernel(out.forward, 3 * rows * h * e + rows * h);
     memory_kernel(out.input, 2 * rows * h * e + rows * h);  // reads dy and the mask, writes the branch's gradient
   };
-  if (layer.op == "transformer") {
+  if (layer.op == "transformer" && (g.moe() || g.mla())) {
+    moe_or_mla_block(out, g, t, rows, tokens, e, peak_flops, share, gemm, weight_gemm, norm, dropout_add);
+  } else if (layer.op == "transformer") {
     norm(rows);
     linear_gemm(tokens, (h + 2 * kv) / t, h, rows, tokens);
     if (g.rotary) {

@@ -40,6 +40,13 @@ struct TensorParallelShare {
   int t = 1;
   bool sequence_parallel = false;
   int context_parallel = 1;
+  /// A mixture-of-experts block's expert parallelism: the routed experts
+  /// spread over `expert_parallel` ranks (E / ep local experts each), each
+  /// expert's columns over `expert_tensor_parallel` members (0: t, as
+  /// Megatron-Core's --expert-tensor-parallel-size defaults to the tensor
+  /// parallel size).
+  int expert_parallel = 1;
+  int expert_tensor_parallel = 0;
 };
 
 /// One GEMM of (M x K) by (K x N), `batch` times (a batched GEMM).
@@ -98,6 +105,26 @@ struct LayerKernels {
  *    element-wise kernel's backward. W: each GEMM's weight gradient (K x N
  *    x M), the bias gradients. Norms and dropout-adds run on N / t tokens
  *    under sequence parallelism, on all N otherwise.
+ *  - transformer with multi-head latent attention (shape.mla()): norm;
+ *    the query's down projection (N x q_lora_rank x h, whole on every
+ *    member as Megatron-Core's duplicated linear), its norm and up
+ *    projection (N x heads (qk + pos) / t x q_lora_rank), or one query
+ *    projection without a q rank; the key/value down projection (N x
+ *    (kv_lora_rank + pos) x h, whole), its norm, the up projection (N x
+ *    heads (qk + v) / t x kv_lora_rank); rotary over the rotary parts;
+ *    attention over query/key heads qk + pos wide and value heads v wide
+ *    (flash: 2 B s^2 heads (qk + pos + v) / t FLOPs, halved when causal,
+ *    the backward twice that plus the Q K^T recomputed); the output
+ *    projection N x h x heads v / t.
+ *  - transformer with experts (shape.moe()): the attention half as above
+ *    (MHA/GQA or MLA), then the router GEMM (R x E x h, R the member's
+ *    tokens: N / t under sequence parallelism), its score and top-k pass
+ *    and the permutation (memory passes); the routed experts as grouped
+ *    GEMMs of E / ep local experts with M = N x topk x ep / E x imbalance
+ *    rows each (the busiest expert-parallel rank), columns split etp ways:
+ *    up (M x u_e / etp x h), activation, down (M x h x f_e / etp); the
+ *    unpermutation; the shared expert's two GEMMs split t ways as a dense
+ *    MLP's. Dense blocks' kernels are as above, unchanged.
  *  - embedding: word lookup, position add and dropout; W the table's gradient.
  *  - norm: a norm forward and backward.
  *  - linear (head): N x V / t x h, its input and weight gradients (V

@@ -84,8 +84,12 @@ Partition megatron_partition(const Profile& profile, const std::vector<std::stri
     throw InputError(fmt::format("--partition megatron: {} stages, {} per device: expected a multiple of {}", num_stages, v, v));
   const int p = num_stages / v;
   std::vector<std::size_t> blocks;
-  for (std::size_t l = 0; l < profile.layers.size(); ++l)
-    if (profile.layers[l].op == "transformer") blocks.push_back(l);
+  bool after_final_norm = false;  // multi-token prediction modules follow the final norm (see the header)
+  for (std::size_t l = 0; l < profile.layers.size(); ++l) {
+    const Layer& layer = profile.layers[l];
+    if (layer.op == "norm" && layer.transformer_shape && !blocks.empty()) after_final_norm = true;
+    if (layer.op == "transformer" && !after_final_norm) blocks.push_back(l);
+  }
   const int blocks_count = static_cast<int>(blocks.size());
   const int total = blocks_count + (embedding_slot ? 1 : 0) + (loss_slot ? 1 : 0);
   if (blocks_count == 0)

@@ -112,7 +112,10 @@ Partition balanced_partition(const Profile& profile, const std::vector<std::stri
  *  virtual_stages chunks, in stage order. The layers before the first
  *  transformer layer (embedding) go to stage 0, those after the last (final
  *  norm, head, loss) to the last stage, others with the transformer layer
- *  before them. With `embedding_slot` (`loss_slot`), Megatron's
+ *  before them. Transformer layers after the gpt generator's final norm (a
+ *  layer of op "norm" with a transformer_shape, after the blocks) are
+ *  multi-token prediction modules: not in the split, on the last stage
+ *  (Megatron-Core core_v0.14.0 builds them there, after the decoder). With `embedding_slot` (`loss_slot`), Megatron's
  *  --account-for-embedding-in-pipeline-split (-loss-): the embedding (the
  *  head and loss) counts as one layer of the split, which then divides L + 1
  *  (+ 1) layers, and the first (last) stage holds one transformer layer

@@ -35,6 +35,22 @@ struct TransformerShape {
   /// The attention is causal (a GPT decoder's): a flash-attention kernel
   /// skips the masked half of the scores; the unfused form computes them all.
   bool causal = true;
+  /// A mixture-of-experts block (op "transformer"; experts > 0): `experts`
+  /// routed experts of hidden width `expert_ffn` (SwiGLU as `swiglu`), each
+  /// token routed to `topk` of them; a shared expert of `shared_ffn` (0:
+  /// none) in place of the dense MLP; `imbalance` >= 1 the busiest
+  /// expert-parallel rank's routed tokens over the mean. 0 experts: a
+  /// dense block (the other MoE fields unused).
+  double experts = 0, topk = 0, expert_ffn = 0, shared_ffn = 0, imbalance = 1;
+  /// Multi-head latent attention (Megatron-Core MLASelfAttention) when
+  /// kv_lora_rank > 0: queries through a q_lora_rank down projection (0: a
+  /// direct one), keys and values up from a kv_lora_rank latent; per head
+  /// query/key width qk_head_dim + qk_pos_head_dim (the rotary part, one
+  /// key part shared by the heads) and value width v_head_dim. kv_columns
+  /// is then unused.
+  double q_lora_rank = 0, kv_lora_rank = 0, qk_head_dim = 0, qk_pos_head_dim = 0, v_head_dim = 0;
+  bool moe() const { return experts > 0; }
+  bool mla() const { return kv_lora_rank > 0; }
 };
 
 struct Layer {

@@ -363,6 +363,22 @@ void read_tensor_parallel_fields(const nlohmann::json& entry, Layer& layer, cons
                                    origin, path, format_exact(layer.parameter_bytes),
                                    format_exact(layer.replicated_parameter_bytes)));
   }
+  // Mixture of experts (Layer::expert_parameter_bytes, moe_dispatch_bytes).
+  if (entry.contains("expert_parameter_bytes")) {
+    layer.expert_parameter_bytes =
+        non_negative_number(entry, "expert_parameter_bytes", origin, path + ".expert_parameter_bytes");
+    if (layer.expert_parameter_bytes > layer.parameter_bytes)
+      throw InputError(fmt::format("{}: {}.expert_parameter_bytes: expected at most parameter_bytes ({}), found {}",
+                                   origin, path, format_exact(layer.parameter_bytes),
+                                   format_exact(layer.expert_parameter_bytes)));
+  }
+  if (entry.contains("moe_dispatch_bytes")) {
+    layer.moe_dispatch_bytes = non_negative_number(entry, "moe_dispatch_bytes", origin, path + ".moe_dispatch_bytes");
+    if (layer.moe_dispatch_bytes > 0 && !(layer.expert_parameter_bytes > 0))
+      throw InputError(fmt::format("{}: {}.moe_dispatch_bytes: a dispatch needs routed experts; expected "
+                                   "expert_parameter_bytes > 0, found {}",
+                                   origin, path, format_exact(layer.expert_parameter_bytes)));
+  }
   if (const auto field = entry.find("replicated_activation_fraction"); field != entry.end()) {
     const auto value = json_number_in(*field, 0, 1);
     if (!value)
@@ -386,7 +402,9 @@ void read_transformer_shape(const nlohmann::json& entry, Layer& layer, const std
                                  where, shown(*field)));
   reject_unknown_fields(*field, fmt::format("{}: {}", origin, where),
                         {"batch", "sequence", "hidden", "heads", "kv_columns", "ffn", "vocabulary", "swiglu",
-                         "linear_bias", "rmsnorm", "rotary", "flash_attention", "position_table", "causal"});
+                         "linear_bias", "rmsnorm", "rotary", "flash_attention", "position_table", "causal", "experts",
+                         "topk", "expert_ffn", "shared_ffn", "imbalance", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
+                         "qk_pos_head_dim", "v_head_dim"});
   TransformerShape shape;
   const std::pair<const char*, double TransformerShape::*> numbers[] = {
       {"batch", &TransformerShape::batch},   {"sequence", &TransformerShape::sequence},
@@ -414,6 +432,33 @@ void read_transformer_shape(const nlohmann::json& entry, Layer& layer, const std
       throw InputError(fmt::format("{}: {}.{}: expected true or false, found {}", origin, where, name, shown(*value)));
     shape.*member = value->get<bool>();
   }
+  // Mixture of experts and multi-head latent attention: optional, >= 0
+  // (imbalance >= 1); experts > 0 needs topk from 1 to experts and
+  // expert_ffn > 0, kv_lora_rank > 0 qk_head_dim and v_head_dim > 0.
+  const std::pair<const char*, double TransformerShape::*> optional_numbers[] = {
+      {"experts", &TransformerShape::experts},         {"topk", &TransformerShape::topk},
+      {"expert_ffn", &TransformerShape::expert_ffn},   {"shared_ffn", &TransformerShape::shared_ffn},
+      {"imbalance", &TransformerShape::imbalance},     {"q_lora_rank", &TransformerShape::q_lora_rank},
+      {"kv_lora_rank", &TransformerShape::kv_lora_rank}, {"qk_head_dim", &TransformerShape::qk_head_dim},
+      {"qk_pos_head_dim", &TransformerShape::qk_pos_head_dim}, {"v_head_dim", &TransformerShape::v_head_dim}};
+  for (const auto& [name, member] : optional_numbers) {
+    const auto value = field->find(name);
+    if (value == field->end()) continue;
+    const double least = std::string(name) == "imbalance" ? 1 : 0;
+    if (!value->is_number() || !std::isfinite(value->get<double>()) || value->get<double>() < least ||
+        value->get<double>() > 1e12)
+      throw InputError(fmt::format("{}: {}.{}: expected a number >= {} (at most 1e12), found {}", origin, where, name,
+                                   least, shown(*value)));
+    shape.*member = value->get<double>();
+  }
+  if (shape.experts > 0 && !(shape.topk >= 1 && shape.topk <= shape.experts && shape.expert_ffn > 0))
+    throw InputError(fmt::format("{}: {}: with experts ({}) expected topk from 1 to experts and expert_ffn > 0, found "
+                                 "topk {} and expert_ffn {}",
+                                 origin, where, shape.experts, shape.topk, shape.expert_ffn));
+  if (shape.kv_lora_rank > 0 && !(shape.qk_head_dim > 0 && shape.v_head_dim > 0))
+    throw InputError(fmt::format("{}: {}: with kv_lora_rank (multi-head latent attention) expected qk_head_dim and "
+                                 "v_head_dim > 0, found {} and {}",
+                                 origin, where, shape.qk_head_dim, shape.v_head_dim));
   const char* const ops[] = {"embedding", "transformer", "norm", "linear", "loss"};
   if (std::find(std::begin(ops), std::end(ops), layer.op) == std::end(ops))
     throw InputError(fmt::format("{}: {}: a transformer_shape needs op embedding, transformer, norm, linear or loss, found "
@@ -422,16 +467,33 @@ void read_transformer_shape(const nlohmann::json& entry, Layer& layer, const std
   layer.transformer_shape = shape;
 }
 
+/// The MoE and MLA numbers of a transformer_shape (none for a dense
+/// MHA/GQA layer's, whose text stays as it was).
+std::string moe_and_mla_text(const TransformerShape& shape) {
+  std::string text;
+  if (shape.moe())
+    text += fmt::format(", \"experts\": {}, \"topk\": {}, \"expert_ffn\": {}, \"shared_ffn\": {}, \"imbalance\": {}",
+                        number_text(shape.experts), number_text(shape.topk), number_text(shape.expert_ffn),
+                        number_text(shape.shared_ffn), number_text(shape.imbalance));
+  if (shape.mla())
+    text += fmt::format(", \"q_lora_rank\": {}, \"kv_lora_rank\": {}, \"qk_head_dim\": {}, \"qk_pos_head_dim\": {}, "
+                        "\"v_head_dim\": {}",
+                        number_text(shape.q_lora_rank), number_text(shape.kv_lora_rank), number_text(shape.qk_head_dim),
+                        number_text(shape.qk_pos_head_dim), number_text(shape.v_head_dim));
+  return text;
+}
+
 /// The transformer_shape's text, in read_transformer_shape's order.
 std::string transformer_shape_text(const TransformerShape& shape) {
   auto flag = [](bool value) { return value ? "true" : "false"; };
   return fmt::format(", \"transformer_shape\": {{\"batch\": {}, \"sequence\": {}, \"hidden\": {}, \"heads\": {}, "
                      "\"kv_columns\": {}, \"ffn\": {}, \"vocabulary\": {}, \"swiglu\": {}, \"linear_bias\": {}, "
-                     "\"rmsnorm\": {}, \"rotary\": {}, \"flash_attention\": {}, \"position_table\": {}, \"causal\": {}}}",
+                     "\"rmsnorm\": {}, \"rotary\": {}, \"flash_attention\": {}, \"position_table\": {}, \"causal\": {}{}}}",
                      number_text(shape.batch), number_text(shape.sequence), number_text(shape.hidden),
                      number_text(shape.heads), number_text(shape.kv_columns), number_text(shape.ffn),
                      number_text(shape.vocabulary), flag(shape.swiglu), flag(shape.linear_bias), flag(shape.rmsnorm),
-                     flag(shape.rotary), flag(shape.flash_attention), flag(shape.position_table), flag(shape.causal));
+                     flag(shape.rotary), flag(shape.flash_attention), flag(shape.position_table), flag(shape.causal),
+                     moe_and_mla_text(shape));
 }
 
 }  // namespace
@@ -529,7 +591,8 @@ Profile parse_profile_json_document(const nlohmann::json& document, const std::s
                           {"name", "forward_s", "backward_s", "backward_input_s", "backward_weight_s", "output_bytes",
                            "activation_bytes", "parameter_bytes", "op", "forward_flops", "backward_input_flops",
                            "backward_weight_flops", "bytes_read", "bytes_written", "attention_core_flops_share", "attention_core_stash_share", "devices", "vocabulary",
-                           "replicated_parameter_bytes", "replicated_activation_fraction", "transformer_shape"});
+                           "replicated_parameter_bytes", "replicated_activation_fraction", "transformer_shape",
+                           "expert_parameter_bytes", "moe_dispatch_bytes"});
     Layer layer;
     const auto layer_name = entry.find("name");
     if (layer_name == entry.end() || !layer_name->is_string())
@@ -748,6 +811,10 @@ std::string profile_to_json(const Profile& profile) {
       analytic += fmt::format(", \"replicated_parameter_bytes\": {}", number_text(layer.replicated_parameter_bytes));
     if (layer.replicated_activation_fraction > 0)
       analytic += fmt::format(", \"replicated_activation_fraction\": {}", number_text(layer.replicated_activation_fraction));
+    if (layer.expert_parameter_bytes > 0)
+      analytic += fmt::format(", \"expert_parameter_bytes\": {}", number_text(layer.expert_parameter_bytes));
+    if (layer.moe_dispatch_bytes > 0)
+      analytic += fmt::format(", \"moe_dispatch_bytes\": {}", number_text(layer.moe_dispatch_bytes));
     text += fmt::format("{}\n    {{\"name\": {}{}, \"output_bytes\": {}{}, \"parameter_bytes\": {}{}{}}}",
                         l == 0 ? "" : ",", nlohmann::ordered_json(layer.name).dump(), times, output,
                         activation.empty() ? "" : ", \"activation_bytes\": " + activation,
@@ -803,6 +870,15 @@ void check_profile(const Profile& profile, const std::string& origin) {
       throw InputError(fmt::format("{}: {}.replicated_parameter_bytes: expected from 0 to parameter_bytes ({}), found {}",
                                    origin, path, format_exact(layer.parameter_bytes),
                                    format_exact(layer.replicated_parameter_bytes)));
+    if (!(layer.expert_parameter_bytes >= 0 && layer.expert_parameter_bytes <= layer.parameter_bytes))
+      throw InputError(fmt::format("{}: {}.expert_parameter_bytes: expected from 0 to parameter_bytes ({}), found {}",
+                                   origin, path, format_exact(layer.parameter_bytes),
+                                   format_exact(layer.expert_parameter_bytes)));
+    check_non_negative(layer.moe_dispatch_bytes, origin, path + ".moe_dispatch_bytes");
+    if (layer.moe_dispatch_bytes > 0 && layer.expert_parameter_bytes <= 0)
+      throw InputError(fmt::format("{}: {}.moe_dispatch_bytes: a dispatch needs routed experts; expected "
+                                   "expert_parameter_bytes > 0, found {}",
+                                   origin, path, format_exact(layer.expert_parameter_bytes)));
     if (!(layer.replicated_activation_fraction >= 0 && layer.replicated_activation_fraction <= 1))
       throw InputError(fmt::format("{}: {}.replicated_activation_fraction: expected a number from 0 to 1, found {}", origin,
                                    path, format_exact(layer.replicated_activation_fraction)));

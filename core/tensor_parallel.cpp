@@ -232,8 +232,11 @@ double overlapped_collectives_s(double collectives_s, double gemm_s) { return st
 
 TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, const TensorParallelLink& link,
                                               bool sequence_parallel, bool comm_overlap, TensorParallelCollectives mode,
-                                              bool split_linear) {
+                                              bool split_linear, int expert_tensor_parallel) {
   check_t(t);
+  if (expert_tensor_parallel < 0 || expert_tensor_parallel > kMaxTensorParallel)
+    throw InputError(fmt::format("--expert-tensor-parallel: expected 0 (follows --tensor-parallel) to {}, found {}",
+                                 kMaxTensorParallel, expert_tensor_parallel));
   if (comm_overlap && !sequence_parallel)
     throw InputError("--tp-comm-overlap: needs --sequence-parallel (Megatron-LM asserts it: the overlap pipelines the "
                      "sequence-parallel all-gathers and reduce-scatters with the GEMMs)");
@@ -343,7 +346,15 @@ TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, con
       layer.activation_bytes = stashed / n;
     } else {
       const double replicated = original.replicated_parameter_bytes;
-      layer.parameter_bytes = replicated + (original.parameter_bytes - replicated) / n;
+      const double experts = original.expert_parameter_bytes;
+      if (experts > 0) {  // routed experts split etp ways, the rest of the block t ways
+        const double etp = expert_tensor_parallel > 0 ? expert_tensor_parallel : n;
+        layer.parameter_bytes = replicated + (original.parameter_bytes - replicated - experts) / n + experts / etp;
+        layer.expert_parameter_bytes = experts / etp;
+        layer.moe_dispatch_bytes = original.moe_dispatch_bytes / n;
+      } else {
+        layer.parameter_bytes = replicated + (original.parameter_bytes - replicated) / n;
+      }
       layer.replicated_parameter_bytes = replicated;
       layer.activation_bytes = sequence_parallel ? stashed / n : stashed * whole + stashed * (1 - whole) / n;
     }

@@ -187,11 +187,22 @@ struct TensorParallelProfile {
  *  t as for the kinds above, stash A x (f + (1 - f) / t); per forward 1
  *  all_gather_s of its output_bytes (whole), per backward's I 1
  *  ring_all_reduce_s of X (the input's gradient, each member holding a
- *  partial sum). */
+ *  partial sum).
+ *  A mixture-of-experts block (a transformer layer with
+ *  expert_parameter_bytes E > 0) is split as a block, except its routed
+ *  experts' weights: the member keeps R + (parameter_bytes - R - E) / t +
+ *  E / etp parameter bytes and expert_parameter_bytes E / etp, where etp =
+ *  `expert_tensor_parallel` (0: t; Megatron-Core core_v0.14.0's
+ *  --expert-tensor-parallel-size, whose default is the tensor-parallel
+ *  size). Its work (FLOPs, bytes, times) is divided by t whatever etp is:
+ *  at etp < t each member runs whole experts on its own tokens, at etp = t
+ *  1 / t of each expert on the group's tokens. Its moe_dispatch_bytes are
+ *  divided by t (each member dispatches its share of the tokens, in
+ *  parallel, as output_bytes). */
 TensorParallelProfile tensor_parallel_profile(const Profile& profile, int t, const TensorParallelLink& link,
                                               bool sequence_parallel = false, bool comm_overlap = false,
                                               TensorParallelCollectives mode = TensorParallelCollectives::Compute,
-                                              bool split_linear = false);
+                                              bool split_linear = false, int expert_tensor_parallel = 0);
 
 /** Megatron-LM's --tp-comm-overlap (Transformer Engine's userbuffers): a
  *  transformer layer's sequence-parallel all-gathers and reduce-scatters

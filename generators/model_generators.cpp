@@ -56,6 +56,17 @@ class Cost {
     read += e_ * (rows * in + in * out + bias);
     written += e_ * rows * out;
   }
+  /// A grouped GEMM (mixture of experts): `rows` rows in all, spread over
+  /// `groups` weight matrices of in x out: the FLOPs of weight_product,
+  /// every group's weights read.
+  void grouped_product(double rows, double in, double out, double groups, double bias) {
+    const double flops = 2 * rows * in * out;
+    forward += flops;
+    backward_input += flops;
+    backward_weight += flops;
+    read += e_ * (rows * in + groups * (in * out + bias));
+    written += e_ * rows * out;
+  }
   /// `batch` products [m x k] x [k x n] of two activations: 2 batch m k n
   /// FLOPs forward, twice that for the two input gradients.
   void activation_product(double batch, double m, double k, double n) {
@@ -195,7 +206,44 @@ const std::vector<ModelInfo>& registry() {
         {"flash_attention", 0,
          "1: fused attention (FlashAttention, cuDNN): the s x s scores neither stored nor kept, recomputed in the "
          "backward; 0: unfused",
-         0, 1, false}},
+         0, 1, false},
+        // Mixture of experts, multi-head latent attention and multi-token
+        // prediction: Megatron-LM core_v0.14.0's arguments and defaults
+        // (megatron/training/arguments.py: --num-experts, --moe-router-topk 2,
+        // --moe-ffn-hidden-size (ffn), --moe-shared-expert-intermediate-size,
+        // --moe-layer-freq 1, --multi-latent-attention, --q-lora-rank (None),
+        // --kv-lora-rank 32, --qk-head-dim 128, --qk-pos-emb-head-dim 64,
+        // --v-head-dim 128, --mtp-num-layers); docs/semantics.md, Mixture of experts.
+        {"num_experts", 0, "routed experts of an MoE block (0: dense, no MoE blocks)", 0, kModelOptionCap, false},
+        {"moe_topk", 2, "experts each token is routed to (Megatron's --moe-router-topk), <= num_experts", 1,
+         kModelOptionCap, false},
+        {"moe_ffn", std::nullopt, "hidden width of one routed expert (default ffn; --moe-ffn-hidden-size)", 1,
+         kModelOptionCap, false},
+        {"moe_shared_ffn", 0,
+         "intermediate width of the shared expert (0: none; --moe-shared-expert-intermediate-size)", 0,
+         kModelOptionCap, false},
+        {"moe_dense_first", 0, "the first N blocks are dense (--moe-layer-freq \"[0]*N+[1]*...\")", 0,
+         kMaxLayersOption, false},
+        {"moe_layer_freq", 1,
+         "after the dense first blocks, every N-th block is MoE, starting with the first (--moe-layer-freq N)", 1,
+         kMaxLayersOption, false},
+        {"moe_imbalance", 100,
+         "routing imbalance, percent >= 100: the busiest expert-parallel rank's routed tokens over the mean (100: "
+         "uniform)",
+         100, 100000, false},
+        {"mla", 0, "1: multi-head latent attention (--multi-latent-attention); 0: MHA/GQA", 0, 1, false},
+        {"q_lora_rank", 0, "MLA: rank of the query's down projection (0: none, a direct h -> heads x qk projection)",
+         0, kModelOptionCap, false},
+        {"kv_lora_rank", 32, "MLA: rank of the key/value down projection (--kv-lora-rank)", 1, kModelOptionCap, false},
+        {"qk_head_dim", 128, "MLA: query/key head width without the rotary part (--qk-head-dim)", 1, kModelOptionCap,
+         false},
+        {"qk_pos_emb_head_dim", 64, "MLA: rotary part of the query/key head width (--qk-pos-emb-head-dim)", 0,
+         kModelOptionCap, false},
+        {"v_head_dim", 128, "MLA: value head width (--v-head-dim)", 1, kModelOptionCap, false},
+        {"mtp_layers", 0,
+         "multi-token prediction modules (--mtp-num-layers), after the final norm on the last stage: norms, a 2h -> h "
+         "projection and one block each; the head and the loss then run over 1 + mtp_layers predictions",
+         0, 100, false}},
        8},
   };
   return models;
@@ -465,7 +513,49 @@ struct GptShape {
     rotary = m.options.at("rotary") == 1;
     tied_embeddings = m.options.at("tied_embeddings") == 1;
     flash_attention = m.options.at("flash_attention") == 1;
+    experts = option("num_experts");
+    topk = option("moe_topk");
+    expert_ffn = option("moe_ffn");
+    shared_ffn = option("moe_shared_ffn");
+    dense_first = m.options.at("moe_dense_first");
+    layer_freq = m.options.at("moe_layer_freq");
+    imbalance = option("moe_imbalance") / 100;
+    mla = m.options.at("mla") == 1;
+    q_rank = option("q_lora_rank");
+    kv_rank = option("kv_lora_rank");
+    qk_nope = option("qk_head_dim");
+    qk_rope = option("qk_pos_emb_head_dim");
+    v_head = option("v_head_dim");
+    mtp_layers = m.options.at("mtp_layers");
   }
+  /// Whether block `index` (0-based) is a mixture-of-experts block: with
+  /// experts, past the dense first blocks, every layer_freq-th from there.
+  bool moe_block(long long index) const {
+    return experts > 0 && index >= dense_first && (index - dense_first) % layer_freq == 0;
+  }
+  /// The shape of a block, MoE or dense (MLA either way).
+  TransformerShape block_shape(double batch, bool moe) const {
+    TransformerShape shape = layer_shape(batch);
+    if (moe) {
+      shape.experts = experts;
+      shape.topk = topk;
+      shape.expert_ffn = expert_ffn;
+      shape.shared_ffn = shared_ffn;
+      shape.imbalance = imbalance;
+    }
+    if (mla) {
+      shape.q_lora_rank = q_rank;
+      shape.kv_lora_rank = kv_rank;
+      shape.qk_head_dim = qk_nope;
+      shape.qk_pos_head_dim = qk_rope;
+      shape.v_head_dim = v_head;
+    }
+    return shape;
+  }
+  double experts = 0, topk = 0, expert_ffn = 0, shared_ffn = 0, imbalance = 1;
+  long long dense_first = 0, layer_freq = 1, mtp_layers = 0;
+  bool mla = false;
+  double q_rank = 0, kv_rank = 0, qk_nope = 0, qk_rope = 0, v_head = 0;
   /// The layers' TransformerShape for `batch` sequences (core/gpu_kernels.hpp).
   TransformerShape layer_shape(double batch) const {
     TransformerShape shape;
@@ -571,6 +661,169 @@ void transformer_block(Builder& b, const std::string& name, double batch, const 
   layer.attention_core_stash_share = core_stash / *layer.activation_bytes;
 }
 
+/// A block with multi-head latent attention or a mixture-of-experts MLP
+/// (or both), or a multi-token prediction module (`mtp_depth` >= 1: its
+/// embedding lookup, two norms, the 2h -> h projection before the block and
+/// its own final norm after; its output carries the hidden states of the
+/// main model and of the modules 1..mtp_depth, which the head reads). The
+/// dense MHA/GQA block is transformer_block's (kept as it was, bit for
+/// bit). Conventions as transformer_block's; docs/semantics.md, Mixture of
+/// experts, gives the terms and their sources.
+void general_block(Builder& b, const std::string& name, double batch, const GptShape& g, bool moe, long long mtp_depth) {
+  const double h = g.h, s = g.s, a = g.heads, e = b.e;
+  const double rows = batch * s, bias = g.linear_bias ? 1 : 0, nv = g.norm_vectors();
+  const double norm_read = e * nv * h;
+  Cost cost = b.cost();
+  double weights = 0, biases = 0, norms = 2 * nv * h;
+  double elements = 0, masks = 0;
+  if (mtp_depth > 0) {
+    // Megatron-Core MultiTokenPredictionLayer (core_v0.14.0,
+    // transformer/multi_token_prediction.py): the next tokens' embedding
+    // (the model's word table, shared), enorm and hnorm, their
+    // concatenation projected 2h -> h (eh_proj), then the block.
+    cost.memory(rows * h, rows * h, 0, kIdBytes * rows);  // embedding lookup
+    cost.memory(rows * h, rows * h, 0, norm_read);          // enorm
+    cost.memory(rows * h, rows * h, 0, norm_read);          // hnorm
+    cost.memory(2 * rows * h, 2 * rows * h);                // concatenate
+    cost.weight_product(rows, 2 * h, h, 0);                 // eh_proj
+    weights += 2 * h * h;
+    norms += 3 * nv * h;                    // enorm, hnorm, the module's final norm
+    elements += 2 * rows * h + 2 * rows * h;  // the two norms' inputs, the projection's input
+  }
+  cost.memory(rows * h, rows * h, 0, norm_read);  // norm 1
+  elements += 2 * rows * h + rows * h;            // the two norms' inputs, norm 1's output
+  double qk_width = h / a, v_width = h / a;       // per head
+  if (!g.mla) {
+    const double qkv = h + 2 * g.kv;
+    cost.weight_product(rows, h, qkv, bias * qkv);
+    if (g.rotary) cost.memory(rows * (h + g.kv) + 2 * s * (h / a), rows * (h + g.kv));
+    weights += h * qkv;
+    biases += bias * qkv;
+    elements += rows * qkv;  // Q, K, V
+  } else {
+    // Megatron-Core MLASelfAttention (core_v0.14.0,
+    // transformer/multi_latent_attention.py): linear_q_down_proj,
+    // q_layernorm, linear_q_up_proj (or linear_q_proj without a q rank);
+    // linear_kv_down_proj to kv_lora_rank + the rotary key part,
+    // kv_layernorm, linear_kv_up_proj to heads x (qk_head_dim +
+    // v_head_dim); linear_proj from heads x v_head_dim.
+    qk_width = g.qk_nope + g.qk_rope;
+    v_width = g.v_head;
+    const double q_columns = a * qk_width, kv_columns = a * (g.qk_nope + g.v_head);
+    if (g.q_rank > 0) {
+      cost.weight_product(rows, h, g.q_rank, bias * g.q_rank);
+      cost.memory(rows * g.q_rank, rows * g.q_rank, 0, e * nv * g.q_rank);  // q_layernorm
+      cost.weight_product(rows, g.q_rank, q_columns, bias * q_columns);
+      weights += h * g.q_rank + g.q_rank * q_columns;
+      biases += bias * (g.q_rank + q_columns);
+      norms += nv * g.q_rank;
+      elements += 2 * rows * g.q_rank;  // the down projection's output (the norm's input), the norm's output
+    } else {
+      cost.weight_product(rows, h, q_columns, bias * q_columns);
+      weights += h * q_columns;
+      biases += bias * q_columns;
+    }
+    const double down = g.kv_rank + g.qk_rope;
+    cost.weight_product(rows, h, down, bias * down);
+    cost.memory(rows * g.kv_rank, rows * g.kv_rank, 0, e * nv * g.kv_rank);  // kv_layernorm
+    cost.weight_product(rows, g.kv_rank, kv_columns, bias * kv_columns);
+    weights += h * down + g.kv_rank * kv_columns;
+    biases += bias * (down + kv_columns);
+    norms += nv * g.kv_rank;
+    elements += rows * down + rows * g.kv_rank;  // the down projection's output, the norm's output
+    // Rotary on the queries' and the shared key's rotary parts; the keys
+    // assembled (their own part and the shared rotary part, per head).
+    const double rotated = rows * (a * g.qk_rope + g.qk_rope);
+    cost.memory(rotated + 2 * s * g.qk_rope, rotated);
+    cost.memory(rows * (a * g.qk_nope + g.qk_rope), rows * q_columns);
+    elements += rows * (2 * q_columns + a * g.v_head);  // Q, K, V
+  }
+  const double scores = batch * a * s * s;
+  const double before_core = cost.forward;
+  double log_sum_exp = 0;
+  if (g.flash_attention) {
+    const double qk_products = 2 * batch * s * s * a * qk_width, v_products = 2 * batch * s * s * a * v_width;
+    cost.flops(qk_products + v_products, 2 * (qk_products + v_products) + qk_products, 0);
+    cost.memory(rows * a * (2 * qk_width + v_width), rows * a * v_width, kLogSumExpBytes * batch * a * s);
+    log_sum_exp = kLogSumExpBytes * batch * a * s;
+  } else {
+    cost.activation_product(batch * a, s, qk_width, s);  // Q K^T
+    cost.memory(scores, scores);                         // scale, mask, softmax
+    cost.memory(scores, scores, scores);                 // dropout (1-byte mask)
+    cost.activation_product(batch * a, s, s, v_width);   // attention x V
+    elements += 2 * scores;
+    masks += scores;
+  }
+  const double core_flops = cost.forward - before_core;
+  const double attention_out = a * v_width;
+  cost.weight_product(rows, attention_out, h, bias * h);  // output projection
+  weights += attention_out * h;
+  biases += bias * h;
+  elements += rows * attention_out;
+  cost.memory(2 * rows * h, rows * h, rows * h);  // dropout, residual add
+  cost.memory(rows * h, rows * h, 0, norm_read);  // norm 2
+  elements += rows * h;                           // norm 2's output
+  masks += 2 * rows * h;                          // the two residual dropouts' masks
+  double expert_weights = 0;
+  // An MLP of width `width` on `tokens` rows (a dense MLP, the shared expert).
+  const auto mlp = [&](double tokens, double width) {
+    const double up = g.swiglu ? 2 * width : width;
+    cost.weight_product(tokens, h, up, bias * up);
+    cost.memory(tokens * width, tokens * width);
+    if (g.swiglu) cost.memory(2 * tokens * width, tokens * width);
+    cost.weight_product(tokens, width, h, bias * h);
+    weights += h * up + width * h;
+    biases += bias * (up + h);
+    elements += tokens * up + tokens * width;  // the activation's input and output
+  };
+  if (!moe) {
+    mlp(rows, g.f);
+  } else {
+    // Megatron-Core MoELayer (core_v0.14.0, transformer/moe/): the router
+    // (router.py TopKRouter: a GEMM to E logits, no bias; score and top-k),
+    // the token permutation (moe_utils.py permute), the experts as grouped
+    // GEMMs (experts.py GroupedMLP / TEGroupedMLP) over the N k routed
+    // rows, the unpermutation weighting each expert's output by its
+    // probability, and the shared expert (shared_experts.py) on every token.
+    const double experts = g.experts, routed = rows * g.topk, fe = g.expert_ffn;
+    const double up = g.swiglu ? 2 * fe : fe;
+    cost.weight_product(rows, h, experts, 0);             // router logits
+    cost.memory(rows * experts, rows * experts + routed);  // score function and top-k (probabilities, indices)
+    cost.memory(rows * h, routed * h);                     // permute
+    cost.grouped_product(routed, h, up, experts, bias * up);
+    cost.memory(routed * fe, routed * fe);
+    if (g.swiglu) cost.memory(2 * routed * fe, routed * fe);
+    cost.grouped_product(routed, fe, h, experts, bias * h);
+    cost.memory(routed * h + routed, rows * h);  // unpermute, weighted by the probabilities
+    weights += h * experts;
+    expert_weights = experts * (h * up + fe * h + bias * (up + h));
+    // Kept: the router's probabilities (N E), the permuted tokens (the
+    // first grouped GEMM's input), the activation's input and output, the
+    // experts' outputs (for the probabilities' gradient).
+    elements += rows * experts + routed * h + routed * up + routed * fe + routed * h;
+    if (g.shared_ffn > 0) {
+      mlp(rows, g.shared_ffn);
+      cost.memory(2 * rows * h, rows * h);  // shared + routed
+    }
+  }
+  cost.memory(2 * rows * h, rows * h, rows * h);  // dropout, residual add
+  if (mtp_depth > 0) {
+    cost.memory(rows * h, rows * h, 0, norm_read);  // the module's final norm
+    elements += rows * h;
+  }
+  const double output = (mtp_depth > 0 ? 1 + static_cast<double>(mtp_depth) : 1) * rows * h;
+  b.add(name, "transformer", cost, output, elements, weights + biases + expert_weights + norms, masks + log_sum_exp);
+  Layer& layer = b.layers.back();
+  layer.replicated_activation_fraction = (e * 4 * rows * h + 2 * rows * h) / *layer.activation_bytes;
+  const double core_stash = g.flash_attention ? log_sum_exp : (2 * e + 1) * scores;
+  layer.attention_core_flops_share = core_flops / cost.forward;
+  layer.attention_core_stash_share = core_stash / *layer.activation_bytes;
+  if (moe) {
+    layer.expert_parameter_bytes = e * expert_weights;
+    layer.moe_dispatch_bytes = e * rows * g.topk * h * g.imbalance;
+  }
+}
+
 void build_gpt(Builder& b, const ResolvedModel& m, Profile& profile) {
   const GptShape g(m);
   const double batch = m.micro_batch_size;
@@ -599,22 +852,47 @@ void build_gpt(Builder& b, const ResolvedModel& m, Profile& profile) {
   embedding_layer.vocabulary = static_cast<long long>(vocabulary);
   embedding_layer.replicated_parameter_bytes = g.rotary ? 0 : b.e * g.positions * h;
   embedding_layer.replicated_activation_fraction = 1;
-  for (long long l = 1; l <= layers; ++l) transformer_block(b, fmt::format("block{}", l), batch, g);
+  std::vector<std::pair<std::size_t, TransformerShape>> block_shapes;  // blocks whose shape is not the model's
+  for (long long l = 1; l <= layers; ++l) {
+    const bool moe = g.moe_block(l - 1);
+    if (!moe && !g.mla) {
+      transformer_block(b, fmt::format("block{}", l), batch, g);
+      continue;
+    }
+    general_block(b, fmt::format("block{}", l), batch, g, moe, 0);
+    block_shapes.emplace_back(b.layers.size() - 1, g.block_shape(batch, moe));
+  }
   {  // LayerNorm (and RMSNorm, at the same rates): 5 FLOPs per element forward, 8 for the input gradient, 2 for the weights
     Cost cost = b.cost();
     cost.flops(5 * rows * h, 8 * rows * h, 2 * rows * h);
     cost.memory(rows * h, rows * h, 0, b.e * g.norm_vectors() * h);
     b.add("final_norm", "norm", cost, rows * h, rows * h, g.norm_vectors() * h);
   }
+  // Multi-token prediction (Megatron-Core core_v0.14.0: the modules run on
+  // the last stage after the decoder; each module's block takes the
+  // decoder's last layer's spec, MoE or dense).
+  const bool mtp_moe = g.moe_block(layers - 1);
+  for (long long depth = 1; depth <= g.mtp_layers; ++depth) {
+    general_block(b, fmt::format("mtp{}", depth), batch, g, mtp_moe, depth);
+    block_shapes.emplace_back(b.layers.size() - 1, g.block_shape(batch, mtp_moe));
+  }
+  // The head and the loss run over the main model's hidden states and each
+  // MTP module's (Megatron concatenates them): 1 + mtp_layers times the rows.
+  const double predictions = 1 + static_cast<double>(g.mtp_layers);
+  const double head_rows = predictions * rows;
   // Tied: the product with the embedding's word table, whose gradient it
   // adds to; the weights are counted once, in the embedding.
   Cost head = b.cost();
-  head.weight_product(rows, h, vocabulary, 0);
-  b.add("head", "linear", head, rows * vocabulary, rows * vocabulary, g.tied_embeddings ? 0 : h * vocabulary);
+  head.weight_product(head_rows, h, vocabulary, 0);
+  b.add("head", "linear", head, head_rows * vocabulary, head_rows * vocabulary, g.tied_embeddings ? 0 : h * vocabulary);
   b.layers.back().vocabulary = static_cast<long long>(vocabulary);
-  b.loss(rows, vocabulary);
+  b.loss(head_rows, vocabulary);
   b.layers.back().vocabulary = static_cast<long long>(vocabulary);
   for (Layer& layer : b.layers) layer.transformer_shape = g.layer_shape(batch);
+  for (const auto& [index, shape] : block_shapes) b.layers[index].transformer_shape = shape;
+  if (g.mtp_layers > 0)  // the head and the loss time 1 + mtp_layers sequences per sample
+    for (std::size_t l = b.layers.size() - 2; l < b.layers.size(); ++l)
+      b.layers[l].transformer_shape->batch = batch * predictions;
 }
 
 }  // namespace
@@ -678,6 +956,7 @@ long long default_of(const ModelInfo& info, const ModelOptionInfo& option, const
     return o.at("swiglu") == 1 ? swiglu_default_ffn(o.at("hidden")) : 4 * o.at("hidden");
   if (info.name == "gpt" && option.name == "query_groups") return o.at("heads");
   if (info.name == "gpt" && option.name == "positions") return o.at("rotary") == 1 ? 0 : o.at("sequence");
+  if (info.name == "gpt" && option.name == "moe_ffn") return o.at("ffn");
   throw std::logic_error("model " + info.name + ": option " + option.name + " has no default");
 }
 
@@ -740,6 +1019,13 @@ ResolvedModel resolve_model_spec(const ModelSpec& spec) {
       throw InputError(fmt::format("--positions: rotary position embedding (--rotary 1) has no position table; expected "
                                    "no --positions, found {}",
                                    o["positions"]));
+    if (o["num_experts"] > 0 && o["moe_topk"] > o["num_experts"])
+      throw InputError(fmt::format("--moe-topk: expected at most --num-experts ({}) experts per token, found {}",
+                                   o["num_experts"], o["moe_topk"]));
+    if (o["mla"] == 1 && o["query_groups"] != o["heads"])
+      throw InputError(fmt::format("--query-groups: multi-head latent attention (--mla 1) has a key and a value per "
+                                   "head; expected no --query-groups, found {}",
+                                   o["query_groups"]));
     if (o["rotary"] == 0 && o["positions"] < o["sequence"])
       throw InputError(fmt::format("--positions: expected at least --sequence ({}) rows, found {}", o["sequence"],
                                    o["positions"]));

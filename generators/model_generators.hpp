@@ -32,7 +32,15 @@
 //             in this profile: the simulation adds them), flash_attention
 //             (0: unfused attention keeping the s x s scores; 1: a fused
 //             kernel, FlashAttention or cuDNN, keeping none and recomputing
-//             them in the backward).
+//             them in the backward); mixture of experts: num_experts
+//             (0: dense), moe_topk (2), moe_ffn (ffn), moe_shared_ffn (0:
+//             none), moe_dense_first (0), moe_layer_freq (1),
+//             moe_imbalance (percent, 100); multi-head latent attention:
+//             mla (0), q_lora_rank (0: none), kv_lora_rank (32),
+//             qk_head_dim (128), qk_pos_emb_head_dim (64), v_head_dim
+//             (128); multi-token prediction: mtp_layers (0) (Megatron-LM
+//             core_v0.14.0's defaults; docs/semantics.md, Mixture of
+//             experts).
 // Every model also takes micro_batch_size and dtype (fp32, the default,
 // fp16 or bf16).
 
@@ -115,7 +123,8 @@ struct ResolvedModel {
  *  switches 0 to 1), a micro-batch size outside 1..10^6, an unknown dtype,
  *  and the models' own rules: gnmt's layers even and >= 4; gpt's hidden a
  *  multiple of heads, query_groups a divisor of heads, positions >= sequence
- *  and not given with rotary, and a derived ffn of at least 1; vgg16's and
+ *  and not given with rotary, a derived ffn of at least 1, moe_topk at most
+ *  num_experts, no query_groups with mla; vgg16's and
  *  resnet50's image a multiple of 32. */
 ResolvedModel resolve_model_spec(const ModelSpec& spec);
 

@@ -70,7 +70,11 @@ const std::vector<Group>& groups() {
         {"--fp16-lm-cross-entropy", S}, {"--rotary-percent", V}, {"--recompute-modules", L},
         {"--use-distributed-optimizer", S}, {"--overlap-grad-reduce", S}, {"--overlap-param-gather", S},
         {"--overlap-param-gather-with-optimizer-step", S}, {"--tp-comm-overlap", S},
-        {"--ddp-bucket-size", V}, {"--fp8-format", V}, {"--fp8-recipe", V}}},
+        {"--ddp-bucket-size", V}, {"--fp8-format", V}, {"--fp8-recipe", V}, {"--expert-tensor-parallel-size", V},
+        {"--moe-router-topk", V}, {"--moe-ffn-hidden-size", V},
+        {"--moe-shared-expert-intermediate-size", V}, {"--moe-layer-freq", V}, {"--multi-latent-attention", S},
+        {"--q-lora-rank", V}, {"--kv-lora-rank", V}, {"--qk-head-dim", V}, {"--qk-pos-emb-head-dim", V},
+        {"--v-head-dim", V}, {"--mtp-num-layers", V}}},
       {Treatment::Retired,
        "--batch-size argument is no longer valid, use --micro-batch-size instead",
        {
@@ -100,15 +104,7 @@ const std::vector<Group>& groups() {
        {
         {"--retro-project-dir", V}, {"--retro-add-retriever", S}}},
       {Treatment::Refused,
-       "multi-latent attention is not the gpt model's attention",
-       {
-        {"--multi-latent-attention", S}}},
-      {Treatment::Refused,
-       "multi-token prediction layers are not in the gpt model",
-       {
-        {"--mtp-num-layers", V}}},
-      {Treatment::Refused,
-       "mixture of experts is not in the gpt model",
+       "recomputing the MoE layer is not modelled (pipegrid's selective recomputation redoes the attention core)",
        {
         {"--moe-layer-recompute", S}}},
       {Treatment::Refused,
@@ -415,27 +411,31 @@ const std::vector<Group>& groups() {
         {"--overlap-cpu-optimizer-d2h-h2d", S}, {"--no-pin-cpu-grads", S}, {"--no-pin-cpu-params", S},
         {"--main-params-dtype", V}, {"--exp-avg-dtype", V}, {"--exp-avg-sq-dtype", V}}},
       {Treatment::Ignored,
-       "settings of mixture of experts (no effect without --num-experts)",
+       "settings of mixture of experts that change neither time nor memory in pipegrid's model (router numerics and "
+       "groups, load-balancing losses, the dispatcher's implementation; the experts are timed as grouped GEMMs; no "
+       "effect without --num-experts)",
        {
-        {"--moe-layer-freq", V}, {"--moe-ffn-hidden-size", V}, {"--moe-shared-expert-intermediate-size", V},
         {"--moe-shared-expert-overlap", S}, {"--moe-grouped-gemm", S}, {"--moe-use-legacy-grouped-gemm", S},
         {"--moe-extended-tp", S}, {"--moe-use-upcycling", S}, {"--moe-router-load-balancing-type", L1},
         {"--moe-router-dtype", V}, {"--moe-router-fusion", S}, {"--moe-router-score-function", V},
-        {"--moe-router-topk", V}, {"--moe-router-pre-softmax", S}, {"--moe-router-num-groups", V},
+        {"--moe-router-pre-softmax", S}, {"--moe-router-num-groups", V},
         {"--moe-router-group-topk", V}, {"--moe-router-topk-scaling-factor", V},
         {"--moe-router-enable-expert-bias", S}, {"--moe-router-bias-update-rate", V},
         {"--moe-router-force-load-balancing", S}, {"--moe-router-padding-for-fp8", S},
         {"--moe-aux-loss-coeff", L1}, {"--moe-z-loss-coeff", V}, {"--moe-input-jitter-eps", V},
         {"--moe-token-dispatcher-type", V}, {"--moe-enable-deepep", S}, {"--moe-deepep-num-sms", V},
-        {"--moe-permute-fusion", S}, {"--moe-expert-capacity-factor", V},
-        {"--moe-pad-expert-input-to-capacity", S}, {"--moe-token-drop-policy", V},
+        {"--moe-permute-fusion", S}, {"--moe-token-drop-policy", V},
         {"--moe-apply-probs-on-input", S}, {"--moe-upcycling-granularity", V},
-        {"--expert-tensor-parallel-size", V}, {"--overlap-moe-expert-parallel-comm", S}}},
-      {Treatment::Ignored,
-       "settings of multi-latent attention (no effect without --multi-latent-attention)",
+        {"--overlap-moe-expert-parallel-comm", S}}},
+      {Treatment::Refused,
+       "token dropping at an expert capacity is not modelled (pipegrid routes every token: dropless MoE, the release's "
+       "default)",
        {
-        {"--q-lora-rank", V}, {"--kv-lora-rank", V}, {"--qk-head-dim", V}, {"--qk-pos-emb-head-dim", V},
-        {"--v-head-dim", V}, {"--rotary-scaling-factor", V}, {"--mscale", V}, {"--mscale-all-dim", V},
+        {"--moe-expert-capacity-factor", V}, {"--moe-pad-expert-input-to-capacity", S}}},
+      {Treatment::Ignored,
+       "rotary scaling of multi-latent attention (the same work)",
+       {
+        {"--rotary-scaling-factor", V}, {"--mscale", V}, {"--mscale-all-dim", V},
         {"--cache-mla-latents", S}}},
       {Treatment::Ignored,
        "settings of weight-gradient deferral (no effect without --defer-embedding-wgrad-compute)",
@@ -842,6 +842,164 @@ constexpr long long kMaxGlobalBatch = 1000000000000LL;
   arguments.fail(argument, fmt::format("not modelled: {}; drop it to simulate without it", why));
 }
 
+/// Megatron-LM's --moe-layer-freq string form, a Python expression of
+/// integer lists ("([0]*3+[1]*58)", "[1,0,1,0]"): sums of terms, each an
+/// integer list (or a parenthesised sum) repeated by "* N" (either side).
+/// The list; InputError naming the argument for anything else.
+class LayerPatternParser {
+ public:
+  LayerPatternParser(const std::string& text, const Arguments& arguments) : text_(text), arguments_(arguments) {}
+  std::vector<int> parse() {
+    std::vector<int> list = sum();
+    skip();
+    if (at_ != text_.size()) fail("unexpected '" + std::string(1, text_[at_]) + "'");
+    return list;
+  }
+
+ private:
+  void skip() {
+    while (at_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[at_]))) ++at_;
+  }
+  bool take(char c) {
+    skip();
+    if (at_ < text_.size() && text_[at_] == c) return ++at_, true;
+    return false;
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    arguments_.fail("--moe-layer-freq", fmt::format("expected an integer N (every N-th layer MoE) or a list expression "
+                                                    "such as \"([0]*3+[1]*58)\" of 0 (dense) and 1 (MoE); {} in '{}'",
+                                                    what, printable(text_)));
+  }
+  long long integer() {
+    skip();
+    const std::size_t begin = at_;
+    while (at_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[at_]))) ++at_;
+    if (begin == at_ || at_ - begin > 6) fail("expected a small non-negative integer at offset " + std::to_string(begin));
+    return std::stoll(text_.substr(begin, at_ - begin));
+  }
+  std::vector<int> sum() {
+    std::vector<int> list = product();
+    while (take('+')) {
+      const std::vector<int> more = product();
+      list.insert(list.end(), more.begin(), more.end());
+    }
+    return list;
+  }
+  std::vector<int> product() {
+    long long times = 1;
+    skip();
+    if (at_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[at_]))) {  // N * [list]
+      times = integer();
+      if (!take('*')) fail("expected '*' after a repeat count");
+    }
+    std::vector<int> item = atom();
+    while (take('*')) times *= integer();
+    if (times * static_cast<long long>(item.size()) > kMaxPatternLayers) fail("the list is too long");
+    std::vector<int> list;
+    for (long long k = 0; k < times; ++k) list.insert(list.end(), item.begin(), item.end());
+    return list;
+  }
+  std::vector<int> atom() {
+    if (take('(')) {
+      std::vector<int> inner = sum();
+      if (!take(')')) fail("expected ')'");
+      return inner;
+    }
+    if (!take('[')) fail("expected '[' or '('");
+    std::vector<int> list;
+    if (take(']')) return list;
+    do {
+      const long long value = integer();
+      if (value > 1) fail("expected 0 or 1 in the list, found " + std::to_string(value));
+      list.push_back(static_cast<int>(value));
+    } while (take(','));
+    if (!take(']')) fail("expected ']'");
+    return list;
+  }
+  static constexpr long long kMaxPatternLayers = 100000;
+  const std::string& text_;
+  const Arguments& arguments_;
+  std::size_t at_ = 0;
+};
+
+/// The gpt model's MoE, multi-head latent attention and multi-token
+/// prediction options from Megatron-LM core_v0.14.0's arguments
+/// (megatron/training/arguments.py: --num-experts, --moe-router-topk
+/// (default 2), --moe-ffn-hidden-size (default --ffn-hidden-size),
+/// --moe-shared-expert-intermediate-size, --moe-layer-freq (default 1: an
+/// int N makes layer i MoE when i % N == 0; a list gives each layer),
+/// --multi-latent-attention with --q-lora-rank (None), --kv-lora-rank
+/// (32), --qk-head-dim (128), --qk-pos-emb-head-dim (64), --v-head-dim
+/// (128), --mtp-num-layers). A --moe-layer-freq list the model's options
+/// (moe_dense_first dense blocks, then every moe_layer_freq-th MoE) cannot
+/// state is refused.
+std::map<std::string, long long> moe_and_mla_options(const Arguments& a, long long layers, std::vector<std::string>& notes) {
+  std::map<std::string, long long> options;
+  const long long experts = a.integer("--num-experts", 0, kModelOptionCap).value_or(0);
+  if (experts > 0) {
+    options["num_experts"] = experts;
+    if (const auto topk = a.integer("--moe-router-topk", 1, kModelOptionCap)) {
+      if (*topk > experts)
+        a.fail("--moe-router-topk", fmt::format("expected at most --num-experts ({}) experts per token, found {}", experts, *topk));
+      options["moe_topk"] = *topk;
+    }
+    if (const auto ffn = a.integer("--moe-ffn-hidden-size", 1, kModelOptionCap)) options["moe_ffn"] = *ffn;
+    if (const auto shared = a.integer("--moe-shared-expert-intermediate-size", 1, kModelOptionCap))
+      options["moe_shared_ffn"] = *shared;
+    if (const Given* freq = a.get("--moe-layer-freq")) {
+      const std::string& text = freq->values.at(0);
+      const bool number = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+      if (number) {
+        options["moe_layer_freq"] = *a.integer("--moe-layer-freq", 1, kMaxLayers);
+      } else {
+        const std::vector<int> pattern = LayerPatternParser(text, a).parse();
+        if (static_cast<long long>(pattern.size()) != layers)
+          a.fail("--moe-layer-freq", fmt::format("Invalid length of moe_layer_pattern: {}, expected: {}, current moe "
+                                                 "layer pattern: {}",
+                                                 pattern.size(), layers, printable(text)));
+        long long dense_first = 0;
+        while (dense_first < layers && pattern[static_cast<std::size_t>(dense_first)] == 0) ++dense_first;
+        long long freq_n = 1;
+        if (dense_first < layers) {
+          long long next = dense_first + 1;
+          while (next < layers && pattern[static_cast<std::size_t>(next)] == 0) ++next;
+          freq_n = next < layers ? next - dense_first : std::max<long long>(1, layers - dense_first);
+        }
+        for (long long i = 0; i < layers; ++i) {
+          const int expected = i >= dense_first && (i - dense_first) % freq_n == 0 ? 1 : 0;
+          if (pattern[static_cast<std::size_t>(i)] != expected)
+            refuse(a, *freq, fmt::format("a layer pattern other than N dense first layers then every M-th layer MoE "
+                                         "(layer {} breaks it)",
+                                         i + 1));
+        }
+        options["moe_dense_first"] = dense_first;
+        options["moe_layer_freq"] = freq_n;
+      }
+    }
+  } else {
+    for (const char* name : {"--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+                             "--moe-layer-freq"})
+      if (const Given* given = a.get(name)) notes.push_back(given->as_given + ": no effect without --num-experts");
+  }
+  if (a.has("--multi-latent-attention")) {
+    options["mla"] = 1;
+    if (const auto rank = a.integer("--q-lora-rank", 1, kModelOptionCap)) options["q_lora_rank"] = *rank;
+    const std::pair<const char*, const char*> dims[] = {{"--kv-lora-rank", "kv_lora_rank"},
+                                                        {"--qk-head-dim", "qk_head_dim"},
+                                                        {"--v-head-dim", "v_head_dim"}};
+    for (const auto& [flag, option] : dims)
+      if (const auto value = a.integer(flag, 1, kModelOptionCap)) options[option] = *value;
+    if (const auto rope = a.integer("--qk-pos-emb-head-dim", 0, kModelOptionCap)) options["qk_pos_emb_head_dim"] = *rope;
+    if (!a.has("--kv-lora-rank"))
+      notes.push_back("--kv-lora-rank: 32, the release's default (DeepSeek-V2/V3 use 512)");
+  } else {
+    for (const char* name : {"--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim"})
+      if (const Given* given = a.get(name)) notes.push_back(given->as_given + ": no effect without --multi-latent-attention");
+  }
+  if (const auto mtp = a.integer("--mtp-num-layers", 0, 100); mtp && *mtp > 0) options["mtp_layers"] = *mtp;
+  return options;
+}
+
 /// The refusals that depend on nothing but the argument, in the order the
 /// launch gives them.
 void refuse_unmodelled(const Arguments& arguments) {
@@ -854,8 +1012,6 @@ void refuse_unmodelled(const Arguments& arguments) {
     }
     if (name == "--use-legacy-models")
       refuse(arguments, argument, "pipegrid follows the Megatron-Core GPT model (the release's default)");
-    if (name == "--num-experts" && arguments.integer(name, 0, kModelOptionCap) > 0)
-      refuse(arguments, argument, "mixture of experts is not in the gpt model");
     if (name == "--vocab-extra-ids" && arguments.integer(name, 0, kModelOptionCap) > 0)
       refuse(arguments, argument, "extra vocabulary ids (T5's sentinels) are not in the gpt model");
     if (name == "--position-embedding-type" &&
@@ -1103,7 +1259,8 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
   if (!heads) required("--num-attention-heads", "Megatron-LM requires it");
   if (*hidden % *heads != 0)
     a.fail("--hidden-size", fmt::format("expected a multiple of --num-attention-heads ({}), found {}", *heads, *hidden));
-  if (const auto kv_channels = a.integer("--kv-channels", 1, kModelOptionCap); kv_channels && *kv_channels != *hidden / *heads)
+  if (const auto kv_channels = a.integer("--kv-channels", 1, kModelOptionCap);
+      kv_channels && *kv_channels != *hidden / *heads && !a.has("--multi-latent-attention"))
     refuse(a, *a.get("--kv-channels"),
            fmt::format("heads of {} channels; the gpt model's are --hidden-size / --num-attention-heads = {} wide",
                        *kv_channels, *hidden / *heads));
@@ -1449,6 +1606,7 @@ MegatronLaunch read_megatron_args(const std::string& text, const std::string& or
                    {"tied_embeddings", a.has("--untie-embeddings-and-output-weights") ? 0 : 1},
                    {"flash_attention", launch.use_flash_attn ? 1 : 0}};
   if (!rotary) model.options["positions"] = *positions;
+  for (const auto& [option, value] : moe_and_mla_options(a, *layers, notes)) model.options[option] = value;
   model.micro_batch_size = *micro;
   model.dtype = dtype;
   try {
@@ -1491,6 +1649,28 @@ std::string megatron_arguments_of_gpt(const ModelSpec& spec) {
   if (option("rmsnorm") == 1) text += " --normalization RMSNorm";
   if (rotary) text += " --position-embedding-type rope";
   if (option("tied_embeddings") == 0) text += " --untie-embeddings-and-output-weights";
+  if (option("num_experts") > 0) {
+    text += fmt::format(" --num-experts {} --moe-router-topk {} --moe-ffn-hidden-size {}", option("num_experts"),
+                        option("moe_topk"), option("moe_ffn"));
+    if (option("moe_shared_ffn") > 0)
+      text += fmt::format(" --moe-shared-expert-intermediate-size {}", option("moe_shared_ffn"));
+    if (option("moe_dense_first") > 0 || option("moe_layer_freq") > 1) {
+      std::string pattern;  // Megatron's list form: N dense layers, then every M-th MoE
+      for (long long i = 0; i < option("layers"); ++i) {
+        const bool moe = i >= option("moe_dense_first") && (i - option("moe_dense_first")) % option("moe_layer_freq") == 0;
+        pattern += fmt::format("{}{}", pattern.empty() ? "" : ",", moe ? 1 : 0);
+      }
+      text += " --moe-layer-freq '[" + pattern + "]'";
+    }
+  }
+  if (option("mla") == 1) {
+    text += " --multi-latent-attention";
+    if (option("q_lora_rank") > 0) text += fmt::format(" --q-lora-rank {}", option("q_lora_rank"));
+    text += fmt::format(" --kv-lora-rank {} --qk-head-dim {} --qk-pos-emb-head-dim {} --v-head-dim {}",
+                        option("kv_lora_rank"), option("qk_head_dim"), option("qk_pos_emb_head_dim"),
+                        option("v_head_dim"));
+  }
+  if (option("mtp_layers") > 0) text += fmt::format(" --mtp-num-layers {}", option("mtp_layers"));
   text += option("flash_attention") == 1 ? " --attention-backend flash" : " --attention-backend unfused";
   if (model.dtype == "fp16") text += " --fp16";
   if (model.dtype == "bf16") text += " --bf16";

@@ -475,7 +475,9 @@ TEST(MegatronArgs, ContextParallelismIsReadWithRingAttentionOnly) {
 
 TEST(MegatronArgs, OtherRefusalsAndNotes) {
   EXPECT_NO_THROW(read(minimal("--context-parallel-size 1 --expert-model-parallel-size 1 --num-experts 0")));
-  EXPECT_CONTAINS(error_of(minimal("--num-experts 8")), "mixture of experts");
+  // Issue 32: mixture of experts is read (tests/test_moe.cpp has the rest).
+  EXPECT_EQ(read(minimal("--num-experts 8")).model.options.at("num_experts"), 8);
+  EXPECT_CONTAINS(error_of(minimal("--num-experts 8 --moe-layer-recompute")), "recomputing the MoE layer");
   EXPECT_CONTAINS(error_of(minimal("--use-checkpoint-args")), "come from the checkpoint");
   EXPECT_CONTAINS(error_of(minimal("--fp8-format hybrid")), "FP8 is a recipe on top of 16-bit mixed precision");
   EXPECT_CONTAINS(error_of(minimal("--position-embedding-type none")), "--position-embedding-type: not modelled");

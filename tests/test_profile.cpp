@@ -244,7 +244,8 @@ TEST(ProfileJson, UnknownFieldIsAnError) {
                   "backward_weight_s, output_bytes, activation_bytes, parameter_bytes, op, forward_flops, "
                   "backward_input_flops, backward_weight_flops, bytes_read, bytes_written, attention_core_flops_share, "
                   "attention_core_stash_share, devices, vocabulary, "
-                "replicated_parameter_bytes, replicated_activation_fraction, transformer_shape, found 'forward'");
+                "replicated_parameter_bytes, replicated_activation_fraction, transformer_shape, expert_parameter_bytes, "
+                          "moe_dispatch_bytes, found 'forward'");
 }
 
 TEST(ProfileJson, MalformedJsonReportsLineAndColumn) {
