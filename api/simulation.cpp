@@ -159,7 +159,8 @@ PlatformSummary tensor_parallel_view(Plan& plan, PlatformSummary platform, const
     groups = tensor_parallel_groups(platform, t);
     const TensorParallelLink link = ring_link(platform, groups, platform_file, "tensor", t, 1);
     const TensorParallelCollectives mode = parse_tensor_parallel_collectives(plan.tp_collectives);
-    TensorParallelProfile split = tensor_parallel_profile(plan.profile, t, link, plan.sequence_parallel, plan.tp_comm_overlap, mode);
+    TensorParallelProfile split = tensor_parallel_profile(plan.profile, t, link, plan.sequence_parallel, plan.tp_comm_overlap,
+                                                          mode, plan.expert_tensor_parallel);
     plan.profile = std::move(split.profile);
     plan.tensor_parallel_note = std::move(split.note);
     if (mode == TensorParallelCollectives::Flows) plan.tensor_parallel_collectives = std::move(split.collectives);
@@ -801,6 +802,10 @@ Plan make_plan(const PlanRequest& request) {
     throw InputError(fmt::format("--tensor-parallel: expected hosts per group from 1 to {}, found {}", kMaxTensorParallel,
                                  request.tensor_parallel));
   plan.tensor_parallel = request.tensor_parallel;
+  // Checked against the model and the layout by set_expert_parallel; the
+  // tensor-parallel split and the kernels need the expert tensor size first.
+  if (request.expert_tensor_parallel > 0 && request.expert_tensor_parallel <= kMaxTensorParallel)
+    plan.expert_tensor_parallel = request.expert_tensor_parallel;
   // Megatron-LM turns sequence parallelism off at tensor parallel 1
   // (megatron/training/arguments.py, validate_args, core_v0.14.0).
   plan.sequence_parallel = request.sequence_parallel && plan.tensor_parallel > 1;
@@ -871,7 +876,9 @@ Plan make_plan(const PlanRequest& request) {
   try {
     plan.device_model_notes = fill_analytic_times(
         plan.profile, all_hosts, info.single_stage ? FpgaWeights::WholeModel : FpgaWeights::StagesFit,
-        TensorParallelShare{plan.tensor_parallel, plan.sequence_parallel, plan.context_parallel}, plan.fp8_format);
+        TensorParallelShare{plan.tensor_parallel, plan.sequence_parallel, plan.context_parallel, request.expert_parallel,
+                            request.expert_tensor_parallel},
+        plan.fp8_format);
   } catch (const InputError& error) {
     throw InputError(fmt::format("{}: {}", request.model.name.empty() ? request.profile_file : "--model " + request.model.name,
                                  error.what()));
@@ -1319,21 +1326,29 @@ ExpertSizes expert_sizes(const Plan& plan) {
 // parallelism"): each leader's ranks with their expert-parallel groups, the
 // layers' all-to-all bytes, and the routed experts' gradients, reduced
 // over the expert-data-parallel group of e = t cp d / (etp ep) ranks
-// rather than the d replicas the engine's rings run over: their bytes in
-// the rings are scaled by ((e - 1) / e) / ((d - 1) / d), so that a ring's
-// bandwidth term is that of a ring of e over the expert shard (its latency
-// term stays the d-ring's; e = 1: no reduction). `memory_stages` gets the
+// rather than the r replicas the engine's ring of a stage runs over (d, or
+// 2 d for two copies of the model, whose experts then sum over 2 e): their
+// bytes in the rings are scaled by ((e - 1) / e) / ((r - 1) / r), so that a
+// ring's bandwidth term is that of a ring of e over the expert shard (its
+// latency term stays the r-ring's; e = 1: no reduction). `memory_stages` gets the
 // expert bytes the memory model counts apart.
 void add_expert_parallel(const Plan& plan, const PlatformSummary& platform, sim::SimulationRequest& request,
                          std::vector<StageCost>& memory_stages) {
   const ExpertSizes sizes = expert_sizes(plan);
   const int g = plan.tensor_parallel * plan.context_parallel;  // a leader's group: t x cp consecutive hosts
-  const double d = plan.data_parallel, e = sizes.data;
-  const double ring_scale = d > 1 ? ((e - 1) / e) / ((d - 1) / d) : 1;
+  // A stage's ring runs over its r replicas: d, or 2 d for a schedule that
+  // keeps two copies of the model (DualPipe), whose expert shards are then
+  // summed over 2 e ranks.
+  const auto ring_scale_of = [&](std::size_t s) {
+    const double r = static_cast<double>(request.hosts[s].size());
+    const double e = static_cast<double>(sizes.data) * r / plan.data_parallel;
+    return r > 1 ? ((e - 1) / e) / ((r - 1) / r) : 1.0;
+  };
   std::vector<std::size_t> layer_in_stage(request.stage_layers.size(), 0);
   for (std::size_t l = 0; l < plan.profile.layers.size(); ++l) {
     const std::size_t s = static_cast<std::size_t>(plan.partition.stage_of_layer[l]);
     {
+      const double ring_scale = ring_scale_of(s);
       const Layer& layer = plan.profile.layers[l];
       sim::LayerCost& cost = request.stage_layers[s][layer_in_stage[s]++];
       cost.moe_dispatch_bytes = layer.moe_dispatch_bytes;

@@ -876,12 +876,17 @@ class Simulation {
       std::size_t same = 0;
       for (std::size_t k = 1; k < ep; ++k) {
         sg::Host* peer = group[(i + k) % ep];
-        if (peer->get_englobing_zone() == zone) {
-          ++same;
-          if (out.intra_peer == nullptr) out.intra_peer = peer;
-        } else if (out.inter_peer == nullptr) {
-          out.inter_peer = peer;
-        }
+        if (peer->get_englobing_zone() != zone) continue;
+        ++same;
+        if (out.intra_peer == nullptr) out.intra_peer = peer;
+      }
+      // The inter-server flow goes to the first rank in another server from
+      // (same + 1) ranks on: with the group's servers holding equal blocks
+      // of it, the same offset in the next block, so that every rank
+      // receives one such flow.
+      for (std::size_t k = same + 1; k < same + ep && out.inter_peer == nullptr; ++k) {
+        sg::Host* peer = group[(i + k) % ep];
+        if (peer != out.host && peer->get_englobing_zone() != zone) out.inter_peer = peer;
       }
       out.intra_share = static_cast<double>(same) / static_cast<double>(ep);
       out.inter_share = static_cast<double>(ep - 1 - same) / static_cast<double>(ep);

@@ -228,9 +228,11 @@ struct SimulationRequest {
   /// an expert group of ep, 1 / ep of the bytes stay local; of the rest,
   /// the share bound for the group's ranks in the rank's server (its
   /// englobing zone) is one flow to the next such rank, the share bound
-  /// for other servers one flow to the first rank after it in group order
-  /// that is in another server (a permutation when the group's servers hold
-  /// equal numbers of its ranks): O(r) flows per all-to-all, each rank's
+  /// for other servers one flow to the first rank in another server from
+  /// the rank c places after it in group order, c the group's ranks in its
+  /// server (with equal contiguous blocks per server, the rank at the same
+  /// offset in the next server's block: a permutation, every rank
+  /// receiving one such flow): O(r) flows per all-to-all, each rank's
   /// out- and inbound bytes on its own links, as NCCL's all-to-all loads
   /// them. Bytes go at the route's nccl_efficiency; each all-to-all pays
   /// the larger of the two routes' nccl_latency and route latency once.
