@@ -154,7 +154,9 @@ const std::vector<std::string>& metric_columns(const std::string& command) {
   static const std::vector<std::string> simulate = {
       "minibatch_time_s", "steady_period_s",       "throughput_samples_per_s", "bubble_fraction", "bytes_per_sample",
       "peak_memory_bytes", "peak_memory_host", "memory_capacity_bytes", "stages", "partition",
-      "tflops_per_gpu",   "mfu",             "hfu"};
+      "tflops_per_gpu",   "mfu",             "hfu",
+      // present only with expert parallelism (docs/semantics.md, Expert parallelism); empty otherwise
+      "all_to_all_s_per_device", "all_to_all_exposed_s_per_device", "fb_overlap_effective"};
   static const std::vector<std::string> partition = {"time_per_stage_s", "stages", "partition"};
   static const std::vector<std::string> model = {"parameters", "total_flops"};
   if (command == "partition") return partition;
@@ -253,7 +255,8 @@ ParsedMetrics parse_metrics(const std::string& command, const std::string& json_
     parsed.cells[static_cast<std::size_t>(std::find(columns.begin(), columns.end(), column) - columns.begin())] = value;
   };
   for (const char* key : {"minibatch_time_s", "throughput_samples_per_s", "bubble_fraction", "bytes_per_sample", "stages",
-                          "tflops_per_gpu", "mfu", "hfu"})
+                          "tflops_per_gpu", "mfu", "hfu", "all_to_all_s_per_device", "all_to_all_exposed_s_per_device",
+                          "fb_overlap_effective"})
     if (document.contains(key)) set(key, cell_of(document[key]));
   if (document.contains("steady_state") && document["steady_state"].is_object())
     set("steady_period_s", cell_of(document["steady_state"].value("period_s", nlohmann::json())));
