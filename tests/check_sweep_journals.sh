@@ -66,8 +66,8 @@ refused() {
 refused "swapped metric columns" '1s/minibatch_time_s,steady_period_s/steady_period_s,minibatch_time_s/' "$runs" \
   "$runs:1: header column 11 is 'steady_period_s', expected 'minibatch_time_s'"
 refused "renamed metric column" '1s/throughput_samples_per_s/tput/' "$runs" "$runs:1: header column 13 is 'tput', expected 'throughput_samples_per_s'"
-refused "extra column" '1s/$/,extra/' "$runs" "$runs:1: header column 28 'extra' is one too many"
-refused "missing column" '1s/,pipegrid_version$//' "$runs" "$runs:1: the header ends after 26 columns, before column 27 'pipegrid_version'"
+refused "extra column" '1s/$/,extra/' "$runs" "$runs:1: header column 31 'extra' is one too many"
+refused "missing column" '1s/,pipegrid_version$//' "$runs" "$runs:1: the header ends after 29 columns, before column 30 'pipegrid_version'"
 refused "devices header" '1s/busy_s/idle_s/' "$devices" "$devices:1: header column 5 is 'idle_s', expected 'busy_s'"
 refused "unknown status" '3s/,ok,,/,bogus,,/' "$runs" \
   "$runs:3: status 'bogus' is not one of ok, oom, infeasible, error, timeout, crashed"

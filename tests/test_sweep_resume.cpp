@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -113,6 +114,30 @@ TEST(SweepResume, AnOutOfMemoryRunNamesItsFirstDeviceAboveCapacityLessReserve) {
   EXPECT_EQ(pipegrid::sweep::out_of_memory_reason({fits}), std::nullopt);
   EXPECT_EQ(pipegrid::sweep::out_of_memory_reason({fits, over, reserved}), "gpu1 needs 1.084 KiB of 1 KiB");
   EXPECT_EQ(pipegrid::sweep::out_of_memory_reason({reserved, over}), "gpu2 needs 1.084 KiB of 936 B (600 B held in reserve)");
+}
+
+// Expert parallelism's metrics (issue 32) are columns of runs.csv, filled
+// from the JSON where present and empty where a run has none.
+TEST(SweepResume, ExpertParallelMetricsAreColumnsFilledOnlyWhereTheJsonHasThem) {
+  const std::vector<std::string>& columns = pipegrid::sweep::metric_columns("simulate");
+  const auto cell = [&](const pipegrid::sweep::ParsedMetrics& parsed, const std::string& column) {
+    const auto found = std::find(columns.begin(), columns.end(), column);
+    EXPECT_NE(found, columns.end()) << column;
+    return found == columns.end() ? std::string("?") : parsed.cells.at(static_cast<std::size_t>(found - columns.begin()));
+  };
+  const auto with_experts = pipegrid::sweep::parse_metrics(
+      "simulate", R"({"minibatch_time_s": 2, "all_to_all_s_per_device": 0.5, "all_to_all_exposed_s_per_device": 0.25,
+                      "fb_overlap_effective": 0.75})");
+  EXPECT_EQ(cell(with_experts, "all_to_all_s_per_device"), "0.5");
+  EXPECT_EQ(cell(with_experts, "all_to_all_exposed_s_per_device"), "0.25");
+  EXPECT_EQ(cell(with_experts, "fb_overlap_effective"), "0.75");
+  const auto no_pairs = pipegrid::sweep::parse_metrics(
+      "simulate", R"({"minibatch_time_s": 2, "all_to_all_s_per_device": 0.5, "fb_overlap_effective": null})");
+  EXPECT_EQ(cell(no_pairs, "fb_overlap_effective"), "");
+  const auto dense = pipegrid::sweep::parse_metrics("simulate", R"({"minibatch_time_s": 2})");
+  EXPECT_EQ(cell(dense, "minibatch_time_s"), "2");
+  EXPECT_EQ(cell(dense, "all_to_all_s_per_device"), "");
+  EXPECT_EQ(cell(dense, "all_to_all_exposed_s_per_device"), "");
 }
 
 pipegrid::sweep::Setting path_setting(const std::string& path, const std::string& text = "") {
