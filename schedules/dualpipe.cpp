@@ -20,12 +20,11 @@
 // The reference asserts num_ranks % 2 == 0 and num_chunks % 2 == 0,
 // num_chunks >= 2 num_ranks (step 4 runs at least once on rank 0).
 
-#include <deque>
-
 #include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "schedules/beyond.hpp"
+#include "schedules/dual_rank.hpp"
 
 namespace pipegrid {
 
@@ -48,53 +47,9 @@ std::vector<Stream> dualpipe_orders(int p, int m) {
     // Per phase: the stage this rank runs and the first micro-batch of its copy.
     const int stage[2] = {lower ? r : p - 1 - r, lower ? p - 1 - r : r};
     const int first[2] = {lower ? 0 : M, lower ? M : 0};
-    const bool middle = h == H - 1;
-    int f[2] = {0, 0}, b[2] = {0, 0};
-    std::deque<Action> pending;  // I's whose W has not run, oldest first
-    Stream& out = ranks[r];
-    const auto F = [&](int c) { return Action{ActionKind::Forward, stage[c], first[c] + f[c]++, 0}; };
-    const auto B = [&](int c, bool split) {
-      const Action a{split ? ActionKind::BackwardInput : ActionKind::Backward, stage[c], first[c] + b[c]++, 0};
-      if (split) pending.push_back(a);
-      return a;
-    };
-    const auto W = [&] {
-      const Action a{ActionKind::BackwardWeight, pending.front().stage, pending.front().micro_batch, 0};
-      pending.pop_front();
-      return a;
-    };
-    const auto plain = [&](Action a) { out.actions.push_back(a); };
-    const auto overlap = [&](Action forward, Action backward) {
-      out.overlapped.push_back(out.actions.size());
-      out.actions.push_back(forward);
-      out.actions.push_back(backward);
-    };
-    for (int j = 0; j < 2 * (H - h - 1); ++j) plain(F(0));
-    for (int j = 0; j < h + 1; ++j) plain(F(0)), plain(F(1));
-    for (int j = 0; j < H - h - 1; ++j) plain(B(1, true)), plain(W()), plain(F(1));
-    for (int j = 0; j < M - p + h + 1; ++j) {
-      const Action forward0 = F(0), backward1 = B(1, false);
-      if (j == 0 && middle)
-        plain(forward0), plain(backward1);
-      else
-        overlap(forward0, backward1);
-      const Action forward1 = F(1), backward0 = B(0, false);
-      overlap(forward1, backward0);
-    }
-    for (int j = 0; j < H - h - 1; ++j) {
-      plain(B(1, false));
-      const Action forward1 = F(1), backward0 = B(0, false);
-      overlap(forward1, backward0);
-    }
-    bool split = false;
-    for (int j = 0; j < h + 1; ++j) {
-      if (j == (h + 1) / 2 && h % 2 == 1) split = true;
-      plain(B(1, split));
-      if (j == (h + 1) / 2 && h % 2 == 0) split = true;
-      plain(B(0, split));
-    }
-    for (int j = 0; j < H - h - 1; ++j) plain(W()), plain(B(0, true));
-    while (!pending.empty()) plain(W());
+    // The reference leaves the first (F, B) of the middle ranks H-1 and H
+    // unoverlapped ("we don't overlap these two chunks").
+    dual_rank::append_rank(ranks[static_cast<std::size_t>(r)], stage, first, H - h - 1, h, M - p + h + 1, h == H - 1);
   }
   return ranks;
 }
