@@ -898,7 +898,7 @@ class Simulation {
   /// host), their flows started now; done() waits for them.
   struct AllToAlls {
     std::vector<sg::CommPtr> flows;
-    double latency_s = 0;  ///< paid after the last flow: each all-to-all's start latency
+    double latency_s = 0;  ///< paid after the last flow: each all-to-all's NCCL start latency, and its route latency beyond the one the flow carries
     double start_s = 0;
     bool any() const { return !flows.empty() || latency_s > 0; }
   };
@@ -915,21 +915,36 @@ class Simulation {
       bytes += state->all_to_all_bytes;
     }
     if (index < 0 || count == 0) return out;
-    double latency = 0;
+    // Every flow (and its route's latency probe) starts now; the routes'
+    // latencies are read once all have started. A flow carries its route's
+    // latency once: the count all-to-alls pay count NCCL start latencies and
+    // count - 1 more route latencies after it.
+    struct Route {
+      sg::Host* from;
+      sg::Host* to;
+      sg::CommPtr probe;
+      double nccl_latency_s;
+    };
+    std::vector<Route> routes;
     for (const ExpertRank& rank : expert_ranks_[static_cast<std::size_t>(index)])
       for (const auto& [peer, share] : {std::pair{rank.intra_peer, rank.intra_share}, std::pair{rank.inter_peer, rank.inter_share}}) {
         if (peer == nullptr || share <= 0) continue;
         const LinkNccl nccl = route_nccl(rank.host, peer);
-        const double route = route_latency(rank.host, peer, start_latency_probe(rank.host, peer));
-        latency = std::max(latency, nccl.latency_s + route);
         out.flows.push_back(rings_.start_collective_message(rank.host, peer, bytes * share / nccl.efficiency));
+        routes.push_back({rank.host, peer, start_latency_probe(rank.host, peer), nccl.latency_s});
       }
-    out.latency_s = count * latency;
+    double latency = 0;
+    for (const Route& route : routes)
+      latency = std::max(latency, count * route.nccl_latency_s +
+                                      (count - 1) * route_latency(route.from, route.to, route.probe));
+    out.latency_s = latency;
     return out;
   }
   /// Waits for `a2a`'s flows and latencies; returns when they are done.
+  /// Their end does not depend on when the caller waits (an overlapped
+  /// pair's compute may end after the flows).
   static void finish_all_to_alls(const AllToAlls& a2a) {
-    double end = sg::Engine::get_clock();
+    double end = a2a.start_s;
     for (const sg::CommPtr& flow : a2a.flows) {
       flow->wait();
       end = std::max(end, flow->get_finish_time());
