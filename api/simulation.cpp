@@ -1309,17 +1309,17 @@ void check_program_uses_options(const Plan& plan, const Program& program) {
                                  recompute_flag, origin));
 }
 
-// The expert-parallel group sizes of a plan (Megatron-Core's expert rank
-// generator, order tp-ep-dp-pp over a stage's t x cp x d ranks).
-struct ExpertSizes {
-  int tensor = 1, expert = 1, data = 1;
-};
-ExpertSizes expert_sizes(const Plan& plan) {
-  ExpertSizes sizes;
-  sizes.tensor = plan.expert_tensor_parallel == 0 ? plan.tensor_parallel : plan.expert_tensor_parallel;
-  sizes.expert = plan.expert_parallel;
-  sizes.data = plan.tensor_parallel * plan.context_parallel * plan.data_parallel / (sizes.tensor * sizes.expert);
-  return sizes;
+// The sizes of the ranks of one pipeline stage with `replicas` replicas
+// (Megatron-Core's rank generators over t x cp x replicas ranks, pp 1):
+// their expert tensor, expert and expert-data sizes are the plan's.
+ParallelSizes stage_parallel_sizes(const Plan& plan, int replicas) {
+  return {plan.tensor_parallel, plan.context_parallel, plan.expert_parallel, plan.expert_tensor_parallel, replicas, 1};
+}
+
+// All-to-all seconds summed over the leaders and mini-batches, per device and mini-batch.
+double per_device_and_mini_batch(const Plan& plan, const RunResult& result, double seconds) {
+  if (result.all_to_all_devices <= 0 || plan.mini_batches <= 0) return 0;
+  return seconds / (static_cast<double>(result.all_to_all_devices) * plan.mini_batches);
 }
 
 // Expert parallelism in a simulation request (docs/semantics.md, "Expert
@@ -1334,62 +1334,55 @@ ExpertSizes expert_sizes(const Plan& plan) {
 // expert bytes the memory model counts apart.
 void add_expert_parallel(const Plan& plan, const PlatformSummary& platform, sim::SimulationRequest& request,
                          std::vector<StageCost>& memory_stages) {
-  const ExpertSizes sizes = expert_sizes(plan);
   const int g = plan.tensor_parallel * plan.context_parallel;  // a leader's group: t x cp consecutive hosts
   // A stage's ring runs over its r replicas: d, or 2 d for a schedule that
   // keeps two copies of the model (DualPipe), whose expert shards are then
   // summed over 2 e ranks.
   const auto ring_scale_of = [&](std::size_t s) {
-    const double r = static_cast<double>(request.hosts[s].size());
-    const double e = static_cast<double>(sizes.data) * r / plan.data_parallel;
-    return r > 1 ? ((e - 1) / e) / ((r - 1) / r) : 1.0;
+    const int r = static_cast<int>(request.hosts[s].size());
+    const double e = static_cast<double>(stage_parallel_sizes(plan, r).expert_data());
+    return r > 1 ? ((e - 1) / e) / ((r - 1.0) / r) : 1.0;
   };
   std::vector<std::size_t> layer_in_stage(request.stage_layers.size(), 0);
   for (std::size_t l = 0; l < plan.profile.layers.size(); ++l) {
     const std::size_t s = static_cast<std::size_t>(plan.partition.stage_of_layer[l]);
-    {
-      const double ring_scale = ring_scale_of(s);
-      const Layer& layer = plan.profile.layers[l];
-      sim::LayerCost& cost = request.stage_layers[s][layer_in_stage[s]++];
-      cost.moe_dispatch_bytes = layer.moe_dispatch_bytes;
-      if (layer.expert_parameter_bytes <= 0) continue;
-      const double scaled = layer.expert_parameter_bytes * (ring_scale - 1);
-      cost.weight_bytes += scaled;
-      request.stages[s].weight_bytes += scaled;
-      memory_stages[s].expert_weight_bytes += layer.expert_parameter_bytes;
-    }
+    const Layer& layer = plan.profile.layers[l];
+    sim::LayerCost& cost = request.stage_layers[s][layer_in_stage[s]++];
+    cost.moe_dispatch_bytes = layer.moe_dispatch_bytes;
+    if (layer.expert_parameter_bytes <= 0) continue;
+    const double scaled = layer.expert_parameter_bytes * (ring_scale_of(s) - 1);
+    cost.weight_bytes += scaled;
+    request.stages[s].weight_bytes += scaled;
+    memory_stages[s].expert_weight_bytes += layer.expert_parameter_bytes;
   }
   // Ranks: a stage replica's leader hosts[s][q] and the g - 1 hosts after
-  // it; rank m of replica q is local rank l = m + g q of the stage's
-  // t x cp x d ranks (Megatron's dense order tp-cp-dp), in expert order
-  // l = etp_rank + etp (ep_rank + ep edp_rank).
+  // it; rank m of replica q is local rank m + g q of the stage's t x cp x r
+  // ranks (the dense order tp-cp-dp), grouped by the expert generator.
   std::map<std::string, std::size_t> index_of;
   for (std::size_t h = 0; h < platform.hosts.size(); ++h) index_of.emplace(platform.hosts[h].name, h);
-  const auto host_of = [&](const std::string& leader, int member) -> const std::string& {
+  const auto host_of = [&](const std::string& leader, long long member) -> const std::string& {
     const std::size_t at = index_of.at(leader) + static_cast<std::size_t>(member);
     if (at >= platform.hosts.size())
       throw InputError(fmt::format("expert parallelism: the group of '{}' runs past the platform's hosts", printable(leader)));
     return platform.hosts[at].name;
   };
   for (const std::vector<std::string>& replicas : plan.partition.hosts) {
-    const int d_here = static_cast<int>(replicas.size());
-    if (static_cast<long long>(g) * d_here % (static_cast<long long>(sizes.tensor) * sizes.expert) != 0)
-      throw InputError(fmt::format("expert parallelism: a stage of {} replicas of {} ranks does not split into expert "
-                                   "groups of {} x {}",
-                                   d_here, g, sizes.tensor, sizes.expert));
-    for (int q = 0; q < d_here; ++q) {
-      std::vector<sim::SimulationRequest::ExpertParallelRank>& ranks =
-          request.expert_parallel_ranks[replicas[static_cast<std::size_t>(q)]];
+    const ParallelSizes sizes = stage_parallel_sizes(plan, static_cast<int>(replicas.size()));
+    const std::vector<std::vector<long long>> groups = parallel_groups(sizes, GroupKind::Expert);
+    std::vector<std::size_t> group_of(static_cast<std::size_t>(sizes.world()));
+    for (std::size_t k = 0; k < groups.size(); ++k)
+      for (const long long local : groups[k]) group_of[static_cast<std::size_t>(local)] = k;
+    const auto rank_host = [&](long long local) -> const std::string& {
+      return host_of(replicas[static_cast<std::size_t>(local / g)], local % g);
+    };
+    for (std::size_t q = 0; q < replicas.size(); ++q) {
+      std::vector<sim::SimulationRequest::ExpertParallelRank>& ranks = request.expert_parallel_ranks[replicas[q]];
       if (!ranks.empty()) continue;  // a device holding several stages: once
       for (int m = 0; m < g; ++m) {
-        const int local = m + g * q;
-        const int tensor_rank = local % sizes.tensor, data_rank = local / (sizes.tensor * sizes.expert);
+        const long long local = m + static_cast<long long>(g) * static_cast<long long>(q);
         sim::SimulationRequest::ExpertParallelRank& rank = ranks.emplace_back();
-        rank.host = host_of(replicas[static_cast<std::size_t>(q)], m);
-        for (int k = 0; k < sizes.expert; ++k) {
-          const int peer = tensor_rank + sizes.tensor * (k + sizes.expert * data_rank);
-          rank.group.push_back(host_of(replicas[static_cast<std::size_t>(peer / g)], peer % g));
-        }
+        rank.host = rank_host(local);
+        for (const long long peer : groups[group_of[static_cast<std::size_t>(local)]]) rank.group.push_back(rank_host(peer));
       }
     }
   }
@@ -1398,14 +1391,12 @@ void add_expert_parallel(const Plan& plan, const PlatformSummary& platform, sim:
 // The table's line on expert parallelism: the group sizes and what the
 // all-to-alls cost per device and mini-batch.
 std::string expert_parallel_text(const Plan& plan, const RunResult& result) {
-  const ExpertSizes sizes = expert_sizes(plan);
-  const double per_device = result.all_to_all_devices > 0 && plan.mini_batches > 0
-                                ? 1.0 / (static_cast<double>(result.all_to_all_devices) * plan.mini_batches)
-                                : 0;
+  const ParallelSizes sizes = stage_parallel_sizes(plan, plan.data_parallel);
   std::string text = fmt::format(
       "expert parallel {} x expert tensor {} x expert data {}: all-to-alls {:.4g} s per device and mini-batch, {:.4g} s of "
       "it exposed",
-      sizes.expert, sizes.tensor, sizes.data, result.all_to_all_s * per_device, result.all_to_all_exposed_s * per_device);
+      sizes.ep, sizes.expert_tensor(), sizes.expert_data(), per_device_and_mini_batch(plan, result, result.all_to_all_s),
+      per_device_and_mini_batch(plan, result, result.all_to_all_exposed_s));
   if (const auto effective = result.fb_overlap_effective())
     text += fmt::format("; overlapped F&B pairs take {:.3f} of their compute + all-to-alls (fb_overlap_effective)", *effective);
   return text;
@@ -1533,7 +1524,7 @@ RunResult run_plan_once(const Plan& plan, const std::string& platform_path, cons
   if (plan.expert_parallel > 1 && plan.distributed_optimizer) {
     // The routed experts' optimizer state is sharded over their
     // expert-data-parallel group (Megatron-Core's distributed optimizer).
-    const int expert_data = expert_sizes(plan).data;
+    const int expert_data = static_cast<int>(stage_parallel_sizes(plan, plan.data_parallel).expert_data());
     memory.expert_resident_weight_factor = resident_weight_factor(plan.dtype, plan.optimizer, plan.gradient_dtype, expert_data);
     memory.expert_step_weight_factor =
         step_gradient_copy_bytes_per_parameter(plan.dtype, plan.gradient_dtype, expert_data) / dtype_bytes(plan.dtype, "--dtype");
@@ -2002,11 +1993,8 @@ std::string metrics_to_json(const Plan& plan, const RunResult& result) {
   if (plan.expert_parallel != 1) {
     document["expert_parallel"] = plan.expert_parallel;
     if (plan.expert_tensor_parallel != 0) document["expert_tensor_parallel"] = plan.expert_tensor_parallel;
-    const double per_device = result.all_to_all_devices > 0 && plan.mini_batches > 0
-                                  ? 1.0 / (static_cast<double>(result.all_to_all_devices) * plan.mini_batches)
-                                  : 0;
-    document["all_to_all_s_per_device"] = result.all_to_all_s * per_device;
-    document["all_to_all_exposed_s_per_device"] = result.all_to_all_exposed_s * per_device;
+    document["all_to_all_s_per_device"] = per_device_and_mini_batch(plan, result, result.all_to_all_s);
+    document["all_to_all_exposed_s_per_device"] = per_device_and_mini_batch(plan, result, result.all_to_all_exposed_s);
     document["fb_overlap_effective"] = optional_number(result.fb_overlap_effective());
   }
   if (m.steady_state) {

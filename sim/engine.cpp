@@ -940,17 +940,18 @@ class Simulation {
     out.latency_s = latency;
     return out;
   }
-  /// Waits for `a2a`'s flows and latencies; returns when they are done.
-  /// Their end does not depend on when the caller waits (an overlapped
-  /// pair's compute may end after the flows).
-  static void finish_all_to_alls(const AllToAlls& a2a) {
+  /// Waits for `a2a`'s flows and latencies and returns their end: the last
+  /// flow's end plus the latencies, whenever the caller waits (an
+  /// overlapped pair's compute may end after the flows).
+  static double finish_all_to_alls(const AllToAlls& a2a) {
     double end = a2a.start_s;
     for (const sg::CommPtr& flow : a2a.flows) {
       flow->wait();
       end = std::max(end, flow->get_finish_time());
     }
-    if (a2a.any()) end = std::max(end, std::max(end, a2a.start_s) + a2a.latency_s);
+    if (a2a.any()) end += a2a.latency_s;
     if (end > sg::Engine::get_clock()) sg::this_actor::sleep_until(end);
+    return end;
   }
   /// A plain action's all-to-alls, after its compute: all exposed.
   void run_all_to_alls(const ActionState& state) {
@@ -1423,9 +1424,7 @@ class Simulation {
     if (work > 0) sg::this_actor::execute(work);
     const double computed = sg::Engine::get_clock();
     if (a2a.any()) {
-      finish_all_to_alls(a2a);
-      double a2a_end = a2a.start_s + a2a.latency_s;
-      for (const sg::CommPtr& flow : a2a.flows) a2a_end = std::max(a2a_end, flow->get_finish_time() + a2a.latency_s);
+      const double a2a_end = finish_all_to_alls(a2a);
       const double a2a_s = a2a_end - start, compute_s = computed - start;
       all_to_all_s_ += a2a_s;
       all_to_all_exposed_s_ += std::max(0.0, a2a_end - computed);
